@@ -1,0 +1,324 @@
+//! `offload._native`: a thin PyO3 layer over the Rust crates. No logic lives here: it converts
+//! arguments, releases the GIL around every loop, and turns errors into Python exceptions.
+
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use offload_rules::{self as rules, Engine, LoadError, MatcherKind, RawColumn};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyString};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+create_exception!(_native, RuleError, PyValueError, "A rule, rule-type or query file is invalid.");
+
+fn rule_error(py: Python<'_>, e: LoadError) -> PyErr {
+    let err = RuleError::new_err(e.to_string());
+    let v = err.value(py);
+    let _ = v.setattr("kind", e.kind.as_str());
+    let _ = v.setattr("file", e.location.file.display().to_string());
+    let _ = v.setattr("line", e.location.line);
+    let _ = v.setattr("column", e.location.column);
+    let _ = v.setattr("field", e.location.field.clone());
+    let _ = v.setattr("expected", e.expected.clone());
+    err
+}
+
+fn parse_kind(s: &str) -> PyResult<MatcherKind> {
+    s.parse().map_err(PyValueError::new_err)
+}
+
+/// A validated rule set.
+#[pyclass(module = "offload._native", frozen)]
+struct RuleSet {
+    inner: Arc<rules::RuleSet>,
+}
+
+#[pymethods]
+impl RuleSet {
+    /// Loads a rule set: ERBIUM (`.xml` rule type + CSV) or native (`.toml` + CSV).
+    #[staticmethod]
+    fn load(py: Python<'_>, rule_type: PathBuf, rules_csv: PathBuf) -> PyResult<Self> {
+        let r = py.allow_threads(|| rules::load(&rule_type, &rules_csv));
+        r.map(|rs| RuleSet { inner: Arc::new(rs) }).map_err(|e| rule_error(py, e))
+    }
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+    #[getter]
+    fn code(&self) -> String {
+        self.inner.rule_type.code.clone()
+    }
+    /// Criteria as (code, kind, mandatory, weight) tuples, in column order.
+    #[getter]
+    fn criteria(&self) -> Vec<(String, &'static str, bool, u64)> {
+        self.inner.rule_type.criteria.iter().map(|c| (c.code.clone(), c.kind.as_str(), c.mandatory, c.weight)).collect()
+    }
+    #[getter]
+    fn ids(&self) -> Vec<String> {
+        self.inner.ids.clone()
+    }
+    #[getter]
+    fn contents<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        self.inner.contents.clone().into_pyarray(py)
+    }
+    /// Scores as Python ints (they may exceed 64 bits).
+    fn scores(&self) -> Vec<u128> {
+        (0..self.inner.len()).map(|r| self.inner.score(r)).collect()
+    }
+    /// Per criterion: number of rules specific on it and number of distinct values.
+    fn criterion_stats(&self) -> Vec<(String, usize, usize)> {
+        let rs = &self.inner;
+        (0..rs.n_criteria())
+            .map(|c| {
+                let specific = (0..rs.len()).filter(|&r| rs.is_specific(r, c)).count();
+                let distinct = match &rs.columns[c] {
+                    rules::model::Column::Equ { dict, .. } => dict.len(),
+                    rules::model::Column::Range { bounds } => {
+                        let mut b: Vec<_> = bounds.iter().flatten().collect();
+                        b.sort_unstable();
+                        b.dedup();
+                        b.len()
+                    }
+                };
+                (rs.rule_type.criteria[c].code.clone(), specific, distinct)
+            })
+            .collect()
+    }
+    /// The rule's cells as text (native syntax; "" = wildcard).
+    fn rule_cells(&self, index: usize) -> PyResult<Vec<String>> {
+        if index >= self.inner.len() {
+            return Err(PyValueError::new_err(format!("rule index {index} out of range")));
+        }
+        Ok((0..self.inner.n_criteria()).map(|c| self.inner.cell_text(index, c)).collect())
+    }
+    fn memory_bytes(&self) -> usize {
+        self.inner.memory_bytes()
+    }
+}
+
+/// Raw query columns from Python: a numpy int64 array (integers, or day numbers for dates) or
+/// a list of str.
+enum OwnedColumn<'py> {
+    Int(PyReadonlyArray1<'py, i64>),
+    Str(Vec<Bound<'py, PyString>>),
+}
+
+fn extract_columns<'py>(columns: &Bound<'py, PyList>) -> PyResult<Vec<OwnedColumn<'py>>> {
+    columns
+        .iter()
+        .map(|col| {
+            if let Ok(a) = col.extract::<PyReadonlyArray1<i64>>() {
+                Ok(OwnedColumn::Int(a))
+            } else {
+                let l = col.downcast::<PyList>().map_err(|_| {
+                    PyValueError::new_err("each query column must be a list of str or a numpy int64 array")
+                })?;
+                l.iter()
+                    .map(|v| {
+                        v.downcast_into::<PyString>()
+                            .map_err(|_| PyValueError::new_err("query values must be str (or numbers in an int64 array)"))
+                    })
+                    .collect::<PyResult<Vec<_>>>()
+                    .map(OwnedColumn::Str)
+            }
+        })
+        .collect()
+}
+
+/// A rule set compiled for one matcher.
+#[pyclass(module = "offload._native", frozen)]
+struct CompiledRules {
+    engine: Engine,
+}
+
+#[pymethods]
+impl CompiledRules {
+    #[new]
+    #[pyo3(signature = (rules, matcher = "fast"))]
+    fn new(py: Python<'_>, rules: &RuleSet, matcher: &str) -> PyResult<Self> {
+        let kind = parse_kind(matcher)?;
+        let inner = rules.inner.clone();
+        Ok(CompiledRules { engine: py.allow_threads(|| Engine::compile(inner, kind)) })
+    }
+    #[getter]
+    fn matcher(&self) -> &'static str {
+        self.engine.matcher.name()
+    }
+    #[getter]
+    fn width(&self) -> usize {
+        self.engine.encoder.width()
+    }
+    #[getter]
+    fn compile_seconds(&self) -> f64 {
+        self.engine.compile_time.as_secs_f64()
+    }
+    fn memory_bytes(&self) -> usize {
+        self.engine.matcher.memory_bytes()
+    }
+    /// Structure statistics of the matcher, as a JSON string.
+    fn stats_json(&self) -> String {
+        self.engine.matcher.stats().to_string()
+    }
+    /// Encodes raw query columns (one per criterion, in rule-type order) into an (n, width)
+    /// uint32 array.
+    fn encode<'py>(&self, py: Python<'py>, columns: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyArray2<u32>>> {
+        let owned = extract_columns(columns)?;
+        let strs: Vec<Vec<&str>> = owned
+            .iter()
+            .map(|c| match c {
+                OwnedColumn::Str(v) => v.iter().map(|s| s.to_str()).collect::<PyResult<Vec<&str>>>(),
+                OwnedColumn::Int(_) => Ok(Vec::new()),
+            })
+            .collect::<PyResult<_>>()?;
+        let raw: Vec<RawColumn> = owned
+            .iter()
+            .zip(strs)
+            .map(|(c, s)| match c {
+                OwnedColumn::Int(a) => RawColumn::Int(a.as_slice().expect("contiguous int64 array")),
+                OwnedColumn::Str(_) => RawColumn::Str(s),
+            })
+            .collect();
+        let enc = &self.engine.encoder;
+        let codes = py.allow_threads(|| enc.encode_columns(&raw)).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let w = enc.width();
+        let n = codes.len() / w;
+        Ok(codes.into_pyarray(py).reshape([n, w])?)
+    }
+    /// Matches encoded queries; returns the winning rule index per query (2**32-1 = no match).
+    #[pyo3(signature = (codes, threads = 1))]
+    fn match_encoded<'py>(
+        &self,
+        py: Python<'py>,
+        codes: PyReadonlyArray2<'py, u32>,
+        threads: usize,
+    ) -> PyResult<Bound<'py, PyArray1<u32>>> {
+        let w = self.engine.encoder.width();
+        if codes.shape()[1] != w {
+            return Err(PyValueError::new_err(format!("codes must have {w} columns, got {}", codes.shape()[1])));
+        }
+        let q = codes.as_slice().map_err(|_| PyValueError::new_err("codes must be C-contiguous"))?;
+        let out = py.allow_threads(|| self.engine.match_encoded(q, threads));
+        Ok(out.into_pyarray(py))
+    }
+    /// Explains one query (raw values, one per criterion) as a JSON string.
+    fn explain_json(&self, values: Vec<String>) -> PyResult<String> {
+        let enc = &self.engine.encoder;
+        let cols: Vec<RawColumn> = values.iter().map(|v| RawColumn::Str(vec![v.as_str()])).collect();
+        let q = enc.encode_columns(&cols).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let ex = rules::explain::explain(enc, &self.engine.encoded, &q, &values);
+        Ok(serde_json::to_string(&ex).expect("explanation serialises"))
+    }
+    /// Times matching of `codes` in batches of `batch_size` with `threads` threads, `repeats`
+    /// times; returns the seconds of each repeat. The loop runs in Rust with the GIL released.
+    #[pyo3(signature = (codes, batch_size, threads = 1, repeats = 5))]
+    fn time_match(
+        &self,
+        py: Python<'_>,
+        codes: PyReadonlyArray2<'_, u32>,
+        batch_size: usize,
+        threads: usize,
+        repeats: usize,
+    ) -> PyResult<Vec<f64>> {
+        let w = self.engine.encoder.width();
+        let q = codes.as_slice().map_err(|_| PyValueError::new_err("codes must be C-contiguous"))?;
+        let m = &*self.engine.matcher;
+        let bs = batch_size.max(1);
+        Ok(py.allow_threads(|| {
+            let mut out = vec![0u32; bs];
+            (0..repeats.max(1))
+                .map(|_| {
+                    let t = Instant::now();
+                    for chunk in q.chunks(bs * w) {
+                        let o = &mut out[..chunk.len() / w];
+                        rules::match_parallel(m, chunk, o, threads);
+                    }
+                    std::hint::black_box(&out);
+                    t.elapsed().as_secs_f64()
+                })
+                .collect()
+        }))
+    }
+}
+
+/// Loads a query CSV and returns (ids, columns of raw text), validating it against `rules`.
+#[pyfunction]
+fn load_queries(py: Python<'_>, rules: &RuleSet, path: PathBuf) -> PyResult<(Vec<String>, Vec<Vec<String>>)> {
+    let rt = rules.inner.rule_type.clone();
+    let q = py.allow_threads(|| rules::queries::load_queries(&rt, &path)).map_err(|e| rule_error(py, e))?;
+    Ok((q.ids, q.columns))
+}
+
+/// `offload rules eval`: loads rules and queries, matches, writes `QUERY_ID,RULE_ID,CONTENT`.
+/// Returns timings as a JSON string.
+#[pyfunction]
+#[pyo3(signature = (rule_type, rules_csv, queries_csv, out_csv, matcher = "fast", threads = 1))]
+fn eval_files(
+    py: Python<'_>,
+    rule_type: PathBuf,
+    rules_csv: PathBuf,
+    queries_csv: PathBuf,
+    out_csv: PathBuf,
+    matcher: &str,
+    threads: usize,
+) -> PyResult<String> {
+    let kind = parse_kind(matcher)?;
+    let r: Result<serde_json::Value, LoadError> = py.allow_threads(|| {
+        let t0 = Instant::now();
+        let rs = Arc::new(rules::load(&rule_type, &rules_csv)?);
+        let t_load = t0.elapsed().as_secs_f64();
+        let engine = Engine::compile(rs.clone(), kind);
+        let t1 = Instant::now();
+        let q = rules::queries::load_queries(&rs.rule_type, &queries_csv)?;
+        let t_read_q = t1.elapsed().as_secs_f64();
+        let t2 = Instant::now();
+        let codes = q.encode(&engine.encoder, &queries_csv)?;
+        let t_encode = t2.elapsed().as_secs_f64();
+        let t3 = Instant::now();
+        let answers = engine.match_encoded(&codes, threads);
+        let t_match = t3.elapsed().as_secs_f64();
+        rules::queries::write_answers(&out_csv, &q.ids, &answers, &rs).map_err(|e| {
+            LoadError::new(rules::ErrorKind::Io, rules::Location::file(&out_csv), e.to_string())
+        })?;
+        let matched = answers.iter().filter(|&&a| a != rules::NO_MATCH).count();
+        Ok(serde_json::json!({
+            "rules": rs.len(), "queries": q.len(), "matched": matched, "matcher": kind.as_str(),
+            "threads": threads, "load_s": t_load, "compile_s": engine.compile_time.as_secs_f64(),
+            "read_queries_s": t_read_q, "encode_s": t_encode, "match_s": t_match,
+        }))
+    });
+    r.map(|v| v.to_string()).map_err(|e| rule_error(py, e))
+}
+
+/// Times encoding of raw text columns (one list of str per criterion) `repeats` times; returns
+/// seconds per repeat. Measures the cost of turning raw values into codes.
+#[pyfunction]
+#[pyo3(signature = (compiled, columns, repeats = 3))]
+fn time_encode(py: Python<'_>, compiled: &CompiledRules, columns: Vec<Vec<String>>, repeats: usize) -> PyResult<Vec<f64>> {
+    let enc = &compiled.engine.encoder;
+    py.allow_threads(|| {
+        let raw: Vec<RawColumn> = columns.iter().map(|c| RawColumn::Str(c.iter().map(|s| s.as_str()).collect())).collect();
+        (0..repeats.max(1))
+            .map(|_| {
+                let t = Instant::now();
+                let codes = enc.encode_columns(&raw).map_err(|e| PyValueError::new_err(e.to_string()))?;
+                std::hint::black_box(&codes);
+                Ok(t.elapsed().as_secs_f64())
+            })
+            .collect()
+    })
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("NO_MATCH", rules::NO_MATCH)?;
+    m.add("RuleError", m.py().get_type::<RuleError>())?;
+    m.add_class::<RuleSet>()?;
+    m.add_class::<CompiledRules>()?;
+    m.add_function(wrap_pyfunction!(load_queries, m)?)?;
+    m.add_function(wrap_pyfunction!(eval_files, m)?)?;
+    m.add_function(wrap_pyfunction!(time_encode, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,282 @@
+//! Encoding: raw values become u32 codes so every matcher works on one fixed-width row of
+//! integers per query.
+//!
+//! * Equality criteria: the dictionary code of the value (0 = a value no rule names).
+//! * Range criteria: the rank of the value among the rule set's range boundaries (its
+//!   elementary interval). A rule range `[lo, hi]` becomes the code interval
+//!   `[rank(lo), rank(hi)]`, and `lo <= v <= hi` holds exactly when
+//!   `rank(lo) <= rank(v) <= rank(hi)`, because every `lo` and every `hi + 1` is a boundary.
+//!
+//! So a rule is, for every criterion, an inclusive code interval (`[c, c]` for a value,
+//! `[0, u32::MAX]` for a wildcard), and a query matches a rule when each of its codes lies in
+//! the rule's interval. Rows are padded to a multiple of [`LANES`] with always-true columns so
+//! the row test vectorises.
+
+use crate::model::{Column, CriterionKind, RuleSet};
+use crate::value::{parse_date, parse_int, ValueError};
+use std::sync::Arc;
+
+/// Row width granularity (eight u32 = one 256-bit vector).
+pub const LANES: usize = 8;
+
+/// Per-criterion encoding state derived from a [`RuleSet`].
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    rules: Arc<RuleSet>,
+    /// For range criteria: sorted distinct boundaries (every lo and every hi+1); empty for equ.
+    bounds: Vec<Vec<i128>>,
+    width: usize,
+}
+
+/// Error while encoding a query value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryError {
+    /// 0-based query index within the batch.
+    pub row: usize,
+    pub criterion: String,
+    pub value: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for QueryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "query {} criterion {}: {:?}: {}", self.row, self.criterion, self.value, self.message)
+    }
+}
+impl std::error::Error for QueryError {}
+
+/// A column of raw query values, as the caller has them.
+pub enum RawColumn<'a> {
+    /// Text: equality values, integers, or dates (DDMMMYYYY or YYYY-MM-DD).
+    Str(Vec<&'a str>),
+    /// Integers for an int-range criterion, or day numbers (days since 1970-01-01) for a
+    /// date-range criterion.
+    Int(&'a [i64]),
+}
+
+impl RawColumn<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            RawColumn::Str(v) => v.len(),
+            RawColumn::Int(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Rules as code intervals, row-major with `width` columns per rule.
+#[derive(Debug, Clone)]
+pub struct EncodedRules {
+    pub width: usize,
+    /// Number of real criteria (columns `n_criteria..width` are padding).
+    pub n_criteria: usize,
+    /// Per criterion: whether it is a range criterion.
+    pub is_range: Vec<bool>,
+    /// Per criterion: whether it is mandatory (never a wildcard).
+    pub mandatory: Vec<bool>,
+    /// Per criterion: its weight.
+    pub weights: Vec<u64>,
+    pub lo: Vec<u32>,
+    pub hi: Vec<u32>,
+    pub scores: Vec<u128>,
+}
+
+impl EncodedRules {
+    pub fn len(&self) -> usize {
+        self.scores.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.scores.is_empty()
+    }
+    #[inline]
+    pub fn lo_row(&self, r: usize) -> &[u32] {
+        &self.lo[r * self.width..(r + 1) * self.width]
+    }
+    #[inline]
+    pub fn hi_row(&self, r: usize) -> &[u32] {
+        &self.hi[r * self.width..(r + 1) * self.width]
+    }
+}
+
+/// Whether the query row `q` lies inside the rule rows `lo`/`hi`. Written without early exit
+/// over fixed-size chunks so the compiler turns it into vector compares.
+#[inline(always)]
+pub fn row_matches(lo: &[u32], hi: &[u32], q: &[u32]) -> bool {
+    let mut ok = true;
+    for ((l, h), v) in lo.chunks_exact(LANES).zip(hi.chunks_exact(LANES)).zip(q.chunks_exact(LANES)) {
+        let mut m = 0u32;
+        for j in 0..LANES {
+            m |= ((v[j] < l[j]) | (v[j] > h[j])) as u32;
+        }
+        ok &= m == 0;
+    }
+    ok
+}
+
+impl Encoder {
+    pub fn new(rules: Arc<RuleSet>) -> Self {
+        let bounds = rules
+            .columns
+            .iter()
+            .map(|col| match col {
+                Column::Equ { .. } => Vec::new(),
+                Column::Range { bounds } => {
+                    let mut b: Vec<i128> = Vec::with_capacity(bounds.len() * 2);
+                    for &(lo, hi) in bounds.iter().flatten() {
+                        b.push(lo);
+                        if hi < i128::MAX {
+                            b.push(hi + 1);
+                        }
+                    }
+                    b.sort_unstable();
+                    b.dedup();
+                    b
+                }
+            })
+            .collect();
+        let n = rules.n_criteria();
+        let width = n.div_ceil(LANES).max(1) * LANES;
+        Encoder { rules, bounds, width }
+    }
+
+    pub fn rules(&self) -> &Arc<RuleSet> {
+        &self.rules
+    }
+
+    /// Columns per encoded row (criteria padded to a multiple of [`LANES`]).
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Number of distinct codes of criterion `c` (dictionary size or elementary intervals), plus
+    /// the code 0.
+    pub fn cardinality(&self, c: usize) -> usize {
+        match &self.rules.columns[c] {
+            Column::Equ { dict, .. } => dict.len() + 1,
+            Column::Range { .. } => self.bounds[c].len() + 1,
+        }
+    }
+
+    #[inline]
+    fn rank(&self, c: usize, v: i128) -> u32 {
+        self.bounds[c].partition_point(|&b| b <= v) as u32
+    }
+
+    /// Encodes every rule as code intervals.
+    pub fn encode_rules(&self) -> EncodedRules {
+        let rs = &*self.rules;
+        let (n, w) = (rs.len(), self.width);
+        let mut lo = vec![0u32; n * w];
+        let mut hi = vec![u32::MAX; n * w];
+        for (c, col) in rs.columns.iter().enumerate() {
+            match col {
+                Column::Equ { codes, .. } => {
+                    for (r, &code) in codes.iter().enumerate() {
+                        if code != 0 {
+                            lo[r * w + c] = code;
+                            hi[r * w + c] = code;
+                        }
+                    }
+                }
+                Column::Range { bounds } => {
+                    for (r, b) in bounds.iter().enumerate() {
+                        if let Some((l, h)) = *b {
+                            lo[r * w + c] = self.rank(c, l);
+                            hi[r * w + c] = self.rank(c, h);
+                        }
+                    }
+                }
+            }
+        }
+        let crits = &rs.rule_type.criteria;
+        EncodedRules {
+            width: w,
+            n_criteria: crits.len(),
+            is_range: crits.iter().map(|c| c.kind.is_range()).collect(),
+            mandatory: crits.iter().map(|c| c.mandatory).collect(),
+            weights: crits.iter().map(|c| c.weight).collect(),
+            lo,
+            hi,
+            scores: (0..n).map(|r| rs.score(r)).collect(),
+        }
+    }
+
+    /// Encodes one raw text value of criterion `c`.
+    pub fn encode_str(&self, c: usize, v: &str) -> Result<u32, ValueError> {
+        match &self.rules.columns[c] {
+            Column::Equ { dict, .. } => Ok(dict.code(v.trim())),
+            Column::Range { .. } => {
+                let x = match self.rules.rule_type.criteria[c].kind {
+                    CriterionKind::DateRange => parse_date(v)?,
+                    _ => parse_int(v)?,
+                };
+                Ok(self.rank(c, x))
+            }
+        }
+    }
+
+    /// Encodes an integer (or day number, for dates) of range criterion `c`.
+    #[inline]
+    pub fn encode_int(&self, c: usize, v: i128) -> u32 {
+        self.rank(c, v)
+    }
+
+    /// Encodes a batch given column by column (one column per criterion, in rule-type order)
+    /// into row-major codes.
+    pub fn encode_columns(&self, cols: &[RawColumn<'_>]) -> Result<Vec<u32>, QueryError> {
+        let crits = &self.rules.rule_type.criteria;
+        if cols.len() != crits.len() {
+            return Err(QueryError {
+                row: 0,
+                criterion: String::new(),
+                value: String::new(),
+                message: format!("got {} query columns, the rule type has {} criteria", cols.len(), crits.len()),
+            });
+        }
+        let n = cols.first().map_or(0, |c| c.len());
+        let w = self.width;
+        let mut out = vec![0u32; n * w];
+        for (c, col) in cols.iter().enumerate() {
+            if col.len() != n {
+                return Err(QueryError {
+                    row: 0,
+                    criterion: crits[c].code.clone(),
+                    value: String::new(),
+                    message: format!("column has {} values, the first column has {n}", col.len()),
+                });
+            }
+            match col {
+                RawColumn::Str(vals) => {
+                    for (r, v) in vals.iter().enumerate() {
+                        out[r * w + c] = self.encode_str(c, v).map_err(|e| QueryError {
+                            row: r,
+                            criterion: crits[c].code.clone(),
+                            value: v.to_string(),
+                            message: match e {
+                                ValueError::NotAnInteger => "not an integer".into(),
+                                ValueError::IntegerTooLarge => "integer does not fit in 128 bits".into(),
+                                ValueError::MalformedDate => "not a date (DDMMMYYYY or YYYY-MM-DD)".into(),
+                                ValueError::ImpossibleDate(why) => why,
+                            },
+                        })?;
+                    }
+                }
+                RawColumn::Int(vals) => {
+                    if !crits[c].kind.is_range() {
+                        // Integers given for an equality criterion are looked up as text.
+                        for (r, v) in vals.iter().enumerate() {
+                            out[r * w + c] = self.encode_str(c, &v.to_string()).unwrap_or(0);
+                        }
+                    } else {
+                        for (r, &v) in vals.iter().enumerate() {
+                            out[r * w + c] = self.rank(c, v as i128);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,70 @@
+//! offload-rules: the business-rule engine of offload.
+//!
+//! Data flows one way: raw files → validated [`RuleSet`] ([`erbium`] or [`native`] loader) →
+//! [`Encoder`] (dictionaries and range boundaries) + [`EncodedRules`] → a compiled
+//! [`Matcher`] → batches of encoded queries in, winning rule indices out.
+
+pub mod csv;
+pub mod encode;
+pub mod erbium;
+pub mod error;
+pub mod explain;
+pub mod matcher;
+pub mod model;
+pub mod native;
+pub mod queries;
+pub mod value;
+
+pub use encode::{EncodedRules, Encoder, RawColumn};
+pub use error::{ErrorKind, LoadError, Location};
+pub use matcher::{match_parallel, Matcher, MatcherKind, NO_MATCH};
+pub use model::{Criterion, CriterionKind, RuleSet, RuleType};
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Loads a rule set, choosing the loader by the rule-type file's extension: `.xml` is ERBIUM's
+/// format, `.toml` the native one.
+pub fn load(rule_type: &Path, rules: &Path) -> Result<RuleSet, LoadError> {
+    match rule_type.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
+        Some("xml") => erbium::load(rule_type, rules),
+        Some("toml") => native::load(rule_type, rules),
+        _ => Err(LoadError::new(
+            ErrorKind::BadRuleType,
+            Location::file(rule_type),
+            "cannot tell the rule-type format from the file name",
+        )
+        .expected("a .xml (ERBIUM) or .toml (native) rule-type file")),
+    }
+}
+
+/// A rule set compiled for one matcher: the encoder for raw queries plus the matcher.
+pub struct Engine {
+    pub encoder: Encoder,
+    pub encoded: EncodedRules,
+    pub matcher: Box<dyn Matcher>,
+    pub compile_time: Duration,
+}
+
+impl Engine {
+    pub fn compile(rules: Arc<RuleSet>, kind: MatcherKind) -> Engine {
+        let t = Instant::now();
+        let encoder = Encoder::new(rules);
+        let encoded = encoder.encode_rules();
+        let cards: Vec<usize> = (0..encoded.n_criteria).map(|c| encoder.cardinality(c)).collect();
+        let matcher = matcher::build(kind, &encoded, &cards);
+        Engine { encoder, encoded, matcher, compile_time: t.elapsed() }
+    }
+
+    pub fn rules(&self) -> &RuleSet {
+        self.encoder.rules()
+    }
+
+    /// Matches encoded queries (row-major, `encoder.width()` codes per query).
+    pub fn match_encoded(&self, queries: &[u32], threads: usize) -> Vec<u32> {
+        let mut out = vec![NO_MATCH; queries.len() / self.encoder.width()];
+        match_parallel(&*self.matcher, queries, &mut out, threads);
+        out
+    }
+}

@@ -1,0 +1,89 @@
+//! Matchers: compiled forms of a rule set that answer batches of encoded queries.
+//!
+//! Every matcher returns, for each query, the index (input order) of the winning rule: the
+//! matching rule with the highest score, ties to the earliest rule; or [`NO_MATCH`].
+
+pub mod fast;
+pub mod linear;
+pub mod nfa;
+
+use crate::encode::EncodedRules;
+use std::str::FromStr;
+
+/// The answer for a query that no rule matches.
+pub const NO_MATCH: u32 = u32::MAX;
+
+/// A compiled rule set answering batches of encoded queries.
+pub trait Matcher: Send + Sync {
+    /// Short name (`linear`, `nfa`, `fast`).
+    fn name(&self) -> &'static str;
+    /// Codes per query row (see [`crate::encode::Encoder::width`]).
+    fn width(&self) -> usize;
+    /// Writes the winning rule index (or [`NO_MATCH`]) of each query row of `queries` into `out`.
+    /// `queries.len()` must be `out.len() * width()`.
+    fn match_batch(&self, queries: &[u32], out: &mut [u32]);
+    /// Heap bytes held by the compiled structure.
+    fn memory_bytes(&self) -> usize;
+    /// Structure statistics for `compile` reports, as JSON.
+    fn stats(&self) -> serde_json::Value;
+}
+
+/// Which matcher to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatcherKind {
+    Linear,
+    Nfa,
+    Fast,
+}
+
+impl MatcherKind {
+    pub const ALL: [MatcherKind; 3] = [MatcherKind::Linear, MatcherKind::Nfa, MatcherKind::Fast];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MatcherKind::Linear => "linear",
+            MatcherKind::Nfa => "nfa",
+            MatcherKind::Fast => "fast",
+        }
+    }
+}
+
+impl FromStr for MatcherKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "linear" => Ok(MatcherKind::Linear),
+            "nfa" => Ok(MatcherKind::Nfa),
+            "fast" => Ok(MatcherKind::Fast),
+            other => Err(format!("unknown matcher {other:?}; expected linear, nfa or fast")),
+        }
+    }
+}
+
+/// Builds a matcher of the given kind over encoded rules. `cardinalities[c]` is the number of
+/// distinct codes of criterion `c` (see [`crate::encode::Encoder::cardinality`]).
+pub fn build(kind: MatcherKind, rules: &EncodedRules, cardinalities: &[usize]) -> Box<dyn Matcher> {
+    match kind {
+        MatcherKind::Linear => Box::new(linear::LinearMatcher::new(rules.clone())),
+        MatcherKind::Nfa => Box::new(nfa::NfaMatcher::new(rules, cardinalities, nfa::LevelOrder::default())),
+        MatcherKind::Fast => Box::new(fast::FastMatcher::new(rules, cardinalities)),
+    }
+}
+
+/// Runs `m` over `queries` with `threads` threads, each on a contiguous slice of the batch.
+/// Small batches run on the calling thread: starting threads costs more than they save.
+pub fn match_parallel(m: &dyn Matcher, queries: &[u32], out: &mut [u32], threads: usize) {
+    const MIN_PER_THREAD: usize = 1024;
+    let n = out.len();
+    let threads = threads.max(1).min(n.div_ceil(MIN_PER_THREAD)).max(1);
+    if threads == 1 {
+        m.match_batch(queries, out);
+        return;
+    }
+    let w = m.width();
+    let per = n.div_ceil(threads);
+    std::thread::scope(|s| {
+        for (q, o) in queries.chunks(per * w).zip(out.chunks_mut(per)) {
+            s.spawn(move || m.match_batch(q, o));
+        }
+    });
+}

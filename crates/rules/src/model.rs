@@ -1,0 +1,270 @@
+//! The rule model: a rule type (criteria with kind, weight and mandatory flag) and a validated,
+//! column-oriented rule set. Both loaders (ERBIUM and native) produce a [`RuleSet`].
+
+use crate::error::{ErrorKind, LoadError, Location};
+use crate::value::format_date;
+use rustc_hash::FxHashMap;
+use std::path::Path;
+
+/// How a criterion compares a query value with a rule value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CriterionKind {
+    /// Equal strings match; an empty rule cell is a wildcard.
+    Equ,
+    /// Inclusive integer range `lo/hi` (ERBIUM) or `lo..hi` (native); a query is one integer.
+    IntRange,
+    /// Inclusive date range; a query is one date.
+    DateRange,
+}
+
+impl CriterionKind {
+    pub fn is_range(self) -> bool {
+        !matches!(self, CriterionKind::Equ)
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CriterionKind::Equ => "equ",
+            CriterionKind::IntRange => "int_range",
+            CriterionKind::DateRange => "date_range",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Criterion {
+    pub code: String,
+    pub kind: CriterionKind,
+    pub mandatory: bool,
+    /// Added to a rule's score when the rule is specific (not a wildcard) on this criterion.
+    pub weight: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleType {
+    pub code: String,
+    pub description: String,
+    /// In column order (ERBIUM: sequenceNumber order).
+    pub criteria: Vec<Criterion>,
+}
+
+impl RuleType {
+    pub fn index_of(&self, code: &str) -> Option<usize> {
+        self.criteria.iter().position(|c| c.code == code)
+    }
+}
+
+/// Interns the distinct strings of an equality criterion. Code 0 is reserved: in a rule it is
+/// the wildcard, in a query it is "a value no rule names", which only wildcards match.
+#[derive(Debug, Clone, Default)]
+pub struct Dictionary {
+    values: Vec<Box<str>>,
+    codes: FxHashMap<Box<str>, u32>,
+}
+
+impl Dictionary {
+    pub fn intern(&mut self, v: &str) -> u32 {
+        if let Some(&c) = self.codes.get(v) {
+            return c;
+        }
+        self.values.push(v.into());
+        let c = self.values.len() as u32;
+        self.codes.insert(v.into(), c);
+        c
+    }
+    /// The code of `v`, or 0 when no rule names it.
+    #[inline]
+    pub fn code(&self, v: &str) -> u32 {
+        self.codes.get(v).copied().unwrap_or(0)
+    }
+    /// The string of a non-zero code.
+    pub fn value(&self, code: u32) -> Option<&str> {
+        code.checked_sub(1).and_then(|i| self.values.get(i as usize)).map(|b| &**b)
+    }
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+    pub fn memory_bytes(&self) -> usize {
+        self.values.iter().map(|v| 2 * v.len() + 48).sum::<usize>() + self.values.capacity() * 16
+    }
+}
+
+/// The values of one criterion for every rule.
+#[derive(Debug, Clone)]
+pub enum Column {
+    /// Dictionary codes, 0 = wildcard.
+    Equ { dict: Dictionary, codes: Vec<u32> },
+    /// Inclusive bounds; `None` = wildcard. Dates are day numbers (days since 1970-01-01).
+    Range { bounds: Vec<Option<(i128, i128)>> },
+}
+
+/// One cell of a rule while it is being loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cell<'a> {
+    Any,
+    Value(&'a str),
+    Range(i128, i128),
+}
+
+/// A validated rule set, stored column by column. Rule `i` is the i-th rule of the input:
+/// input order breaks score ties.
+#[derive(Debug, Clone)]
+pub struct RuleSet {
+    pub rule_type: RuleType,
+    pub ids: Vec<String>,
+    pub contents: Vec<i64>,
+    pub columns: Vec<Column>,
+    /// Line of each rule in its source file (for explanations and error messages).
+    pub lines: Vec<u64>,
+    pub source: String,
+}
+
+impl RuleSet {
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+    pub fn n_criteria(&self) -> usize {
+        self.rule_type.criteria.len()
+    }
+
+    /// Whether rule `r` is specific (not a wildcard) on criterion `c`.
+    pub fn is_specific(&self, r: usize, c: usize) -> bool {
+        match &self.columns[c] {
+            Column::Equ { codes, .. } => codes[r] != 0,
+            Column::Range { bounds } => bounds[r].is_some(),
+        }
+    }
+
+    /// Score of rule `r`: the sum of the weights of its non-wildcard criteria. u128 so that any
+    /// u64 weights add up exactly.
+    pub fn score(&self, r: usize) -> u128 {
+        (0..self.n_criteria())
+            .filter(|&c| self.is_specific(r, c))
+            .map(|c| self.rule_type.criteria[c].weight as u128)
+            .sum()
+    }
+
+    /// The rule's value on criterion `c` as text ("" for a wildcard), in the native format.
+    pub fn cell_text(&self, r: usize, c: usize) -> String {
+        match &self.columns[c] {
+            Column::Equ { dict, codes } => dict.value(codes[r]).unwrap_or("").to_string(),
+            Column::Range { bounds } => match bounds[r] {
+                None => String::new(),
+                Some((lo, hi)) if self.rule_type.criteria[c].kind == CriterionKind::DateRange => {
+                    format!("{}..{}", format_date(lo), format_date(hi))
+                }
+                Some((lo, hi)) => format!("{lo}..{hi}"),
+            },
+        }
+    }
+
+    /// Approximate heap bytes held (for `compile` reports).
+    pub fn memory_bytes(&self) -> usize {
+        let cols: usize = self
+            .columns
+            .iter()
+            .map(|c| match c {
+                Column::Equ { dict, codes } => dict.memory_bytes() + codes.len() * 4,
+                Column::Range { bounds } => bounds.len() * 48,
+            })
+            .sum();
+        cols + self.ids.iter().map(|s| s.len() + 24).sum::<usize>() + self.len() * 16
+    }
+}
+
+/// Builds a [`RuleSet`] rule by rule, checking what every loader must check.
+pub struct RuleSetBuilder {
+    set: RuleSet,
+    id_lines: FxHashMap<String, u64>,
+}
+
+impl RuleSetBuilder {
+    pub fn new(rule_type: RuleType, source: &Path) -> Self {
+        let columns = rule_type
+            .criteria
+            .iter()
+            .map(|c| match c.kind {
+                CriterionKind::Equ => Column::Equ { dict: Dictionary::default(), codes: Vec::new() },
+                _ => Column::Range { bounds: Vec::new() },
+            })
+            .collect();
+        RuleSetBuilder {
+            set: RuleSet {
+                rule_type,
+                ids: Vec::new(),
+                contents: Vec::new(),
+                columns,
+                lines: Vec::new(),
+                source: source.display().to_string(),
+            },
+            id_lines: FxHashMap::default(),
+        }
+    }
+
+    /// Adds one rule. `cells[c]` is the rule's cell for criterion `c` and `cell_loc(c)` where it
+    /// is in the file. Nothing is added when an error is returned.
+    pub fn push(
+        &mut self,
+        id: &str,
+        id_loc: Location,
+        cells: &[Cell<'_>],
+        cell_loc: impl Fn(usize) -> Location,
+        content: i64,
+    ) -> Result<(), LoadError> {
+        debug_assert_eq!(cells.len(), self.set.columns.len());
+        if let Some(&first) = self.id_lines.get(id) {
+            return Err(LoadError::new(
+                ErrorKind::DuplicateRuleId,
+                id_loc,
+                format!("rule id {id:?} was already used on line {first}"),
+            )
+            .expected("a RULE_ID that is unique in the file"));
+        }
+        for (c, cell) in cells.iter().enumerate() {
+            let crit = &self.set.rule_type.criteria[c];
+            if crit.mandatory && *cell == Cell::Any {
+                return Err(LoadError::new(
+                    ErrorKind::MandatoryWildcard,
+                    cell_loc(c),
+                    format!("criterion {} is mandatory but this rule leaves it empty (a wildcard)", crit.code),
+                )
+                .expected(format!("a value for {}", crit.code)));
+            }
+            if let Cell::Range(lo, hi) = cell {
+                if lo > hi {
+                    return Err(LoadError::new(
+                        ErrorKind::ReversedRange,
+                        cell_loc(c),
+                        format!("range of {} starts after it ends", crit.code),
+                    )
+                    .expected("lower bound <= upper bound"));
+                }
+            }
+        }
+        for (c, cell) in cells.iter().enumerate() {
+            match (&mut self.set.columns[c], cell) {
+                (Column::Equ { codes, .. }, Cell::Any) => codes.push(0),
+                (Column::Equ { dict, codes }, Cell::Value(v)) => codes.push(dict.intern(v)),
+                (Column::Range { bounds }, Cell::Any) => bounds.push(None),
+                (Column::Range { bounds }, Cell::Range(lo, hi)) => bounds.push(Some((*lo, *hi))),
+                _ => unreachable!("loader produced a cell of the wrong kind for criterion {c}"),
+            }
+        }
+        let line = id_loc.line.unwrap_or(0);
+        self.id_lines.insert(id.to_string(), line);
+        self.set.ids.push(id.to_string());
+        self.set.contents.push(content);
+        self.set.lines.push(line);
+        Ok(())
+    }
+
+    pub fn finish(self) -> RuleSet {
+        self.set
+    }
+}

@@ -1,0 +1,133 @@
+//! Query files: `QUERY_ID,<one column per criterion code>` with raw values, and the answer file
+//! `QUERY_ID,RULE_ID,CONTENT` (both empty when nothing matches).
+
+use crate::csv::Reader;
+use crate::encode::{Encoder, RawColumn};
+use crate::error::{read_utf8, ErrorKind, LoadError, Location};
+use crate::matcher::NO_MATCH;
+use crate::model::{RuleSet, RuleType};
+use std::io::Write;
+use std::path::Path;
+
+/// Raw queries read from a file, column by column in rule-type order.
+pub struct QueryFile {
+    pub ids: Vec<String>,
+    /// `columns[c][q]`: raw text of criterion `c` for query `q`.
+    pub columns: Vec<Vec<String>>,
+    pub lines: Vec<u64>,
+    /// Column (1-based field number) of criterion `c` in the file, for error messages.
+    pub field_of: Vec<u64>,
+}
+
+impl QueryFile {
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Encodes all queries; a value that cannot be encoded is reported with its file position.
+    pub fn encode(&self, enc: &Encoder, path: &Path) -> Result<Vec<u32>, LoadError> {
+        let cols: Vec<RawColumn> =
+            self.columns.iter().map(|c| RawColumn::Str(c.iter().map(|s| s.as_str()).collect())).collect();
+        enc.encode_columns(&cols).map_err(|e| {
+            let c = enc.rules().rule_type.index_of(&e.criterion).unwrap_or(0);
+            let line = self.lines.get(e.row).copied().unwrap_or(0);
+            LoadError::new(
+                ErrorKind::BadQueryValue,
+                Location::field(path, line, self.field_of.get(c).copied().unwrap_or(0), &e.criterion),
+                format!("{:?}: {}", e.value, e.message),
+            )
+        })
+    }
+}
+
+/// Reads a query CSV for `rule_type`. Columns are matched by criterion code; extra columns are
+/// an error (a typo would otherwise silently turn a criterion into "unknown value").
+pub fn load_queries(rule_type: &RuleType, path: &Path) -> Result<QueryFile, LoadError> {
+    let text = read_utf8(path)?;
+    let mut reader = Reader::new(path, &text);
+    let header = reader.next().ok_or_else(|| {
+        LoadError::new(ErrorKind::EmptyFile, Location::file(path), "the file is empty").expected("a header line")
+    })??;
+    let names: Vec<&str> = header.fields.iter().map(|f| f.text.trim()).collect();
+    if names.first() != Some(&"QUERY_ID") {
+        return Err(LoadError::new(
+            ErrorKind::MissingColumn,
+            Location::at(path, header.line, 1),
+            format!("the first column is {:?}", names.first().unwrap_or(&"")),
+        )
+        .expected("QUERY_ID, then one column per criterion code"));
+    }
+    let n_crit = rule_type.criteria.len();
+    let mut col_of = vec![usize::MAX; n_crit];
+    for (i, name) in names.iter().enumerate().skip(1) {
+        let c = rule_type.index_of(name).ok_or_else(|| {
+            LoadError::new(
+                ErrorKind::UnknownCriterion,
+                Location::at(path, header.line, header.fields[i].column),
+                format!("column {name:?} is not a criterion of rule type {}", rule_type.code),
+            )
+            .expected(format!(
+                "one of {}",
+                rule_type.criteria.iter().map(|c| c.code.as_str()).collect::<Vec<_>>().join(", ")
+            ))
+        })?;
+        col_of[c] = i;
+    }
+    if let Some(c) = col_of.iter().position(|&i| i == usize::MAX) {
+        return Err(LoadError::new(
+            ErrorKind::MissingColumn,
+            Location::at(path, header.line, 1),
+            format!("no column for criterion {}", rule_type.criteria[c].code),
+        )
+        .expected("one column per criterion"));
+    }
+    let mut q = QueryFile {
+        ids: Vec::new(),
+        columns: vec![Vec::new(); n_crit],
+        lines: Vec::new(),
+        field_of: col_of.iter().map(|&i| i as u64 + 1).collect(),
+    };
+    for rec in reader {
+        let rec = rec?;
+        if rec.fields.len() != names.len() {
+            return Err(LoadError::new(
+                ErrorKind::WrongColumnCount,
+                Location::at(path, rec.line, rec.fields.last().map_or(1, |f| f.column)),
+                format!("this row has {} columns", rec.fields.len()),
+            )
+            .expected(format!("{} columns, as in the header", names.len())));
+        }
+        q.ids.push(rec.fields[0].text.to_string());
+        for c in 0..n_crit {
+            q.columns[c].push(rec.fields[col_of[c]].text.trim().to_string());
+        }
+        q.lines.push(rec.line);
+    }
+    Ok(q)
+}
+
+fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\"")).into()
+    } else {
+        s.into()
+    }
+}
+
+/// Writes `QUERY_ID,RULE_ID,CONTENT`; RULE_ID and CONTENT are empty when nothing matched.
+pub fn write_answers(path: &Path, ids: &[String], answers: &[u32], rules: &RuleSet) -> std::io::Result<()> {
+    let f = std::fs::File::create(path)?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+    writeln!(w, "QUERY_ID,RULE_ID,CONTENT")?;
+    for (id, &a) in ids.iter().zip(answers) {
+        if a == NO_MATCH {
+            writeln!(w, "{},,", csv_field(id))?;
+        } else {
+            writeln!(w, "{},{},{}", csv_field(id), csv_field(&rules.ids[a as usize]), rules.contents[a as usize])?;
+        }
+    }
+    w.flush()
+}

@@ -1,0 +1,128 @@
+//! Parsing of raw criterion values: integers of any sign up to 38 digits and DDMMMYYYY dates.
+//! Dates become day numbers (days since 1970-01-01) so a date range is an integer range.
+
+/// Why a raw value was rejected; the loader turns this into a located [`crate::LoadError`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueError {
+    NotAnInteger,
+    IntegerTooLarge,
+    MalformedDate,
+    ImpossibleDate(String),
+}
+
+const MONTHS: [&str; 12] = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"];
+
+/// Parses a decimal integer (optional sign, ASCII digits, surrounding spaces allowed).
+/// Values are held as i128, so no realistic flight number or code is ever truncated; anything
+/// beyond ±1.7e38 is an explicit error, never a wrap-around.
+pub fn parse_int(s: &str) -> Result<i128, ValueError> {
+    let t = s.trim();
+    let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ValueError::NotAnInteger);
+    }
+    t.parse::<i128>().map_err(|_| ValueError::IntegerTooLarge)
+}
+
+fn is_leap(y: i64) -> bool {
+    (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
+}
+
+fn days_in_month(y: i64, m: u32) -> u32 {
+    match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        _ if is_leap(y) => 29,
+        _ => 28,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146097 + doe - 719468
+}
+
+/// The inverse of [`days_from_civil`], for printing dates back in DDMMMYYYY.
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719468;
+    let era = if z >= 0 { z } else { z - 146096 } / 146097;
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+pub fn format_date(days: i128) -> String {
+    let (y, m, d) = civil_from_days(days as i64);
+    format!("{d:02}{}{y:04}", MONTHS[(m - 1) as usize])
+}
+
+/// Parses `DDMMMYYYY` (e.g. `15MAR2026`, month case-insensitive) or ISO `YYYY-MM-DD`.
+pub fn parse_date(s: &str) -> Result<i128, ValueError> {
+    let t = s.trim();
+    let (y, m, d) = if t.len() == 10 && t.as_bytes()[4] == b'-' && t.as_bytes()[7] == b'-' {
+        let y = t[0..4].parse::<i64>().map_err(|_| ValueError::MalformedDate)?;
+        let m = t[5..7].parse::<u32>().map_err(|_| ValueError::MalformedDate)?;
+        let d = t[8..10].parse::<u32>().map_err(|_| ValueError::MalformedDate)?;
+        (y, m, d)
+    } else if t.len() == 9 && t.is_ascii() {
+        let d = t[0..2].parse::<u32>().map_err(|_| ValueError::MalformedDate)?;
+        let mon = t[2..5].to_ascii_uppercase();
+        let m = MONTHS.iter().position(|&x| x == mon).ok_or(ValueError::MalformedDate)? as u32 + 1;
+        let y = t[5..9].parse::<i64>().map_err(|_| ValueError::MalformedDate)?;
+        (y, m, d)
+    } else {
+        return Err(ValueError::MalformedDate);
+    };
+    if !(1..=12).contains(&m) {
+        return Err(ValueError::ImpossibleDate(format!("month {m} does not exist")));
+    }
+    let dim = days_in_month(y, m);
+    if d == 0 || d > dim {
+        return Err(ValueError::ImpossibleDate(format!(
+            "day {d} does not exist in {} {y} (it has {dim} days)",
+            MONTHS[(m - 1) as usize]
+        )));
+    }
+    Ok(days_from_civil(y, m, d) as i128)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_round_trip() {
+        for z in [-800_000i64, -1, 0, 1, 18_000, 20_000, 2_900_000] {
+            let (y, m, d) = civil_from_days(z);
+            assert_eq!(days_from_civil(y, m, d), z);
+        }
+        assert_eq!(parse_date("01JAN1970"), Ok(0));
+        assert_eq!(parse_date("1970-01-02"), Ok(1));
+        assert_eq!(parse_date("29feb2024").map(format_date), Ok("29FEB2024".to_string()));
+        assert!(matches!(parse_date("29FEB2023"), Err(ValueError::ImpossibleDate(_))));
+        assert!(matches!(parse_date("31APR2023"), Err(ValueError::ImpossibleDate(_))));
+        assert_eq!(parse_date("1MAR2023"), Err(ValueError::MalformedDate));
+        assert_eq!(parse_date("01XYZ2023"), Err(ValueError::MalformedDate));
+    }
+
+    #[test]
+    fn integers() {
+        assert_eq!(parse_int(" 0042 "), Ok(42));
+        assert_eq!(parse_int("-7"), Ok(-7));
+        assert_eq!(parse_int("99999999999999999999"), Ok(99_999_999_999_999_999_999));
+        assert_eq!(parse_int("12a"), Err(ValueError::NotAnInteger));
+        assert_eq!(parse_int(""), Err(ValueError::NotAnInteger));
+        assert_eq!(parse_int(&"9".repeat(60)), Err(ValueError::IntegerTooLarge));
+    }
+}

