@@ -34,7 +34,9 @@ def _root(
 
 @app.command()
 def demo(
-    out: Annotated[str, typer.Option(help="Working directory for generated data and results.")] = "build/demo",
+    out: Annotated[
+        str, typer.Option(help="Working directory for generated data and results.")
+    ] = "build/demo",
     rules: Annotated[int, typer.Option(help="Rules to synthesise.")] = 100_000,
     requests: Annotated[int, typer.Option(help="User requests in the trace.")] = 2_000,
 ) -> None:

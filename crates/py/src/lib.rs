@@ -1,10 +1,12 @@
 //! `offload._native`: a thin PyO3 layer over the Rust crates. No logic lives here: it converts
 //! arguments, releases the GIL around every loop, and turns errors into Python exceptions.
 
-use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::{
+    IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods,
+};
 use offload_rules::{self as rules, Engine, LoadError, MatcherKind, RawColumn};
 use pyo3::create_exception;
-use pyo3::exceptions::{PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 use std::path::PathBuf;
@@ -117,8 +119,9 @@ fn extract_columns<'py>(columns: &Bound<'py, PyList>) -> PyResult<Vec<OwnedColum
                 })?;
                 l.iter()
                     .map(|v| {
-                        v.downcast_into::<PyString>()
-                            .map_err(|_| PyValueError::new_err("query values must be str (or numbers in an int64 array)"))
+                        v.downcast_into::<PyString>().map_err(|_| {
+                            PyValueError::new_err("query values must be str (or numbers in an int64 array)")
+                        })
                     })
                     .collect::<PyResult<Vec<_>>>()
                     .map(OwnedColumn::Str)
@@ -184,7 +187,7 @@ impl CompiledRules {
         let codes = py.allow_threads(|| enc.encode_columns(&raw)).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let w = enc.width();
         let n = codes.len() / w;
-        Ok(codes.into_pyarray(py).reshape([n, w])?)
+        codes.into_pyarray(py).reshape([n, w])
     }
     /// Matches encoded queries; returns the winning rule index per query (2**32-1 = no match).
     #[pyo3(signature = (codes, threads = 1))]
@@ -278,9 +281,8 @@ fn eval_files(
         let t3 = Instant::now();
         let answers = engine.match_encoded(&codes, threads);
         let t_match = t3.elapsed().as_secs_f64();
-        rules::queries::write_answers(&out_csv, &q.ids, &answers, &rs).map_err(|e| {
-            LoadError::new(rules::ErrorKind::Io, rules::Location::file(&out_csv), e.to_string())
-        })?;
+        rules::queries::write_answers(&out_csv, &q.ids, &answers, &rs)
+            .map_err(|e| LoadError::new(rules::ErrorKind::Io, rules::Location::file(&out_csv), e.to_string()))?;
         let matched = answers.iter().filter(|&&a| a != rules::NO_MATCH).count();
         Ok(serde_json::json!({
             "rules": rs.len(), "queries": q.len(), "matched": matched, "matcher": kind.as_str(),
@@ -295,10 +297,16 @@ fn eval_files(
 /// seconds per repeat. Measures the cost of turning raw values into codes.
 #[pyfunction]
 #[pyo3(signature = (compiled, columns, repeats = 3))]
-fn time_encode(py: Python<'_>, compiled: &CompiledRules, columns: Vec<Vec<String>>, repeats: usize) -> PyResult<Vec<f64>> {
+fn time_encode(
+    py: Python<'_>,
+    compiled: &CompiledRules,
+    columns: Vec<Vec<String>>,
+    repeats: usize,
+) -> PyResult<Vec<f64>> {
     let enc = &compiled.engine.encoder;
     py.allow_threads(|| {
-        let raw: Vec<RawColumn> = columns.iter().map(|c| RawColumn::Str(c.iter().map(|s| s.as_str()).collect())).collect();
+        let raw: Vec<RawColumn> =
+            columns.iter().map(|c| RawColumn::Str(c.iter().map(|s| s.as_str()).collect())).collect();
         (0..repeats.max(1))
             .map(|_| {
                 let t = Instant::now();

@@ -99,21 +99,33 @@ impl ErrorKind {
     }
 }
 
-/// A problem in an input, with where it is, what was found and what was expected.
+/// A problem in an input, with where it is, what was found and what was expected. Boxed so a
+/// `Result<_, LoadError>` stays one pointer wide on the hot (success) path; fields are read
+/// through `Deref` (`e.kind`, `e.location`, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadError {
+pub struct LoadError(Box<LoadErrorDetail>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadErrorDetail {
     pub kind: ErrorKind,
     pub location: Location,
     pub message: String,
     pub expected: Option<String>,
 }
 
+impl std::ops::Deref for LoadError {
+    type Target = LoadErrorDetail;
+    fn deref(&self) -> &LoadErrorDetail {
+        &self.0
+    }
+}
+
 impl LoadError {
     pub fn new(kind: ErrorKind, location: Location, message: impl Into<String>) -> Self {
-        LoadError { kind, location, message: message.into(), expected: None }
+        LoadError(Box::new(LoadErrorDetail { kind, location, message: message.into(), expected: None }))
     }
     pub fn expected(mut self, expected: impl Into<String>) -> Self {
-        self.expected = Some(expected.into());
+        self.0.expected = Some(expected.into());
         self
     }
 }

@@ -38,7 +38,15 @@ struct TomlCriterion {
     kind: CriterionKind,
     #[serde(default)]
     mandatory: bool,
-    weight: u64,
+    weight: TomlWeight,
+}
+
+/// TOML integers stop at 2^63-1; weights up to 2^64-1 may be written as strings.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum TomlWeight {
+    Int(u64),
+    Text(String),
 }
 
 pub fn load_rule_type(path: &Path) -> Result<RuleType, LoadError> {
@@ -71,7 +79,20 @@ pub fn parse_rule_type(path: &Path, text: &str) -> Result<RuleType, LoadError> {
             )
             .expected("unique, non-empty criterion codes"));
         }
-        criteria.push(Criterion { code: c.code, kind: c.kind, mandatory: c.mandatory, weight: c.weight });
+        let weight = match &c.weight {
+            TomlWeight::Int(w) => *w,
+            TomlWeight::Text(t) => t.trim().parse::<u64>().map_err(|_| {
+                let off = text.find(t.as_str()).unwrap_or(0);
+                let (l, col) = line_col(text, off);
+                LoadError::new(
+                    ErrorKind::Toml,
+                    Location::at(path, l, col),
+                    format!("weight {t:?} of criterion {} is not a non-negative integer", c.code),
+                )
+                .expected("an integer in 0..=18446744073709551615")
+            })?,
+        };
+        criteria.push(Criterion { code: c.code, kind: c.kind, mandatory: c.mandatory, weight });
     }
     if criteria.is_empty() {
         return Err(LoadError::new(ErrorKind::BadRuleType, Location::file(path), "no [[criterion]]")

@@ -101,8 +101,8 @@ pub fn load_queries(rule_type: &RuleType, path: &Path) -> Result<QueryFile, Load
             .expected(format!("{} columns, as in the header", names.len())));
         }
         q.ids.push(rec.fields[0].text.to_string());
-        for c in 0..n_crit {
-            q.columns[c].push(rec.fields[col_of[c]].text.trim().to_string());
+        for (col, &i) in q.columns.iter_mut().zip(&col_of) {
+            col.push(rec.fields[i].text.trim().to_string());
         }
         q.lines.push(rec.line);
     }

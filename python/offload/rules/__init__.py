@@ -188,7 +188,9 @@ class CompiledRules:
         raw = np.asarray(self._native.match_encoded(np.ascontiguousarray(codes), threads))
         matched = raw != NO_MATCH
         rule = np.where(matched, raw.astype(np.int64), -1)
-        content = np.where(matched, self._contents[np.where(matched, raw, 0)] if len(self._contents) else 0, 0)
+        content = np.where(
+            matched, self._contents[np.where(matched, raw, 0)] if len(self._contents) else 0, 0
+        )
         return MatchResult(rule=rule, content=content.astype(np.int64), matched=matched)
 
     def explain(self, values: Mapping[str, str] | Sequence[str]) -> dict[str, Any]:
@@ -200,6 +202,6 @@ class CompiledRules:
         return dict(json.loads(self._native.explain_json(vals)))
 
 
-def compile(rules: RuleSet, matcher: str = "fast") -> CompiledRules:  # noqa: A001 - the verb users expect
+def compile(rules: RuleSet, matcher: str = "fast") -> CompiledRules:
     """Compile a rule set for a matcher."""
     return CompiledRules(rules, matcher)

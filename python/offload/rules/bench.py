@@ -35,7 +35,12 @@ def machine() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "system": platform.system()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "system": platform.system(),
+    }
 
 
 def _queries_for(engine: CompiledRules, codes: np.ndarray, cap: int) -> np.ndarray:
@@ -125,7 +130,9 @@ def run(
     return out
 
 
-def load_query_columns(rules: RuleSet, path: Path, limit: int | None = None) -> tuple[list[str], list[list[str]]]:
+def load_query_columns(
+    rules: RuleSet, path: Path, limit: int | None = None
+) -> tuple[list[str], list[list[str]]]:
     """Reads a query CSV (validated by the native loader) as raw text columns."""
     ids, cols = _native.load_queries(rules._native, str(path))
     if limit is not None:

@@ -24,7 +24,9 @@ app = typer.Typer(
 console = Console()
 err = Console(stderr=True)
 
-RulesOpt = Annotated[Path, typer.Option("--rules", help="Rules CSV (ERBIUM or native format).", show_default=False)]
+RulesOpt = Annotated[
+    Path, typer.Option("--rules", help="Rules CSV (ERBIUM or native format).", show_default=False)
+]
 RuleTypeOpt = Annotated[
     Path, typer.Option("--ruletype", help="Rule type: ERBIUM .xml or native .toml.", show_default=False)
 ]
@@ -46,7 +48,9 @@ def _peak_rss_mb() -> float:
 
 @app.command()
 def synth(
-    out: Annotated[Path, typer.Option(help="Directory to write ruletype.xml, rules.csv, queries.csv, requests.csv.")],
+    out: Annotated[
+        Path, typer.Option(help="Directory to write ruletype.xml, rules.csv, queries.csv, requests.csv.")
+    ],
     rules: Annotated[int, typer.Option("--rules", "-n", help="Number of rules (1k to 200k+).")] = 100_000,
     requests: Annotated[int, typer.Option(help="Number of user requests in the trace.")] = 2_000,
     seed: Annotated[int, typer.Option(help="Random seed: same seed, same bytes.")] = 0,
@@ -129,7 +133,7 @@ def check(ruletype: RuleTypeOpt, rules: RulesOpt, json_out: JsonOpt = False) -> 
 
 
 @app.command()
-def compile(  # noqa: A001 - the command users type
+def compile(
     ruletype: RuleTypeOpt,
     rules: RulesOpt,
     matcher: Annotated[str, typer.Option(help="linear, nfa, fast or all.")] = "fast",
@@ -155,7 +159,9 @@ def compile(  # noqa: A001 - the command users type
     if json_out:
         print(json.dumps(report, indent=2))
         return
-    console.print(f"loaded {len(rs):,} rules in {load_s:.2f} s; process peak memory {report['peak_rss_mb']:.0f} MB")
+    console.print(
+        f"loaded {len(rs):,} rules in {load_s:.2f} s; process peak memory {report['peak_rss_mb']:.0f} MB"
+    )
     for name, m in report["matchers"].items():
         console.print(
             f"[bold]{name}[/]: compiled in {m['compile_s'] * 1e3:.1f} ms, {m['memory_bytes'] / 1e6:.1f} MB"
@@ -290,7 +296,9 @@ def explain(
         given = dict(v.split("=", 1) for v in (value or []) if "=" in v)
         unknown = set(given) - set(codes)
         if unknown:
-            err.print(f"[red]error:[/] unknown criteria {', '.join(sorted(unknown))}; expected {', '.join(codes)}")
+            err.print(
+                f"[red]error:[/] unknown criteria {', '.join(sorted(unknown))}; expected {', '.join(codes)}"
+            )
             raise typer.Exit(2)
         vals = [given.get(c, "") for c in codes]
     eng = CompiledRules(rs, matcher)
@@ -306,6 +314,8 @@ def explain(
         return
     print_explanation(ex)
     agree = (ex["winner"] or {}).get("index", -1) == int(res.rule[0])
-    console.print(f"  {matcher} matcher answers rule index {int(res.rule[0])}: {'agrees' if agree else 'DISAGREES'}")
+    console.print(
+        f"  {matcher} matcher answers rule index {int(res.rule[0])}: {'agrees' if agree else 'DISAGREES'}"
+    )
     if not agree:
         sys.exit(1)

@@ -1,37 +1,63 @@
-//! The fast matcher: a decision tree over equality criteria with sorted leaves.
+//! The fast matcher: a decision tree over equality criteria with winner-ordered leaves.
 //!
-//! Idea. Sort the rules once by (score descending, input order ascending): then the *first*
-//! matching rule in that order is the winner, so a scan can stop at its first hit. A scan over
-//! all rules is still too long, so a tree narrows the candidates first: an inner node splits on
-//! one equality criterion; the child for value `v` keeps the rules whose value is `v` *or* a
-//! wildcard (wildcard rules are copied into every child and into the default child, which
-//! serves values no rule of the node names). Every rule that can match a query reaching a leaf
-//! is in that leaf, still in winner order, so the leaf scan with early exit is exact for any
-//! non-negative weights and ties. Range criteria are never split on; the leaf row test checks
-//! them, with every other criterion, in a few vector compares.
-//!
-//! The split criterion at each node is the one that minimises the expected leaf size (a query
-//! drawn like the node's rules lands in a child of size n_v + w), subject to a bound on copies.
+//! Idea. Give every rule its *rank* in winner order (score descending, input order
+//! ascending): the answer is the matching rule of smallest rank. A tree narrows the candidates:
+//! an inner node splits on one equality criterion into a child per value (the rules with that
+//! value) and a *wild* child (the rules with a wildcard there, which every query must also
+//! consider). A query follows the child of its value and the wild child; each subtree knows
+//! the smallest rank it holds, so a subtree that cannot beat the best rank found so far is
+//! skipped, and a leaf scan stops at its first hit. Where the wild group is small, it is copied
+//! into every value child instead (one path instead of two), within a bound on copies.
+//! Range criteria are never split on: the leaf row test checks them with every other criterion
+//! in a few vector compares. Exact for any non-negative weights and ties.
 
 use super::{Matcher, NO_MATCH};
-use crate::encode::{row_matches, EncodedRules};
+use crate::encode::EncodedRules;
 use rustc_hash::FxHashMap;
 
 /// Nodes with at most this many rules become leaves.
-const LEAF_SIZE: usize = 4;
-/// A split must shrink the expected candidate list to this fraction of the node's size.
-const MIN_GAIN: f64 = 0.85;
-/// Leaf entries (rule copies) allowed per rule before the tree stops splitting.
-const COPY_BUDGET_PER_RULE: usize = 12;
+const LEAF_SIZE: usize = 16;
+/// A split must shrink the expected work to this fraction of the node's size.
+const MIN_GAIN: f64 = 0.8;
+/// The wild group is copied into the value children when it adds at most this many copies
+/// per rule of the node (or it holds at most [`SMALL_WILD`] rules), within the global budget.
+const COPY_FACTOR: f64 = 1.0;
+const SMALL_WILD: usize = 4;
+/// Extra leaf entries (rule copies) allowed per rule in the whole tree.
+const COPY_BUDGET_PER_RULE: usize = 2;
+/// Leaves gather the query's active values into a stack buffer of this size (more: heap).
+const GATHER_MAX: usize = 32;
+/// "No node".
+const NONE: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+enum Lookup {
+    /// `child_tab[start + code]` for `code < len`, else no child.
+    Dense,
+    /// Sorted `keys[start..start + len]`, children at the same offsets of `sparse_kids`.
+    Sparse,
+}
 
 #[derive(Debug, Clone, Copy)]
 enum Node {
-    /// Candidates `start..start + len` of the leaf arrays, in winner order.
-    Leaf { start: u32, len: u32 },
-    /// `child_tab[start + code]` for `code < len`, else `default`.
-    Dense { crit: u32, start: u32, len: u32, default: u32 },
-    /// Sorted `keys[start..start + len]`, children in `child_tab` at the same offsets.
-    Sparse { crit: u32, start: u32, len: u32, default: u32 },
+    /// Entries `start..start + len` (ranks in `leaf_rank`), in rank order. Only the leaf's
+    /// *active* criteria are stored and tested: `leaf_cols[cols..cols + ncols]`, with the
+    /// entries' bounds at `leaf_bounds[bounds..]`, `2 * ncols` per entry (lo, hi interleaved).
+    /// A criterion is inactive when the path to the leaf split on it (every entry then holds
+    /// the query's value or a wildcard there) or when every entry is a wildcard on it.
+    Leaf { start: u32, len: u32, min_rank: u32, cols: u32, ncols: u32, bounds: u32 },
+    /// `wild` holds the rules with a wildcard on `crit`. With `copy_wild` they were also copied
+    /// into every value child, so `wild` only serves values no rule of the node names;
+    /// otherwise every query searches both its value child and `wild`.
+    Split { lookup: Lookup, copy_wild: bool, crit: u32, start: u32, len: u32, wild: u32, min_rank: u32 },
+}
+
+impl Node {
+    fn min_rank(&self) -> u32 {
+        match *self {
+            Node::Leaf { min_rank, .. } | Node::Split { min_rank, .. } => min_rank,
+        }
+    }
 }
 
 pub struct FastMatcher {
@@ -39,11 +65,16 @@ pub struct FastMatcher {
     nodes: Vec<Node>,
     child_tab: Vec<u32>,
     keys: Vec<u32>,
-    leaf_rule: Vec<u32>,
-    leaf_lo: Vec<u32>,
-    leaf_hi: Vec<u32>,
+    sparse_kids: Vec<u32>,
+    leaf_rank: Vec<u32>,
+    leaf_cols: Vec<u32>,
+    leaf_bounds: Vec<u32>,
+    /// Rule index of each rank.
+    rule_of_rank: Vec<u32>,
+    root: u32,
     depth_max: usize,
-    n_rules: usize,
+    splits_copying: usize,
+    splits_wild: usize,
 }
 
 struct Builder<'a> {
@@ -53,9 +84,17 @@ struct Builder<'a> {
     budget: usize,
 }
 
-impl<'a> Builder<'a> {
-    fn code(&self, r: u32, c: usize) -> u32 {
-        let i = r as usize * self.rules.width + c;
+struct Split {
+    crit: usize,
+    cost: f64,
+    copy_wild: bool,
+    extra_copies: usize,
+}
+
+impl Builder<'_> {
+    /// Equality code of the rule of rank `k` on criterion `c` (0 = wildcard).
+    fn code(&self, k: u32, c: usize) -> u32 {
+        let i = self.m.rule_of_rank[k as usize] as usize * self.rules.width + c;
         // Equality cells are [code, code] or the wildcard [0, MAX].
         if self.rules.hi[i] == u32::MAX {
             0
@@ -64,32 +103,53 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn leaf(&mut self, set: &[u32]) -> u32 {
-        let w = self.rules.width;
-        let start = self.m.leaf_rule.len() as u32;
-        for &r in set {
-            self.m.leaf_rule.push(r);
-            self.m.leaf_lo.extend_from_slice(self.rules.lo_row(r as usize));
-            self.m.leaf_hi.extend_from_slice(self.rules.hi_row(r as usize));
-        }
-        debug_assert_eq!(self.m.leaf_lo.len(), self.m.leaf_rule.len() * w);
-        self.m.nodes.push(Node::Leaf { start, len: set.len() as u32 });
+    fn push(&mut self, n: Node) -> u32 {
+        self.m.nodes.push(n);
         (self.m.nodes.len() - 1) as u32
     }
 
-    /// Picks the split criterion for `set`: (criterion, expected child size, total copies).
-    fn best_split(&self, set: &[u32], used: &[bool]) -> Option<(usize, f64, usize)> {
+    fn leaf(&mut self, set: &[u32], used: &[bool]) -> u32 {
+        let w = self.rules.width;
+        let rows: Vec<usize> = set.iter().map(|&k| self.m.rule_of_rank[k as usize] as usize * w).collect();
+        let active: Vec<usize> = (0..self.rules.n_criteria)
+            .filter(|&c| {
+                !used[c] && rows.iter().any(|&r| self.rules.lo[r + c] != 0 || self.rules.hi[r + c] != u32::MAX)
+            })
+            .collect();
+        let start = self.m.leaf_rank.len() as u32;
+        let cols = self.m.leaf_cols.len() as u32;
+        let bounds = self.m.leaf_bounds.len() as u32;
+        self.m.leaf_cols.extend(active.iter().map(|&c| c as u32));
+        for (&k, &r) in set.iter().zip(&rows) {
+            self.m.leaf_rank.push(k);
+            for &c in &active {
+                self.m.leaf_bounds.push(self.rules.lo[r + c]);
+                self.m.leaf_bounds.push(self.rules.hi[r + c]);
+            }
+        }
+        self.push(Node::Leaf {
+            start,
+            len: set.len() as u32,
+            min_rank: set.first().copied().unwrap_or(NONE),
+            cols,
+            ncols: active.len() as u32,
+            bounds,
+        })
+    }
+
+    /// The split that minimises the expected work of a query drawn like the node's rules.
+    fn best_split(&self, set: &[u32], used: &[bool]) -> Option<Split> {
         let n = set.len();
-        let mut best: Option<(usize, f64, usize)> = None;
+        let mut best: Option<Split> = None;
         let mut counts: FxHashMap<u32, u32> = FxHashMap::default();
-        for c in 0..self.rules.n_criteria {
-            if used[c] || self.rules.is_range[c] {
+        for (c, (&u, &is_range)) in used.iter().zip(&self.rules.is_range).enumerate() {
+            if u || is_range {
                 continue;
             }
             counts.clear();
             let mut wild = 0usize;
-            for &r in set {
-                match self.code(r, c) {
+            for &k in set {
+                match self.code(k, c) {
                     0 => wild += 1,
                     v => *counts.entry(v).or_insert(0) += 1,
                 }
@@ -97,80 +157,99 @@ impl<'a> Builder<'a> {
             if counts.is_empty() {
                 continue;
             }
-            let spec: f64 = counts.values().map(|&k| k as f64 * (k as f64 + wild as f64)).sum();
-            let cost = (spec + (wild * wild) as f64) / n as f64;
-            let copies = (n - wild) + wild * (counts.len() + 1);
-            if best.is_none_or(|(_, bc, _)| cost < bc) {
-                best = Some((c, cost, copies));
+            let sq: f64 = counts.values().map(|&x| (x as f64) * (x as f64)).sum();
+            let extra = wild * counts.len();
+            let copy_wild = (wild <= SMALL_WILD || extra as f64 <= COPY_FACTOR * n as f64) && extra <= self.budget;
+            let spec = (n - wild) as f64;
+            // Copying: the query scans its value child, wild rules included. Not copying: it
+            // scans its value child and the wild group.
+            let cost = if copy_wild {
+                (sq + spec * wild as f64 + (wild * wild) as f64) / n as f64
+            } else {
+                sq / n as f64 + wild as f64
+            };
+            if best.as_ref().is_none_or(|b| cost < b.cost) {
+                best = Some(Split { crit: c, cost, copy_wild, extra_copies: if copy_wild { extra } else { 0 } });
             }
         }
         best
     }
 
-    fn build(&mut self, set: &[u32], used: &mut Vec<bool>, depth: usize) -> u32 {
+    fn build(&mut self, set: &[u32], used: &mut [bool], depth: usize) -> u32 {
         self.m.depth_max = self.m.depth_max.max(depth);
         if set.len() <= LEAF_SIZE {
-            return self.leaf(set);
+            return self.leaf(set, used);
         }
-        let Some((c, cost, copies)) = self.best_split(set, used) else {
-            return self.leaf(set);
+        let Some(split) = self.best_split(set, used) else {
+            return self.leaf(set, used);
         };
-        let extra = copies - set.len();
-        if cost > MIN_GAIN * set.len() as f64 || extra > self.budget {
-            return self.leaf(set);
+        if split.cost > MIN_GAIN * set.len() as f64 {
+            return self.leaf(set, used);
         }
-        self.budget -= extra;
-        // Distribute in one pass; wildcard rules go to every child, preserving winner order.
+        let c = split.crit;
+        self.budget -= split.extra_copies;
+        // Distribute in one pass, keeping rank order within every part.
         let mut keys: Vec<u32> = Vec::new();
         let mut slot: FxHashMap<u32, usize> = FxHashMap::default();
-        for &r in set {
-            let v = self.code(r, c);
+        for &k in set {
+            let v = self.code(k, c);
             if v != 0 && !slot.contains_key(&v) {
                 slot.insert(v, keys.len());
                 keys.push(v);
             }
         }
         let mut parts: Vec<Vec<u32>> = vec![Vec::new(); keys.len()];
-        let mut default: Vec<u32> = Vec::new();
-        for &r in set {
-            match self.code(r, c) {
+        let mut wild: Vec<u32> = Vec::new();
+        for &k in set {
+            match self.code(k, c) {
                 0 => {
-                    for p in parts.iter_mut() {
-                        p.push(r);
+                    wild.push(k);
+                    if split.copy_wild {
+                        parts.iter_mut().for_each(|p| p.push(k));
                     }
-                    default.push(r);
                 }
-                v => parts[slot[&v]].push(r),
+                v => parts[slot[&v]].push(k),
             }
         }
         used[c] = true;
-        let default_id = self.build(&default, used, depth + 1);
+        // With copying, the "wild" child serves values no rule of this node names.
+        let wild_id = if wild.is_empty() { NONE } else { self.build(&wild, used, depth + 1) };
         let mut kids: Vec<(u32, u32)> = Vec::with_capacity(keys.len());
         for (k, p) in keys.iter().zip(parts.iter()) {
             kids.push((*k, self.build(p, used, depth + 1)));
         }
         used[c] = false;
+        if split.copy_wild {
+            self.m.splits_copying += 1;
+        } else {
+            self.m.splits_wild += 1;
+        }
         kids.sort_unstable_by_key(|&(k, _)| k);
         let card = self.cardinalities[c];
-        let start = self.m.child_tab.len() as u32;
-        // Dense tables cost one u32 per distinct code of the criterion: use them when that is
-        // at most a few times the number of children (or small anyway).
-        let node = if card <= 64 || card <= 8 * kids.len() {
-            self.m.child_tab.resize(self.m.child_tab.len() + card, default_id);
+        let (lookup, start, len) = if card <= 64 || card <= 8 * kids.len() {
+            let start = self.m.child_tab.len();
+            self.m.child_tab.resize(start + card, NONE);
             for &(k, id) in &kids {
-                self.m.child_tab[start as usize + k as usize] = id;
+                self.m.child_tab[start + k as usize] = id;
             }
-            self.m.keys.resize(self.m.child_tab.len(), 0);
-            Node::Dense { crit: c as u32, start, len: card as u32, default: default_id }
+            (Lookup::Dense, start, card)
         } else {
+            let start = self.m.keys.len();
             for &(k, id) in &kids {
                 self.m.keys.push(k);
-                self.m.child_tab.push(id);
+                self.m.sparse_kids.push(id);
             }
-            Node::Sparse { crit: c as u32, start, len: kids.len() as u32, default: default_id }
+            (Lookup::Sparse, start, kids.len())
         };
-        self.m.nodes.push(node);
-        (self.m.nodes.len() - 1) as u32
+        self.push(Node::Split {
+            lookup,
+            copy_wild: split.copy_wild,
+            crit: c as u32,
+            start: start as u32,
+            len: len as u32,
+            wild: wild_id,
+            min_rank: set[0],
+        })
     }
 }
 
@@ -186,62 +265,125 @@ impl FastMatcher {
                 nodes: Vec::new(),
                 child_tab: Vec::new(),
                 keys: Vec::new(),
-                leaf_rule: Vec::new(),
-                leaf_lo: Vec::new(),
-                leaf_hi: Vec::new(),
+                sparse_kids: Vec::new(),
+                leaf_rank: Vec::new(),
+                leaf_cols: Vec::new(),
+                leaf_bounds: Vec::new(),
+                rule_of_rank: order,
+                root: NONE,
                 depth_max: 0,
-                n_rules: rules.len(),
+                splits_copying: 0,
+                splits_wild: 0,
             },
-            budget: COPY_BUDGET_PER_RULE * rules.len().max(1),
+            budget: COPY_BUDGET_PER_RULE * rules.len(),
         };
+        let all: Vec<u32> = (0..rules.len() as u32).collect();
         let mut used = vec![false; rules.n_criteria];
-        let root = b.build(&order, &mut used, 0);
-        // The root is built last; move it to index 0 so the search starts there.
-        let mut m = b.m;
-        debug_assert_eq!(root as usize, m.nodes.len() - 1);
-        m.nodes.rotate_right(1);
-        let fix = |id: u32| if id == root { 0 } else { id + 1 };
-        for n in m.nodes.iter_mut() {
-            match n {
-                Node::Leaf { .. } => {}
-                Node::Dense { default, .. } | Node::Sparse { default, .. } => *default = fix(*default),
+        b.m.root = if all.is_empty() { NONE } else { b.build(&all, &mut used, 0) };
+        b.m
+    }
+
+    #[inline]
+    fn child(&self, lookup: Lookup, start: u32, len: u32, v: u32) -> u32 {
+        match lookup {
+            Lookup::Dense => {
+                if v < len {
+                    self.child_tab[(start + v) as usize]
+                } else {
+                    NONE
+                }
+            }
+            Lookup::Sparse => {
+                let keys = &self.keys[start as usize..(start + len) as usize];
+                match keys.binary_search(&v) {
+                    Ok(i) => self.sparse_kids[start as usize + i],
+                    Err(_) => NONE,
+                }
             }
         }
-        for id in m.child_tab.iter_mut() {
-            *id = fix(*id);
+    }
+
+    /// Scans a leaf in rank order; stops at the first match or at a rank that cannot win.
+    #[inline]
+    fn scan_leaf(&self, leaf: Node, q: &[u32], best: &mut u32) {
+        let Node::Leaf { start, len, cols, ncols, bounds, .. } = leaf else { unreachable!("scan_leaf on a split") };
+        let nc = ncols as usize;
+        let cols = &self.leaf_cols[cols as usize..cols as usize + nc];
+        // Gather the query's values of the active criteria once per leaf.
+        let mut buf = [0u32; GATHER_MAX];
+        let heap;
+        let qv: &[u32] = if nc <= GATHER_MAX {
+            for (d, &c) in buf.iter_mut().zip(cols) {
+                *d = q[c as usize];
+            }
+            &buf[..nc]
+        } else {
+            heap = cols.iter().map(|&c| q[c as usize]).collect::<Vec<u32>>();
+            &heap
+        };
+        let entries = &self.leaf_bounds[bounds as usize..bounds as usize + 2 * nc * len as usize];
+        let ranks = &self.leaf_rank[start as usize..(start + len) as usize];
+        for (&k, e) in ranks.iter().zip(entries.chunks_exact(2 * nc.max(1)).chain(std::iter::repeat(&[][..]))) {
+            if k >= *best {
+                return;
+            }
+            let mut miss = false;
+            for (j, &v) in qv.iter().enumerate() {
+                miss |= (v < e[2 * j]) | (v > e[2 * j + 1]);
+            }
+            if !miss {
+                *best = k;
+                return;
+            }
         }
-        m
+    }
+
+    /// Lowers `best` to the smallest rank in subtree `id` that matches `q`, if below `best`.
+    fn search(&self, mut id: u32, q: &[u32], best: &mut u32) {
+        // Single-path descents loop here; only non-copying splits recurse.
+        while id != NONE {
+            let node = self.nodes[id as usize];
+            if node.min_rank() >= *best {
+                return;
+            }
+            match node {
+                Node::Leaf { .. } => {
+                    self.scan_leaf(node, q, best);
+                    return;
+                }
+                Node::Split { lookup, copy_wild, crit, start, len, wild, .. } => {
+                    let child = self.child(lookup, start, len, q[crit as usize]);
+                    if copy_wild {
+                        id = if child != NONE { child } else { wild };
+                    } else if child == NONE {
+                        id = wild;
+                    } else if wild == NONE {
+                        id = child;
+                    } else {
+                        // Search the more promising subtree first so the other is more often
+                        // pruned.
+                        let (first, second) =
+                            if self.nodes[child as usize].min_rank() <= self.nodes[wild as usize].min_rank() {
+                                (child, wild)
+                            } else {
+                                (wild, child)
+                            };
+                        self.search(first, q, best);
+                        id = second;
+                    }
+                }
+            }
+        }
     }
 
     #[inline]
     fn match_one(&self, q: &[u32]) -> u32 {
-        let mut id = 0usize;
-        loop {
-            match self.nodes[id] {
-                Node::Leaf { start, len } => {
-                    let w = self.width;
-                    for i in start as usize..(start + len) as usize {
-                        let lo = &self.leaf_lo[i * w..(i + 1) * w];
-                        let hi = &self.leaf_hi[i * w..(i + 1) * w];
-                        if row_matches(lo, hi, q) {
-                            return self.leaf_rule[i];
-                        }
-                    }
-                    return NO_MATCH;
-                }
-                Node::Dense { crit, start, len, default } => {
-                    let v = q[crit as usize];
-                    id = if v < len { self.child_tab[(start + v) as usize] } else { default } as usize;
-                }
-                Node::Sparse { crit, start, len, default } => {
-                    let v = q[crit as usize];
-                    let keys = &self.keys[start as usize..(start + len) as usize];
-                    id = match keys.binary_search(&v) {
-                        Ok(i) => self.child_tab[start as usize + i],
-                        Err(_) => default,
-                    } as usize;
-                }
-            }
+        let mut best = NONE;
+        self.search(self.root, q, &mut best);
+        if best == NONE {
+            NO_MATCH
+        } else {
+            self.rule_of_rank[best as usize]
         }
     }
 }
@@ -260,8 +402,9 @@ impl Matcher for FastMatcher {
     }
     fn memory_bytes(&self) -> usize {
         self.nodes.len() * std::mem::size_of::<Node>()
-            + (self.child_tab.len() + self.keys.len() + self.leaf_rule.len()) * 4
-            + (self.leaf_lo.len() + self.leaf_hi.len()) * 4
+            + (self.child_tab.len() + self.keys.len() + self.sparse_kids.len()) * 4
+            + (self.leaf_rank.len() + self.rule_of_rank.len()) * 4
+            + (self.leaf_cols.len() + self.leaf_bounds.len()) * 4
     }
     fn stats(&self) -> serde_json::Value {
         let leaves: Vec<u32> = self
@@ -272,15 +415,18 @@ impl Matcher for FastMatcher {
                 _ => None,
             })
             .collect();
-        let max_leaf = leaves.iter().copied().max().unwrap_or(0);
+        let n_rules = self.rule_of_rank.len();
         serde_json::json!({
-            "rules": self.n_rules,
+            "rules": n_rules,
             "nodes": self.nodes.len(),
             "leaves": leaves.len(),
-            "leaf_entries": self.leaf_rule.len(),
-            "copies_per_rule": self.leaf_rule.len() as f64 / self.n_rules.max(1) as f64,
-            "max_leaf": max_leaf,
+            "leaf_entries": self.leaf_rank.len(),
+            "copies_per_rule": self.leaf_rank.len() as f64 / n_rules.max(1) as f64,
+            "max_leaf": leaves.iter().copied().max().unwrap_or(0),
+            "mean_leaf": leaves.iter().map(|&x| x as f64).sum::<f64>() / leaves.len().max(1) as f64,
             "depth_max": self.depth_max,
+            "splits_copying_wild": self.splits_copying,
+            "splits_with_wild_child": self.splits_wild,
         })
     }
 }

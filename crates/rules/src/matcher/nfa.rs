@@ -13,15 +13,23 @@
 //!    the first rule that created it, so rules sharing the full path (identical criteria, hence
 //!    identical score) keep the lowest input index.
 //! 3. **Suffix merge.** Bottom up, level by level, states with the same sorted outgoing
-//!    `(label, merged target)` list are merged (hash-consing). Because results are distinct
-//!    rule ranks rather than ERBIUM's contents, fewer states merge than in ERBIUM; the
-//!    statistics report how many.
+//!    `(label, merged target)` list are merged (hash-consing). ERBIUM's results are contents
+//!    (a few distinct connecting times), so many suffixes coincide. Ours are rule ranks, which
+//!    exactness requires, and then nothing merges: each surviving rank labels exactly one
+//!    last-level transition, so distinct states reach disjoint, non-empty rank sets and are
+//!    never equivalent. The pass is kept (it is what ERBIUM does, and it stays correct if
+//!    results ever become coarser); `stats()` reports the trie and merged sizes side by side.
 //!
-//! Storage: per level, each state's transitions are contiguous in one flat array; a transition
-//! is 96 bits, three u32: `lo`, `span = hi - lo` (so the interval test is one wrapping
-//! subtraction and one compare) and `target` (a state of the next level, or a rule rank at the
-//! last level; the top bit marks targets with more than one incoming transition, the only ones
-//! that need de-duplication during a walk).
+//! Storage: one flat array of 128-bit entries, level after level; each state is a contiguous
+//! block, a header (number of scanned / all transitions, best rank below) followed by its
+//! transitions `lo`, `span = hi - lo` (so the interval test is one wrapping subtraction and one
+//! compare), `target` (the header index of the next-level state, or a rule rank at the last
+//! level; the top bit marks targets with several incoming transitions, the only ones a walk
+//! must de-duplicate) and `bound` (the best rank reachable through the transition). ERBIUM
+//! packs 64 bits; the extra target/bound width lets a walk follow a transition with one memory
+//! access per level and prune without a look-up. States with many single-value labels keep
+//! those sorted for a binary search; ranges and wildcards are scanned (the FPGA tests them all
+//! in parallel).
 //!
 //! Matching. The answer is the smallest rank among the reached last-level transitions: a rank
 //! orders rules by (score desc, index asc), so this is exactly the reference winner whatever
@@ -93,13 +101,20 @@ pub enum Walk {
 /// Top bit of a transition target: the target state has more than one incoming transition.
 const SHARED: u32 = 1 << 31;
 
-/// One transition: the code interval `[lo, lo + span]` and its target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
+/// One 128-bit entry of the transition array. A state is a block of entries: a header
+/// (`lo` = number of scanned transitions, `span` = number of transitions, `bound` = best rank
+/// below the state) followed by its transitions: the code interval `[lo, lo + span]`, `target`
+/// (the header index of a next-level state, or a rule rank at the last level) and `bound` (the
+/// best rank reachable through the transition, so pruning needs no look-up). The scanned
+/// transitions (ranges, wildcards, and all labels of small states) come first, sorted by bound;
+/// in large states the single-value labels `[k, k]` follow, sorted by `k` for binary search.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C, align(16))]
 struct Trans {
     lo: u32,
     span: u32,
     target: u32,
+    bound: u32,
 }
 
 impl Trans {
@@ -109,12 +124,17 @@ impl Trans {
     }
 }
 
+/// States with more single-value labels than this get the binary-searched part.
+const POINT_INDEX_MIN: usize = 8;
+
 /// Per-level sizes, before and after suffix merging.
 #[derive(Debug, Clone, Default)]
 struct LevelStats {
     trie_states: usize,
     trie_transitions: usize,
     wildcard_transitions: usize,
+    value_transitions: usize,
+    indexed_states: usize,
 }
 
 pub struct NfaMatcher {
@@ -124,17 +144,30 @@ pub struct NfaMatcher {
     n_rules: usize,
     /// Criterion tested at each level.
     levels: Vec<u32>,
-    /// Global id of the first state of each level, plus the total (len = levels + 1).
+    /// Index in `trans` of the first state header of each level, plus the total length.
     level_start: Vec<u32>,
-    /// Offsets of each state's transitions in `trans` (len = states + 1).
-    state_trans: Vec<u32>,
+    /// Number of states of each level.
+    level_states: Vec<u32>,
+    /// All levels' state blocks, level after level; the root's header is entry 0.
     trans: Vec<Trans>,
-    /// Smallest rule rank reachable from each state.
-    state_best: Vec<u32>,
+    /// Whether suffix merging left any state with several incoming transitions.
+    has_shared: bool,
     /// Rule index of each rank (winner order).
     rank_rule: Vec<u32>,
     cardinalities: Vec<usize>,
     level_stats: Vec<LevelStats>,
+}
+
+/// State of one depth-first query walk.
+struct Walker<'a> {
+    q: &'a [u32],
+    /// Best (smallest) rank found so far.
+    best: u32,
+    /// Per state: the epoch of the last query that entered it (shared states only).
+    seen: &'a mut [u32],
+    epoch: u32,
+    /// States entered (profiling).
+    visits: u64,
 }
 
 /// Raw transitions of one state while building: (lo, hi, target).
@@ -198,10 +231,10 @@ impl NfaMatcher {
             walk: Walk::default(),
             n_rules: n,
             levels,
-            level_start: vec![0],
-            state_trans: vec![0],
+            level_start: Vec::new(),
+            level_states: Vec::new(),
             trans: Vec::new(),
-            state_best: Vec::new(),
+            has_shared: false,
             rank_rule,
             cardinalities: card,
             level_stats: vec![LevelStats::default(); n_levels],
@@ -265,55 +298,70 @@ impl NfaMatcher {
             canon_next = canon;
         }
 
-        // 3. Best reachable rank per state, bottom up; sort each state's transitions by it.
+        // 3. Best reachable rank per state, bottom up. Order each state's transitions: the
+        //    scanned part by bound (best first), the single-value part (large states) by value.
         let mut best: Vec<Vec<u32>> = vec![Vec::new(); n_levels];
+        let mut n_scan: Vec<Vec<u32>> = vec![Vec::new(); n_levels];
         for l in (0..n_levels).rev() {
             let last = l + 1 == n_levels;
             let (here, below) = best.split_at_mut(l + 1);
             let bound = |t: &(u32, u32, u32)| if last { t.2 } else { below[0][t.2 as usize] };
             for st in merged[l].iter_mut() {
-                st.sort_unstable_by_key(|t| (bound(t), t.0, t.1));
-                here[l].push(st.first().map_or(NO_MATCH, bound));
+                here[l].push(st.iter().map(bound).min().unwrap_or(NO_MATCH));
+                let points = st.iter().filter(|t| t.0 == t.1).count();
+                if points > POINT_INDEX_MIN {
+                    st.sort_unstable_by_key(|t| if t.0 == t.1 { (1, t.0, 0) } else { (0, bound(t), t.0) });
+                    n_scan[l].push((st.len() - points) as u32);
+                } else {
+                    st.sort_unstable_by_key(|t| (bound(t), t.0, t.1));
+                    n_scan[l].push(st.len() as u32);
+                }
             }
         }
 
-        // 4. Flatten: global state ids, level after level.
-        for l in 0..n_levels {
-            let base = *m.level_start.last().unwrap();
-            m.level_start.push(base + merged[l].len() as u32);
+        // 4. Flatten, level after level: each state is a header followed by its transitions.
+        let mut offsets: Vec<Vec<u32>> = Vec::with_capacity(n_levels);
+        let mut pos = 0usize;
+        for st_l in &merged {
+            m.level_start.push(pos as u32);
+            m.level_states.push(st_l.len() as u32);
+            let mut o = Vec::with_capacity(st_l.len());
+            for st in st_l {
+                o.push(pos as u32);
+                pos += 1 + st.len();
+            }
+            offsets.push(o);
         }
-        let total = *m.level_start.last().unwrap() as usize;
-        let mut indeg = vec![0u32; total];
+        m.level_start.push(pos as u32);
+        assert!(pos < SHARED as usize, "NFA too large");
+        let mut indeg = vec![0u32; pos];
         for l in 0..n_levels - 1 {
-            let next_base = m.level_start[l + 1];
             for st in &merged[l] {
                 for t in st {
-                    indeg[(next_base + t.2) as usize] += 1;
+                    indeg[offsets[l + 1][t.2 as usize] as usize] += 1;
                 }
             }
         }
+        m.trans.reserve_exact(pos);
         for l in 0..n_levels {
             let last = l + 1 == n_levels;
-            let next_base = if last { 0 } else { m.level_start[l + 1] };
-            for st in &merged[l] {
+            for (i, st) in merged[l].iter().enumerate() {
+                m.trans.push(Trans { lo: n_scan[l][i], span: st.len() as u32, target: 0, bound: best[l][i] });
                 for &(lo, hi, t) in st {
-                    let mut target = t;
-                    if !last {
-                        target += next_base;
-                        if indeg[target as usize] > 1 {
-                            target |= SHARED;
-                        }
+                    let (mut target, bound) =
+                        if last { (t, t) } else { (offsets[l + 1][t as usize], best[l + 1][t as usize]) };
+                    if !last && indeg[target as usize] > 1 {
+                        target |= SHARED;
+                        m.has_shared = true;
                     }
-                    if lo == 0 && hi == u32::MAX {
-                        m.level_stats[l].wildcard_transitions += 1;
-                    }
-                    m.trans.push(Trans { lo, span: hi.wrapping_sub(lo), target });
+                    let ls = &mut m.level_stats[l];
+                    ls.wildcard_transitions += (lo == 0 && hi == u32::MAX) as usize;
+                    ls.value_transitions += (lo == hi) as usize;
+                    m.trans.push(Trans { lo, span: hi.wrapping_sub(lo), target, bound });
                 }
-                m.state_trans.push(m.trans.len() as u32);
+                m.level_stats[l].indexed_states += (n_scan[l][i] < st.len() as u32) as usize;
             }
-            m.state_best.extend_from_slice(&best[l]);
         }
-        assert!(total < SHARED as usize, "too many NFA states");
         m
     }
 
@@ -338,17 +386,27 @@ impl NfaMatcher {
 
     /// Total states after suffix merging.
     pub fn n_states(&self) -> usize {
-        self.state_best.len()
+        self.level_states.iter().map(|&k| k as usize).sum()
     }
 
     /// Total transitions after suffix merging.
     pub fn n_transitions(&self) -> usize {
-        self.trans.len()
+        self.trans.len() - self.n_states()
     }
 
+    /// The scanned transitions of the state with header `s`, and its single-value transition
+    /// for code `v`.
     #[inline(always)]
-    fn state_range(&self, s: usize) -> &[Trans] {
-        &self.trans[self.state_trans[s] as usize..self.state_trans[s + 1] as usize]
+    fn parts(&self, s: usize, v: u32) -> (&[Trans], Option<&Trans>) {
+        let h = self.trans[s];
+        let (mid, end) = (s + 1 + h.lo as usize, s + 1 + h.span as usize);
+        let scan = &self.trans[s + 1..mid];
+        if mid == end {
+            return (scan, None);
+        }
+        let points = &self.trans[mid..end];
+        let i = points.partition_point(|t| t.lo < v);
+        (scan, points.get(i).filter(|t| t.lo == v))
     }
 
     #[inline]
@@ -360,51 +418,75 @@ impl NfaMatcher {
         }
     }
 
-    /// Depth-first walk from state `s` at level `l`; lowers `best` to the smallest matching
-    /// rank below `s`. `visits` counts the states entered when `COUNT`.
-    fn dfs<const COUNT: bool>(
-        &self,
-        s: usize,
-        l: usize,
-        q: &[u32],
-        best: &mut u32,
-        seen: &mut [u32],
-        epoch: u32,
-        visits: &mut u64,
-    ) {
-        if COUNT {
-            *visits += 1;
+    /// Best matching rank among the last-level transitions of state `s` (below `best`).
+    #[inline(always)]
+    fn last_level(&self, s: usize, v: u32, best: u32) -> u32 {
+        let (scan, point) = self.parts(s, v);
+        let mut b = best;
+        if let Some(p) = point {
+            b = b.min(p.target);
         }
-        let v = q[self.levels[l] as usize];
-        let ts = self.state_range(s);
-        if l + 2 == self.level_start.len() {
-            // Last level: targets are ranks, sorted ascending; the first hit is the best.
-            for t in ts {
-                if t.target >= *best {
-                    break;
-                }
-                if t.hit(v) {
-                    *best = t.target;
-                    break;
-                }
+        // Sorted by rank: the first hit is the best of the scanned part.
+        for t in scan {
+            if t.target >= b {
+                break;
             }
+            if t.hit(v) {
+                b = t.target;
+                break;
+            }
+        }
+        b
+    }
+
+    /// Follows inner transition `t` (bound `bt`) from level `l` unless it cannot win.
+    #[inline(always)]
+    fn enter<const COUNT: bool>(&self, t: &Trans, bt: u32, l: usize, w: &mut Walker<'_>) {
+        if bt >= w.best {
             return;
         }
-        for t in ts {
-            if t.hit(v) {
-                let c = (t.target & !SHARED) as usize;
-                // Transitions are sorted by their target's bound: none after this one can win.
-                if self.state_best[c] >= *best {
-                    break;
-                }
-                if t.target & SHARED != 0 {
-                    if seen[c] == epoch {
-                        continue;
-                    }
-                    seen[c] = epoch;
-                }
-                self.dfs::<COUNT>(c, l + 1, q, best, seen, epoch, visits);
+        let c = (t.target & !SHARED) as usize;
+        if t.target & SHARED != 0 {
+            if w.seen[c] == w.epoch {
+                return;
             }
+            w.seen[c] = w.epoch;
+        }
+        self.dfs::<COUNT>(c, l + 1, w);
+    }
+
+    /// Depth-first walk from state `s` at level `l`: lowers `w.best` to the smallest matching
+    /// rank below `s`, visiting children best bound first and skipping those that cannot win.
+    fn dfs<const COUNT: bool>(&self, s: usize, l: usize, w: &mut Walker<'_>) {
+        if COUNT {
+            w.visits += 1;
+        }
+        let v = w.q[self.levels[l] as usize];
+        if l + 1 == self.levels.len() {
+            w.best = self.last_level(s, v, w.best);
+            return;
+        }
+        let (scan, point) = self.parts(s, v);
+        let mut point = point.map(|p| (p, p.bound));
+        for t in scan {
+            if !t.hit(v) {
+                continue;
+            }
+            let bt = t.bound;
+            if let Some((p, bp)) = point {
+                if bp <= bt {
+                    point = None;
+                    self.enter::<COUNT>(p, bp, l, w);
+                }
+            }
+            // Sorted by bound: no later scanned transition can win either.
+            if bt >= w.best {
+                break;
+            }
+            self.enter::<COUNT>(t, bt, l, w);
+        }
+        if let Some((p, bp)) = point {
+            self.enter::<COUNT>(p, bp, l, w);
         }
     }
 
@@ -429,7 +511,8 @@ impl NfaMatcher {
             let v = q[self.levels[l] as usize];
             next.clear();
             for &s in cur.iter() {
-                for t in self.state_range(s as usize) {
+                let (scan, point) = self.parts(s as usize, v);
+                for t in scan.iter().chain(point) {
                     if t.hit(v) {
                         let c = t.target & !SHARED;
                         if t.target & SHARED != 0 {
@@ -447,28 +530,17 @@ impl NfaMatcher {
                 return NO_MATCH;
             }
         }
-        if let Some(a) = active.as_deref_mut() {
+        if let Some(a) = active {
             a[n_levels - 1] += cur.len() as u64;
         }
         let v = q[self.levels[n_levels - 1] as usize];
-        let mut best = NO_MATCH;
-        for &s in cur.iter() {
-            for t in self.state_range(s as usize) {
-                if t.target >= best {
-                    break;
-                }
-                if t.hit(v) {
-                    best = t.target;
-                    break;
-                }
-            }
-        }
-        best
+        cur.iter().fold(NO_MATCH, |b, &s| self.last_level(s as usize, v, b))
     }
 
     /// Runs `f(query, seen, epoch)` for each query with a fresh stamp epoch.
     fn for_each_query(&self, queries: &[u32], mut f: impl FnMut(usize, &[u32], &mut [u32], u32)) {
-        let mut seen = vec![0u32; self.n_states()];
+        // Stamps are only needed for states with several incoming transitions.
+        let mut seen = vec![0u32; if self.has_shared { self.trans.len() } else { 0 }];
         let mut epoch = 0u32;
         for (i, q) in queries.chunks_exact(self.width).enumerate() {
             if epoch == u32::MAX {
@@ -494,9 +566,9 @@ impl NfaMatcher {
         }
         match walk {
             Walk::DepthFirst => self.for_each_query(queries, |i, q, seen, epoch| {
-                let mut best = NO_MATCH;
-                self.dfs::<false>(0, 0, q, &mut best, seen, epoch, &mut 0);
-                out[i] = self.winner(best);
+                let mut w = Walker { q, best: NO_MATCH, seen, epoch, visits: 0 };
+                self.dfs::<false>(0, 0, &mut w);
+                out[i] = self.winner(w.best);
             }),
             Walk::Frontier => {
                 let (mut cur, mut next) = (Vec::new(), Vec::new());
@@ -523,8 +595,9 @@ impl NfaMatcher {
                 matched += (best != NO_MATCH) as u64;
             });
             self.for_each_query(queries, |_, q, seen, epoch| {
-                let mut best = NO_MATCH;
-                self.dfs::<true>(0, 0, q, &mut best, seen, epoch, &mut visits);
+                let mut w = Walker { q, best: NO_MATCH, seen, epoch, visits: 0 };
+                self.dfs::<true>(0, 0, &mut w);
+                visits += w.visits;
             });
         }
         let div = nq.max(1) as f64;
@@ -560,24 +633,26 @@ impl Matcher for NfaMatcher {
     }
     fn memory_bytes(&self) -> usize {
         self.trans.len() * std::mem::size_of::<Trans>()
-            + (self.state_trans.len() + self.state_best.len() + self.rank_rule.len()) * 4
-            + (self.levels.len() + self.level_start.len()) * 4
+            + self.rank_rule.len() * 4
+            + (self.levels.len() + self.level_start.len() + self.level_states.len()) * 4
     }
     fn stats(&self) -> serde_json::Value {
         let n_levels = self.levels.len();
         let levels: Vec<serde_json::Value> = (0..n_levels)
             .map(|l| {
-                let (a, b) = (self.level_start[l] as usize, self.level_start[l + 1] as usize);
-                let transitions = (self.state_trans[b] - self.state_trans[a]) as usize;
+                let states = self.level_states[l] as usize;
+                let transitions = (self.level_start[l + 1] - self.level_start[l]) as usize - states;
                 let c = self.levels[l] as usize;
                 let st = &self.level_stats[l];
                 serde_json::json!({
                     "level": l,
                     "criterion": c,
                     "cardinality": self.cardinalities[c],
-                    "states": b - a,
+                    "states": states,
                     "transitions": transitions,
                     "wildcard_transitions": st.wildcard_transitions,
+                    "value_transitions": st.value_transitions,
+                    "indexed_states": st.indexed_states,
                     "trie_states": st.trie_states,
                     "trie_transitions": st.trie_transitions,
                 })
