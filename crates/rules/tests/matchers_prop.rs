@@ -3,7 +3,8 @@
 //! duplicates, ranges touching at their bounds, unknown values, mandatory criteria, empty and
 //! one-rule sets, empty batches, 1 and 2 threads.
 
-use offload_rules::{native, Engine, MatcherKind, RawColumn, NO_MATCH};
+use offload_rules::matcher::fast::FastMatcher;
+use offload_rules::{native, Engine, Matcher, MatcherKind, RawColumn, NO_MATCH};
 use proptest::prelude::*;
 use std::path::Path;
 use std::sync::Arc;
