@@ -168,15 +168,24 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
                 .collect()
         })
         .collect();
+    let cols: Vec<RawColumn> = texts.iter().map(|c| RawColumn::Str(c.iter().map(|s| s.as_str()).collect())).collect();
     for kind in MatcherKind::ALL {
         let eng = Engine::compile(rs.clone(), kind);
-        let cols: Vec<RawColumn> =
-            texts.iter().map(|c| RawColumn::Str(c.iter().map(|s| s.as_str()).collect())).collect();
         let codes = eng.encoder.encode_columns(&cols).unwrap();
         for threads in [1, 2] {
             let got = eng.match_encoded(&codes, threads);
             prop_assert_eq!(&got, &expected, "matcher {} threads {}", kind.as_str(), threads);
         }
+    }
+    // The tree matcher with tiny leaves, so small cases build deep trees too.
+    let eng = Engine::compile(rs.clone(), MatcherKind::Linear);
+    let cards: Vec<usize> = (0..case.crits.len()).map(|c| eng.encoder.cardinality(c)).collect();
+    let codes = eng.encoder.encode_columns(&cols).unwrap();
+    for leaf in [1, 2, 3] {
+        let m = FastMatcher::with_leaf_size(&eng.encoded, &cards, leaf);
+        let mut got = vec![0u32; case.queries.len()];
+        m.match_batch(&codes, &mut got);
+        prop_assert_eq!(&got, &expected, "fast matcher with leaf size {}", leaf);
     }
     Ok(())
 }
