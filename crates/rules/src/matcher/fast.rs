@@ -70,6 +70,9 @@ pub struct FastMatcher {
     /// Rule index of each rank.
     rule_of_rank: Vec<u32>,
     root: u32,
+    /// When the rule type has mandatory equality criteria, rules partition exactly by their
+    /// values there (never wildcards): the root is then one hash lookup on that tuple.
+    partitions: Option<PartitionIndex>,
     depth_max: usize,
     splits_copying: usize,
     splits_wild: usize,
@@ -252,6 +255,72 @@ impl Builder<'_> {
     }
 }
 
+/// Open-addressing hash table from a mandatory-criteria tuple (as one mixed-radix u64) to the
+/// subtree of the rules with that tuple.
+struct PartitionIndex {
+    crits: Vec<usize>,
+    radix: Vec<u64>,
+    /// (key + 1, node); key 0 marks an empty slot.
+    slots: Vec<(u64, u32)>,
+    mask: usize,
+}
+
+impl PartitionIndex {
+    /// The mandatory equality criteria and their radices, if the tuple fits in a u64.
+    fn radices(rules: &EncodedRules, cardinalities: &[usize]) -> Option<(Vec<usize>, Vec<u64>)> {
+        let crits: Vec<usize> = (0..rules.n_criteria).filter(|&c| rules.mandatory[c] && !rules.is_range[c]).collect();
+        if crits.is_empty() {
+            return None;
+        }
+        let mut radix = Vec::with_capacity(crits.len());
+        let mut r: u64 = 1;
+        for &c in &crits {
+            radix.push(r);
+            r = r.checked_mul(cardinalities[c].max(1) as u64)?;
+        }
+        // Keys are stored as key + 1 (0 = empty), so the largest key must stay below u64::MAX.
+        (r < u64::MAX).then_some((crits, radix))
+    }
+
+    fn new(crits: Vec<usize>, radix: Vec<u64>, n: usize) -> Self {
+        let size = (2 * n).next_power_of_two().max(2);
+        PartitionIndex { crits, radix, slots: vec![(0, NONE); size], mask: size - 1 }
+    }
+
+    #[inline]
+    fn slot(&self, key: u64) -> usize {
+        (key.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & self.mask
+    }
+
+    fn insert(&mut self, key: u64, node: u32) {
+        let mut i = self.slot(key);
+        while self.slots[i].0 != 0 {
+            i = (i + 1) & self.mask;
+        }
+        self.slots[i] = (key + 1, node);
+    }
+
+    #[inline]
+    fn get(&self, q: &[u32]) -> u32 {
+        let mut key = 0u64;
+        for (&c, &r) in self.crits.iter().zip(&self.radix) {
+            key = key.wrapping_add(q[c] as u64 * r);
+        }
+        // Query codes are below the cardinality (0 = unknown value), so the key is exact.
+        let mut i = self.slot(key);
+        loop {
+            let (k, node) = self.slots[i];
+            if k == key + 1 {
+                return node;
+            }
+            if k == 0 {
+                return NONE;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+}
+
 impl FastMatcher {
     pub fn new(rules: &EncodedRules, cardinalities: &[usize]) -> Self {
         Self::with_leaf_size(rules, cardinalities, DEFAULT_LEAF_SIZE)
@@ -276,6 +345,7 @@ impl FastMatcher {
                 leaf_bounds: Vec::new(),
                 rule_of_rank: order,
                 root: NONE,
+                partitions: None,
                 depth_max: 0,
                 splits_copying: 0,
                 splits_wild: 0,
@@ -284,7 +354,31 @@ impl FastMatcher {
         };
         let all: Vec<u32> = (0..rules.len() as u32).collect();
         let mut used = vec![false; rules.n_criteria];
-        b.m.root = if all.is_empty() { NONE } else { b.build(&all, &mut used, 0) };
+        match PartitionIndex::radices(rules, cardinalities) {
+            Some((crits, radix)) if !all.is_empty() => {
+                // Group ranks by their mandatory tuple, keeping rank order within a group.
+                let mut groups: FxHashMap<u64, Vec<u32>> = FxHashMap::default();
+                let mut key_order: Vec<u64> = Vec::new();
+                for &k in &all {
+                    let key = crits.iter().zip(&radix).map(|(&c, &r)| b.code(k, c) as u64 * r).sum::<u64>();
+                    groups.entry(key).or_insert_with(|| {
+                        key_order.push(key);
+                        Vec::new()
+                    });
+                    groups.get_mut(&key).expect("just inserted").push(k);
+                }
+                for &c in &crits {
+                    used[c] = true;
+                }
+                let mut index = PartitionIndex::new(crits, radix, key_order.len());
+                for key in key_order {
+                    let id = b.build(&groups[&key], &mut used, 1);
+                    index.insert(key, id);
+                }
+                b.m.partitions = Some(index);
+            }
+            _ => b.m.root = if all.is_empty() { NONE } else { b.build(&all, &mut used, 0) },
+        }
         b.m
     }
 
@@ -381,7 +475,12 @@ impl FastMatcher {
     #[inline]
     fn match_one(&self, q: &[u32]) -> u32 {
         let mut best = NONE;
-        self.search(self.root, q, &mut best);
+        let root = match &self.partitions {
+            // No partition for the query's tuple: no rule can match.
+            Some(p) => p.get(q),
+            None => self.root,
+        };
+        self.search(root, q, &mut best);
         if best == NONE {
             NO_MATCH
         } else {
@@ -409,6 +508,7 @@ impl Matcher for FastMatcher {
             + (self.child_tab.len() + self.keys.len() + self.sparse_kids.len()) * 4
             + (self.leaf_rank.len() + self.rule_of_rank.len()) * 4
             + (self.leaf_cols.len() + self.leaf_bounds.len()) * 4
+            + self.partitions.as_ref().map_or(0, |p| p.slots.len() * 16)
     }
     fn stats(&self) -> serde_json::Value {
         let leaves: Vec<u32> = self
@@ -429,6 +529,7 @@ impl Matcher for FastMatcher {
             "max_leaf": leaves.iter().copied().max().unwrap_or(0),
             "mean_leaf": leaves.iter().map(|&x| x as f64).sum::<f64>() / leaves.len().max(1) as f64,
             "depth_max": self.depth_max,
+            "partitions": self.partitions.as_ref().map_or(0, |p| p.slots.iter().filter(|s| s.0 != 0).count()),
             "splits_copying_wild": self.splits_copying,
             "splits_with_wild_child": self.splits_wild,
         })
