@@ -16,6 +16,15 @@ use crate::model::{Column, CriterionKind, RuleSet};
 use crate::value::{parse_date, parse_int, ValueError};
 use std::sync::Arc;
 
+/// Trims ASCII spaces only when present (the common case has none).
+#[inline]
+fn trim_ascii(v: &str) -> &str {
+    match v.as_bytes() {
+        [b' ', ..] | [.., b' '] => v.trim(),
+        _ => v,
+    }
+}
+
 /// Row width granularity (eight u32 = one 256-bit vector).
 pub const LANES: usize = 8;
 
@@ -25,8 +34,21 @@ pub struct Encoder {
     rules: Arc<RuleSet>,
     /// For range criteria: sorted distinct boundaries (every lo and every hi+1); empty for equ.
     bounds: Vec<Vec<i128>>,
+    /// For range criteria whose boundaries span a small interval (flight numbers, dates): the
+    /// rank of every value in `[first, last)` boundary, so encoding is one table read.
+    rank_tables: Vec<Option<RankTable>>,
     width: usize,
 }
+
+/// `ranks[v - base]` = rank of `v`, for `base <= v < base + ranks.len()`.
+#[derive(Debug, Clone)]
+struct RankTable {
+    base: i128,
+    ranks: Vec<u32>,
+}
+
+/// Largest span of boundaries given a direct rank table (4 M entries = 16 MB at most).
+const RANK_TABLE_MAX: i128 = 1 << 22;
 
 /// Error while encoding a query value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +139,7 @@ pub fn row_matches(lo: &[u32], hi: &[u32], q: &[u32]) -> bool {
 
 impl Encoder {
     pub fn new(rules: Arc<RuleSet>) -> Self {
-        let bounds = rules
+        let bounds: Vec<Vec<i128>> = rules
             .columns
             .iter()
             .map(|col| match col {
@@ -136,9 +158,27 @@ impl Encoder {
                 }
             })
             .collect();
+        let rank_tables = bounds
+            .iter()
+            .map(|b: &Vec<i128>| {
+                let (&first, &last) = (b.first()?, b.last()?);
+                if last - first > RANK_TABLE_MAX {
+                    return None;
+                }
+                let mut ranks = Vec::with_capacity((last - first) as usize);
+                let mut r = 1u32; // values >= first have rank >= 1
+                for v in first..last {
+                    while (r as usize) < b.len() && b[r as usize] <= v {
+                        r += 1;
+                    }
+                    ranks.push(r);
+                }
+                Some(RankTable { base: first, ranks })
+            })
+            .collect();
         let n = rules.n_criteria();
         let width = n.div_ceil(LANES).max(1) * LANES;
-        Encoder { rules, bounds, width }
+        Encoder { rules, bounds, rank_tables, width }
     }
 
     pub fn rules(&self) -> &Arc<RuleSet> {
@@ -159,8 +199,15 @@ impl Encoder {
         }
     }
 
+    /// Number of boundaries `<= v`: the elementary interval of `v`.
     #[inline]
     fn rank(&self, c: usize, v: i128) -> u32 {
+        if let Some(t) = &self.rank_tables[c] {
+            let i = v.wrapping_sub(t.base);
+            if v >= t.base && i < t.ranks.len() as i128 {
+                return t.ranks[i as usize];
+            }
+        }
         self.bounds[c].partition_point(|&b| b <= v) as u32
     }
 
@@ -206,7 +253,7 @@ impl Encoder {
     /// Encodes one raw text value of criterion `c`.
     pub fn encode_str(&self, c: usize, v: &str) -> Result<u32, ValueError> {
         match &self.rules.columns[c] {
-            Column::Equ { dict, .. } => Ok(dict.code(v.trim())),
+            Column::Equ { dict, .. } => Ok(dict.code(trim_ascii(v))),
             Column::Range { .. } => {
                 let x = match self.rules.rule_type.criteria[c].kind {
                     CriterionKind::DateRange => parse_date(v)?,

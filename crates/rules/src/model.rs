@@ -59,23 +59,49 @@ impl RuleType {
 #[derive(Debug, Clone, Default)]
 pub struct Dictionary {
     values: Vec<Box<str>>,
-    codes: FxHashMap<Box<str>, u32>,
+    /// Values of at most [`SHORT`] bytes, packed into an integer: most codes (airports,
+    /// carriers, countries, flight numbers) are short, and an integer key hashes and compares
+    /// several times faster than a string. Longer values live in `long`.
+    short: FxHashMap<u64, u32>,
+    long: FxHashMap<Box<str>, u32>,
+}
+
+/// Longest value kept in [`Dictionary`]'s packed map.
+const SHORT: usize = 7;
+
+/// Packs up to [`SHORT`] bytes and the length into a u64 (unique per string).
+#[inline]
+fn pack(v: &[u8]) -> u64 {
+    let mut k = (v.len() as u64) << 56;
+    for (i, &b) in v.iter().enumerate() {
+        k |= (b as u64) << (8 * i);
+    }
+    k
 }
 
 impl Dictionary {
     pub fn intern(&mut self, v: &str) -> u32 {
-        if let Some(&c) = self.codes.get(v) {
+        let c = self.code(v);
+        if c != 0 {
             return c;
         }
         self.values.push(v.into());
         let c = self.values.len() as u32;
-        self.codes.insert(v.into(), c);
+        if v.len() <= SHORT {
+            self.short.insert(pack(v.as_bytes()), c);
+        } else {
+            self.long.insert(v.into(), c);
+        }
         c
     }
     /// The code of `v`, or 0 when no rule names it.
     #[inline]
     pub fn code(&self, v: &str) -> u32 {
-        self.codes.get(v).copied().unwrap_or(0)
+        if v.len() <= SHORT {
+            self.short.get(&pack(v.as_bytes())).copied().unwrap_or(0)
+        } else {
+            self.long.get(v).copied().unwrap_or(0)
+        }
     }
     /// The string of a non-zero code.
     pub fn value(&self, code: u32) -> Option<&str> {

@@ -16,6 +16,11 @@ const MONTHS: [&str; 12] = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AU
 /// Values are held as i128, so no realistic flight number or code is ever truncated; anything
 /// beyond ±1.7e38 is an explicit error, never a wrap-around.
 pub fn parse_int(s: &str) -> Result<i128, ValueError> {
+    // Fast path: up to 18 plain digits fit in an i64 without overflow checks.
+    let b = s.as_bytes();
+    if !b.is_empty() && b.len() <= 18 && b.iter().all(u8::is_ascii_digit) {
+        return Ok(b.iter().fold(0i64, |acc, &d| acc * 10 + (d - b'0') as i64) as i128);
+    }
     let t = s.trim();
     let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -77,8 +82,10 @@ pub fn parse_date(s: &str) -> Result<i128, ValueError> {
         (y, m, d)
     } else if t.len() == 9 && t.is_ascii() {
         let d = t[0..2].parse::<u32>().map_err(|_| ValueError::MalformedDate)?;
-        let mon = t[2..5].to_ascii_uppercase();
-        let m = MONTHS.iter().position(|&x| x == mon).ok_or(ValueError::MalformedDate)? as u32 + 1;
+        let mon = &t.as_bytes()[2..5];
+        let m = MONTHS.iter().position(|x| x.as_bytes().eq_ignore_ascii_case(mon)).ok_or(ValueError::MalformedDate)?
+            as u32
+            + 1;
         let y = t[5..9].parse::<i64>().map_err(|_| ValueError::MalformedDate)?;
         (y, m, d)
     } else {
