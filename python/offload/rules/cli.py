@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -33,12 +34,17 @@ RuleTypeOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print an error (verbatim: file:line:column stays on one line) and return the exit."""
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
 def _load(ruletype: Path, rules: Path) -> RuleSet:
     try:
         return RuleSet.load(ruletype, rules)
     except RuleError as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False)
-        raise typer.Exit(2) from None
+        raise fail(str(e)) from None
 
 
 def _peak_rss_mb() -> float:
@@ -147,8 +153,7 @@ def compile(
     report: dict[str, Any] = {"rules": len(rs), "load_s": load_s, "matchers": {}}
     for name in names:
         if name not in MATCHERS:
-            err.print(f"[red]error:[/] unknown matcher {name!r}; expected {', '.join(MATCHERS)} or all")
-            raise typer.Exit(2)
+            raise fail(f"unknown matcher {name!r}; expected {', '.join(MATCHERS)} or all")
         eng = CompiledRules(rs, name)
         report["matchers"][name] = {
             "compile_s": eng.compile_seconds,
@@ -181,15 +186,13 @@ def eval_(
 ) -> None:
     """Answer every query of a CSV; RULE_ID and CONTENT are empty when no rule matches."""
     if matcher not in MATCHERS:
-        err.print(f"[red]error:[/] unknown matcher {matcher!r}; expected {', '.join(MATCHERS)}")
-        raise typer.Exit(2)
+        raise fail(f"unknown matcher {matcher!r}; expected {', '.join(MATCHERS)}")
     try:
         stats = json.loads(
             _native.eval_files(str(ruletype), str(rules), str(queries), str(out), matcher, threads)
         )
     except RuleError as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False)
-        raise typer.Exit(2) from None
+        raise fail(str(e)) from None
     if json_out:
         print(json.dumps(stats, indent=2))
     else:
@@ -282,31 +285,25 @@ def explain(
     codes = rs.criterion_codes
     if queries is not None:
         if query_id is None:
-            err.print("[red]error:[/] --queries needs --query-id")
-            raise typer.Exit(2)
+            raise fail("--queries needs --query-id")
         from offload.rules.bench import load_query_columns
 
         ids, cols = load_query_columns(rs, queries)
         if query_id not in ids:
-            err.print(f"[red]error:[/] no query {query_id!r} in {queries}")
-            raise typer.Exit(2)
+            raise fail(f"no query {query_id!r} in {queries}")
         i = ids.index(query_id)
         vals = [c[i] for c in cols]
     else:
         given = dict(v.split("=", 1) for v in (value or []) if "=" in v)
         unknown = set(given) - set(codes)
         if unknown:
-            err.print(
-                f"[red]error:[/] unknown criteria {', '.join(sorted(unknown))}; expected {', '.join(codes)}"
-            )
-            raise typer.Exit(2)
+            raise fail(f"unknown criteria {', '.join(sorted(unknown))}; expected {', '.join(codes)}")
         vals = [given.get(c, "") for c in codes]
     eng = CompiledRules(rs, matcher)
     try:
         ex = eng.explain(vals)
     except ValueError as e:
-        err.print(f"[red]error:[/] {e}")
-        raise typer.Exit(2) from None
+        raise fail(f"{e}") from None
     res = eng.match([[v] for v in vals])
     ex["matcher"] = {"name": matcher, "rule": int(res.rule[0])}
     if json_out:
