@@ -283,42 +283,48 @@ impl Encoder {
             });
         }
         let n = cols.first().map_or(0, |c| c.len());
+        if let Some((c, col)) = cols.iter().enumerate().find(|(_, col)| col.len() != n) {
+            return Err(QueryError {
+                row: 0,
+                criterion: crits[c].code.clone(),
+                value: String::new(),
+                message: format!("column has {} values, the first column has {n}", col.len()),
+            });
+        }
         let w = self.width;
         let mut out = vec![0u32; n * w];
-        for (c, col) in cols.iter().enumerate() {
-            if col.len() != n {
-                return Err(QueryError {
-                    row: 0,
-                    criterion: crits[c].code.clone(),
-                    value: String::new(),
-                    message: format!("column has {} values, the first column has {n}", col.len()),
-                });
-            }
-            match col {
-                RawColumn::Str(vals) => {
-                    for (r, v) in vals.iter().enumerate() {
-                        out[r * w + c] = self.encode_str(c, v).map_err(|e| QueryError {
-                            row: r,
-                            criterion: crits[c].code.clone(),
-                            value: v.to_string(),
-                            message: match e {
-                                ValueError::NotAnInteger => "not an integer".into(),
-                                ValueError::IntegerTooLarge => "integer does not fit in 128 bits".into(),
-                                ValueError::MalformedDate => "not a date (DDMMMYYYY or YYYY-MM-DD)".into(),
-                                ValueError::ImpossibleDate(why) => why,
-                            },
-                        })?;
-                    }
-                }
-                RawColumn::Int(vals) => {
-                    if !crits[c].kind.is_range() {
-                        // Integers given for an equality criterion are looked up as text.
-                        for (r, v) in vals.iter().enumerate() {
-                            out[r * w + c] = self.encode_str(c, &v.to_string()).unwrap_or(0);
+        // Rows are encoded in blocks, column by column within a block: each column is read
+        // sequentially and the block's output rows stay in cache (a whole-column pass would
+        // stream the full output once per criterion).
+        const BLOCK: usize = 512;
+        for (b, out_block) in out.chunks_mut(BLOCK * w).enumerate() {
+            let rows = b * BLOCK..(b * BLOCK + out_block.len() / w);
+            for (c, col) in cols.iter().enumerate() {
+                match col {
+                    RawColumn::Str(vals) => {
+                        for (i, v) in vals[rows.clone()].iter().enumerate() {
+                            out_block[i * w + c] = self.encode_str(c, v).map_err(|e| QueryError {
+                                row: rows.start + i,
+                                criterion: crits[c].code.clone(),
+                                value: v.to_string(),
+                                message: match e {
+                                    ValueError::NotAnInteger => "not an integer".into(),
+                                    ValueError::IntegerTooLarge => "integer does not fit in 128 bits".into(),
+                                    ValueError::MalformedDate => "not a date (DDMMMYYYY or YYYY-MM-DD)".into(),
+                                    ValueError::ImpossibleDate(why) => why,
+                                },
+                            })?;
                         }
-                    } else {
-                        for (r, &v) in vals.iter().enumerate() {
-                            out[r * w + c] = self.rank(c, v as i128);
+                    }
+                    RawColumn::Int(vals) if !crits[c].kind.is_range() => {
+                        // Integers given for an equality criterion are looked up as text.
+                        for (i, v) in vals[rows.clone()].iter().enumerate() {
+                            out_block[i * w + c] = self.encode_str(c, &v.to_string()).unwrap_or(0);
+                        }
+                    }
+                    RawColumn::Int(vals) => {
+                        for (i, &v) in vals[rows.clone()].iter().enumerate() {
+                            out_block[i * w + c] = self.rank(c, v as i128);
                         }
                     }
                 }
