@@ -162,7 +162,8 @@ impl Encoder {
             .iter()
             .map(|b: &Vec<i128>| {
                 let (&first, &last) = (b.first()?, b.last()?);
-                if last - first > RANK_TABLE_MAX {
+                // checked: open ranges put i128::MIN among the boundaries.
+                if last.checked_sub(first)? > RANK_TABLE_MAX {
                     return None;
                 }
                 let mut ranks = Vec::with_capacity((last - first) as usize);
@@ -203,9 +204,8 @@ impl Encoder {
     #[inline]
     fn rank(&self, c: usize, v: i128) -> u32 {
         if let Some(t) = &self.rank_tables[c] {
-            let i = v.wrapping_sub(t.base);
-            if v >= t.base && i < t.ranks.len() as i128 {
-                return t.ranks[i as usize];
+            if let Some(&r) = v.checked_sub(t.base).and_then(|i| usize::try_from(i).ok()).and_then(|i| t.ranks.get(i)) {
+                return r;
             }
         }
         self.bounds[c].partition_point(|&b| b <= v) as u32

@@ -4,8 +4,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// Where in an input a problem is. Lines and columns are 1-based; a column counts CSV fields
-/// for CSV files and characters for XML/TOML files (`column_kind` says which).
+/// Where in an input a problem is. Lines and columns are 1-based; a column counts characters
+/// (of the line where the offending value starts), in CSV, XML and TOML files alike.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Location {
     pub file: PathBuf,

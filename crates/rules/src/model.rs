@@ -182,10 +182,20 @@ impl RuleSet {
             Column::Equ { dict, codes } => dict.value(codes[r]).unwrap_or("").to_string(),
             Column::Range { bounds } => match bounds[r] {
                 None => String::new(),
-                Some((lo, hi)) if self.rule_type.criteria[c].kind == CriterionKind::DateRange => {
-                    format!("{}..{}", format_date(lo), format_date(hi))
+                Some((lo, hi)) => {
+                    let date = self.rule_type.criteria[c].kind == CriterionKind::DateRange;
+                    // Open ends are stored as i128::MIN / i128::MAX and printed as `lo..` / `..hi`.
+                    let end = |v: i128, open: i128| match (v == open, date) {
+                        (true, _) => String::new(),
+                        (false, true) => format_date(v),
+                        (false, false) => v.to_string(),
+                    };
+                    if lo == hi {
+                        end(lo, i128::MIN)
+                    } else {
+                        format!("{}..{}", end(lo, i128::MIN), end(hi, i128::MAX))
+                    }
                 }
-                Some((lo, hi)) => format!("{lo}..{hi}"),
             },
         }
     }

@@ -34,13 +34,30 @@ impl QueryFile {
         enc.encode_columns(&cols).map_err(|e| {
             let c = enc.rules().rule_type.index_of(&e.criterion).unwrap_or(0);
             let line = self.lines.get(e.row).copied().unwrap_or(0);
+            let field = self.field_of.get(c).copied().unwrap_or(1) as usize;
             LoadError::new(
                 ErrorKind::BadQueryValue,
-                Location::field(path, line, self.field_of.get(c).copied().unwrap_or(0), &e.criterion),
+                Location::field(path, line, char_column(path, line, field), &e.criterion),
                 format!("{:?}: {}", e.value, e.message),
             )
+            .expected(match enc.rules().rule_type.criteria[c].kind {
+                crate::model::CriterionKind::DateRange => "a date like 15MAR2026 or 2026-03-15",
+                crate::model::CriterionKind::IntRange => "an integer",
+                crate::model::CriterionKind::Equ => "a value",
+            })
         })
     }
+}
+
+/// The character column of field `field` (1-based) on line `line` of a CSV file; only used on
+/// the error path, so the file is simply read again. Falls back to the field number.
+fn char_column(path: &Path, line: u64, field: usize) -> u64 {
+    let Ok(text) = std::fs::read_to_string(path) else { return field as u64 };
+    Reader::new(path, &text)
+        .filter_map(Result::ok)
+        .find(|r| r.line == line)
+        .and_then(|r| r.fields.get(field.wrapping_sub(1)).map(|f| f.column))
+        .unwrap_or(field as u64)
 }
 
 /// Reads a query CSV for `rule_type`. Columns are matched by criterion code; extra columns are

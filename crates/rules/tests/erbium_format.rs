@@ -306,3 +306,15 @@ weight = 2
     .unwrap_err();
     assert_eq!((e.kind, e.location.line, e.location.column), (ErrorKind::NotAnInteger, Some(2), Some(12)));
 }
+
+#[test]
+fn open_ranges_print_as_open() {
+    let toml = "code = \"T\"\n[[criterion]]\ncode = \"D\"\nkind = \"date_range\"\nweight = 1\n\
+                [[criterion]]\ncode = \"N\"\nkind = \"int_range\"\nweight = 1\n";
+    let rt = native::parse_rule_type(Path::new("t.toml"), toml).unwrap();
+    let rs =
+        native::parse_rules(&rt, Path::new("r.csv"), "RULE_ID,D,N,CONTENT\na,..2019-12-31,100..,1\nb,2019-01-01,7,2\n")
+            .unwrap();
+    assert_eq!((rs.cell_text(0, 0), rs.cell_text(0, 1)), ("..31DEC2019".to_string(), "100..".to_string()));
+    assert_eq!((rs.cell_text(1, 0), rs.cell_text(1, 1)), ("01JAN2019".to_string(), "7".to_string()));
+}

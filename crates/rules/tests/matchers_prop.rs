@@ -62,7 +62,13 @@ fn case() -> impl Strategy<Value = Case> {
             let cell = |c: &Crit| -> BoxedStrategy<RawCell> {
                 let spec: BoxedStrategy<RawCell> = match c.kind {
                     Kind::Equ => (0u8..4).prop_map(RawCell::Val).boxed(),
-                    _ => (0i64..8, 0i64..5).prop_map(|(lo, len)| RawCell::Range(lo, lo + len)).boxed(),
+                    _ => (0i64..8, 0i64..5, 0u8..6)
+                        .prop_map(|(lo, len, open)| match open {
+                            0 => RawCell::Range(i64::MIN, lo + len),
+                            1 => RawCell::Range(lo, i64::MAX),
+                            _ => RawCell::Range(lo, lo + len),
+                        })
+                        .boxed(),
                 };
                 if c.mandatory {
                     spec
@@ -111,15 +117,25 @@ fn to_native(case: &Case) -> (String, String) {
                 (RawCell::Any, _) => (if r % 2 == 0 { "" } else { "*" }).to_string(),
                 (RawCell::Val(v), _) => LETTERS[*v as usize].to_string(),
                 (RawCell::Range(lo, hi), Kind::Date) => {
-                    format!("{}..{}", date(DAY0 + lo), date(DAY0 + hi))
+                    let d = |v: i64| if v == i64::MIN || v == i64::MAX { String::new() } else { date(DAY0 + v) };
+                    format!("{}..{}", d(*lo), d(*hi))
                 }
                 (RawCell::Range(lo, hi), _) if lo == hi => format!("{lo}"),
-                (RawCell::Range(lo, hi), _) => format!("{lo}..{hi}"),
+                (RawCell::Range(lo, hi), _) => format!("{}..{}", end(*lo), end(*hi)),
             };
         }
         csv += &format!(",{}\n", r * 7);
     }
     (toml, csv)
+}
+
+/// A range end; i64::MIN / i64::MAX are open ends, written as nothing (`..hi`, `lo..`).
+fn end(v: i64) -> String {
+    if v == i64::MIN || v == i64::MAX {
+        String::new()
+    } else {
+        v.to_string()
+    }
 }
 
 fn date(days: i64) -> String {

@@ -195,10 +195,17 @@ class CompiledRules:
 
     def explain(self, values: Mapping[str, str] | Sequence[str]) -> dict[str, Any]:
         """Winner, score, matched criteria and runner-up for one query of raw values."""
+        codes = self.rules.criterion_codes
         if isinstance(values, Mapping):
-            vals = [str(values.get(c, "")) for c in self.rules.criterion_codes]
+            # Like match(): other keys (a QUERY_ID, say) are ignored, every criterion is needed.
+            missing = [c for c in codes if c not in values]
+            if missing:
+                raise ValueError(f"explain needs a value for every criterion; missing {', '.join(missing)}")
+            vals = [str(values[c]) for c in codes]
         else:
             vals = [str(v) for v in values]
+            if len(vals) != len(codes):
+                raise ValueError(f"explain needs {len(codes)} values ({', '.join(codes)}), got {len(vals)}")
         return dict(json.loads(self._native.explain_json(vals)))
 
 

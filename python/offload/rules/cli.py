@@ -200,7 +200,8 @@ def eval_(
             f"{stats['queries']:,} queries, {stats['matched']:,} matched, {stats['rules']:,} rules "
             f"({stats['matcher']}, {threads} thread(s)): load {stats['load_s']:.2f} s, "
             f"compile {stats['compile_s']:.2f} s, encode {stats['encode_s'] * 1e3:.1f} ms, "
-            f"match {stats['match_s'] * 1e3:.1f} ms -> {out}"
+            f"match {stats['match_s'] * 1e3:.1f} ms -> {out}",
+            soft_wrap=True,
         )
 
 
@@ -298,7 +299,10 @@ def explain(
         unknown = set(given) - set(codes)
         if unknown:
             raise fail(f"unknown criteria {', '.join(sorted(unknown))}; expected {', '.join(codes)}")
-        vals = [given.get(c, "") for c in codes]
+        missing = [c for c in codes if c not in given]
+        if missing:
+            raise fail(f"give a value for every criterion: missing {', '.join(missing)} (-v CODE=VALUE)")
+        vals = [given[c] for c in codes]
     eng = CompiledRules(rs, matcher)
     try:
         ex = eng.explain(vals)
