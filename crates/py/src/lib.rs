@@ -4,7 +4,7 @@
 use numpy::{
     IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods,
 };
-use offload_rules::{self as rules, Engine, LoadError, MatcherKind, RawColumn};
+use offload_rules::{self as rules, Engine, LoadError, MatcherKind, PackedStrings, RawColumn, StringColumn};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -100,11 +100,13 @@ impl RuleSet {
     }
 }
 
-/// Raw query columns from Python: a numpy int64 array (integers, or day numbers for dates) or
-/// a list of str.
+/// Raw query columns from Python: a numpy int64 array (integers, or day numbers for dates), a
+/// list of str, or `("packed", data: uint8 array, offsets: int64 array)` — Arrow's
+/// large_string layout, read without a copy.
 enum OwnedColumn<'py> {
     Int(PyReadonlyArray1<'py, i64>),
     Str(Vec<Bound<'py, PyString>>),
+    Packed(PyReadonlyArray1<'py, u8>, PyReadonlyArray1<'py, i64>),
 }
 
 fn extract_columns<'py>(columns: &Bound<'py, PyList>) -> PyResult<Vec<OwnedColumn<'py>>> {
@@ -113,6 +115,13 @@ fn extract_columns<'py>(columns: &Bound<'py, PyList>) -> PyResult<Vec<OwnedColum
         .map(|col| {
             if let Ok(a) = col.extract::<PyReadonlyArray1<i64>>() {
                 Ok(OwnedColumn::Int(a))
+            } else if let Ok((tag, data, offsets)) =
+                col.extract::<(String, PyReadonlyArray1<u8>, PyReadonlyArray1<i64>)>()
+            {
+                if tag != "packed" {
+                    return Err(PyValueError::new_err(format!("unknown column layout {tag:?}")));
+                }
+                Ok(OwnedColumn::Packed(data, offsets))
             } else {
                 let l = col.downcast::<PyList>().map_err(|_| {
                     PyValueError::new_err("each query column must be a list of str or a numpy int64 array")
@@ -172,17 +181,27 @@ impl CompiledRules {
             .iter()
             .map(|c| match c {
                 OwnedColumn::Str(v) => v.iter().map(|s| s.to_str()).collect::<PyResult<Vec<&str>>>(),
-                OwnedColumn::Int(_) => Ok(Vec::new()),
+                _ => Ok(Vec::new()),
             })
             .collect::<PyResult<_>>()?;
+        let contiguous = |what: &str| PyValueError::new_err(format!("{what} array must be contiguous"));
         let raw: Vec<RawColumn> = owned
             .iter()
             .zip(strs)
-            .map(|(c, s)| match c {
-                OwnedColumn::Int(a) => RawColumn::Int(a.as_slice().expect("contiguous int64 array")),
-                OwnedColumn::Str(_) => RawColumn::Str(s),
+            .map(|(c, s)| {
+                Ok(match c {
+                    OwnedColumn::Int(a) => RawColumn::Int(a.as_slice().map_err(|_| contiguous("int64"))?),
+                    OwnedColumn::Str(_) => RawColumn::Str(s),
+                    OwnedColumn::Packed(d, o) => RawColumn::Packed(
+                        PackedStrings::new(
+                            d.as_slice().map_err(|_| contiguous("string data"))?,
+                            o.as_slice().map_err(|_| contiguous("offsets"))?,
+                        )
+                        .map_err(PyValueError::new_err)?,
+                    ),
+                })
             })
-            .collect();
+            .collect::<PyResult<_>>()?;
         let enc = &self.engine.encoder;
         let codes = py.allow_threads(|| enc.encode_columns(&raw)).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let w = enc.width();
@@ -250,7 +269,7 @@ impl CompiledRules {
 fn load_queries(py: Python<'_>, rules: &RuleSet, path: PathBuf) -> PyResult<(Vec<String>, Vec<Vec<String>>)> {
     let rt = rules.inner.rule_type.clone();
     let q = py.allow_threads(|| rules::queries::load_queries(&rt, &path)).map_err(|e| rule_error(py, e))?;
-    Ok((q.ids, q.columns))
+    Ok((q.ids, q.columns.iter().map(|c| c.iter().map(String::from).collect()).collect()))
 }
 
 /// `offload rules eval`: loads rules and queries, matches, writes `QUERY_ID,RULE_ID,CONTENT`.
@@ -294,7 +313,7 @@ fn eval_files(
 }
 
 /// Times encoding of raw text columns (one list of str per criterion) `repeats` times; returns
-/// seconds per repeat. Measures the cost of turning raw values into codes.
+/// seconds per repeat.
 #[pyfunction]
 #[pyo3(signature = (compiled, columns, repeats = 3))]
 fn time_encode(
@@ -305,8 +324,17 @@ fn time_encode(
 ) -> PyResult<Vec<f64>> {
     let enc = &compiled.engine.encoder;
     py.allow_threads(|| {
-        let raw: Vec<RawColumn> =
-            columns.iter().map(|c| RawColumn::Str(c.iter().map(|s| s.as_str()).collect())).collect();
+        // Laid out back to back first, as the query-file reader and Arrow input have it: this
+        // times turning raw values into codes, not chasing one heap allocation per value.
+        let packed: Vec<StringColumn> = columns
+            .iter()
+            .map(|c| {
+                let mut p = StringColumn::default();
+                c.iter().for_each(|s| p.push(s));
+                p
+            })
+            .collect();
+        let raw: Vec<RawColumn> = packed.iter().map(StringColumn::as_raw).collect();
         (0..repeats.max(1))
             .map(|_| {
                 let t = Instant::now();

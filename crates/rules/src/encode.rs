@@ -71,6 +71,9 @@ impl std::error::Error for QueryError {}
 pub enum RawColumn<'a> {
     /// Text: equality values, integers, or dates (DDMMMYYYY or YYYY-MM-DD).
     Str(Vec<&'a str>),
+    /// Text stored back to back (Arrow's string layout): no per-value allocation, read
+    /// sequentially.
+    Packed(PackedStrings<'a>),
     /// Integers for an int-range criterion, or day numbers (days since 1970-01-01) for a
     /// date-range criterion.
     Int(&'a [i64]),
@@ -80,11 +83,104 @@ impl RawColumn<'_> {
     pub fn len(&self) -> usize {
         match self {
             RawColumn::Str(v) => v.len(),
+            RawColumn::Packed(p) => p.len(),
             RawColumn::Int(v) => v.len(),
         }
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Strings stored back to back: value `i` is `data[offsets[i]..offsets[i + 1]]` (the layout of
+/// an Arrow `large_string` array, so Arrow data is read without a copy).
+#[derive(Debug, Clone, Copy)]
+pub struct PackedStrings<'a> {
+    /// The bytes from `offsets[0]` on (validated UTF-8).
+    data: &'a str,
+    offsets: &'a [i64],
+    base: i64,
+}
+
+impl<'a> PackedStrings<'a> {
+    /// Checks the layout once (offsets non-decreasing, inside `data`, on character boundaries)
+    /// so reading a value can never fail.
+    pub fn new(data: &'a [u8], offsets: &'a [i64]) -> Result<Self, String> {
+        let (Some(&first), Some(&last)) = (offsets.first(), offsets.last()) else {
+            return Err("offsets must hold at least one entry (n + 1 for n strings)".into());
+        };
+        if first < 0 || last < first || last as usize > data.len() {
+            return Err(format!("offsets {first}..{last} fall outside the {} data bytes", data.len()));
+        }
+        if offsets.windows(2).any(|w| w[1] < w[0]) {
+            return Err("offsets must not decrease".into());
+        }
+        let text = std::str::from_utf8(&data[first as usize..last as usize])
+            .map_err(|e| format!("string data is not UTF-8: {e}"))?;
+        let base = first as usize;
+        if offsets.iter().any(|&o| !text.is_char_boundary(o as usize - base)) {
+            return Err("an offset splits a UTF-8 character".into());
+        }
+        Ok(PackedStrings { data: text, offsets, base: first })
+    }
+    pub fn len(&self) -> usize {
+        self.offsets.len() - 1
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    #[inline]
+    pub fn get(&self, i: usize) -> &'a str {
+        &self.data[(self.offsets[i] - self.base) as usize..(self.offsets[i + 1] - self.base) as usize]
+    }
+}
+
+/// An owned column of strings in the packed layout (what the query-file reader builds).
+#[derive(Debug, Clone, Default)]
+pub struct StringColumn {
+    data: String,
+    offsets: Vec<i64>,
+}
+
+impl StringColumn {
+    pub fn push(&mut self, v: &str) {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        self.data.push_str(v);
+        self.offsets.push(self.data.len() as i64);
+    }
+    pub fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn get(&self, i: usize) -> &str {
+        &self.data[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+    }
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        (0..self.len()).map(|i| self.get(i))
+    }
+    pub fn as_raw(&self) -> RawColumn<'_> {
+        if self.offsets.is_empty() {
+            return RawColumn::Str(Vec::new());
+        }
+        RawColumn::Packed(PackedStrings { data: &self.data, offsets: &self.offsets, base: 0 })
+    }
+}
+
+fn value_error(e: ValueError, row: usize, criterion: &str, value: &str) -> QueryError {
+    QueryError {
+        row,
+        criterion: criterion.to_string(),
+        value: value.to_string(),
+        message: match e {
+            ValueError::NotAnInteger => "not an integer".into(),
+            ValueError::IntegerTooLarge => "integer does not fit in 128 bits".into(),
+            ValueError::MalformedDate => "not a date (DDMMMYYYY or YYYY-MM-DD)".into(),
+            ValueError::ImpossibleDate(why) => why,
+        },
     }
 }
 
@@ -303,17 +399,15 @@ impl Encoder {
                 match col {
                     RawColumn::Str(vals) => {
                         for (i, v) in vals[rows.clone()].iter().enumerate() {
-                            out_block[i * w + c] = self.encode_str(c, v).map_err(|e| QueryError {
-                                row: rows.start + i,
-                                criterion: crits[c].code.clone(),
-                                value: v.to_string(),
-                                message: match e {
-                                    ValueError::NotAnInteger => "not an integer".into(),
-                                    ValueError::IntegerTooLarge => "integer does not fit in 128 bits".into(),
-                                    ValueError::MalformedDate => "not a date (DDMMMYYYY or YYYY-MM-DD)".into(),
-                                    ValueError::ImpossibleDate(why) => why,
-                                },
-                            })?;
+                            out_block[i * w + c] =
+                                self.encode_str(c, v).map_err(|e| value_error(e, rows.start + i, &crits[c].code, v))?;
+                        }
+                    }
+                    RawColumn::Packed(p) => {
+                        for (i, r) in rows.clone().enumerate() {
+                            let v = p.get(r);
+                            out_block[i * w + c] =
+                                self.encode_str(c, v).map_err(|e| value_error(e, r, &crits[c].code, v))?;
                         }
                     }
                     RawColumn::Int(vals) if !crits[c].kind.is_range() => {

@@ -15,7 +15,7 @@ pub mod native;
 pub mod queries;
 pub mod value;
 
-pub use encode::{EncodedRules, Encoder, RawColumn};
+pub use encode::{EncodedRules, Encoder, PackedStrings, RawColumn, StringColumn};
 pub use error::{ErrorKind, LoadError, Location};
 pub use matcher::{match_parallel, Matcher, MatcherKind, NO_MATCH};
 pub use model::{Criterion, CriterionKind, RuleSet, RuleType};

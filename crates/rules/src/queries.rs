@@ -2,7 +2,7 @@
 //! `QUERY_ID,RULE_ID,CONTENT` (both empty when nothing matches).
 
 use crate::csv::Reader;
-use crate::encode::{Encoder, RawColumn};
+use crate::encode::{Encoder, RawColumn, StringColumn};
 use crate::error::{read_utf8, ErrorKind, LoadError, Location};
 use crate::matcher::NO_MATCH;
 use crate::model::{RuleSet, RuleType};
@@ -12,8 +12,8 @@ use std::path::Path;
 /// Raw queries read from a file, column by column in rule-type order.
 pub struct QueryFile {
     pub ids: Vec<String>,
-    /// `columns[c][q]`: raw text of criterion `c` for query `q`.
-    pub columns: Vec<Vec<String>>,
+    /// `columns[c].get(q)`: raw text of criterion `c` for query `q`.
+    pub columns: Vec<StringColumn>,
     pub lines: Vec<u64>,
     /// Column (1-based field number) of criterion `c` in the file, for error messages.
     pub field_of: Vec<u64>,
@@ -29,8 +29,7 @@ impl QueryFile {
 
     /// Encodes all queries; a value that cannot be encoded is reported with its file position.
     pub fn encode(&self, enc: &Encoder, path: &Path) -> Result<Vec<u32>, LoadError> {
-        let cols: Vec<RawColumn> =
-            self.columns.iter().map(|c| RawColumn::Str(c.iter().map(|s| s.as_str()).collect())).collect();
+        let cols: Vec<RawColumn> = self.columns.iter().map(StringColumn::as_raw).collect();
         enc.encode_columns(&cols).map_err(|e| {
             let c = enc.rules().rule_type.index_of(&e.criterion).unwrap_or(0);
             let line = self.lines.get(e.row).copied().unwrap_or(0);
@@ -103,7 +102,7 @@ pub fn load_queries(rule_type: &RuleType, path: &Path) -> Result<QueryFile, Load
     }
     let mut q = QueryFile {
         ids: Vec::new(),
-        columns: vec![Vec::new(); n_crit],
+        columns: vec![StringColumn::default(); n_crit],
         lines: Vec::new(),
         field_of: col_of.iter().map(|&i| i as u64 + 1).collect(),
     };
@@ -119,7 +118,7 @@ pub fn load_queries(rule_type: &RuleType, path: &Path) -> Result<QueryFile, Load
         }
         q.ids.push(rec.fields[0].text.to_string());
         for (col, &i) in q.columns.iter_mut().zip(&col_of) {
-            col.push(rec.fields[i].text.trim().to_string());
+            col.push(rec.fields[i].text.trim());
         }
         q.lines.push(rec.line);
     }

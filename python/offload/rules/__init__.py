@@ -113,18 +113,40 @@ class MatchResult:
         return pa.table(cols)
 
 
-def _to_column(values: Any) -> list[str] | np.ndarray:
+Column = list[str] | np.ndarray | tuple[str, np.ndarray, np.ndarray]
+
+
+def _packed(arr: Any, name: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """An Arrow string array as ("packed", data bytes, int64 offsets): Arrow's large_string
+    layout, which the native encoder reads in place (no per-value Python objects)."""
+    import pyarrow as pa
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.null_count:
+        raise ValueError(f"query column {name} has {arr.null_count} null value(s); every query needs a value")
+    if not pa.types.is_large_string(arr.type):
+        arr = arr.cast(pa.large_string())
+    _, offsets_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return ("packed", data, offsets)
+
+
+def _to_column(values: Any, name: str) -> Column:
     """Turn one query column into what the native encoder takes: an int64 array (integers,
-    or day numbers for dates) or a list of str."""
-    if hasattr(values, "to_pylist") and not hasattr(values, "to_numpy"):
-        values = values.to_pylist()
-    elif hasattr(values, "to_numpy") and hasattr(values, "type"):  # pyarrow Array/ChunkedArray
+    or day numbers for dates), Arrow-style packed strings, or a list of str."""
+    if hasattr(values, "to_numpy") and hasattr(values, "type"):  # pyarrow Array/ChunkedArray
         import pyarrow as pa
 
         if pa.types.is_integer(values.type) or pa.types.is_date(values.type):
             values = values.to_numpy(zero_copy_only=False)
+        elif pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+            return _packed(values, name)
         else:
             values = values.to_pylist()
+    elif hasattr(values, "to_pylist"):
+        values = values.to_pylist()
     elif hasattr(values, "to_numpy"):  # pandas Series
         values = values.to_numpy()
     if isinstance(values, np.ndarray):
@@ -132,6 +154,13 @@ def _to_column(values: Any) -> list[str] | np.ndarray:
             return np.ascontiguousarray(values.astype("datetime64[D]").astype(np.int64))
         if np.issubdtype(values.dtype, np.integer):
             return np.ascontiguousarray(values.astype(np.int64))
+        if values.dtype.kind in "OU":
+            import pyarrow as pa
+
+            try:  # strings only: let Arrow pack them (C++), far cheaper than one object each
+                return _packed(pa.array(values, type=pa.large_string()), name)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                pass
         return [str(v) for v in values.tolist()]
     return [v if isinstance(v, str) else str(v) for v in values]
 
@@ -160,18 +189,18 @@ class CompiledRules:
     def stats(self) -> dict[str, Any]:
         return dict(json.loads(self._native.stats_json()))
 
-    def _columns(self, queries: Any) -> list[Any]:
+    def _columns(self, queries: Any) -> list[Column]:
         codes = self.rules.criterion_codes
         if isinstance(queries, Mapping) or hasattr(queries, "column_names") or hasattr(queries, "columns"):
             names = set(queries.column_names if hasattr(queries, "column_names") else list(queries.keys()))
             missing = [c for c in codes if c not in names]
             if missing:
                 raise ValueError(f"queries lack columns for criteria {', '.join(missing)}")
-            return [_to_column(queries[c]) for c in codes]
+            return [_to_column(queries[c], c) for c in codes]
         cols = list(queries)
         if len(cols) != len(codes):
             raise ValueError(f"expected {len(codes)} query columns (one per criterion), got {len(cols)}")
-        return [_to_column(c) for c in cols]
+        return [_to_column(col, c) for c, col in zip(codes, cols, strict=True)]
 
     def encode(self, queries: Any) -> np.ndarray:
         """Encode raw query columns (mapping / DataFrame / Table keyed by criterion code, or a
