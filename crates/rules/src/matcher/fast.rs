@@ -38,12 +38,12 @@ enum Lookup {
 
 #[derive(Debug, Clone, Copy)]
 enum Node {
-    /// Entries `start..start + len` (ranks in `leaf_rank`), in rank order. Only the leaf's
-    /// *active* criteria are stored and tested: `leaf_cols[cols..cols + ncols]`, with the
-    /// entries' bounds at `leaf_bounds[bounds..]`, `2 * ncols` per entry (lo, hi interleaved).
+    /// A leaf is one contiguous block of `leaf_data` at `start` (one or two cache lines for
+    /// typical leaves): its `ncols` *active* criteria, then `len` entries in rank order, each
+    /// `[rank, lo_0, hi_0, lo_1, hi_1, ...]` over the active criteria.
     /// A criterion is inactive when the path to the leaf split on it (every entry then holds
     /// the query's value or a wildcard there) or when every entry is a wildcard on it.
-    Leaf { start: u32, len: u32, min_rank: u32, cols: u32, ncols: u32, bounds: u32 },
+    Leaf { start: u32, len: u32, min_rank: u32, ncols: u32 },
     /// `wild` holds the rules with a wildcard on `crit`. With `copy_wild` they were also copied
     /// into every value child, so `wild` only serves values no rule of the node names;
     /// otherwise every query searches both its value child and `wild`.
@@ -64,9 +64,9 @@ pub struct FastMatcher {
     child_tab: Vec<u32>,
     keys: Vec<u32>,
     sparse_kids: Vec<u32>,
-    leaf_rank: Vec<u32>,
-    leaf_cols: Vec<u32>,
-    leaf_bounds: Vec<u32>,
+    leaf_data: Vec<u32>,
+    /// Rule copies held by all leaves.
+    leaf_entries: usize,
     /// Rule index of each rank.
     rule_of_rank: Vec<u32>,
     root: u32,
@@ -113,29 +113,30 @@ impl Builder<'_> {
     fn leaf(&mut self, set: &[u32], used: &[bool]) -> u32 {
         let w = self.rules.width;
         let rows: Vec<usize> = set.iter().map(|&k| self.m.rule_of_rank[k as usize] as usize * w).collect();
-        let active: Vec<usize> = (0..self.rules.n_criteria)
-            .filter(|&c| {
-                !used[c] && rows.iter().any(|&r| self.rules.lo[r + c] != 0 || self.rules.hi[r + c] != u32::MAX)
-            })
+        let specific =
+            |c: usize| rows.iter().filter(|&&r| self.rules.lo[r + c] != 0 || self.rules.hi[r + c] != u32::MAX).count();
+        let mut active: Vec<(usize, usize)> = (0..self.rules.n_criteria)
+            .filter(|&c| !used[c])
+            .map(|c| (specific(c), c))
+            .filter(|&(k, _)| k > 0)
             .collect();
-        let start = self.m.leaf_rank.len() as u32;
-        let cols = self.m.leaf_cols.len() as u32;
-        let bounds = self.m.leaf_bounds.len() as u32;
-        self.m.leaf_cols.extend(active.iter().map(|&c| c as u32));
+        // Most specific criteria first: they tend to reject a non-matching entry soonest.
+        active.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let start = self.m.leaf_data.len() as u32;
+        self.m.leaf_data.extend(active.iter().map(|&(_, c)| c as u32));
         for (&k, &r) in set.iter().zip(&rows) {
-            self.m.leaf_rank.push(k);
-            for &c in &active {
-                self.m.leaf_bounds.push(self.rules.lo[r + c]);
-                self.m.leaf_bounds.push(self.rules.hi[r + c]);
+            self.m.leaf_data.push(k);
+            for &(_, c) in &active {
+                self.m.leaf_data.push(self.rules.lo[r + c]);
+                self.m.leaf_data.push(self.rules.hi[r + c]);
             }
         }
+        self.m.leaf_entries += set.len();
         self.push(Node::Leaf {
             start,
             len: set.len() as u32,
             min_rank: set.first().copied().unwrap_or(NONE),
-            cols,
             ncols: active.len() as u32,
-            bounds,
         })
     }
 
@@ -340,9 +341,8 @@ impl FastMatcher {
                 child_tab: Vec::new(),
                 keys: Vec::new(),
                 sparse_kids: Vec::new(),
-                leaf_rank: Vec::new(),
-                leaf_cols: Vec::new(),
-                leaf_bounds: Vec::new(),
+                leaf_data: Vec::new(),
+                leaf_entries: 0,
                 rule_of_rank: order,
                 root: NONE,
                 partitions: None,
@@ -405,27 +405,21 @@ impl FastMatcher {
     /// Scans a leaf in rank order; stops at the first match or at a rank that cannot win.
     #[inline]
     fn scan_leaf(&self, leaf: Node, q: &[u32], best: &mut u32) {
-        let Node::Leaf { start, len, cols, ncols, bounds, .. } = leaf else { unreachable!("scan_leaf on a split") };
-        let nc = ncols as usize;
-        let cols = &self.leaf_cols[cols as usize..cols as usize + nc];
-        let entries = &self.leaf_bounds[bounds as usize..bounds as usize + 2 * nc * len as usize];
-        let ranks = &self.leaf_rank[start as usize..(start + len) as usize];
-        if nc == 0 {
-            // Every entry matches: the first one (smallest rank) wins.
-            if let Some(&k) = ranks.first() {
-                *best = (*best).min(k);
-            }
-            return;
-        }
-        // Most entries fail on their first or second active criterion (criteria are ordered
-        // most-specific first), so test column by column with early exit.
-        'entry: for (&k, e) in ranks.iter().zip(entries.chunks_exact(2 * nc)) {
+        let Node::Leaf { start, len, ncols, .. } = leaf else { unreachable!("scan_leaf on a split") };
+        let (start, nc) = (start as usize, ncols as usize);
+        let stride = 1 + 2 * nc;
+        let cols = &self.leaf_data[start..start + nc];
+        let entries = &self.leaf_data[start + nc..start + nc + stride * len as usize];
+        // Entries are in rank order, so the first match is the leaf's best; most entries fail
+        // on an early criterion, so each is tested column by column with early exit.
+        'entry: for e in entries.chunks_exact(stride) {
+            let k = e[0];
             if k >= *best {
                 return;
             }
             for (j, &c) in cols.iter().enumerate() {
                 let v = q[c as usize];
-                if v < e[2 * j] || v > e[2 * j + 1] {
+                if v < e[1 + 2 * j] || v > e[2 + 2 * j] {
                     continue 'entry;
                 }
             }
@@ -506,8 +500,7 @@ impl Matcher for FastMatcher {
     fn memory_bytes(&self) -> usize {
         self.nodes.len() * std::mem::size_of::<Node>()
             + (self.child_tab.len() + self.keys.len() + self.sparse_kids.len()) * 4
-            + (self.leaf_rank.len() + self.rule_of_rank.len()) * 4
-            + (self.leaf_cols.len() + self.leaf_bounds.len()) * 4
+            + (self.leaf_data.len() + self.rule_of_rank.len()) * 4
             + self.partitions.as_ref().map_or(0, |p| p.slots.len() * 16)
     }
     fn stats(&self) -> serde_json::Value {
@@ -524,8 +517,8 @@ impl Matcher for FastMatcher {
             "rules": n_rules,
             "nodes": self.nodes.len(),
             "leaves": leaves.len(),
-            "leaf_entries": self.leaf_rank.len(),
-            "copies_per_rule": self.leaf_rank.len() as f64 / n_rules.max(1) as f64,
+            "leaf_entries": self.leaf_entries,
+            "copies_per_rule": self.leaf_entries as f64 / n_rules.max(1) as f64,
             "max_leaf": leaves.iter().copied().max().unwrap_or(0),
             "mean_leaf": leaves.iter().map(|&x| x as f64).sum::<f64>() / leaves.len().max(1) as f64,
             "depth_max": self.depth_max,
