@@ -89,9 +89,9 @@ def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dic
             name,
             f"{m['compile_s'] * 1e3:.0f} ms",
             f"{m['memory_bytes'] / 1e6:.1f} MB",
-            f"{runs.get(1, 0) / 1e6:.2f} M/s",
-            f"{runs.get(2, 0) / 1e6:.2f} M/s",
-            f"{m['queries_per_s_1t_with_encode'] / 1e6:.2f} M/s",
+            bench.rate(runs.get(1, 0)),
+            bench.rate(runs.get(2, 0)),
+            bench.rate(m["queries_per_s_1t_with_encode"]),
         )
     console.print(t)
     matched = float(np.mean(fast_result.matched)) if len(fast_result) else 0.0
@@ -108,7 +108,8 @@ def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dic
         print_explanation(fast.explain([c[q] for c in cols]))
     result = {"synth": summary, "load_s": load_s, "bench": report, "matchers_agree": agree}
     (out / "demo.json").write_text(json.dumps(result, indent=2, default=str))
-    console.print(f"wrote {out / 'demo.json'}")
+    png = bench.plot(report, out / "rules-throughput.png")
+    console.print(f"wrote {out / 'demo.json'} and {png}")
     if not agree:
         raise SystemExit("matchers disagree")
     return result

@@ -24,6 +24,46 @@ from offload.rules import CompiledRules, RuleSet
 TARGET_SECONDS = 0.4
 
 
+def rate(qps: float) -> str:
+    """A throughput for people: 12.3 M/s, 45.6 k/s, 789 /s."""
+    if qps >= 1e6:
+        return f"{qps / 1e6:.2f} M/s"
+    if qps >= 1e3:
+        return f"{qps / 1e3:.1f} k/s"
+    return f"{qps:.0f} /s"
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    """Throughput against batch size, one line per matcher and thread count (log-log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, m in result["matchers"].items():
+        for th in sorted({r["threads"] for r in m["runs"]}):
+            runs = sorted((r for r in m["runs"] if r["threads"] == th), key=lambda r: r["batch"])
+            ax.plot(
+                [r["batch"] for r in runs],
+                [r["queries_per_s"] for r in runs],
+                marker="o",
+                linestyle="-" if th == 1 else "--",
+                label=f"{name}, {th} thread{'s' if th > 1 else ''}",
+            )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size (queries per call)")
+    ax.set_ylabel("queries / s (pre-encoded)")
+    ax.set_title(f"{result['rules']:,} rules, {result['queries']:,} queries — {result['machine']['cpu']}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
     cpu = platform.processor()

@@ -235,22 +235,23 @@ def bench(
             progress=lambda msg: bar.update(task, description=msg),
         )
     out.write_text(json.dumps(result, indent=2))
-    t = Table("matcher", "compile", "memory", "1 thread q/s", "with encode", "best q/s")
+    png = b.plot(result, out.with_suffix(".png"))
+    t = Table("matcher", "compile", "memory", "1 thread", "1 thread incl. encoding", "best")
     for name, m in result["matchers"].items():
         best = max(r["queries_per_s"] for r in m["runs"])
         t.add_row(
             name,
             f"{m['compile_s']:.2f} s",
             f"{m['memory_bytes'] / 1e6:.1f} MB",
-            f"{m['queries_per_s_1t'] / 1e6:.2f} M",
-            f"{m['queries_per_s_1t_with_encode'] / 1e6:.2f} M",
-            f"{best / 1e6:.2f} M",
+            b.rate(m["queries_per_s_1t"]),
+            b.rate(m["queries_per_s_1t_with_encode"]),
+            b.rate(best),
         )
     console.print(t)
     for k in ("fast_over_nfa", "fast_over_linear", "fast_2t_over_1t"):
         if k in result:
             console.print(f"{k}: {result[k]:.1f}x")
-    console.print(f"wrote {out}")
+    console.print(f"wrote {out} and {png}")
 
 
 def print_explanation(ex: dict[str, Any]) -> None:
