@@ -236,7 +236,10 @@ def bench(
         )
     out.write_text(json.dumps(result, indent=2))
     png = b.plot(result, out.with_suffix(".png"))
-    t = Table("matcher", "compile", "memory", "1 thread", "1 thread incl. encoding", "best")
+    ref = result["reference_batch"]
+    t = Table(
+        "matcher", "compile", "memory", f"1 thread, batch {ref}", "same, incl. encoding", "best configuration"
+    )
     for name, m in result["matchers"].items():
         best = max(r["queries_per_s"] for r in m["runs"])
         t.add_row(
