@@ -245,35 +245,7 @@ pub fn parse_rules(rule_type: &RuleType, path: &Path, text: &str) -> Result<Rule
         )
         .expected(format!("the last four columns to be {}", TRAILING.join(","))));
     }
-    let crit_cols = &names[LEADING.len()..n - TRAILING.len()];
-    let mut col_of = vec![usize::MAX; rule_type.criteria.len()];
-    for (k, name) in crit_cols.iter().enumerate() {
-        let i = LEADING.len() + k;
-        let Some(c) = rule_type.index_of(name) else {
-            return Err(LoadError::new(
-                ErrorKind::UnknownCriterion,
-                at(i),
-                format!("column {name:?} is not a criterion of rule type {}", rule_type.code),
-            )
-            .expected(format!(
-                "one of {}",
-                rule_type.criteria.iter().map(|c| c.code.as_str()).collect::<Vec<_>>().join(", ")
-            )));
-        };
-        if col_of[c] != usize::MAX {
-            return Err(LoadError::new(ErrorKind::DuplicateCriterion, at(i), format!("column {name} appears twice"))
-                .expected("each criterion once"));
-        }
-        col_of[c] = i;
-    }
-    if let Some(c) = col_of.iter().position(|&i| i == usize::MAX) {
-        return Err(LoadError::new(
-            ErrorKind::MissingColumn,
-            Location::at(path, header.line, 1),
-            format!("the header has no column for criterion {}", rule_type.criteria[c].code),
-        )
-        .expected("one column per criterion of the rule type"));
-    }
+    let col_of = rule_type.criterion_columns(path, &header, LEADING.len()..n - TRAILING.len())?;
     let (i_hour, i_invalid, i_minutes) = (n - 3, n - 2, n - 1);
 
     let mut builder = RuleSetBuilder::new(rule_type.clone(), path);

@@ -52,6 +52,49 @@ impl RuleType {
     pub fn index_of(&self, code: &str) -> Option<usize> {
         self.criteria.iter().position(|c| c.code == code)
     }
+
+    /// Maps the criterion columns `columns` of a CSV header to criteria: the result's `[c]` is
+    /// the field index holding criterion `c`. Every criterion must appear exactly once and
+    /// every column in `columns` must be a criterion. Shared by every CSV reader (rules in
+    /// both formats, queries) so they report header problems alike.
+    pub fn criterion_columns(
+        &self,
+        path: &Path,
+        header: &crate::csv::Record<'_>,
+        columns: std::ops::Range<usize>,
+    ) -> Result<Vec<usize>, LoadError> {
+        let mut col_of = vec![usize::MAX; self.criteria.len()];
+        for i in columns {
+            let f = &header.fields[i];
+            let name = f.text.trim();
+            let at = Location::at(path, header.line, f.column);
+            let Some(c) = self.index_of(name) else {
+                return Err(LoadError::new(
+                    ErrorKind::UnknownCriterion,
+                    at,
+                    format!("column {name:?} is not a criterion of rule type {}", self.code),
+                )
+                .expected(format!(
+                    "one of {}",
+                    self.criteria.iter().map(|c| c.code.as_str()).collect::<Vec<_>>().join(", ")
+                )));
+            };
+            if col_of[c] != usize::MAX {
+                return Err(LoadError::new(ErrorKind::DuplicateCriterion, at, format!("column {name} appears twice"))
+                    .expected("each criterion once"));
+            }
+            col_of[c] = i;
+        }
+        if let Some(c) = col_of.iter().position(|&i| i == usize::MAX) {
+            return Err(LoadError::new(
+                ErrorKind::MissingColumn,
+                Location::at(path, header.line, 1),
+                format!("the header has no column for criterion {}", self.criteria[c].code),
+            )
+            .expected("one column per criterion of the rule type"));
+        }
+        Ok(col_of)
+    }
 }
 
 /// Interns the distinct strings of an equality criterion. Code 0 is reserved: in a rule it is

@@ -154,33 +154,7 @@ pub fn parse_rules(rule_type: &RuleType, path: &Path, text: &str) -> Result<Rule
         )
         .expected("RULE_ID,<criterion codes>,CONTENT"));
     }
-    let mut col_of = vec![usize::MAX; rule_type.criteria.len()];
-    for (i, name) in names.iter().enumerate().take(n - 1).skip(1) {
-        let Some(c) = rule_type.index_of(name) else {
-            return Err(LoadError::new(
-                ErrorKind::UnknownCriterion,
-                at(i),
-                format!("column {name:?} is not a criterion of rule type {}", rule_type.code),
-            )
-            .expected(format!(
-                "one of {}",
-                rule_type.criteria.iter().map(|c| c.code.as_str()).collect::<Vec<_>>().join(", ")
-            )));
-        };
-        if col_of[c] != usize::MAX {
-            return Err(LoadError::new(ErrorKind::DuplicateCriterion, at(i), format!("column {name} appears twice"))
-                .expected("each criterion once"));
-        }
-        col_of[c] = i;
-    }
-    if let Some(c) = col_of.iter().position(|&i| i == usize::MAX) {
-        return Err(LoadError::new(
-            ErrorKind::MissingColumn,
-            Location::at(path, header.line, 1),
-            format!("the header has no column for criterion {}", rule_type.criteria[c].code),
-        )
-        .expected("one column per criterion of the rule type"));
-    }
+    let col_of = rule_type.criterion_columns(path, &header, 1..n - 1)?;
     let mut builder = RuleSetBuilder::new(rule_type.clone(), path);
     for rec in reader {
         let rec = rec?;

@@ -77,29 +77,7 @@ pub fn load_queries(rule_type: &RuleType, path: &Path) -> Result<QueryFile, Load
         .expected("QUERY_ID, then one column per criterion code"));
     }
     let n_crit = rule_type.criteria.len();
-    let mut col_of = vec![usize::MAX; n_crit];
-    for (i, name) in names.iter().enumerate().skip(1) {
-        let c = rule_type.index_of(name).ok_or_else(|| {
-            LoadError::new(
-                ErrorKind::UnknownCriterion,
-                Location::at(path, header.line, header.fields[i].column),
-                format!("column {name:?} is not a criterion of rule type {}", rule_type.code),
-            )
-            .expected(format!(
-                "one of {}",
-                rule_type.criteria.iter().map(|c| c.code.as_str()).collect::<Vec<_>>().join(", ")
-            ))
-        })?;
-        col_of[c] = i;
-    }
-    if let Some(c) = col_of.iter().position(|&i| i == usize::MAX) {
-        return Err(LoadError::new(
-            ErrorKind::MissingColumn,
-            Location::at(path, header.line, 1),
-            format!("no column for criterion {}", rule_type.criteria[c].code),
-        )
-        .expected("one column per criterion"));
-    }
+    let col_of = rule_type.criterion_columns(path, &header, 1..names.len())?;
     let mut q = QueryFile {
         ids: Vec::new(),
         columns: vec![StringColumn::default(); n_crit],
