@@ -178,6 +178,16 @@ impl<'a> Reader<'a> {
     }
 }
 
+impl<'a> Reader<'a> {
+    /// The first record, which every file of ours starts with; an empty file is an error.
+    pub fn header(&mut self) -> Result<Record<'a>, LoadError> {
+        self.read_record()?.ok_or_else(|| {
+            LoadError::new(ErrorKind::EmptyFile, Location::file(self.path), "the file is empty")
+                .expected("a header line")
+        })
+    }
+}
+
 impl<'a> Iterator for Reader<'a> {
     type Item = Result<Record<'a>, LoadError>;
     fn next(&mut self) -> Option<Self::Item> {

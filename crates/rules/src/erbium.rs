@@ -215,9 +215,7 @@ pub fn load_rules(rule_type: &RuleType, path: &Path) -> Result<RuleSet, LoadErro
 
 pub fn parse_rules(rule_type: &RuleType, path: &Path, text: &str) -> Result<RuleSet, LoadError> {
     let mut reader = Reader::new(path, text);
-    let header = reader.next().ok_or_else(|| {
-        LoadError::new(ErrorKind::EmptyFile, Location::file(path), "the file is empty").expected("a header line")
-    })??;
+    let header = reader.header()?;
     let names: Vec<&str> = header.fields.iter().map(|f| f.text.trim()).collect();
     let at = |i: usize| Location::at(path, header.line, header.fields[i].column);
     // Fixed leading and trailing columns, criteria in between (in any order, matched by code).

@@ -64,9 +64,7 @@ fn char_column(path: &Path, line: u64, field: usize) -> u64 {
 pub fn load_queries(rule_type: &RuleType, path: &Path) -> Result<QueryFile, LoadError> {
     let text = read_utf8(path)?;
     let mut reader = Reader::new(path, &text);
-    let header = reader.next().ok_or_else(|| {
-        LoadError::new(ErrorKind::EmptyFile, Location::file(path), "the file is empty").expected("a header line")
-    })??;
+    let header = reader.header()?;
     let names: Vec<&str> = header.fields.iter().map(|f| f.text.trim()).collect();
     if names.first() != Some(&"QUERY_ID") {
         return Err(LoadError::new(
