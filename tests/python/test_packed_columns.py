@@ -55,3 +55,15 @@ def test_null_query_values_are_refused(engine: rules.CompiledRules) -> None:
     q["APT"][2] = None
     with pytest.raises(ValueError, match="APT has 1 null"):
         engine.match(pa.table(q))
+
+
+def test_nfa_level_orders_answer_alike() -> None:
+    rs = rules.load(MINI / "ruletype.toml", MINI / "rules.csv")
+    q = queries(300)
+    expected = rules.compile(rs, "linear").match(q).rule
+    for order in rules.NFA_ORDERS:
+        eng = rules.compile(rs, f"nfa:{order}")
+        assert eng.stats()["order"] == order
+        assert np.array_equal(eng.match(q).rule, expected)
+    with pytest.raises(ValueError, match="unknown matcher"):
+        rules.compile(rs, "nfa:sideways")

@@ -304,7 +304,7 @@ fn eval_files(
             .map_err(|e| LoadError::new(rules::ErrorKind::Io, rules::Location::file(&out_csv), e.to_string()))?;
         let matched = answers.iter().filter(|&&a| a != rules::NO_MATCH).count();
         Ok(serde_json::json!({
-            "rules": rs.len(), "queries": q.len(), "matched": matched, "matcher": kind.as_str(),
+            "rules": rs.len(), "queries": q.len(), "matched": matched, "matcher": kind.to_string(),
             "threads": threads, "load_s": t_load, "compile_s": engine.compile_time.as_secs_f64(),
             "read_queries_s": t_read_q, "encode_s": t_encode, "match_s": t_match,
         }))

@@ -24,8 +24,26 @@ from offload import _native
 RuleError = _native.RuleError
 NO_MATCH = _native.NO_MATCH
 MATCHERS = ("linear", "nfa", "fast")
+NFA_ORDERS = ("given", "asc", "desc", "h2")
 
-__all__ = ["MATCHERS", "NO_MATCH", "CompiledRules", "MatchResult", "RuleError", "RuleSet", "compile", "load"]
+
+def is_matcher(name: str) -> bool:
+    """`linear`, `nfa`, `fast`, or `nfa:<order>` with a level order of NFA_ORDERS."""
+    return name in MATCHERS or (name.startswith("nfa:") and name[4:] in NFA_ORDERS)
+
+
+__all__ = [
+    "MATCHERS",
+    "NFA_ORDERS",
+    "NO_MATCH",
+    "CompiledRules",
+    "MatchResult",
+    "RuleError",
+    "RuleSet",
+    "compile",
+    "is_matcher",
+    "load",
+]
 
 
 class RuleSet:
@@ -169,8 +187,11 @@ class CompiledRules:
     """A rule set compiled for one matcher (``linear``, ``nfa`` or ``fast``)."""
 
     def __init__(self, rules: RuleSet, matcher: str = "fast") -> None:
-        if matcher not in MATCHERS:
-            raise ValueError(f"unknown matcher {matcher!r}; expected one of {', '.join(MATCHERS)}")
+        if not is_matcher(matcher):
+            raise ValueError(
+                f"unknown matcher {matcher!r}; expected one of {', '.join(MATCHERS)} "
+                f"or nfa:<{'|'.join(NFA_ORDERS)}>"
+            )
         self.rules = rules
         self._native = _native.CompiledRules(rules._native, matcher)
         self._contents = rules.contents

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from offload import _native
-from offload.rules import MATCHERS, CompiledRules, RuleError, RuleSet
+from offload.rules import MATCHERS, CompiledRules, RuleError, RuleSet, is_matcher
 
 app = typer.Typer(
     help="The business-rule engine (ERBIUM-style MCT rules): synth, check, compile, eval, bench, explain.",
@@ -142,7 +142,9 @@ def check(ruletype: RuleTypeOpt, rules: RulesOpt, json_out: JsonOpt = False) -> 
 def compile(
     ruletype: RuleTypeOpt,
     rules: RulesOpt,
-    matcher: Annotated[str, typer.Option(help="linear, nfa, fast or all.")] = "fast",
+    matcher: Annotated[
+        str, typer.Option(help="linear, nfa, fast, all, or nfa:<given|asc|desc|h2> (NFA level order).")
+    ] = "fast",
     json_out: JsonOpt = False,
 ) -> None:
     """Compile a rule set; report build time, memory (structure and process peak) and structure."""
@@ -152,8 +154,10 @@ def compile(
     names = MATCHERS if matcher == "all" else (matcher,)
     report: dict[str, Any] = {"rules": len(rs), "load_s": load_s, "matchers": {}}
     for name in names:
-        if name not in MATCHERS:
-            raise fail(f"unknown matcher {name!r}; expected {', '.join(MATCHERS)} or all")
+        if not is_matcher(name):
+            raise fail(
+                f"unknown matcher {name!r}; expected {', '.join(MATCHERS)}, nfa:<given|asc|desc|h2> or all"
+            )
         eng = CompiledRules(rs, name)
         report["matchers"][name] = {
             "compile_s": eng.compile_seconds,
@@ -180,13 +184,13 @@ def eval_(
     rules: RulesOpt,
     queries: Annotated[Path, typer.Option(help="Queries CSV: QUERY_ID, then one column per criterion.")],
     out: Annotated[Path, typer.Option(help="Answers CSV to write: QUERY_ID,RULE_ID,CONTENT.")],
-    matcher: Annotated[str, typer.Option(help="linear, nfa or fast.")] = "fast",
+    matcher: Annotated[str, typer.Option(help="linear, nfa, fast, or nfa:<given|asc|desc|h2>.")] = "fast",
     threads: Annotated[int, typer.Option(help="Matching threads.")] = 1,
     json_out: JsonOpt = False,
 ) -> None:
     """Answer every query of a CSV; RULE_ID and CONTENT are empty when no rule matches."""
-    if matcher not in MATCHERS:
-        raise fail(f"unknown matcher {matcher!r}; expected {', '.join(MATCHERS)}")
+    if not is_matcher(matcher):
+        raise fail(f"unknown matcher {matcher!r}; expected {', '.join(MATCHERS)} or nfa:<given|asc|desc|h2>")
     try:
         stats = json.loads(
             _native.eval_files(str(ruletype), str(rules), str(queries), str(out), matcher, threads)
@@ -260,7 +264,7 @@ def bench(
 def print_explanation(ex: dict[str, Any]) -> None:
     """Human-readable explanation of one answer."""
     q = ", ".join(f"{k}={v}" for k, v in ex["query"] if v != "")
-    console.print(f"[bold]query[/] {q}")
+    console.print(f"[bold]values[/] {q}")
     console.print(f"  {ex['matching_rules']} rule(s) match")
     for label, r in (("winner", ex["winner"]), ("runner-up", ex["runner_up"])):
         if r is None:

@@ -28,21 +28,32 @@ pub trait Matcher: Send + Sync {
     fn stats(&self) -> serde_json::Value;
 }
 
-/// Which matcher to build.
+/// Which matcher to build. Written `linear`, `fast`, `nfa`, or `nfa:<order>` with a level
+/// order of [`nfa::LevelOrder`] (`given`, `asc`, `desc`, `h2`; `nfa` alone is `nfa:h2`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatcherKind {
     Linear,
-    Nfa,
+    Nfa(nfa::LevelOrder),
     Fast,
 }
 
 impl MatcherKind {
-    pub const ALL: [MatcherKind; 3] = [MatcherKind::Linear, MatcherKind::Nfa, MatcherKind::Fast];
+    pub const ALL: [MatcherKind; 3] = [MatcherKind::Linear, MatcherKind::Nfa(nfa::LevelOrder::H2), MatcherKind::Fast];
+    /// The matcher family (`linear`, `nfa`, `fast`).
     pub fn as_str(self) -> &'static str {
         match self {
             MatcherKind::Linear => "linear",
-            MatcherKind::Nfa => "nfa",
+            MatcherKind::Nfa(_) => "nfa",
             MatcherKind::Fast => "fast",
+        }
+    }
+}
+
+impl std::fmt::Display for MatcherKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MatcherKind::Nfa(order) if *order != nfa::LevelOrder::default() => write!(f, "nfa:{}", order.as_str()),
+            other => f.write_str(other.as_str()),
         }
     }
 }
@@ -52,9 +63,14 @@ impl FromStr for MatcherKind {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "linear" => Ok(MatcherKind::Linear),
-            "nfa" => Ok(MatcherKind::Nfa),
+            "nfa" => Ok(MatcherKind::Nfa(nfa::LevelOrder::default())),
             "fast" => Ok(MatcherKind::Fast),
-            other => Err(format!("unknown matcher {other:?}; expected linear, nfa or fast")),
+            other => match other.strip_prefix("nfa:") {
+                Some(order) => order.parse().map(MatcherKind::Nfa),
+                None => {
+                    Err(format!("unknown matcher {other:?}; expected linear, fast, nfa or nfa:<given|asc|desc|h2>"))
+                }
+            },
         }
     }
 }
@@ -64,7 +80,7 @@ impl FromStr for MatcherKind {
 pub fn build(kind: MatcherKind, rules: &EncodedRules, cardinalities: &[usize]) -> Box<dyn Matcher> {
     match kind {
         MatcherKind::Linear => Box::new(linear::LinearMatcher::new(rules.clone())),
-        MatcherKind::Nfa => Box::new(nfa::NfaMatcher::new(rules, cardinalities, nfa::LevelOrder::default())),
+        MatcherKind::Nfa(order) => Box::new(nfa::NfaMatcher::new(rules, cardinalities, order)),
         MatcherKind::Fast => Box::new(fast::FastMatcher::new(rules, cardinalities)),
     }
 }
@@ -86,4 +102,20 @@ pub fn match_parallel(m: &dyn Matcher, queries: &[u32], out: &mut [u32], threads
             s.spawn(move || m.match_batch(q, o));
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matcher_names_round_trip() {
+        for name in ["linear", "fast", "nfa", "nfa:given", "nfa:asc", "nfa:desc"] {
+            let kind: MatcherKind = name.parse().unwrap();
+            assert_eq!(kind.to_string(), name);
+        }
+        assert_eq!("nfa:h2".parse::<MatcherKind>().unwrap().to_string(), "nfa");
+        assert!("nfa:sideways".parse::<MatcherKind>().is_err());
+        assert!("tree".parse::<MatcherKind>().unwrap_err().contains("expected linear, fast, nfa"));
+    }
 }
