@@ -346,6 +346,136 @@ fn time_encode(
     })
 }
 
+/// Serves a rule set over ZeroMQ until SIGINT/SIGTERM (`offload serve`); returns the counters.
+#[pyfunction]
+#[pyo3(signature = (rule_type, rules_csv, endpoints, workers = 2, engine_threads = 1, queue = 64, matcher = "fast"))]
+#[allow(clippy::too_many_arguments)]
+fn serve(
+    py: Python<'_>,
+    rule_type: PathBuf,
+    rules_csv: PathBuf,
+    endpoints: Vec<String>,
+    workers: usize,
+    engine_threads: usize,
+    queue: usize,
+    matcher: &str,
+) -> PyResult<Vec<(&'static str, u64)>> {
+    let kind = parse_kind(matcher)?;
+    let cfg = offload_serve::server::Config { endpoints, workers, engine_threads, queue };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    py.allow_threads(|| {
+        offload_serve::serve_files(&rule_type, &rules_csv, kind, &cfg, stop, |s| {
+            eprintln!(
+                "serving {} rules (version {}) on {} with {} worker(s)",
+                s.engine.rules().len(),
+                s.version,
+                cfg.endpoints.join(", "),
+                cfg.workers
+            )
+        })
+    })
+    .map_err(PyValueError::new_err)
+}
+
+/// Builds a request frame from raw query columns (one per criterion, rule-type order): each a
+/// list of str or `("packed", data uint8, offsets int64)`.
+#[pyfunction]
+fn encode_request<'py>(
+    py: Python<'py>,
+    request_id: u64,
+    deadline_us: u64,
+    stop_after: u32,
+    columns: &Bound<'py, PyList>,
+) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+    use offload_serve::protocol::{Payload, RawColumnOwned, Request};
+    let owned = extract_columns(columns)?;
+    let mut cols = Vec::with_capacity(owned.len());
+    let mut n: Option<usize> = None;
+    for c in &owned {
+        let mut col = RawColumnOwned { offsets: vec![0], data: Vec::new() };
+        let mut push = |v: &[u8]| -> PyResult<()> {
+            col.data.extend_from_slice(v);
+            let end = u32::try_from(col.data.len())
+                .map_err(|_| PyValueError::new_err("a column holds more than 4 GiB of text: split the request"))?;
+            col.offsets.push(end);
+            Ok(())
+        };
+        match c {
+            OwnedColumn::Str(v) => v.iter().try_for_each(|s| push(s.to_str()?.as_bytes()))?,
+            OwnedColumn::Int(a) => a.as_array().iter().try_for_each(|x| push(x.to_string().as_bytes()))?,
+            OwnedColumn::Packed(d, o) => {
+                let p = PackedStrings::new(
+                    d.as_slice().map_err(|_| PyValueError::new_err("string data must be contiguous"))?,
+                    o.as_slice().map_err(|_| PyValueError::new_err("offsets must be contiguous"))?,
+                )
+                .map_err(PyValueError::new_err)?;
+                (0..p.len()).try_for_each(|i| push(p.get(i).as_bytes()))?
+            }
+        }
+        let len = col.offsets.len() - 1;
+        if *n.get_or_insert(len) != len {
+            return Err(PyValueError::new_err("query columns have different lengths"));
+        }
+        cols.push(col);
+    }
+    let req =
+        Request { request_id, deadline_us, stop_after, n_queries: n.unwrap_or(0) as u32, payload: Payload::Raw(cols) };
+    Ok(pyo3::types::PyBytes::new(py, &offload_serve::protocol::encode_request(&req)))
+}
+
+/// Builds a request frame from pre-encoded rows (`CompiledRules.encode`) for rule-set version
+/// `encoding_version`.
+#[pyfunction]
+fn encode_request_codes<'py>(
+    py: Python<'py>,
+    request_id: u64,
+    deadline_us: u64,
+    stop_after: u32,
+    encoding_version: u64,
+    codes: PyReadonlyArray2<'py, u32>,
+) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+    use offload_serve::protocol::{Payload, Request};
+    let (n, w) = (codes.shape()[0], codes.shape()[1]);
+    let flat = codes.as_slice().map_err(|_| PyValueError::new_err("codes must be C-contiguous"))?.to_vec();
+    let req = Request {
+        request_id,
+        deadline_us,
+        stop_after,
+        n_queries: n as u32,
+        payload: Payload::Encoded { encoding_version, width: w as u16, codes: flat },
+    };
+    Ok(pyo3::types::PyBytes::new(py, &offload_serve::protocol::encode_request(&req)))
+}
+
+/// Decodes a reply frame: (request_id, status, ruleset_version, rule u32[], content i64[],
+/// {stage: ns}, message).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn decode_reply<'py>(
+    py: Python<'py>,
+    frame: &[u8],
+) -> PyResult<(u64, String, u64, Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<i64>>, Vec<(String, u64)>, String)> {
+    use offload_serve::protocol::Stage;
+    let r = offload_serve::protocol::decode_reply(frame).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let stages = r
+        .stages_ns
+        .iter()
+        .map(|&(s, ns)| {
+            let name = Stage::ALL.iter().find(|x| **x as u8 == s).map_or("unknown", |x| x.name());
+            (name.to_string(), ns)
+        })
+        .collect();
+    Ok((
+        r.request_id,
+        format!("{:?}", r.status),
+        r.ruleset_version,
+        r.rule.into_pyarray(py),
+        r.content.into_pyarray(py),
+        stages,
+        r.message,
+    ))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -356,5 +486,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_queries, m)?)?;
     m.add_function(wrap_pyfunction!(eval_files, m)?)?;
     m.add_function(wrap_pyfunction!(time_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(serve, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_request, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_request_codes, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_reply, m)?)?;
     Ok(())
 }

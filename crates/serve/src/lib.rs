@@ -1,0 +1,28 @@
+//! offload-serve: the rule engine as a ZeroMQ microservice. See docs/serve-protocol.md.
+
+pub mod protocol;
+pub mod server;
+
+use offload_rules::{Engine, MatcherKind};
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// Loads and compiles a rule set and serves it until SIGINT/SIGTERM (or `stop`) — what both
+/// `offload serve` and the `offload-serve` binary run.
+pub fn serve_files(
+    rule_type: &Path,
+    rules: &Path,
+    matcher: MatcherKind,
+    cfg: &server::Config,
+    stop: Arc<AtomicBool>,
+    ready: impl FnOnce(&server::Served),
+) -> Result<Vec<(&'static str, u64)>, String> {
+    let rs = offload_rules::load(rule_type, rules).map_err(|e| e.to_string())?;
+    let served = Arc::new(server::Served { engine: Engine::compile(Arc::new(rs), matcher), version: 1 });
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signal handler: {e}"))?;
+    }
+    ready(&served);
+    server::run(served, cfg, stop).map(|c| c.snapshot())
+}

@@ -1,0 +1,390 @@
+//! The wire protocol, version 1 — its one definition (docs/serve-protocol.md describes it for
+//! people; the Python client calls these functions through `offload._native`).
+//!
+//! Every message is one ZeroMQ frame (after the ROUTER envelope), little-endian throughout.
+//!
+//! Request:
+//! ```text
+//! magic "OFQ1" | request_id u64 | deadline_us u64 (µs since the Unix epoch, 0 = none)
+//! | stop_after u32 (valid answers wanted, 0 = all) | n_queries u32 | layout u8
+//! | layout 0 (raw):     n_columns u16, then per column: offsets (n_queries + 1) × u32, bytes
+//! | layout 1 (encoded): encoding_version u64, width u16, then n_queries × width × u32
+//! ```
+//! Reply:
+//! ```text
+//! magic "OFR1" | request_id u64 | status u8 | ruleset_version u64 | n u32
+//! | rule n × u32 (u32::MAX = no match) | content n × i64 | n_stages u8, (stage u8, ns u64) × n_stages
+//! | message_len u32, message (UTF-8; why, when status is not Ok)
+//! ```
+
+use std::fmt;
+
+pub const REQUEST_MAGIC: &[u8; 4] = b"OFQ1";
+pub const REPLY_MAGIC: &[u8; 4] = b"OFR1";
+
+/// How a request's queries are laid out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// One column of raw text per criterion (rule-type order): `offsets[i]..offsets[i + 1]`
+    /// of `data` is query `i`'s value.
+    Raw(Vec<RawColumnOwned>),
+    /// Rows already encoded against the rule set whose encoding version is given.
+    Encoded { encoding_version: u64, width: u16, codes: Vec<u32> },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawColumnOwned {
+    pub offsets: Vec<u32>,
+    pub data: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub request_id: u64,
+    pub deadline_us: u64,
+    pub stop_after: u32,
+    pub n_queries: u32,
+    pub payload: Payload,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Status {
+    Ok = 0,
+    /// The queue is full: nothing was done; try again or elsewhere.
+    Busy = 1,
+    /// The deadline passed before the request was executed.
+    DeadlineExceeded = 2,
+    /// The frame could not be decoded.
+    Malformed = 3,
+    /// A query value could not be encoded, or another request error.
+    BadRequest = 4,
+    /// The server is shutting down and did not take the request.
+    ShuttingDown = 5,
+}
+
+impl Status {
+    fn from_u8(v: u8) -> Option<Status> {
+        Some(match v {
+            0 => Status::Ok,
+            1 => Status::Busy,
+            2 => Status::DeadlineExceeded,
+            3 => Status::Malformed,
+            4 => Status::BadRequest,
+            5 => Status::ShuttingDown,
+            _ => return None,
+        })
+    }
+}
+
+/// Pipeline stages timed in a reply (ns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Stage {
+    /// From the broker receiving the frame to a worker taking it.
+    Queue = 0,
+    /// Decoding the frame and encoding raw values.
+    Encode = 1,
+    /// The matcher.
+    Match = 2,
+    /// Building the reply.
+    Reply = 3,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 4] = [Stage::Queue, Stage::Encode, Stage::Match, Stage::Reply];
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Queue => "queue",
+            Stage::Encode => "encode",
+            Stage::Match => "match",
+            Stage::Reply => "reply",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub request_id: u64,
+    pub status: Status,
+    pub ruleset_version: u64,
+    pub rule: Vec<u32>,
+    pub content: Vec<i64>,
+    pub stages_ns: Vec<(u8, u64)>,
+    pub message: String,
+}
+
+impl Reply {
+    pub fn status_only(request_id: u64, status: Status, ruleset_version: u64, message: impl Into<String>) -> Reply {
+        Reply {
+            request_id,
+            status,
+            ruleset_version,
+            rule: Vec::new(),
+            content: Vec::new(),
+            stages_ns: Vec::new(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Why a frame could not be decoded, with the byte offset where it went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    pub offset: usize,
+    pub what: String,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "malformed frame at byte {}: {}", self.offset, self.what)
+    }
+}
+impl std::error::Error for DecodeError {}
+
+/// A bounds-checked little-endian reader: every read either succeeds or says where it failed.
+struct Cursor<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn err(&self, what: impl Into<String>) -> DecodeError {
+        DecodeError { offset: self.at, what: what.into() }
+    }
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], DecodeError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or_else(|| {
+            self.err(format!("{what}: needs {n} bytes, {} left", self.b.len().saturating_sub(self.at)))
+        })?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self, what: &str) -> Result<u8, DecodeError> {
+        Ok(self.take(1, what)?[0])
+    }
+    fn u16(&mut self, what: &str) -> Result<u16, DecodeError> {
+        Ok(u16::from_le_bytes(self.take(2, what)?.try_into().expect("2 bytes")))
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().expect("4 bytes")))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().expect("8 bytes")))
+    }
+    fn u32s(&mut self, n: usize, what: &str) -> Result<Vec<u32>, DecodeError> {
+        let bytes = self.take(n.checked_mul(4).ok_or_else(|| self.err(format!("{what}: count overflows")))?, what)?;
+        Ok(bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
+    }
+    fn done(&self) -> Result<(), DecodeError> {
+        if self.at == self.b.len() {
+            Ok(())
+        } else {
+            Err(self.err(format!("{} trailing bytes", self.b.len() - self.at)))
+        }
+    }
+}
+
+/// The request id of a frame, if it has one: the broker answers even undecodable frames with
+/// the id they claim.
+pub fn peek_request_id(frame: &[u8]) -> u64 {
+    if frame.len() >= 12 && &frame[..4] == REQUEST_MAGIC {
+        u64::from_le_bytes(frame[4..12].try_into().expect("8 bytes"))
+    } else {
+        0
+    }
+}
+
+/// The deadline of a frame (0 = none or undecodable), read without decoding the payload.
+pub fn peek_deadline_us(frame: &[u8]) -> u64 {
+    if frame.len() >= 20 && &frame[..4] == REQUEST_MAGIC {
+        u64::from_le_bytes(frame[12..20].try_into().expect("8 bytes"))
+    } else {
+        0
+    }
+}
+
+pub fn encode_request(r: &Request) -> Vec<u8> {
+    let mut b = Vec::with_capacity(64);
+    b.extend_from_slice(REQUEST_MAGIC);
+    b.extend_from_slice(&r.request_id.to_le_bytes());
+    b.extend_from_slice(&r.deadline_us.to_le_bytes());
+    b.extend_from_slice(&r.stop_after.to_le_bytes());
+    b.extend_from_slice(&r.n_queries.to_le_bytes());
+    match &r.payload {
+        Payload::Raw(cols) => {
+            b.push(0);
+            b.extend_from_slice(&(cols.len() as u16).to_le_bytes());
+            for c in cols {
+                c.offsets.iter().for_each(|o| b.extend_from_slice(&o.to_le_bytes()));
+                b.extend_from_slice(&c.data);
+            }
+        }
+        Payload::Encoded { encoding_version, width, codes } => {
+            b.push(1);
+            b.extend_from_slice(&encoding_version.to_le_bytes());
+            b.extend_from_slice(&width.to_le_bytes());
+            codes.iter().for_each(|c| b.extend_from_slice(&c.to_le_bytes()));
+        }
+    }
+    b
+}
+
+pub fn decode_request(frame: &[u8]) -> Result<Request, DecodeError> {
+    let mut c = Cursor { b: frame, at: 0 };
+    if c.take(4, "magic")? != REQUEST_MAGIC {
+        return Err(DecodeError { offset: 0, what: "not an offload request (magic is not OFQ1)".into() });
+    }
+    let request_id = c.u64("request_id")?;
+    let deadline_us = c.u64("deadline_us")?;
+    let stop_after = c.u32("stop_after")?;
+    let n_queries = c.u32("n_queries")?;
+    let n = n_queries as usize;
+    let payload = match c.u8("layout")? {
+        0 => {
+            let n_cols = c.u16("n_columns")? as usize;
+            let mut cols = Vec::with_capacity(n_cols);
+            for k in 0..n_cols {
+                let offsets = c.u32s(n + 1, &format!("offsets of column {k}"))?;
+                if offsets[0] != 0 || offsets.windows(2).any(|w| w[1] < w[0]) {
+                    return Err(c.err(format!("offsets of column {k} must start at 0 and not decrease")));
+                }
+                let data = c.take(offsets[n] as usize, &format!("bytes of column {k}"))?.to_vec();
+                if std::str::from_utf8(&data).is_err() {
+                    return Err(c.err(format!("column {k} is not UTF-8")));
+                }
+                cols.push(RawColumnOwned { offsets, data });
+            }
+            Payload::Raw(cols)
+        }
+        1 => {
+            let encoding_version = c.u64("encoding_version")?;
+            let width = c.u16("width")?;
+            let codes = c.u32s(n.checked_mul(width as usize).ok_or_else(|| c.err("size overflows"))?, "codes")?;
+            Payload::Encoded { encoding_version, width, codes }
+        }
+        other => return Err(c.err(format!("unknown layout {other}; expected 0 (raw) or 1 (encoded)"))),
+    };
+    c.done()?;
+    Ok(Request { request_id, deadline_us, stop_after, n_queries, payload })
+}
+
+pub fn encode_reply(r: &Reply) -> Vec<u8> {
+    let n = r.rule.len();
+    let mut b = Vec::with_capacity(40 + n * 12 + r.message.len());
+    b.extend_from_slice(REPLY_MAGIC);
+    b.extend_from_slice(&r.request_id.to_le_bytes());
+    b.push(r.status as u8);
+    b.extend_from_slice(&r.ruleset_version.to_le_bytes());
+    b.extend_from_slice(&(n as u32).to_le_bytes());
+    r.rule.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+    r.content.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+    b.push(r.stages_ns.len() as u8);
+    for &(s, ns) in &r.stages_ns {
+        b.push(s);
+        b.extend_from_slice(&ns.to_le_bytes());
+    }
+    b.extend_from_slice(&(r.message.len() as u32).to_le_bytes());
+    b.extend_from_slice(r.message.as_bytes());
+    b
+}
+
+pub fn decode_reply(frame: &[u8]) -> Result<Reply, DecodeError> {
+    let mut c = Cursor { b: frame, at: 0 };
+    if c.take(4, "magic")? != REPLY_MAGIC {
+        return Err(DecodeError { offset: 0, what: "not an offload reply (magic is not OFR1)".into() });
+    }
+    let request_id = c.u64("request_id")?;
+    let status = Status::from_u8(c.u8("status")?).ok_or_else(|| c.err("unknown status"))?;
+    let ruleset_version = c.u64("ruleset_version")?;
+    let n = c.u32("n")? as usize;
+    let rule = c.u32s(n, "rule")?;
+    let content = c
+        .take(n.checked_mul(8).ok_or_else(|| c.err("size overflows"))?, "content")?
+        .chunks_exact(8)
+        .map(|x| i64::from_le_bytes(x.try_into().expect("8 bytes")))
+        .collect();
+    let n_stages = c.u8("n_stages")? as usize;
+    let mut stages_ns = Vec::with_capacity(n_stages);
+    for _ in 0..n_stages {
+        stages_ns.push((c.u8("stage")?, c.u64("stage ns")?));
+    }
+    let len = c.u32("message_len")? as usize;
+    let message = String::from_utf8(c.take(len, "message")?.to_vec()).map_err(|_| c.err("message is not UTF-8"))?;
+    c.done()?;
+    Ok(Reply { request_id, status, ruleset_version, rule, content, stages_ns, message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn raw(values: &[&[&str]]) -> Payload {
+        Payload::Raw(
+            values
+                .iter()
+                .map(|col| {
+                    let mut offsets = vec![0u32];
+                    let mut data = Vec::new();
+                    for v in col.iter() {
+                        data.extend_from_slice(v.as_bytes());
+                        offsets.push(data.len() as u32);
+                    }
+                    RawColumnOwned { offsets, data }
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn request_and_reply_round_trip() {
+        let r = Request {
+            request_id: 7,
+            deadline_us: 123,
+            stop_after: 2,
+            n_queries: 2,
+            payload: raw(&[&["DD", "II"], &["ZRH", "Zürich"]]),
+        };
+        assert_eq!(decode_request(&encode_request(&r)).unwrap(), r);
+        let e = Request {
+            payload: Payload::Encoded { encoding_version: 9, width: 8, codes: (0..16).collect() },
+            ..r.clone()
+        };
+        assert_eq!(decode_request(&encode_request(&e)).unwrap(), e);
+        let rep = Reply {
+            request_id: 7,
+            status: Status::Ok,
+            ruleset_version: 3,
+            rule: vec![1, u32::MAX],
+            content: vec![45, 0],
+            stages_ns: vec![(0, 10), (2, 99)],
+            message: String::new(),
+        };
+        assert_eq!(decode_reply(&encode_reply(&rep)).unwrap(), rep);
+    }
+
+    #[test]
+    fn truncated_and_garbage_frames_are_errors_with_offsets() {
+        let r = Request { request_id: 1, deadline_us: 0, stop_after: 0, n_queries: 1, payload: raw(&[&["DD"]]) };
+        let f = encode_request(&r);
+        for cut in 0..f.len() {
+            assert!(decode_request(&f[..cut]).is_err(), "prefix of {cut} bytes decoded");
+        }
+        let mut longer = f.clone();
+        longer.push(0);
+        assert!(decode_request(&longer).unwrap_err().what.contains("trailing"));
+        assert_eq!(decode_request(b"GET / HTTP/1.1").unwrap_err().offset, 0);
+    }
+
+    proptest! {
+        /// The decoder never panics, whatever the bytes (the broker feeds it untrusted frames).
+        #[test]
+        fn decoder_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..200), prefix in any::<bool>()) {
+            let mut f = if prefix { REQUEST_MAGIC.to_vec() } else { Vec::new() };
+            f.extend_from_slice(&bytes);
+            let _ = decode_request(&f);
+            let _ = decode_reply(&f);
+        }
+    }
+}

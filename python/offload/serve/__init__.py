@@ -1,0 +1,145 @@
+"""The rule engine as a service: a client for the ZeroMQ daemon (`offload serve`).
+
+>>> from offload.serve import Client
+>>> with Client("tcp://127.0.0.1:5555", criteria=rs.criterion_codes) as c:
+...     reply = c.match({"CTN_TYPE": ["II"], ...}, deadline_s=0.05)
+>>> reply.status, reply.rule, reply.content, reply.stages
+
+Frames are built and parsed by the same Rust code the daemon uses (one protocol definition,
+docs/serve-protocol.md); this module only moves bytes with pyzmq.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import zmq
+
+from offload import _native
+from offload.rules import NO_MATCH, _to_column
+
+__all__ = ["Client", "ServeError", "ServeReply"]
+
+
+class ServeError(RuntimeError):
+    """The service did not answer in time, or answered with something unreadable."""
+
+
+@dataclass(frozen=True)
+class ServeReply:
+    """One reply. ``status`` is ``Ok``, ``Busy``, ``DeadlineExceeded``, ``Malformed``,
+    ``BadRequest`` or ``ShuttingDown``; ``rule`` is -1 where nothing matched. With
+    ``stop_after``, fewer answers than queries come back (the rest were not evaluated)."""
+
+    request_id: int
+    status: str
+    version: int
+    rule: np.ndarray
+    content: np.ndarray
+    stages_ns: dict[str, int] = field(default_factory=dict)
+    message: str = ""
+    round_trip_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "Ok"
+
+    @property
+    def matched(self) -> np.ndarray:
+        return self.rule >= 0
+
+
+class Client:
+    """A synchronous client (one request in flight). ZeroMQ reconnects by itself, so a client
+    survives a daemon restart; a reply that does not come within ``timeout_s`` raises
+    :class:`ServeError` and a late one is discarded by its request id."""
+
+    def __init__(
+        self,
+        endpoint: str = "tcp://127.0.0.1:5555",
+        criteria: Sequence[str] | None = None,
+        timeout_s: float = 10.0,
+        context: zmq.Context[Any] | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.criteria = list(criteria) if criteria is not None else None
+        self.timeout_s = timeout_s
+        self._ctx = context or zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(endpoint)
+        self._ids = itertools.count(1)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close(linger=0)
+
+    def _columns(self, queries: Any) -> list[Any]:
+        if isinstance(queries, Mapping) or hasattr(queries, "column_names") or hasattr(queries, "columns"):
+            if self.criteria is None:
+                raise ValueError("give Client(criteria=...) to send queries keyed by criterion code")
+            return [_to_column(queries[c], c) for c in self.criteria]
+        return [_to_column(col, str(i)) for i, col in enumerate(queries)]
+
+    def send_frame(self, frame: bytes) -> None:
+        """Sends a raw frame (for tests and tools); read the answer with :meth:`receive`."""
+        self._sock.send(frame)
+
+    def receive(self, request_id: int | None = None, started: float | None = None) -> ServeReply:
+        """Waits for the reply to ``request_id`` (any reply when None)."""
+        t0 = started if started is not None else time.perf_counter()
+        deadline = t0 + self.timeout_s
+        while True:
+            left = deadline - time.perf_counter()
+            if left <= 0 or not self._sock.poll(int(left * 1000) + 1):
+                raise ServeError(f"no reply from {self.endpoint} within {self.timeout_s} s")
+            rid, status, version, rule, content, stages, message = _native.decode_reply(self._sock.recv())
+            if request_id is not None and rid != request_id:
+                continue  # a late reply to an earlier request that timed out
+            rule = np.asarray(rule)
+            return ServeReply(
+                request_id=rid,
+                status=status,
+                version=version,
+                rule=np.where(rule == NO_MATCH, -1, rule.astype(np.int64)),
+                content=np.asarray(content),
+                stages_ns=dict(stages),
+                message=message,
+                round_trip_s=time.perf_counter() - t0,
+            )
+
+    def request_frame(
+        self, queries: Any, deadline_s: float | None = None, stop_after: int = 0
+    ) -> tuple[int, bytes]:
+        """(request id, frame) for raw query columns, or for a uint32 array from
+        ``CompiledRules.encode`` (then ``encoding_version`` must be the server's version, 1)."""
+        rid = next(self._ids)
+        deadline_us = int((time.time() + deadline_s) * 1e6) if deadline_s is not None else 0
+        if isinstance(queries, np.ndarray) and queries.dtype == np.uint32 and queries.ndim == 2:
+            codes = np.ascontiguousarray(queries)
+            frame = _native.encode_request_codes(rid, deadline_us, stop_after, 1, codes)
+        else:
+            frame = _native.encode_request(rid, deadline_us, stop_after, self._columns(queries))
+        return rid, bytes(frame)
+
+    def match(self, queries: Any, deadline_s: float | None = None, stop_after: int = 0) -> ServeReply:
+        """Sends one request and waits for its reply. ``deadline_s``: relative deadline after
+        which the server answers DeadlineExceeded instead of executing; ``stop_after``: stop
+        once that many queries have matched (related-query batching with early stop)."""
+        t0 = time.perf_counter()
+        rid, frame = self.request_frame(queries, deadline_s, stop_after)
+        self._sock.send(frame)
+        return self.receive(rid, t0)

@@ -1,0 +1,173 @@
+"""The daemon on loopback (IPC), driven by real ZeroMQ clients: answers equal the in-process
+matcher, overload gets "busy" (and nothing accepted is lost), deadlines, malformed frames, a
+client that vanishes mid-request, graceful shutdown. Every wait is bounded."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+
+from offload import rules
+from offload.rules.bench import load_query_columns
+from offload.rules.synth import synth
+from offload.serve import Client
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    d = tmp_path_factory.mktemp("serve-data")
+    summary = synth(d, n_rules=3_000, n_requests=40, seed=5)
+    rs = rules.load(d / "ruletype.xml", d / "rules.csv")
+    _, cols = load_query_columns(rs, d / "queries.csv", limit=6_000)
+    return {"dir": d, "rs": rs, "cols": cols, "summary": summary}
+
+
+def start(data: dict[str, object], tmp: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    d = data["dir"]
+    assert isinstance(d, Path)
+    endpoint = f"ipc://{tmp}/offload-{os.getpid()}-{time.monotonic_ns()}.sock"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "offload.cli", "serve", "--ruletype", str(d / "ruletype.xml"),
+         "--rules", str(d / "rules.csv"), "--endpoint", endpoint, *extra],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], 0.5)
+        if ready and "serving" in proc.stderr.readline():
+            return proc, endpoint
+        assert proc.poll() is None, "server exited during start-up"
+    proc.kill()
+    raise AssertionError("server did not start within 30 s")
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 0, err
+    return err
+
+
+@pytest.fixture
+def server(data: dict[str, object], tmp_path: Path) -> Iterator[str]:
+    proc, endpoint = start(data, tmp_path, "--workers", "2")
+    yield endpoint
+    stop(proc)
+
+
+def columns(data: dict[str, object], lo: int, hi: int) -> list[list[str]]:
+    cols = data["cols"]
+    assert isinstance(cols, list)
+    return [c[lo:hi] for c in cols]
+
+
+def test_answers_equal_the_in_process_matcher(data: dict[str, object], server: str) -> None:
+    rs = data["rs"]
+    assert isinstance(rs, rules.RuleSet)
+    local = rules.compile(rs, "fast")
+    rng = np.random.default_rng(1)
+    with Client(server, timeout_s=20) as c:
+        lo = 0
+        for size in [1, 0, 7, 64, 500, 1_500]:
+            q = columns(data, lo, lo + size)
+            expected = local.match(q)
+            got = c.match(q)
+            assert got.ok and got.version == 1, got.message
+            assert np.array_equal(got.rule, expected.rule) and np.array_equal(got.content, expected.content)
+            assert set(got.stages_ns) == {"queue", "encode", "match", "reply"}
+            # pre-encoded queries give the same answers
+            if size:
+                enc = c.match(local.encode(q))
+                assert enc.ok and np.array_equal(enc.rule, expected.rule)
+            lo += size + int(rng.integers(0, 50))
+
+
+def test_early_stop_evaluates_a_prefix(data: dict[str, object], server: str) -> None:
+    q = columns(data, 0, 2_000)
+    with Client(server, timeout_s=20) as c:
+        full = c.match(q)
+        part = c.match(q, stop_after=10)
+    assert part.ok and 10 <= int(part.matched.sum()) and len(part.rule) < len(full.rule)
+    assert np.array_equal(part.rule, full.rule[: len(part.rule)])
+
+
+def test_deadlines_and_malformed_frames(data: dict[str, object], server: str) -> None:
+    q = columns(data, 0, 10)
+    with Client(server, timeout_s=20) as c:
+        late = c.match(q, deadline_s=-0.001)
+        assert late.status == "DeadlineExceeded" and len(late.rule) == 0
+        for junk in [b"", b"OFQ1", b"hello", b"OFQ1" + bytes(40), os.urandom(300)]:
+            c.send_frame(junk)
+            assert c.receive().status == "Malformed"
+        assert c.match(q, deadline_s=5).ok  # still serving
+
+
+def test_overload_gets_busy_and_loses_nothing(data: dict[str, object], tmp_path: Path) -> None:
+    proc, endpoint = start(data, tmp_path, "--workers", "1", "--queue", "1", "--matcher", "linear")
+    try:
+        rs = data["rs"]
+        assert isinstance(rs, rules.RuleSet)
+        q = columns(data, 0, 300)
+        expected = rules.compile(rs, "fast").match(q).rule
+        with Client(endpoint, timeout_s=60) as c:
+            frames = [c.request_frame(q)[1] for _ in range(30)]
+            for f in frames:  # 30 requests at once against a queue of one
+                c.send_frame(f)
+            replies = [c.receive() for _ in frames]  # every request is answered
+        statuses = [r.status for r in replies]
+        assert set(statuses) <= {"Ok", "Busy"} and statuses.count("Busy") > 0 and statuses.count("Ok") > 0
+        assert sorted(r.request_id for r in replies) == sorted(range(1, 31))
+        for r in replies:
+            if r.ok:
+                assert np.array_equal(r.rule, expected)
+    finally:
+        stop(proc)
+
+
+def test_client_killed_mid_request(data: dict[str, object], server: str) -> None:
+    d = data["dir"]
+    code = (
+        "import sys, zmq; from offload.serve import Client; from offload import rules\n"
+        "from offload.rules.bench import load_query_columns\n"
+        f"rs = rules.load({str(d / 'ruletype.xml')!r}, {str(d / 'rules.csv')!r})\n"
+        f"_, cols = load_query_columns(rs, {str(d / 'queries.csv')!r}, limit=5000)\n"
+        f"c = Client({server!r}); c.send_frame(c.request_frame(cols)[1]); sys.exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    with Client(server, timeout_s=20) as c:
+        assert c.match(columns(data, 0, 5)).ok
+
+
+def test_graceful_shutdown_answers_what_it_accepted(data: dict[str, object], tmp_path: Path) -> None:
+    proc, endpoint = start(data, tmp_path, "--workers", "1", "--queue", "16", "--matcher", "nfa")
+    q = columns(data, 0, 2_000)
+    with Client(endpoint, timeout_s=30) as c:
+        frames = [c.request_frame(q)[1] for _ in range(8)]
+        for f in frames:
+            c.send_frame(f)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        replies = [c.receive() for _ in frames]
+    assert {r.status for r in replies} <= {"Ok", "ShuttingDown", "Busy"}
+    assert any(r.ok for r in replies)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "stopped" in err
+
+
+def test_zmq_is_the_real_library() -> None:
+    assert zmq.zmq_version_info() >= (4, 0)
