@@ -171,3 +171,51 @@ def test_graceful_shutdown_answers_what_it_accepted(data: dict[str, object], tmp
 
 def test_zmq_is_the_real_library() -> None:
     assert zmq.zmq_version_info() >= (4, 0)
+
+
+def test_reload_under_load_gives_no_wrong_or_mixed_answers(data: dict[str, object], tmp_path: Path) -> None:
+    import threading
+
+    from offload.serve.cli import control_request
+
+    d = data["dir"]
+    assert isinstance(d, Path)
+    new = tmp_path / "v2"
+    synth(new, n_rules=3_000, n_requests=1, seed=99)  # a different rule set
+    rs1, rs2 = data["rs"], rules.load(new / "ruletype.xml", new / "rules.csv")
+    assert isinstance(rs1, rules.RuleSet)
+    control = f"ipc://{tmp_path}/control.sock"
+    proc, endpoint = start(data, tmp_path, "--workers", "2", "--control", control)
+    try:
+        q = columns(data, 0, 400)
+        expected = {1: rules.compile(rs1).match(q).rule, 2: rules.compile(rs2).match(q).rule}
+        assert not np.array_equal(expected[1], expected[2])
+        seen: list[tuple[str, int, bool, float]] = []
+        done = threading.Event()
+
+        def load() -> None:
+            with Client(endpoint, timeout_s=30) as c:
+                for _ in range(2_000):  # bounded; stops soon after the reload
+                    r = c.match(q)
+                    right = bool(np.array_equal(r.rule, expected.get(r.version)))
+                    seen.append((r.status, r.version, right, r.round_trip_s))
+                    if done.is_set() and r.version == 2 and len(seen) > 20:
+                        break
+
+        t = threading.Thread(target=load)
+        t.start()
+        time.sleep(0.3)
+        answer = control_request(control, f"reload\n{new / 'ruletype.xml'}\n{new / 'rules.csv'}", 60)
+        done.set()
+        t.join(timeout=60)
+        assert answer["ok"] and answer["version"] == 2, answer
+        assert all(s == "Ok" for s, _, _, _ in seen)
+        assert {v for _, v, _, _ in seen} == {1, 2}
+        assert all(right for _, _, right, _ in seen), "an answer did not match the version that gave it"
+        # versions never go back once the new one answered
+        versions = [v for _, v, _, _ in seen]
+        assert versions == sorted(versions)
+        stats = control_request(control, "stats", 10)
+        assert stats["version"] == 2 and stats["rules"] == len(rs2)
+    finally:
+        stop(proc)

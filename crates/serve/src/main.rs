@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 const USAGE: &str = "usage: offload-serve --ruletype T.xml|T.toml --rules R.csv [--endpoint tcp://127.0.0.1:5555]... \
-[--workers 2] [--engine-threads 1] [--queue 64] [--matcher fast]";
+[--workers 2] [--engine-threads 1] [--queue 64] [--matcher fast] [--control tcp://127.0.0.1:5556]";
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -26,6 +26,7 @@ fn main() {
             "--workers" => cfg.workers = num(args.next(), "--workers"),
             "--engine-threads" => cfg.engine_threads = num(args.next(), "--engine-threads"),
             "--queue" => cfg.queue = num(args.next(), "--queue"),
+            "--control" => cfg.control = args.next(),
             "--matcher" => matcher = args.next().unwrap_or_default(),
             "-h" | "--help" => {
                 println!("{USAGE}");

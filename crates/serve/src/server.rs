@@ -15,9 +15,9 @@
 
 use crate::protocol::{self, Payload, Reply, Stage, Status};
 use crossbeam_channel::{bounded, Receiver, TrySendError};
-use offload_rules::{match_parallel, Engine, PackedStrings, RawColumn, NO_MATCH};
+use offload_rules::{match_parallel, Engine, MatcherKind, PackedStrings, RawColumn, NO_MATCH};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// What the daemon runs with (the CLI fills it from a file and flags).
@@ -31,11 +31,19 @@ pub struct Config {
     pub engine_threads: usize,
     /// Requests that may wait in the queue; one more gets "busy".
     pub queue: usize,
+    /// Control endpoint (REP) for `stats` and `reload`, if any.
+    pub control: Option<String>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { endpoints: vec!["tcp://127.0.0.1:5555".into()], workers: 2, engine_threads: 1, queue: 64 }
+        Config {
+            endpoints: vec!["tcp://127.0.0.1:5555".into()],
+            workers: 2,
+            engine_threads: 1,
+            queue: 64,
+            control: None,
+        }
     }
 }
 
@@ -86,6 +94,71 @@ impl Counters {
 pub struct Served {
     pub engine: Engine,
     pub version: u64,
+    pub matcher: MatcherKind,
+}
+
+/// The rule set being served. A reload builds a new [`Served`] off the hot path and swaps the
+/// `Arc` under the write lock; a worker takes one `Arc` per request, so every answer of a
+/// request comes from one version and names it.
+pub type Current = Arc<RwLock<Arc<Served>>>;
+
+fn snapshot(current: &Current) -> Arc<Served> {
+    current.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Loads and compiles `rule_type` + `rules` as the version after `old`'s.
+fn rebuild(old: &Served, rule_type: &str, rules: &str) -> Result<(Served, f64), String> {
+    let t = Instant::now();
+    let rs =
+        offload_rules::load(std::path::Path::new(rule_type), std::path::Path::new(rules)).map_err(|e| e.to_string())?;
+    let engine = Engine::compile(Arc::new(rs), old.matcher);
+    Ok((Served { engine, version: old.version + 1, matcher: old.matcher }, t.elapsed().as_secs_f64()))
+}
+
+/// Answers one control command: `stats`, or `reload` + newline + rule-type path + newline +
+/// rules path (run on another thread; the reply comes when the new version is live).
+fn control_command(
+    cmd: &str,
+    current: &Current,
+    counters: &Arc<Counters>,
+) -> Result<String, std::sync::mpsc::Receiver<String>> {
+    let mut lines = cmd.lines();
+    match lines.next().map(str::trim) {
+        Some("stats") => {
+            let s = snapshot(current);
+            let mut m = serde_json::Map::new();
+            m.insert("version".into(), s.version.into());
+            m.insert("rules".into(), s.engine.rules().len().into());
+            m.insert("matcher".into(), s.matcher.to_string().into());
+            for (k, v) in counters.snapshot() {
+                m.insert(k.into(), v.into());
+            }
+            Ok(serde_json::Value::Object(m).to_string())
+        }
+        Some("reload") => {
+            let (Some(rt), Some(rules)) = (lines.next(), lines.next()) else {
+                return Ok(
+                    r#"{"ok":false,"error":"reload needs a rule-type path and a rules path, one per line"}"#.into()
+                );
+            };
+            let (rt, rules, current) = (rt.trim().to_string(), rules.trim().to_string(), current.clone());
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let old = snapshot(&current);
+                let answer = match rebuild(&old, &rt, &rules) {
+                    Ok((new, secs)) => {
+                        let (version, n) = (new.version, new.engine.rules().len());
+                        *current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
+                        serde_json::json!({"ok": true, "version": version, "rules": n, "load_compile_s": secs})
+                    }
+                    Err(e) => serde_json::json!({"ok": false, "error": e, "version": old.version}),
+                };
+                let _ = tx.send(answer.to_string());
+            });
+            Err(rx)
+        }
+        _ => Ok(r#"{"ok":false,"error":"unknown command; expected stats or reload"}"#.into()),
+    }
 }
 
 struct Job {
@@ -103,7 +176,7 @@ fn zerr(what: &str, e: zmq::Error) -> String {
 }
 
 /// Serves until `stop` becomes true; returns the final counters.
-pub fn run(served: Arc<Served>, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<Counters>, String> {
+pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<Counters>, String> {
     let ctx = zmq::Context::new();
     let front = ctx.socket(zmq::ROUTER).map_err(|e| zerr("ROUTER socket", e))?;
     front.set_router_mandatory(true).map_err(|e| zerr("ROUTER_MANDATORY", e))?;
@@ -113,25 +186,43 @@ pub fn run(served: Arc<Served>, cfg: &Config, stop: Arc<AtomicBool>) -> Result<A
     }
     let back = ctx.socket(zmq::PULL).map_err(|e| zerr("PULL socket", e))?;
     back.bind("inproc://offload-replies").map_err(|e| zerr("bind inproc", e))?;
+    let control = match &cfg.control {
+        Some(ep) => {
+            let s = ctx.socket(zmq::REP).map_err(|e| zerr("REP socket", e))?;
+            s.set_linger(0).map_err(|e| zerr("linger", e))?;
+            s.bind(ep).map_err(|e| zerr(&format!("bind {ep}"), e))?;
+            Some(s)
+        }
+        None => None,
+    };
+    let mut pending_reload: Option<std::sync::mpsc::Receiver<String>> = None;
 
     let counters = Arc::new(Counters::default());
     let (tx, rx) = bounded::<Job>(cfg.queue.max(1));
     let mut workers = Vec::new();
     for i in 0..cfg.workers.max(1) {
-        let (rx, ctx, served, counters) = (rx.clone(), ctx.clone(), served.clone(), counters.clone());
+        let (rx, ctx, current, counters) = (rx.clone(), ctx.clone(), current.clone(), counters.clone());
         let threads = cfg.engine_threads.max(1);
         workers.push(
             std::thread::Builder::new()
                 .name(format!("offload-worker-{i}"))
-                .spawn(move || worker(rx, ctx, served, counters, threads))
+                .spawn(move || worker(rx, ctx, current, counters, threads))
                 .map_err(|e| format!("spawn worker: {e}"))?,
         );
     }
     drop(rx);
 
     let mut tx = Some(tx);
-    let version = served.version;
     loop {
+        let version = snapshot(&current).version;
+        if let Some(rx) = &pending_reload {
+            if let Ok(answer) = rx.try_recv() {
+                if let Some(c) = &control {
+                    let _ = c.send(answer.as_bytes(), 0);
+                }
+                pending_reload = None;
+            }
+        }
         let stopping = stop.load(Ordering::Relaxed);
         if stopping && tx.is_some() {
             tx = None; // workers drain the queue, then see it closed and exit
@@ -143,8 +234,13 @@ pub fn run(served: Arc<Served>, cfg: &Config, stop: Arc<AtomicBool>) -> Result<A
             }
             break;
         }
-        let mut items = [front.as_poll_item(zmq::POLLIN), back.as_poll_item(zmq::POLLIN)];
-        match zmq::poll(&mut items, 50) {
+        // The control socket is read only while no reload answer is owed (REP: one at a time).
+        let mut items = vec![front.as_poll_item(zmq::POLLIN), back.as_poll_item(zmq::POLLIN)];
+        if let (Some(c), None) = (&control, &pending_reload) {
+            items.push(c.as_poll_item(zmq::POLLIN));
+        }
+        let timeout = if pending_reload.is_some() { 5 } else { 50 };
+        match zmq::poll(&mut items, timeout) {
             // A signal (SIGTERM, SIGINT) interrupts the poll: the loop then sees `stop`.
             Err(zmq::Error::EINTR) => continue,
             other => other.map_err(|e| zerr("poll", e))?,
@@ -152,6 +248,18 @@ pub fn run(served: Arc<Served>, cfg: &Config, stop: Arc<AtomicBool>) -> Result<A
         if items[1].is_readable() {
             while let Ok(parts) = back.recv_multipart(zmq::DONTWAIT) {
                 forward(&front, parts, &counters);
+            }
+        }
+        if items.get(2).is_some_and(|i| i.is_readable()) {
+            if let Some(c) = &control {
+                if let Ok(msg) = c.recv_bytes(zmq::DONTWAIT) {
+                    match control_command(&String::from_utf8_lossy(&msg), &current, &counters) {
+                        Ok(answer) => {
+                            let _ = c.send(answer.as_bytes(), 0);
+                        }
+                        Err(rx) => pending_reload = Some(rx),
+                    }
+                }
             }
         }
         if items[0].is_readable() {
@@ -198,13 +306,13 @@ fn forward(front: &zmq::Socket, parts: Vec<Vec<u8>>, counters: &Counters) {
     send_frames(front, parts, counters);
 }
 
-fn worker(rx: Receiver<Job>, ctx: zmq::Context, served: Arc<Served>, counters: Arc<Counters>, threads: usize) {
+fn worker(rx: Receiver<Job>, ctx: zmq::Context, current: Current, counters: Arc<Counters>, threads: usize) {
     let Ok(push) = ctx.socket(zmq::PUSH) else { return };
     if push.connect("inproc://offload-replies").is_err() {
         return;
     }
     while let Ok(job) = rx.recv() {
-        let reply = execute(&served, &job, threads);
+        let reply = execute(&snapshot(&current), &job, threads);
         counters.count(reply.status);
         counters.queries.fetch_add(reply.rule.len() as u64, Ordering::Relaxed);
         let mut frames = job.envelope;

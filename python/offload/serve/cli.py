@@ -1,0 +1,102 @@
+"""`offload serve`: run the daemon; `offload serve stats|reload` talk to its control socket."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+import zmq
+from rich.console import Console
+from rich.markup import escape
+
+app = typer.Typer(
+    help="Serve a rule set over ZeroMQ (protocol: docs/serve-protocol.md). Without a subcommand: "
+    "start the daemon.",
+    invoke_without_command=True,
+)
+err = Console(stderr=True)
+ControlOpt = Annotated[str, typer.Option("--control", "-c", help="The daemon's control endpoint.")]
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+@app.callback()
+def serve(
+    ctx: typer.Context,
+    ruletype: Annotated[str | None, typer.Option("--ruletype", help="Rule type: .xml or .toml.")] = None,
+    rules: Annotated[str | None, typer.Option("--rules", help="Rules CSV.")] = None,
+    endpoint: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--endpoint", "-e", help="Endpoint to bind (repeat): tcp://127.0.0.1:5555, ipc:///tmp/x."
+        ),
+    ] = None,
+    control: Annotated[
+        str | None, typer.Option("--control", "-c", help="Control endpoint for `stats` and `reload`.")
+    ] = None,
+    workers: Annotated[int, typer.Option(help="Worker threads (w): decode, encode, match, reply.")] = 2,
+    engine_threads: Annotated[int, typer.Option(help="Matching threads per request (e).")] = 1,
+    queue: Annotated[int, typer.Option(help="Requests that may wait; beyond that the reply is 'busy'.")] = 64,
+    matcher: Annotated[str, typer.Option(help="linear, nfa, fast, or nfa:<order>.")] = "fast",
+) -> None:
+    """Start the daemon until Ctrl-C or SIGTERM (queued requests are answered first)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if ruletype is None or rules is None:
+        raise _fail("--ruletype and --rules are required to start the daemon")
+    from offload import _native
+
+    try:
+        endpoints = endpoint or ["tcp://127.0.0.1:5555"]
+        counters = _native.serve(ruletype, rules, endpoints, workers, engine_threads, queue, matcher, control)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    err.print("stopped: " + ", ".join(f"{k} {v}" for k, v in counters), highlight=False)
+
+
+def control_request(endpoint: str, message: str, timeout_s: float) -> dict[str, Any]:
+    """Sends one control command and returns the daemon's JSON answer."""
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(endpoint)
+        sock.send_string(message)
+        if not sock.poll(int(timeout_s * 1000)):
+            raise TimeoutError(f"no answer from {endpoint} within {timeout_s} s")
+        return dict(json.loads(sock.recv_string()))
+    finally:
+        sock.close(linger=0)
+
+
+@app.command()
+def stats(
+    control: ControlOpt, timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 5.0
+) -> None:
+    """Print the daemon's counters and serving version as JSON."""
+    try:
+        print(json.dumps(control_request(control, "stats", timeout), indent=2))
+    except TimeoutError as e:
+        raise _fail(str(e)) from None
+
+
+@app.command()
+def reload(
+    control: ControlOpt,
+    ruletype: Annotated[str, typer.Option("--ruletype", help="New rule type.")],
+    rules: Annotated[str, typer.Option("--rules", help="New rules CSV.")],
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for load + compile.")] = 120.0,
+) -> None:
+    """Load and compile a new rule set off the hot path, then swap it in atomically. Requests in
+    flight finish on the old version; every reply names the version that answered."""
+    try:
+        answer = control_request(control, f"reload\n{ruletype}\n{rules}", timeout)
+    except TimeoutError as e:
+        raise _fail(str(e)) from None
+    print(json.dumps(answer, indent=2))
+    if not answer.get("ok"):
+        raise typer.Exit(1)
