@@ -219,3 +219,40 @@ def test_reload_under_load_gives_no_wrong_or_mixed_answers(data: dict[str, objec
         assert stats["version"] == 2 and stats["rules"] == len(rs2)
     finally:
         stop(proc)
+
+
+def test_cross_request_batching_keeps_answers_apart(data: dict[str, object], tmp_path: Path) -> None:
+    from offload.serve.cli import control_request
+
+    rs = data["rs"]
+    assert isinstance(rs, rules.RuleSet)
+    local = rules.compile(rs, "fast")
+    control = f"ipc://{tmp_path}/control.sock"
+    proc, endpoint = start(
+        data, tmp_path, "--workers", "1", "--batch-max-queries", "4096", "--batch-timeout-us", "3000",
+        "--control", control,
+    )  # fmt: skip
+    try:
+        sizes = [1, 300, 0, 17, 1_000, 64, 5, 800]
+        spans = list(zip(np.cumsum([0, *sizes[:-1]]), sizes, strict=True))
+        for setting in (None, "0"):
+            if setting is not None:
+                assert control_request(control, f"set batch_max_queries {setting}", 10)["ok"]
+            match_ns: list[int] = []
+            with Client(endpoint, timeout_s=30) as c:
+                frames = {}
+                for lo, n in spans:
+                    rid, frame = c.request_frame(columns(data, int(lo), int(lo + n)))
+                    frames[rid] = (int(lo), int(n))
+                    c.send_frame(frame)
+                for _ in spans:
+                    r = c.receive()
+                    lo, n = frames.pop(r.request_id)
+                    assert r.ok and np.array_equal(r.rule, local.match(columns(data, lo, lo + n)).rule)
+                    match_ns.append(r.stages_ns["match"])
+            if setting is None:  # batched: requests matched in one call report the same match time
+                assert len(set(match_ns)) < len(match_ns), match_ns
+        stats = control_request(control, "stats", 10)
+        assert stats["batch_max_queries"] == 0 and stats["ok"] == 2 * len(sizes)
+    finally:
+        stop(proc)

@@ -348,7 +348,7 @@ fn time_encode(
 
 /// Serves a rule set over ZeroMQ until SIGINT/SIGTERM (`offload serve`); returns the counters.
 #[pyfunction]
-#[pyo3(signature = (rule_type, rules_csv, endpoints, workers = 2, engine_threads = 1, queue = 64, matcher = "fast", control = None))]
+#[pyo3(signature = (rule_type, rules_csv, endpoints, workers = 2, engine_threads = 1, queue = 64, matcher = "fast", control = None, batch_max_queries = 0, batch_timeout_us = 200))]
 #[allow(clippy::too_many_arguments)]
 fn serve(
     py: Python<'_>,
@@ -360,9 +360,19 @@ fn serve(
     queue: usize,
     matcher: &str,
     control: Option<String>,
+    batch_max_queries: u64,
+    batch_timeout_us: u64,
 ) -> PyResult<Vec<(&'static str, u64)>> {
     let kind = parse_kind(matcher)?;
-    let cfg = offload_serve::server::Config { endpoints, workers, engine_threads, queue, control };
+    let cfg = offload_serve::server::Config {
+        endpoints,
+        workers,
+        engine_threads,
+        queue,
+        control,
+        batch_max_queries,
+        batch_timeout_us,
+    };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     py.allow_threads(|| {
         offload_serve::serve_files(&rule_type, &rules_csv, kind, &cfg, stop, |s| {

@@ -204,6 +204,15 @@ pub fn peek_deadline_us(frame: &[u8]) -> u64 {
     }
 }
 
+/// The number of queries a frame announces (0 when unreadable), read without decoding.
+pub fn peek_n_queries(frame: &[u8]) -> u32 {
+    if frame.len() >= 28 && &frame[..4] == REQUEST_MAGIC {
+        u32::from_le_bytes(frame[24..28].try_into().expect("4 bytes"))
+    } else {
+        0
+    }
+}
+
 pub fn encode_request(r: &Request) -> Vec<u8> {
     let mut b = Vec::with_capacity(64);
     b.extend_from_slice(REQUEST_MAGIC);

@@ -18,7 +18,7 @@ use crossbeam_channel::{bounded, Receiver, TrySendError};
 use offload_rules::{match_parallel, Engine, MatcherKind, PackedStrings, RawColumn, NO_MATCH};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// What the daemon runs with (the CLI fills it from a file and flags).
 #[derive(Debug, Clone)]
@@ -31,8 +31,11 @@ pub struct Config {
     pub engine_threads: usize,
     /// Requests that may wait in the queue; one more gets "busy".
     pub queue: usize,
-    /// Control endpoint (REP) for `stats` and `reload`, if any.
+    /// Control endpoint (REP) for `stats`, `reload` and `set`, if any.
     pub control: Option<String>,
+    /// Cross-request batching: queries per batch (0 = per request) and the wait for more (µs).
+    pub batch_max_queries: u64,
+    pub batch_timeout_us: u64,
 }
 
 impl Default for Config {
@@ -43,6 +46,8 @@ impl Default for Config {
             engine_threads: 1,
             queue: 64,
             control: None,
+            batch_max_queries: 0,
+            batch_timeout_us: 200,
         }
     }
 }
@@ -121,6 +126,7 @@ fn control_command(
     cmd: &str,
     current: &Current,
     counters: &Arc<Counters>,
+    policy: &BatchPolicy,
 ) -> Result<String, std::sync::mpsc::Receiver<String>> {
     let mut lines = cmd.lines();
     match lines.next().map(str::trim) {
@@ -133,6 +139,8 @@ fn control_command(
             for (k, v) in counters.snapshot() {
                 m.insert(k.into(), v.into());
             }
+            m.insert("batch_max_queries".into(), policy.max_queries.load(Ordering::Relaxed).into());
+            m.insert("batch_timeout_us".into(), policy.timeout_us.load(Ordering::Relaxed).into());
             Ok(serde_json::Value::Object(m).to_string())
         }
         Some("reload") => {
@@ -157,7 +165,29 @@ fn control_command(
             });
             Err(rx)
         }
-        _ => Ok(r#"{"ok":false,"error":"unknown command; expected stats or reload"}"#.into()),
+        Some(set) if set.starts_with("set ") => {
+            // `set batch_max_queries N` / `set batch_timeout_us N`: takes effect at the next batch.
+            let mut it = set.split_whitespace().skip(1);
+            let (key, value) = (it.next().unwrap_or(""), it.next().and_then(|v| v.parse::<u64>().ok()));
+            let target = match key {
+                "batch_max_queries" => &policy.max_queries,
+                "batch_timeout_us" => &policy.timeout_us,
+                _ => {
+                    return Ok(serde_json::json!({"ok": false, "error": format!("unknown setting {key:?}")}).to_string())
+                }
+            };
+            match value {
+                Some(v) => {
+                    target.store(v, Ordering::Relaxed);
+                    Ok(serde_json::json!({"ok": true, key: v}).to_string())
+                }
+                None => {
+                    Ok(serde_json::json!({"ok": false, "error": "the value must be a non-negative integer"})
+                        .to_string())
+                }
+            }
+        }
+        _ => Ok(r#"{"ok":false,"error":"unknown command; expected stats, reload or set"}"#.into()),
     }
 }
 
@@ -198,15 +228,20 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
     let mut pending_reload: Option<std::sync::mpsc::Receiver<String>> = None;
 
     let counters = Arc::new(Counters::default());
+    let policy = Arc::new(BatchPolicy {
+        max_queries: AtomicU64::new(cfg.batch_max_queries),
+        timeout_us: AtomicU64::new(cfg.batch_timeout_us),
+    });
     let (tx, rx) = bounded::<Job>(cfg.queue.max(1));
     let mut workers = Vec::new();
     for i in 0..cfg.workers.max(1) {
         let (rx, ctx, current, counters) = (rx.clone(), ctx.clone(), current.clone(), counters.clone());
+        let policy = policy.clone();
         let threads = cfg.engine_threads.max(1);
         workers.push(
             std::thread::Builder::new()
                 .name(format!("offload-worker-{i}"))
-                .spawn(move || worker(rx, ctx, current, counters, threads))
+                .spawn(move || worker(rx, ctx, current, counters, threads, policy))
                 .map_err(|e| format!("spawn worker: {e}"))?,
         );
     }
@@ -253,7 +288,7 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
         if items.get(2).is_some_and(|i| i.is_readable()) {
             if let Some(c) = &control {
                 if let Ok(msg) = c.recv_bytes(zmq::DONTWAIT) {
-                    match control_command(&String::from_utf8_lossy(&msg), &current, &counters) {
+                    match control_command(&String::from_utf8_lossy(&msg), &current, &counters, &policy) {
                         Ok(answer) => {
                             let _ = c.send(answer.as_bytes(), 0);
                         }
@@ -306,51 +341,91 @@ fn forward(front: &zmq::Socket, parts: Vec<Vec<u8>>, counters: &Counters) {
     send_frames(front, parts, counters);
 }
 
-fn worker(rx: Receiver<Job>, ctx: zmq::Context, current: Current, counters: Arc<Counters>, threads: usize) {
+/// Cross-request batching, changeable while serving (control command `set`): a worker that
+/// takes a request waits up to `timeout_us` from that request's arrival for more, until the
+/// batch holds `max_queries` queries, and matches them in one call. `max_queries == 0` means
+/// per-request execution. Requests with `stop_after` always run alone (early stop).
+#[derive(Debug, Default)]
+pub struct BatchPolicy {
+    pub max_queries: AtomicU64,
+    pub timeout_us: AtomicU64,
+}
+
+fn worker(
+    rx: Receiver<Job>,
+    ctx: zmq::Context,
+    current: Current,
+    counters: Arc<Counters>,
+    threads: usize,
+    policy: Arc<BatchPolicy>,
+) {
     let Ok(push) = ctx.socket(zmq::PUSH) else { return };
     if push.connect("inproc://offload-replies").is_err() {
         return;
     }
-    while let Ok(job) = rx.recv() {
-        let reply = execute(&snapshot(&current), &job, threads);
-        counters.count(reply.status);
-        counters.queries.fetch_add(reply.rule.len() as u64, Ordering::Relaxed);
-        let mut frames = job.envelope;
-        frames.push(protocol::encode_reply(&reply));
-        let _ = push.send_multipart(frames, 0);
+    while let Ok(first) = rx.recv() {
+        let max = policy.max_queries.load(Ordering::Relaxed) as usize;
+        let mut jobs = vec![first];
+        if max > 0 {
+            // The timer starts at the first queued request's arrival, not at this worker.
+            let until = jobs[0].received + Duration::from_micros(policy.timeout_us.load(Ordering::Relaxed));
+            let mut total = protocol::peek_n_queries(&jobs[0].body) as usize;
+            while total < max {
+                match rx.recv_deadline(until) {
+                    Ok(j) => {
+                        total += protocol::peek_n_queries(&j.body) as usize;
+                        jobs.push(j);
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        let served = snapshot(&current);
+        let replies = execute_batch(&served, &jobs, threads);
+        for (job, reply) in jobs.into_iter().zip(replies) {
+            counters.count(reply.status);
+            counters.queries.fetch_add(reply.rule.len() as u64, Ordering::Relaxed);
+            let mut frames = job.envelope;
+            frames.push(protocol::encode_reply(&reply));
+            let _ = push.send_multipart(frames, 0);
+        }
     }
 }
 
-/// Decodes, encodes, matches one request and builds its reply.
-fn execute(served: &Served, job: &Job, threads: usize) -> Reply {
+/// A decoded, encoded request ready to match.
+struct Prepared {
+    id: u64,
+    stop_after: usize,
+    codes: Vec<u32>,
+    queue_ns: u64,
+    encode_ns: u64,
+}
+
+/// Checks the deadline, decodes and encodes one request, or returns the reply refusing it.
+fn prepare(served: &Served, job: &Job) -> Result<Prepared, Reply> {
     let t_start = Instant::now();
     let queue_ns = t_start.duration_since(job.received).as_nanos() as u64;
     let id = protocol::peek_request_id(&job.body);
     let version = served.version;
     let deadline = protocol::peek_deadline_us(&job.body);
     if deadline != 0 && now_unix_us() > deadline {
-        return Reply::status_only(id, Status::DeadlineExceeded, version, "deadline passed while queued");
+        return Err(Reply::status_only(id, Status::DeadlineExceeded, version, "deadline passed while queued"));
     }
-    let req = match protocol::decode_request(&job.body) {
-        Ok(r) => r,
-        Err(e) => return Reply::status_only(id, Status::Malformed, version, e.to_string()),
-    };
+    let req = protocol::decode_request(&job.body)
+        .map_err(|e| Reply::status_only(id, Status::Malformed, version, e.to_string()))?;
     let enc = &served.engine.encoder;
     let w = enc.width();
-    let n = req.n_queries as usize;
-    let codes = match &req.payload {
+    let codes = match req.payload {
         Payload::Raw(cols) => {
             let offsets: Vec<Vec<i64>> = cols.iter().map(|c| c.offsets.iter().map(|&o| o as i64).collect()).collect();
             let raw: Result<Vec<RawColumn>, String> =
                 cols.iter().zip(&offsets).map(|(c, o)| PackedStrings::new(&c.data, o).map(RawColumn::Packed)).collect();
-            match raw.and_then(|raw| enc.encode_columns(&raw).map_err(|e| e.to_string())) {
-                Ok(codes) => codes,
-                Err(e) => return Reply::status_only(id, Status::BadRequest, version, e),
-            }
+            raw.and_then(|raw| enc.encode_columns(&raw).map_err(|e| e.to_string()))
+                .map_err(|e| Reply::status_only(id, Status::BadRequest, version, e))?
         }
         Payload::Encoded { encoding_version, width, codes } => {
-            if *encoding_version != version || *width as usize != w {
-                return Reply::status_only(
+            if encoding_version != version || width as usize != w {
+                return Err(Reply::status_only(
                     id,
                     Status::BadRequest,
                     version,
@@ -358,47 +433,98 @@ fn execute(served: &Served, job: &Job, threads: usize) -> Reply {
                         "queries were encoded for rule-set version {encoding_version} (width {width}); \
                          this server has version {version} (width {w}): re-encode or send raw values"
                     ),
-                );
+                ));
             }
-            codes.clone()
+            codes
         }
     };
-    let t_encoded = Instant::now();
-    let matcher = &*served.engine.matcher;
-    let mut rule = vec![NO_MATCH; n];
-    let evaluated = if req.stop_after == 0 {
-        match_parallel(matcher, &codes, &mut rule, threads);
-        n
-    } else {
-        // Related-query batching with early stop: growing chunks until enough answers.
-        let (mut done, mut chunk, mut found) = (0usize, 64usize, 0usize);
-        while done < n && found < req.stop_after as usize {
-            let end = (done + chunk).min(n);
-            match_parallel(matcher, &codes[done * w..end * w], &mut rule[done..end], threads);
-            found += rule[done..end].iter().filter(|&&r| r != NO_MATCH).count();
-            done = end;
-            chunk *= 2;
-        }
-        rule.truncate(done);
-        done
-    };
-    let t_matched = Instant::now();
+    Ok(Prepared {
+        id: req.request_id,
+        stop_after: req.stop_after as usize,
+        codes,
+        queue_ns,
+        encode_ns: t_start.elapsed().as_nanos() as u64,
+    })
+}
+
+fn finish(served: &Served, p: &Prepared, rule: Vec<u32>, match_ns: u64) -> Reply {
+    let t = Instant::now();
     let contents = &served.engine.rules().contents;
     let content: Vec<i64> = rule.iter().map(|&r| if r == NO_MATCH { 0 } else { contents[r as usize] }).collect();
-    debug_assert_eq!(content.len(), evaluated);
     let stages_ns = vec![
-        (Stage::Queue as u8, queue_ns),
-        (Stage::Encode as u8, t_encoded.duration_since(t_start).as_nanos() as u64),
-        (Stage::Match as u8, t_matched.duration_since(t_encoded).as_nanos() as u64),
-        (Stage::Reply as u8, t_matched.elapsed().as_nanos() as u64),
+        (Stage::Queue as u8, p.queue_ns),
+        (Stage::Encode as u8, p.encode_ns),
+        (Stage::Match as u8, match_ns),
+        (Stage::Reply as u8, t.elapsed().as_nanos() as u64),
     ];
     Reply {
-        request_id: req.request_id,
+        request_id: p.id,
         status: Status::Ok,
-        ruleset_version: version,
+        ruleset_version: served.version,
         rule,
         content,
         stages_ns,
         message: String::new(),
     }
+}
+
+/// Matches one request alone; with `stop_after`, in growing chunks (64, 128, ...) until that
+/// many queries have matched (the seed's related-query batching with early stop).
+fn match_alone(served: &Served, p: &Prepared, threads: usize) -> Reply {
+    let t = Instant::now();
+    let w = served.engine.encoder.width();
+    let n = p.codes.len() / w;
+    let matcher = &*served.engine.matcher;
+    let mut rule = vec![NO_MATCH; n];
+    if p.stop_after == 0 {
+        match_parallel(matcher, &p.codes, &mut rule, threads);
+    } else {
+        let (mut done, mut chunk, mut found) = (0usize, 64usize, 0usize);
+        while done < n && found < p.stop_after {
+            let end = (done + chunk).min(n);
+            match_parallel(matcher, &p.codes[done * w..end * w], &mut rule[done..end], threads);
+            found += rule[done..end].iter().filter(|&&r| r != NO_MATCH).count();
+            done = end;
+            chunk *= 2;
+        }
+        rule.truncate(done);
+    }
+    let match_ns = t.elapsed().as_nanos() as u64;
+    finish(served, p, rule, match_ns)
+}
+
+/// Executes the jobs a worker took together: requests without early stop are matched in one
+/// call over their concatenated queries; every job gets its own reply, in order.
+fn execute_batch(served: &Served, jobs: &[Job], threads: usize) -> Vec<Reply> {
+    let prepared: Vec<Result<Prepared, Reply>> = jobs.iter().map(|j| prepare(served, j)).collect();
+    let w = served.engine.encoder.width();
+    let batchable: Vec<&Prepared> =
+        prepared.iter().filter_map(|p| p.as_ref().ok()).filter(|p| p.stop_after == 0).collect();
+    let mut shared: Vec<Vec<u32>> = Vec::new();
+    let mut shared_ns = 0;
+    if batchable.len() > 1 {
+        let t = Instant::now();
+        let codes: Vec<u32> = batchable.iter().flat_map(|p| p.codes.iter().copied()).collect();
+        let mut rule = vec![NO_MATCH; codes.len() / w];
+        match_parallel(&*served.engine.matcher, &codes, &mut rule, threads);
+        shared_ns = t.elapsed().as_nanos() as u64;
+        let mut rest = rule.as_slice();
+        for p in &batchable {
+            let (mine, tail) = rest.split_at(p.codes.len() / w);
+            shared.push(mine.to_vec());
+            rest = tail;
+        }
+    }
+    let mut shared = shared.into_iter();
+    prepared
+        .into_iter()
+        .map(|p| match p {
+            Err(reply) => reply,
+            Ok(p) if p.stop_after == 0 => match shared.next() {
+                Some(rule) => finish(served, &p, rule, shared_ns),
+                None => match_alone(served, &p, threads),
+            },
+            Ok(p) => match_alone(served, &p, threads),
+        })
+        .collect()
 }

@@ -42,6 +42,12 @@ def serve(
     engine_threads: Annotated[int, typer.Option(help="Matching threads per request (e).")] = 1,
     queue: Annotated[int, typer.Option(help="Requests that may wait; beyond that the reply is 'busy'.")] = 64,
     matcher: Annotated[str, typer.Option(help="linear, nfa, fast, or nfa:<order>.")] = "fast",
+    batch_max_queries: Annotated[
+        int, typer.Option(help="Cross-request batching: queries per batch (0 = one request at a time).")
+    ] = 0,
+    batch_timeout_us: Annotated[
+        int, typer.Option(help="Cross-request batching: wait for more, from the first request's arrival.")
+    ] = 200,
 ) -> None:
     """Start the daemon until Ctrl-C or SIGTERM (queued requests are answered first)."""
     if ctx.invoked_subcommand is not None:
@@ -52,7 +58,18 @@ def serve(
 
     try:
         endpoints = endpoint or ["tcp://127.0.0.1:5555"]
-        counters = _native.serve(ruletype, rules, endpoints, workers, engine_threads, queue, matcher, control)
+        counters = _native.serve(
+            ruletype,
+            rules,
+            endpoints,
+            workers,
+            engine_threads,
+            queue,
+            matcher,
+            control,
+            batch_max_queries,
+            batch_timeout_us,
+        )
     except ValueError as e:
         raise _fail(str(e)) from None
     err.print("stopped: " + ", ".join(f"{k} {v}" for k, v in counters), highlight=False)
@@ -95,6 +112,23 @@ def reload(
     flight finish on the old version; every reply names the version that answered."""
     try:
         answer = control_request(control, f"reload\n{ruletype}\n{rules}", timeout)
+    except TimeoutError as e:
+        raise _fail(str(e)) from None
+    print(json.dumps(answer, indent=2))
+    if not answer.get("ok"):
+        raise typer.Exit(1)
+
+
+@app.command("set")
+def set_(
+    control: ControlOpt,
+    name: Annotated[str, typer.Argument(help="batch_max_queries or batch_timeout_us.")],
+    value: Annotated[int, typer.Argument(help="The new value (takes effect at the next batch).")],
+    timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 5.0,
+) -> None:
+    """Change a batching knob while the daemon serves."""
+    try:
+        answer = control_request(control, f"set {name} {value}", timeout)
     except TimeoutError as e:
         raise _fail(str(e)) from None
     print(json.dumps(answer, indent=2))
