@@ -256,3 +256,31 @@ def test_cross_request_batching_keeps_answers_apart(data: dict[str, object], tmp
         assert stats["batch_max_queries"] == 0 and stats["ok"] == 2 * len(sizes)
     finally:
         stop(proc)
+
+
+def test_metrics_endpoint_and_latency_stats(data: dict[str, object], tmp_path: Path) -> None:
+    import socket
+    import urllib.request
+
+    from offload.serve.cli import control_request
+
+    with socket.socket() as s:  # a free loopback port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    control = f"ipc://{tmp_path}/control.sock"
+    proc, endpoint = start(data, tmp_path, "--metrics", f"127.0.0.1:{port}", "--control", control)
+    try:
+        with Client(endpoint, timeout_s=20) as c:
+            for _ in range(5):
+                assert c.match(columns(data, 0, 100)).ok
+            assert c.match(columns(data, 0, 1), deadline_s=-1).status == "DeadlineExceeded"
+        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert 'offload_requests_total{outcome="ok"} 5' in page
+        assert 'offload_requests_total{outcome="deadline_exceeded"} 1' in page
+        assert "offload_queries_total 500" in page and "offload_ruleset_version 1" in page
+        assert 'offload_stage_seconds_count{stage="match"} 5' in page
+        assert "offload_server_seconds_bucket" in page
+        lat = control_request(control, "stats", 10)["latency"]
+        assert lat["server"]["count"] == 5 and 0 < lat["match"]["p50_ns"] <= lat["server"]["max_ns"]
+    finally:
+        stop(proc)

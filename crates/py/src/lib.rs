@@ -348,7 +348,7 @@ fn time_encode(
 
 /// Serves a rule set over ZeroMQ until SIGINT/SIGTERM (`offload serve`); returns the counters.
 #[pyfunction]
-#[pyo3(signature = (rule_type, rules_csv, endpoints, workers = 2, engine_threads = 1, queue = 64, matcher = "fast", control = None, batch_max_queries = 0, batch_timeout_us = 200))]
+#[pyo3(signature = (rule_type, rules_csv, endpoints, workers = 2, engine_threads = 1, queue = 64, matcher = "fast", control = None, batch_max_queries = 0, batch_timeout_us = 200, metrics = None))]
 #[allow(clippy::too_many_arguments)]
 fn serve(
     py: Python<'_>,
@@ -362,6 +362,7 @@ fn serve(
     control: Option<String>,
     batch_max_queries: u64,
     batch_timeout_us: u64,
+    metrics: Option<String>,
 ) -> PyResult<Vec<(&'static str, u64)>> {
     let kind = parse_kind(matcher)?;
     let cfg = offload_serve::server::Config {
@@ -370,6 +371,7 @@ fn serve(
         engine_threads,
         queue,
         control,
+        metrics,
         batch_max_queries,
         batch_timeout_us,
     };

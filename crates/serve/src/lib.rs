@@ -1,5 +1,6 @@
 //! offload-serve: the rule engine as a ZeroMQ microservice. See docs/serve-protocol.md.
 
+pub mod metrics;
 pub mod protocol;
 pub mod server;
 

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 const USAGE: &str = "usage: offload-serve --ruletype T.xml|T.toml --rules R.csv [--endpoint tcp://127.0.0.1:5555]... \
-[--workers 2] [--engine-threads 1] [--queue 64] [--matcher fast] [--control tcp://127.0.0.1:5556] \
+[--workers 2] [--engine-threads 1] [--queue 64] [--matcher fast] [--control tcp://127.0.0.1:5556] [--metrics 127.0.0.1:9464] \
 [--batch-max-queries 0] [--batch-timeout-us 200]";
 
 fn main() {
@@ -28,6 +28,7 @@ fn main() {
             "--engine-threads" => cfg.engine_threads = num(args.next(), "--engine-threads"),
             "--queue" => cfg.queue = num(args.next(), "--queue"),
             "--control" => cfg.control = args.next(),
+            "--metrics" => cfg.metrics = args.next(),
             "--batch-max-queries" => cfg.batch_max_queries = num(args.next(), "--batch-max-queries") as u64,
             "--batch-timeout-us" => cfg.batch_timeout_us = num(args.next(), "--batch-timeout-us") as u64,
             "--matcher" => matcher = args.next().unwrap_or_default(),

@@ -33,6 +33,8 @@ pub struct Config {
     pub queue: usize,
     /// Control endpoint (REP) for `stats`, `reload` and `set`, if any.
     pub control: Option<String>,
+    /// Address of the Prometheus endpoint (`GET /metrics`), e.g. `127.0.0.1:9464`, if any.
+    pub metrics: Option<String>,
     /// Cross-request batching: queries per batch (0 = per request) and the wait for more (µs).
     pub batch_max_queries: u64,
     pub batch_timeout_us: u64,
@@ -46,6 +48,7 @@ impl Default for Config {
             engine_threads: 1,
             queue: 64,
             control: None,
+            metrics: None,
             batch_max_queries: 0,
             batch_timeout_us: 200,
         }
@@ -65,6 +68,8 @@ pub struct Counters {
     pub shutting_down: AtomicU64,
     /// Replies ZeroMQ could not route (the client disconnected).
     pub unroutable: AtomicU64,
+    /// Latency per stage of answered (Ok) requests.
+    pub latency: crate::metrics::StageHistograms,
 }
 
 impl Counters {
@@ -111,6 +116,23 @@ fn snapshot(current: &Current) -> Arc<Served> {
     current.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
+/// The Prometheus text page: request counters by outcome, queries, version, histograms.
+fn prometheus(counters: &Counters, current: &Current) -> String {
+    let mut out = String::new();
+    out.push_str("# HELP offload_requests_total Requests by outcome.\n# TYPE offload_requests_total counter\n");
+    for (k, v) in counters.snapshot() {
+        if !matches!(k, "requests" | "queries") {
+            out.push_str(&format!("offload_requests_total{{outcome=\"{k}\"}} {v}\n"));
+        }
+    }
+    let q = counters.queries.load(Ordering::Relaxed);
+    out.push_str(&format!("# HELP offload_queries_total Queries answered.\n# TYPE offload_queries_total counter\noffload_queries_total {q}\n"));
+    let v = snapshot(current).version;
+    out.push_str(&format!("# HELP offload_ruleset_version Rule-set version being served.\n# TYPE offload_ruleset_version gauge\noffload_ruleset_version {v}\n"));
+    counters.latency.expose(&mut out);
+    out
+}
+
 /// Loads and compiles `rule_type` + `rules` as the version after `old`'s.
 fn rebuild(old: &Served, rule_type: &str, rules: &str) -> Result<(Served, f64), String> {
     let t = Instant::now();
@@ -139,6 +161,7 @@ fn control_command(
             for (k, v) in counters.snapshot() {
                 m.insert(k.into(), v.into());
             }
+            m.insert("latency".into(), counters.latency.summary());
             m.insert("batch_max_queries".into(), policy.max_queries.load(Ordering::Relaxed).into());
             m.insert("batch_timeout_us".into(), policy.timeout_us.load(Ordering::Relaxed).into());
             Ok(serde_json::Value::Object(m).to_string())
@@ -232,6 +255,13 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
         max_queries: AtomicU64::new(cfg.batch_max_queries),
         timeout_us: AtomicU64::new(cfg.batch_timeout_us),
     });
+    let metrics_thread = match &cfg.metrics {
+        Some(addr) => {
+            let (counters, current) = (counters.clone(), current.clone());
+            Some(crate::metrics::serve_http(addr, stop.clone(), move || prometheus(&counters, &current))?)
+        }
+        None => None,
+    };
     let (tx, rx) = bounded::<Job>(cfg.queue.max(1));
     let mut workers = Vec::new();
     for i in 0..cfg.workers.max(1) {
@@ -328,6 +358,9 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
     for w in workers {
         let _ = w.join();
     }
+    if let Some(t) = metrics_thread {
+        let _ = t.join();
+    }
     Ok(counters)
 }
 
@@ -385,6 +418,14 @@ fn worker(
         for (job, reply) in jobs.into_iter().zip(replies) {
             counters.count(reply.status);
             counters.queries.fetch_add(reply.rule.len() as u64, Ordering::Relaxed);
+            if reply.status == Status::Ok {
+                for &(stage, ns) in &reply.stages_ns {
+                    if let Some(h) = counters.latency.stages.get(stage as usize) {
+                        h.record(ns);
+                    }
+                }
+                counters.latency.server.record(job.received.elapsed().as_nanos() as u64);
+            }
             let mut frames = job.envelope;
             frames.push(protocol::encode_reply(&reply));
             let _ = push.send_multipart(frames, 0);

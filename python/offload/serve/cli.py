@@ -48,6 +48,9 @@ def serve(
     batch_timeout_us: Annotated[
         int, typer.Option(help="Cross-request batching: wait for more, from the first request's arrival.")
     ] = 200,
+    metrics: Annotated[
+        str | None, typer.Option(help="Serve Prometheus text at http://ADDR/metrics, e.g. 127.0.0.1:9464.")
+    ] = None,
 ) -> None:
     """Start the daemon until Ctrl-C or SIGTERM (queued requests are answered first)."""
     if ctx.invoked_subcommand is not None:
@@ -69,6 +72,7 @@ def serve(
             control,
             batch_max_queries,
             batch_timeout_us,
+            metrics,
         )
     except ValueError as e:
         raise _fail(str(e)) from None
