@@ -489,6 +489,21 @@ fn decode_reply<'py>(
     ))
 }
 
+/// A bare ZeroMQ echo server on `endpoint` for `seconds` (GIL released): the baseline for the
+/// service's round trip. Returns the number of messages echoed.
+#[pyfunction]
+fn zmq_echo(py: Python<'_>, endpoint: String, seconds: f64) -> PyResult<u64> {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let timer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs_f64(seconds.max(0.0)));
+        s2.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let r = py.allow_threads(|| offload_serve::echo(&endpoint, stop));
+    let _ = timer.join();
+    r.map_err(PyValueError::new_err)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -503,5 +518,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_request, m)?)?;
     m.add_function(wrap_pyfunction!(encode_request_codes, m)?)?;
     m.add_function(wrap_pyfunction!(decode_reply, m)?)?;
+    m.add_function(wrap_pyfunction!(zmq_echo, m)?)?;
     Ok(())
 }

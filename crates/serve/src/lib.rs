@@ -27,3 +27,23 @@ pub fn serve_files(
     ready(&served);
     server::run(Arc::new(std::sync::RwLock::new(served)), cfg, stop).map(|c| c.snapshot())
 }
+
+/// A bare ZeroMQ echo server (ROUTER returning every message unchanged) until `stop`: the
+/// baseline the service's round trip is compared with in benches/serve_bench.py.
+pub fn echo(endpoint: &str, stop: Arc<AtomicBool>) -> Result<u64, String> {
+    use std::sync::atomic::Ordering;
+    let ctx = zmq::Context::new();
+    let s = ctx.socket(zmq::ROUTER).map_err(|e| e.to_string())?;
+    s.set_linger(0).map_err(|e| e.to_string())?;
+    s.bind(endpoint).map_err(|e| format!("bind {endpoint}: {e}"))?;
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        if s.poll(zmq::POLLIN, 50).map_err(|e| e.to_string())? > 0 {
+            while let Ok(parts) = s.recv_multipart(zmq::DONTWAIT) {
+                let _ = s.send_multipart(parts, zmq::DONTWAIT);
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
