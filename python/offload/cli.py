@@ -49,6 +49,45 @@ def demo(
     run(out, rules, requests)
 
 
+@app.command()
+def inject(
+    endpoint: Annotated[str, typer.Option("--endpoint", "-e", help="The daemon's endpoint.")],
+    ruletype: Annotated[str, typer.Option("--ruletype", help="Rule type of the served set.")],
+    rules: Annotated[str, typer.Option("--rules", help="Rules CSV of the served set.")],
+    trace: Annotated[str, typer.Option(help="Directory with queries.csv + requests.csv.")],
+    processes: Annotated[int, typer.Option("--processes", "-p", help="Client processes (p).")] = 2,
+    mode: Annotated[str, typer.Option(help="closed or open (Poisson arrivals).")] = "closed",
+    rate: Annotated[float, typer.Option(help="Open loop: requests/s over all processes.")] = 1000.0,
+    duration: Annotated[float, typer.Option(help="Seconds to inject (bounded by the trace too).")] = 5.0,
+    early_stop: Annotated[bool, typer.Option(help="Send each request's WANTED as stop_after.")] = False,
+    out: Annotated[str, typer.Option(help="JSON to write (a PNG breakdown goes beside it).")] = "inject.json",
+) -> None:
+    """Replay a user-request trace against `offload serve` and report throughput, latency
+    percentiles and the per-stage breakdown."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from offload import rules as rules_api
+    from offload.serve import inject as inj
+
+    rs = rules_api.load(ruletype, rules)
+    tr = inj.load_trace(Path(trace), rs.criterion_codes)
+    result = inj.run(endpoint, tr, processes, mode, rate, duration, early_stop)
+    js, png = inj.write(result, Path(out))
+    c = Console()
+    lat = result["latency_us"]
+    c.print(
+        f"{result['requests']:,} requests in {result['elapsed_s']:.1f} s ({result['mode']} loop, "
+        f"{processes} process(es)): {result['requests_per_s']:,.0f} req/s, "
+        f"{result['queries_per_s']:,.0f} queries/s; "
+        f"latency p50 {lat['p50']:.0f} µs, p90 {lat['p90']:.0f}, p99 {lat['p99']:.0f}, max {lat['max']:.0f}; "
+        f"status {result['status']}"
+    )
+    c.print(f"stage medians (µs): {result['stage_median_us']}")
+    c.print(f"wrote {js} and {png}")
+
+
 def main() -> None:
     app()
 

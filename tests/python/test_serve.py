@@ -284,3 +284,25 @@ def test_metrics_endpoint_and_latency_stats(data: dict[str, object], tmp_path: P
         assert lat["server"]["count"] == 5 and 0 < lat["match"]["p50_ns"] <= lat["server"]["max_ns"]
     finally:
         stop(proc)
+
+
+def test_injector_closed_and_open_loop(data: dict[str, object], tmp_path: Path) -> None:
+    from offload.serve import inject
+
+    rs = data["rs"]
+    d = data["dir"]
+    assert isinstance(rs, rules.RuleSet) and isinstance(d, Path)
+    proc, endpoint = start(data, tmp_path, "--workers", "1")
+    try:
+        trace = inject.load_trace(d, rs.criterion_codes)
+        closed = inject.run(endpoint, trace, processes=2, mode="closed", duration=1.0)
+        assert closed["unanswered"] == 0 and set(closed["status"]) == {"Ok"} and closed["requests"] > 0
+        assert closed["queries_per_s"] > 0 and closed["latency_us"]["p50"] <= closed["latency_us"]["max"]
+        opened = inject.run(
+            endpoint, trace, processes=1, mode="open", rate=200, duration=1.0, early_stop=True
+        )
+        assert opened["unanswered"] == 0 and 50 <= opened["requests"] <= 400, opened["requests"]
+        js, png = inject.write(closed, tmp_path / "inject.json")
+        assert js.exists() and png.stat().st_size > 1000
+    finally:
+        stop(proc)
