@@ -60,6 +60,10 @@ def inject(
     rate: Annotated[float, typer.Option(help="Open loop: requests/s over all processes.")] = 1000.0,
     duration: Annotated[float, typer.Option(help="Seconds to inject (bounded by the trace too).")] = 5.0,
     early_stop: Annotated[bool, typer.Option(help="Send each request's WANTED as stop_after.")] = False,
+    encoded: Annotated[bool, typer.Option(help="Send queries pre-encoded instead of raw text.")] = False,
+    request_size: Annotated[
+        int, typer.Option(help="Cut the trace into requests of this many queries (0 = as traced).")
+    ] = 0,
     out: Annotated[str, typer.Option(help="JSON to write (a PNG breakdown goes beside it).")] = "inject.json",
 ) -> None:
     """Replay a user-request trace against `offload serve` and report throughput, latency
@@ -73,6 +77,10 @@ def inject(
 
     rs = rules_api.load(ruletype, rules)
     tr = inj.load_trace(Path(trace), rs.criterion_codes)
+    if request_size > 0:
+        tr = tr.fixed_size(request_size)
+    if encoded:
+        tr = tr.encoded(rules_api.compile(rs, "fast").encode(tr.columns))
     result = inj.run(endpoint, tr, processes, mode, rate, duration, early_stop)
     js, png = inj.write(result, Path(out))
     c = Console()

@@ -302,6 +302,10 @@ def test_injector_closed_and_open_loop(data: dict[str, object], tmp_path: Path) 
             endpoint, trace, processes=1, mode="open", rate=200, duration=1.0, early_stop=True
         )
         assert opened["unanswered"] == 0 and 50 <= opened["requests"] <= 400, opened["requests"]
+        enc = trace.fixed_size(1024).encoded(rules.compile(rs).encode(trace.columns))
+        assert all(n <= 1024 for _, n, _ in enc.requests)
+        pre = inject.run(endpoint, enc, processes=1, mode="closed", duration=0.5)
+        assert set(pre["status"]) == {"Ok"} and pre["queries_per_s"] > 0
         js, png = inject.write(closed, tmp_path / "inject.json")
         assert js.exists() and png.stat().st_size > 1000
     finally:

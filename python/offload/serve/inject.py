@@ -31,10 +31,22 @@ MAX_REQUESTS = 1_000_000
 
 @dataclass(frozen=True)
 class Trace:
-    """Requests as (first query, count, wanted) over raw query columns (rule-type order)."""
+    """Requests as (first query, count, wanted) over raw query columns (rule-type order), and
+    optionally the same queries pre-encoded (then requests carry codes, not text)."""
 
     columns: list[list[str]]
     requests: list[tuple[int, int, int]]
+    codes: np.ndarray | None = None
+
+    def fixed_size(self, size: int) -> Trace:
+        """The same queries cut into requests of `size` queries (for throughput runs)."""
+        n = len(self.columns[0]) if self.columns else 0
+        reqs = [(lo, min(size, n - lo), 0) for lo in range(0, n, max(size, 1))]
+        return Trace(self.columns, reqs, self.codes)
+
+    def encoded(self, codes: np.ndarray) -> Trace:
+        """The same requests sent pre-encoded (`CompiledRules.encode` of all queries)."""
+        return Trace(self.columns, self.requests, codes)
 
 
 def load_trace(trace_dir: Path, criteria: list[str]) -> Trace:
@@ -58,8 +70,13 @@ def _frames(trace: Trace, which: list[int], early_stop: bool) -> list[tuple[int,
     out = []
     for k, i in enumerate(which):
         first, n, wanted = trace.requests[i]
-        cols = [c[first : first + n] for c in trace.columns]
-        out.append((n, bytes(_native.encode_request(k + 1, 0, wanted if early_stop else 0, cols))))
+        stop = wanted if early_stop else 0
+        if trace.codes is not None:
+            rows = np.ascontiguousarray(trace.codes[first : first + n])
+            out.append((n, bytes(_native.encode_request_codes(k + 1, 0, stop, 1, rows))))
+        else:
+            cols = [c[first : first + n] for c in trace.columns]
+            out.append((n, bytes(_native.encode_request(k + 1, 0, stop, cols))))
     return out
 
 
