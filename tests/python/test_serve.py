@@ -310,3 +310,23 @@ def test_injector_closed_and_open_loop(data: dict[str, object], tmp_path: Path) 
         assert js.exists() and png.stat().st_size > 1000
     finally:
         stop(proc)
+
+
+def test_async_client_many_requests_in_flight(data: dict[str, object], server: str) -> None:
+    import asyncio
+
+    from offload.serve import AsyncClient
+
+    rs = data["rs"]
+    assert isinstance(rs, rules.RuleSet)
+    local = rules.compile(rs, "fast")
+    spans = [(i * 97, 1 + (i * 37) % 300) for i in range(20)]
+
+    async def go() -> list[object]:
+        async with AsyncClient(server, timeout_s=30) as c:
+            return await asyncio.gather(*(c.match(columns(data, lo, lo + n)) for lo, n in spans))
+
+    replies = asyncio.run(go())
+    for (lo, n), r in zip(spans, replies, strict=True):
+        assert getattr(r, "ok", False)
+        assert np.array_equal(r.rule, local.match(columns(data, lo, lo + n)).rule)  # type: ignore[attr-defined]

@@ -24,7 +24,7 @@ import zmq
 from offload import _native
 from offload.rules import NO_MATCH, _to_column
 
-__all__ = ["Client", "ServeError", "ServeReply"]
+__all__ = ["AsyncClient", "Client", "ServeError", "ServeReply"]
 
 
 class ServeError(RuntimeError):
@@ -53,6 +53,21 @@ class ServeReply:
     @property
     def matched(self) -> np.ndarray:
         return self.rule >= 0
+
+
+def _decode(frame: bytes, t0: float) -> ServeReply:
+    rid, status, version, rule, content, stages, message = _native.decode_reply(frame)
+    rule = np.asarray(rule)
+    return ServeReply(
+        request_id=rid,
+        status=status,
+        version=version,
+        rule=np.where(rule == NO_MATCH, -1, rule.astype(np.int64)),
+        content=np.asarray(content),
+        stages_ns=dict(stages),
+        message=message,
+        round_trip_s=time.perf_counter() - t0,
+    )
 
 
 class Client:
@@ -106,20 +121,10 @@ class Client:
             left = deadline - time.perf_counter()
             if left <= 0 or not self._sock.poll(int(left * 1000) + 1):
                 raise ServeError(f"no reply from {self.endpoint} within {self.timeout_s} s")
-            rid, status, version, rule, content, stages, message = _native.decode_reply(self._sock.recv())
-            if request_id is not None and rid != request_id:
+            reply = _decode(self._sock.recv(), t0)
+            if request_id is not None and reply.request_id != request_id:
                 continue  # a late reply to an earlier request that timed out
-            rule = np.asarray(rule)
-            return ServeReply(
-                request_id=rid,
-                status=status,
-                version=version,
-                rule=np.where(rule == NO_MATCH, -1, rule.astype(np.int64)),
-                content=np.asarray(content),
-                stages_ns=dict(stages),
-                message=message,
-                round_trip_s=time.perf_counter() - t0,
-            )
+            return reply
 
     def request_frame(
         self, queries: Any, deadline_s: float | None = None, stop_after: int = 0
@@ -143,3 +148,64 @@ class Client:
         rid, frame = self.request_frame(queries, deadline_s, stop_after)
         self._sock.send(frame)
         return self.receive(rid, t0)
+
+
+class AsyncClient:
+    """An asyncio client: many requests in flight on one socket, each awaiting its own reply
+    (a background task routes replies by request id).
+
+    >>> async with AsyncClient(endpoint, criteria=codes) as c:
+    ...     replies = await asyncio.gather(*(c.match(q) for q in batches))
+    """
+
+    def __init__(self, endpoint: str, criteria: Sequence[str] | None = None, timeout_s: float = 10.0) -> None:
+        import asyncio
+
+        import zmq.asyncio
+
+        self._frames = Client.__new__(Client)  # reuse Client's frame building, no socket
+        self._frames.criteria = list(criteria) if criteria is not None else None
+        self._frames._ids = itertools.count(1)
+        self.endpoint, self.timeout_s = endpoint, timeout_s
+        self._ctx = zmq.asyncio.Context.instance()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(endpoint)
+        self._waiting: dict[int, tuple[asyncio.Future[ServeReply], float]] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        self._sock.close(linger=0)
+
+    async def _read(self) -> None:
+        while True:
+            frame = await self._sock.recv()
+            rid = int.from_bytes(frame[4:12], "little") if len(frame) >= 12 else 0
+            waiter = self._waiting.pop(rid, None)
+            if waiter is not None and not waiter[0].done():
+                waiter[0].set_result(_decode(frame, waiter[1]))
+
+    async def match(self, queries: Any, deadline_s: float | None = None, stop_after: int = 0) -> ServeReply:
+        """Like :meth:`Client.match`, awaitable, many at a time."""
+        import asyncio
+
+        if self._reader is None:
+            self._reader = asyncio.get_running_loop().create_task(self._read())
+        t0 = time.perf_counter()
+        rid, frame = self._frames.request_frame(queries, deadline_s, stop_after)
+        fut: asyncio.Future[ServeReply] = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = (fut, t0)
+        await self._sock.send(frame)
+        try:
+            return await asyncio.wait_for(fut, self.timeout_s)
+        except TimeoutError:
+            self._waiting.pop(rid, None)
+            raise ServeError(f"no reply from {self.endpoint} within {self.timeout_s} s") from None
