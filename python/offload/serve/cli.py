@@ -98,11 +98,19 @@ def control_request(endpoint: str, message: str, timeout_s: float) -> dict[str, 
 def stats(
     control: ControlOpt, timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 5.0
 ) -> None:
-    """Print the daemon's counters and serving version as JSON."""
+    """Print the daemon's counters, latency quantiles and serving version as JSON."""
+    _command(control, "stats", timeout)
+
+
+def _command(control: str, message: str, timeout: float) -> None:
+    """Sends a control command, prints the JSON answer, exits 1 if it says not ok."""
     try:
-        print(json.dumps(control_request(control, "stats", timeout), indent=2))
+        answer = control_request(control, message, timeout)
     except TimeoutError as e:
         raise _fail(str(e)) from None
+    print(json.dumps(answer, indent=2))
+    if answer.get("ok") is False:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -114,13 +122,7 @@ def reload(
 ) -> None:
     """Load and compile a new rule set off the hot path, then swap it in atomically. Requests in
     flight finish on the old version; every reply names the version that answered."""
-    try:
-        answer = control_request(control, f"reload\n{ruletype}\n{rules}", timeout)
-    except TimeoutError as e:
-        raise _fail(str(e)) from None
-    print(json.dumps(answer, indent=2))
-    if not answer.get("ok"):
-        raise typer.Exit(1)
+    _command(control, f"reload\n{ruletype}\n{rules}", timeout)
 
 
 @app.command("set")
@@ -131,10 +133,4 @@ def set_(
     timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 5.0,
 ) -> None:
     """Change a batching knob while the daemon serves."""
-    try:
-        answer = control_request(control, f"set {name} {value}", timeout)
-    except TimeoutError as e:
-        raise _fail(str(e)) from None
-    print(json.dumps(answer, indent=2))
-    if not answer.get("ok"):
-        raise typer.Exit(1)
+    _command(control, f"set {name} {value}", timeout)
