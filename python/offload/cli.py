@@ -96,6 +96,56 @@ def inject(
     c.print(f"wrote {js} and {png}")
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+@app.command()
+def sweep(
+    ruletype: Annotated[str, typer.Option("--ruletype", help="Rule type to serve.")],
+    rules: Annotated[str, typer.Option("--rules", help="Rules CSV to serve.")],
+    trace: Annotated[str, typer.Option(help="Directory with queries.csv + requests.csv.")],
+    p: Annotated[str, typer.Option("--p", help="Client processes, comma-separated.")] = "1,2",
+    w: Annotated[str, typer.Option("--w", help="Workers, comma-separated.")] = "1,2",
+    e: Annotated[str, typer.Option("--e", help="Engine threads per request, comma-separated.")] = "1",
+    batch: Annotated[str, typer.Option(help="Batch sizes (0 = per request).")] = "0,4096",
+    batch_timeout_us: Annotated[int, typer.Option(help="Cross-request batching wait (µs).")] = 500,
+    request_size: Annotated[int, typer.Option(help="Requests of N queries (0 = as traced).")] = 0,
+    duration: Annotated[float, typer.Option(help="Seconds per configuration.")] = 3.0,
+    p99_us: Annotated[float, typer.Option(help="Q1: best throughput with p99 under (µs).")] = 5000.0,
+    target_qps: Annotated[float, typer.Option(help="Q2: lowest p99 with at least q/s.")] = 1e6,
+    out: Annotated[str, typer.Option(help="JSON to write (+ .csv, .png).")] = "sweep.json",
+) -> None:
+    """Measure a grid of service configurations (p, w, e, batching) and draw the Pareto front."""
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from offload import rules as rules_api
+    from offload.serve import inject as inj
+    from offload.serve import sweep as sw
+
+    rs = rules_api.load(ruletype, rules)
+    tr = inj.load_trace(Path(trace), rs.criterion_codes)
+    if request_size > 0:
+        tr = tr.fixed_size(request_size)
+    configs = sw.grid(_ints(p), _ints(w), _ints(e), _ints(batch), batch_timeout_us)
+    c = Console()
+    rows = sw.sweep(ruletype, rules, tr, configs, duration, progress=lambda m: c.print(m, style="dim"))
+    summary = sw.write(rows, Path(out), p99_us, target_qps)
+    t = Table("configuration", "queries/s", "p50 µs", "p99 µs", "Pareto")
+    front = set(summary["pareto"])
+    for r in sorted(rows, key=lambda r: -r["queries_per_s"]):
+        t.add_row(r["label"], f"{r['queries_per_s']:,.0f}", f"{r['p50_us']:,.0f}", f"{r['p99_us']:,.0f}",
+                  "yes" if r["label"] in front else "")  # fmt: skip
+    c.print(t)
+    b1, b2 = summary["best_under_p99"]["config"], summary["lowest_latency_for"]["config"]
+    c.print(f"most throughput with p99 <= {p99_us:,.0f} µs: {b1['label'] if b1 else 'none'}")
+    c.print(f"lowest p99 with >= {target_qps:,.0f} queries/s: {b2['label'] if b2 else 'none'}")
+    c.print(f"wrote {out} (+ .csv, .png)")
+
+
 def main() -> None:
     app()
 

@@ -330,3 +330,40 @@ def test_async_client_many_requests_in_flight(data: dict[str, object], server: s
     for (lo, n), r in zip(spans, replies, strict=True):
         assert getattr(r, "ok", False)
         assert np.array_equal(r.rule, local.match(columns(data, lo, lo + n)).rule)  # type: ignore[attr-defined]
+
+
+def test_sweep_measures_a_grid_and_finds_the_front(data: dict[str, object], tmp_path: Path) -> None:
+    from offload.serve import inject
+    from offload.serve import sweep as sw
+
+    rs = data["rs"]
+    d = data["dir"]
+    assert isinstance(rs, rules.RuleSet) and isinstance(d, Path)
+    trace = inject.load_trace(d, rs.criterion_codes).fixed_size(512)
+    configs = sw.grid([1, 2], [1], [1], [0, 2048], 300)
+    rows = sw.sweep(str(d / "ruletype.xml"), str(d / "rules.csv"), trace, configs, duration=0.5)
+    assert len(rows) == 4 and all(set(r["status"]) == {"Ok"} and r["queries_per_s"] > 0 for r in rows)
+    summary = sw.write(rows, tmp_path / "sweep.json", p99_us=1e9, qps=0)
+    front = sw.pareto(rows)
+    assert front and all(r["label"] in summary["pareto"] for r in front)
+    # nothing off the front beats a front point on both axes
+    for r in rows:
+        for f in front:
+            assert not (r["queries_per_s"] > f["queries_per_s"] and r["p99_us"] < f["p99_us"])
+    assert summary["best_under_p99"]["config"]["queries_per_s"] == max(r["queries_per_s"] for r in rows)
+    assert (tmp_path / "sweep.png").stat().st_size > 1000 and (tmp_path / "sweep.csv").exists()
+
+
+def test_pareto_and_recommendations_on_known_points() -> None:
+    from offload.serve import sweep as sw
+
+    rows = [
+        {"label": "a", "queries_per_s": 1.0, "p99_us": 10.0},
+        {"label": "b", "queries_per_s": 2.0, "p99_us": 20.0},
+        {"label": "c", "queries_per_s": 1.5, "p99_us": 30.0},  # dominated by b
+        {"label": "d", "queries_per_s": 3.0, "p99_us": 50.0},
+    ]
+    assert [r["label"] for r in sw.pareto(rows)] == ["a", "b", "d"]
+    assert sw.best_under_p99(rows, 25)["label"] == "b"  # type: ignore[index]
+    assert sw.lowest_latency_for(rows, 1.2)["label"] == "b"  # type: ignore[index]
+    assert sw.best_under_p99(rows, 5) is None

@@ -1,0 +1,170 @@
+"""`offload sweep`: run the service over a grid of configurations (p client processes, w
+workers, e engine threads, batching policy and batch size), measure each with the injector,
+and draw the latency-vs-throughput Pareto front (the seed's Figure 8). Answers the two
+questions a deployer asks: the most throughput under a p99 bound, and the lowest latency for a
+throughput target.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from offload.serve.inject import Trace, run
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of the grid, written like the seed: `2p 1w 1e` (+ batching)."""
+
+    p: int
+    w: int
+    e: int
+    batch_max_queries: int  # 0 = per request
+    batch_timeout_us: int
+
+    def label(self) -> str:
+        b = "per-req"
+        if self.batch_max_queries:
+            b = f"b{self.batch_max_queries}/{self.batch_timeout_us}us"
+        return f"{self.p}p {self.w}w {self.e}e {b}"
+
+
+def grid(
+    p: Sequence[int], w: Sequence[int], e: Sequence[int], batch: Sequence[int], timeout_us: int
+) -> list[Config]:
+    return [Config(pp, ww, ee, bb, timeout_us) for pp, ww, ee, bb in itertools.product(p, w, e, batch)]
+
+
+def _start(ruletype: str, rules: str, cfg: Config, endpoint: str, matcher: str) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "offload.cli", "serve", "--ruletype", ruletype, "--rules", rules,
+           "-e", endpoint, "--workers", str(cfg.w), "--engine-threads", str(cfg.e), "--queue", "1024",
+           "--matcher", matcher, "--batch-max-queries", str(cfg.batch_max_queries),
+           "--batch-timeout-us", str(cfg.batch_timeout_us)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], 0.5)
+        if ready and "serving" in proc.stderr.readline():
+            return proc
+        if proc.poll() is not None:
+            raise RuntimeError(f"server for {cfg.label()} exited during start-up")
+    proc.kill()
+    raise RuntimeError(f"server for {cfg.label()} did not start")
+
+
+def sweep(
+    ruletype: str,
+    rules: str,
+    trace: Trace,
+    configs: Sequence[Config],
+    duration: float = 3.0,
+    matcher: str = "fast",
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Measures every configuration with a fresh daemon; returns one row per configuration."""
+    say = progress or (lambda _m: None)
+    rows = []
+    tmp = tempfile.mkdtemp(prefix="offload-sweep-")
+    for i, cfg in enumerate(configs):
+        say(f"[{i + 1}/{len(configs)}] {cfg.label()}")
+        endpoint = f"ipc://{tmp}/s{i}-{os.getpid()}.sock"
+        proc = _start(ruletype, rules, cfg, endpoint, matcher)
+        try:
+            r = run(endpoint, trace, processes=cfg.p, mode="closed", duration=duration)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=60)
+        rows.append(
+            {
+                **asdict(cfg),
+                "label": cfg.label(),
+                "queries_per_s": r["queries_per_s"],
+                "requests_per_s": r["requests_per_s"],
+                "p50_us": r["latency_us"]["p50"],
+                "p99_us": r["latency_us"]["p99"],
+                "requests": r["requests"],
+                "status": r["status"],
+            }
+        )
+    return rows
+
+
+def pareto(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Configurations no other beats on both throughput (higher) and p99 (lower)."""
+    front = [
+        r
+        for r in rows
+        if not any(
+            o["queries_per_s"] >= r["queries_per_s"] and o["p99_us"] <= r["p99_us"] and o is not r
+            and (o["queries_per_s"] > r["queries_per_s"] or o["p99_us"] < r["p99_us"])
+            for o in rows
+        )
+    ]  # fmt: skip
+    return sorted(front, key=lambda r: r["queries_per_s"])
+
+
+def best_under_p99(rows: Sequence[dict[str, Any]], p99_us: float) -> dict[str, Any] | None:
+    ok = [r for r in rows if r["p99_us"] <= p99_us]
+    return max(ok, key=lambda r: r["queries_per_s"]) if ok else None
+
+
+def lowest_latency_for(rows: Sequence[dict[str, Any]], queries_per_s: float) -> dict[str, Any] | None:
+    ok = [r for r in rows if r["queries_per_s"] >= queries_per_s]
+    return min(ok, key=lambda r: r["p99_us"]) if ok else None
+
+
+def write(rows: list[dict[str, Any]], out: Path, p99_us: float, qps: float) -> dict[str, Any]:
+    """JSON + CSV + the Pareto plot; returns the summary with both recommendations."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    summary = {
+        "rows": rows,
+        "pareto": [r["label"] for r in pareto(rows)],
+        "best_under_p99": {"p99_us": p99_us, "config": best_under_p99(rows, p99_us)},
+        "lowest_latency_for": {"queries_per_s": qps, "config": lowest_latency_for(rows, qps)},
+    }
+    out.write_text(json.dumps(summary, indent=2))
+    with open(out.with_suffix(".csv"), "w", newline="") as f:
+        keys = [k for k in rows[0] if k != "status"] if rows else []
+        wr = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+        wr.writeheader()
+        wr.writerows(rows)
+    _plot(rows, out.with_suffix(".png"))
+    return summary
+
+
+def _plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ax.scatter([r["queries_per_s"] / 1e6 for r in rows], [r["p99_us"] for r in rows], color="grey", s=18)
+    for r in rows:
+        ax.annotate(r["label"], (r["queries_per_s"] / 1e6, r["p99_us"]), fontsize=6, alpha=0.7)
+    front = pareto(rows)
+    ax.plot([r["queries_per_s"] / 1e6 for r in front], [r["p99_us"] for r in front], "o-", color="C3",
+            label="Pareto front")  # fmt: skip
+    ax.set_xlabel("throughput (M queries/s)")
+    ax.set_ylabel("p99 latency per request (µs)")
+    ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ax.set_title("offload sweep: latency vs throughput")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
