@@ -13,11 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -30,24 +26,8 @@ import zmq
 
 from offload import _native, rules
 from offload.rules.bench import load_query_columns, machine
-from offload.serve import Client
+from offload.serve import Client, daemon
 from offload.serve.cli import control_request
-
-
-def start_server(ruletype: str, rules_csv: str, endpoint: str, control: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "offload.cli", "serve", "--ruletype", ruletype, "--rules", rules_csv,
-           "-e", endpoint, "--control", control, "--workers", "1"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stderr], [], [], 0.5)
-        if ready and "serving" in proc.stderr.readline():
-            return proc
-        if proc.poll() is not None:
-            raise SystemExit("server exited during start-up")
-    proc.kill()
-    raise SystemExit("server did not start")
 
 
 def bare_round_trip_us(endpoint: str, n: int, payload: bytes) -> list[float]:
@@ -84,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     _, cols = load_query_columns(rs, Path(a.queries), limit=10_000)
     tmp = tempfile.mkdtemp(prefix="offload-bench-")
     endpoint, control = f"ipc://{tmp}/serve.sock", f"ipc://{tmp}/control.sock"
-    proc = start_server(a.ruletype, a.rules, endpoint, control)
+    proc = daemon.start(a.ruletype, a.rules, "-e", endpoint, "--control", control, "--workers", "1")
     result: dict[str, Any] = {
         "benchmark": "serve",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -152,8 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(json.dumps(result["reload"], indent=2))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        daemon.stop(proc)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=2))
     print(f"wrote {a.out}")

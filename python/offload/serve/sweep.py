@@ -11,17 +11,13 @@ import csv
 import itertools
 import json
 import os
-import select
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from offload.serve import daemon
 from offload.serve.inject import Trace, run
 
 
@@ -48,24 +44,6 @@ def grid(
     return [Config(pp, ww, ee, bb, timeout_us) for pp, ww, ee, bb in itertools.product(p, w, e, batch)]
 
 
-def _start(ruletype: str, rules: str, cfg: Config, endpoint: str, matcher: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "offload.cli", "serve", "--ruletype", ruletype, "--rules", rules,
-           "-e", endpoint, "--workers", str(cfg.w), "--engine-threads", str(cfg.e), "--queue", "1024",
-           "--matcher", matcher, "--batch-max-queries", str(cfg.batch_max_queries),
-           "--batch-timeout-us", str(cfg.batch_timeout_us)]  # fmt: skip
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stderr], [], [], 0.5)
-        if ready and "serving" in proc.stderr.readline():
-            return proc
-        if proc.poll() is not None:
-            raise RuntimeError(f"server for {cfg.label()} exited during start-up")
-    proc.kill()
-    raise RuntimeError(f"server for {cfg.label()} did not start")
-
-
 def sweep(
     ruletype: str,
     rules: str,
@@ -82,12 +60,15 @@ def sweep(
     for i, cfg in enumerate(configs):
         say(f"[{i + 1}/{len(configs)}] {cfg.label()}")
         endpoint = f"ipc://{tmp}/s{i}-{os.getpid()}.sock"
-        proc = _start(ruletype, rules, cfg, endpoint, matcher)
+        proc = daemon.start(
+            ruletype, rules, "-e", endpoint, "--workers", str(cfg.w), "--engine-threads", str(cfg.e),
+            "--queue", "1024", "--matcher", matcher, "--batch-max-queries", str(cfg.batch_max_queries),
+            "--batch-timeout-us", str(cfg.batch_timeout_us),
+        )  # fmt: skip
         try:
             r = run(endpoint, trace, processes=cfg.p, mode="closed", duration=duration)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.communicate(timeout=60)
+            daemon.stop(proc)
         rows.append(
             {
                 **asdict(cfg),
