@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     _, cols = load_query_columns(rs, Path(a.queries), limit=10_000)
     tmp = tempfile.mkdtemp(prefix="offload-bench-")
     endpoint, control = f"ipc://{tmp}/serve.sock", f"ipc://{tmp}/control.sock"
-    proc = daemon.start(a.ruletype, a.rules, "-e", endpoint, "--control", control, "--workers", "1")
+    proc = daemon.start(
+        *daemon.rule_flags(a.ruletype, a.rules), "-e", endpoint, "--control", control, "--workers", "1"
+    )
     result: dict[str, Any] = {
         "benchmark": "serve",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

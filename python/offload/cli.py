@@ -97,7 +97,17 @@ def inject(
 
 
 def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: expected integers separated by commas, e.g. 1,2,4") from None
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: expected numbers separated by commas, e.g. 0,5000") from None
 
 
 @app.command()
@@ -107,7 +117,15 @@ def sweep(
     trace: Annotated[str, typer.Option(help="Directory with queries.csv + requests.csv.")],
     p: Annotated[str, typer.Option("--p", help="Client processes, comma-separated.")] = "1,2",
     w: Annotated[str, typer.Option("--w", help="Workers, comma-separated.")] = "1,2",
-    e: Annotated[str, typer.Option("--e", help="Engine threads per request, comma-separated.")] = "1",
+    k: Annotated[str, typer.Option("--k", help="Kernel executors, comma-separated.")] = "1",
+    e: Annotated[str, typer.Option("--e", help="Engine threads per executor, comma-separated.")] = "1",
+    rates: Annotated[
+        str,
+        typer.Option(
+            help="Load: 0 = closed loop (each process waits for its reply); else open-loop Poisson "
+            "arrival rates in requests/s, comma-separated."
+        ),
+    ] = "0",
     batch: Annotated[str, typer.Option(help="Batch sizes (0 = per request).")] = "0,4096",
     batch_timeout_us: Annotated[int, typer.Option(help="Cross-request batching wait (µs).")] = 500,
     request_size: Annotated[int, typer.Option(help="Requests of N queries (0 = as traced).")] = 0,
@@ -116,7 +134,7 @@ def sweep(
     target_qps: Annotated[float, typer.Option(help="Q2: lowest p99 with at least q/s.")] = 1e6,
     out: Annotated[str, typer.Option(help="JSON to write (+ .csv, .png).")] = "sweep.json",
 ) -> None:
-    """Measure a grid of service configurations (p, w, e, batching) and draw the Pareto front."""
+    """Measure a grid of service configurations (p, w, k, e, batching, load) and draw the Pareto front."""
     from pathlib import Path
 
     from rich.console import Console
@@ -130,7 +148,7 @@ def sweep(
     tr = inj.load_trace(Path(trace), rs.criterion_codes)
     if request_size > 0:
         tr = tr.fixed_size(request_size)
-    configs = sw.grid(_ints(p), _ints(w), _ints(e), _ints(batch), batch_timeout_us)
+    configs = sw.grid(_ints(p), _ints(w), _ints(k), _ints(e), _ints(batch), batch_timeout_us, _floats(rates))
     c = Console()
     rows = sw.sweep(ruletype, rules, tr, configs, duration, progress=lambda m: c.print(m, style="dim"))
     summary = sw.write(rows, Path(out), p99_us, target_qps)

@@ -5,7 +5,6 @@ client that vanishes mid-request, graceful shutdown. Every wait is bounded."""
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import zmq
 from offload import rules
 from offload.rules.bench import load_query_columns
 from offload.rules.synth import synth
-from offload.serve import Client
+from offload.serve import Client, ServeError, daemon
 
 
 @pytest.fixture(scope="module")
@@ -36,20 +35,10 @@ def start(data: dict[str, object], tmp: Path, *extra: str) -> tuple[subprocess.P
     d = data["dir"]
     assert isinstance(d, Path)
     endpoint = f"ipc://{tmp}/offload-{os.getpid()}-{time.monotonic_ns()}.sock"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "offload.cli", "serve", "--ruletype", str(d / "ruletype.xml"),
-         "--rules", str(d / "rules.csv"), "--endpoint", endpoint, *extra],
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stderr], [], [], 0.5)
-        if ready and "serving" in proc.stderr.readline():
-            return proc, endpoint
-        assert proc.poll() is None, "server exited during start-up"
-    proc.kill()
-    raise AssertionError("server did not start within 30 s")
+    proc = daemon.start(
+        *daemon.rule_flags(d / "ruletype.xml", d / "rules.csv"), "--endpoint", endpoint, *extra, timeout_s=30
+    )
+    return proc, endpoint
 
 
 def stop(proc: subprocess.Popen[str]) -> str:
@@ -65,7 +54,7 @@ def stop(proc: subprocess.Popen[str]) -> str:
 
 @pytest.fixture
 def server(data: dict[str, object], tmp_path: Path) -> Iterator[str]:
-    proc, endpoint = start(data, tmp_path, "--workers", "2")
+    proc, endpoint = start(data, tmp_path, "--workers", "2", "--kernels", "2", "--engine-threads", "2")
     yield endpoint
     stop(proc)
 
@@ -89,7 +78,7 @@ def test_answers_equal_the_in_process_matcher(data: dict[str, object], server: s
             got = c.match(q)
             assert got.ok and got.version == 1, got.message
             assert np.array_equal(got.rule, expected.rule) and np.array_equal(got.content, expected.content)
-            assert set(got.stages_ns) == {"queue", "encode", "match", "reply"}
+            assert set(got.stages_ns) == {"queue", "encode", "kernel_queue", "match", "reply"}
             # pre-encoded queries give the same answers
             if size:
                 enc = c.match(local.encode(q))
@@ -340,9 +329,12 @@ def test_sweep_measures_a_grid_and_finds_the_front(data: dict[str, object], tmp_
     d = data["dir"]
     assert isinstance(rs, rules.RuleSet) and isinstance(d, Path)
     trace = inject.load_trace(d, rs.criterion_codes).fixed_size(512)
-    configs = sw.grid([1, 2], [1], [1], [0, 2048], 300)
+    configs = sw.grid([1, 2], [1], [1], [1], [0, 2048], 300)
+    configs += sw.grid([1], [1], [2], [1], [0], 300, rates=[300.0])  # open loop, two executors
+    assert configs[-1].label() == "1p 1w 2k 1e per-req @300/s"
     rows = sw.sweep(str(d / "ruletype.xml"), str(d / "rules.csv"), trace, configs, duration=0.5)
-    assert len(rows) == 4 and all(set(r["status"]) == {"Ok"} and r["queries_per_s"] > 0 for r in rows)
+    assert len(rows) == 5 and all(set(r["status"]) == {"Ok"} and r["queries_per_s"] > 0 for r in rows)
+    assert rows[-1]["mode"] == "open" and 0.3 * 300 <= rows[-1]["requests_per_s"] <= 2 * 300
     summary = sw.write(rows, tmp_path / "sweep.json", p99_us=1e9, qps=0)
     front = sw.pareto(rows)
     assert front and all(r["label"] in summary["pareto"] for r in front)
@@ -367,3 +359,60 @@ def test_pareto_and_recommendations_on_known_points() -> None:
     assert sw.best_under_p99(rows, 25)["label"] == "b"  # type: ignore[index]
     assert sw.lowest_latency_for(rows, 1.2)["label"] == "b"  # type: ignore[index]
     assert sw.best_under_p99(rows, 5) is None
+
+
+def test_settings_file_with_flags_over_it(data: dict[str, object], tmp_path: Path) -> None:
+    d = data["dir"]
+    assert isinstance(d, Path)
+    endpoint = f"ipc://{tmp_path}/cfg.sock"
+    control = f"ipc://{tmp_path}/cfg-control.sock"
+    cfg = tmp_path / "serve.toml"
+    cfg.write_text(
+        f'ruletype = "{d / "ruletype.xml"}"\nrules = "{d / "rules.csv"}"\nendpoints = ["{endpoint}"]\n'
+        f'control = "{control}"\nworkers = 1\nkernels = 2\nbatch_max_queries = 100\n'
+    )
+    proc = daemon.start("--config", str(cfg), "--batch-max-queries", "7", timeout_s=30)
+    try:
+        from offload.serve.cli import control_request
+
+        st = control_request(control, "stats", 10)
+        assert st["batch_max_queries"] == 7  # the flag wins over the file
+        with Client(endpoint, timeout_s=20) as c:
+            assert c.match(columns(data, 0, 50)).ok
+    finally:
+        stop(proc)
+    # a wrong type is reported with file, line and column, and nothing starts
+    cfg.write_text('workers = 1\nkernels = "two"\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "offload.cli", "serve", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.returncode == 2 and str(cfg) in r.stderr and "line 2, column 11" in r.stderr, r.stderr
+
+
+def test_client_reconnects_across_a_daemon_restart(data: dict[str, object], tmp_path: Path) -> None:
+    rs = data["rs"]
+    assert isinstance(rs, rules.RuleSet)
+    q = columns(data, 0, 100)
+    expected = rules.compile(rs, "fast").match(q).rule
+    proc, endpoint = start(data, tmp_path, "--workers", "1")
+    with Client(endpoint, timeout_s=20) as c:
+        assert np.array_equal(c.match(q).rule, expected)
+        stop(proc)
+        # the daemon is gone: a request in this gap times out instead of hanging
+        c.timeout_s = 0.3
+        with pytest.raises(ServeError):
+            c.match(q)
+        d = data["dir"]
+        assert isinstance(d, Path)
+        proc = daemon.start(
+            *daemon.rule_flags(d / "ruletype.xml", d / "rules.csv"), "--endpoint", endpoint, timeout_s=30
+        )
+        try:
+            c.timeout_s = 20
+            r = c.match(q)  # the same socket, reconnected by ZeroMQ
+            assert r.ok and np.array_equal(r.rule, expected)
+        finally:
+            stop(proc)

@@ -347,43 +347,56 @@ fn time_encode(
 }
 
 /// Serves a rule set over ZeroMQ until SIGINT/SIGTERM (`offload serve`); returns the counters.
+/// Settings come from the TOML file `config` (if any), with every argument given over it.
 #[pyfunction]
-#[pyo3(signature = (rule_type, rules_csv, endpoints, workers = 2, engine_threads = 1, queue = 64, matcher = "fast", control = None, batch_max_queries = 0, batch_timeout_us = 200, metrics = None))]
+#[pyo3(signature = (config = None, ruletype = None, rules = None, endpoints = None, workers = None, kernels = None, engine_threads = None, queue = None, matcher = None, control = None, batch_max_queries = None, batch_timeout_us = None, metrics = None))]
 #[allow(clippy::too_many_arguments)]
 fn serve(
     py: Python<'_>,
-    rule_type: PathBuf,
-    rules_csv: PathBuf,
-    endpoints: Vec<String>,
-    workers: usize,
-    engine_threads: usize,
-    queue: usize,
-    matcher: &str,
+    config: Option<PathBuf>,
+    ruletype: Option<PathBuf>,
+    rules: Option<PathBuf>,
+    endpoints: Option<Vec<String>>,
+    workers: Option<usize>,
+    kernels: Option<usize>,
+    engine_threads: Option<usize>,
+    queue: Option<usize>,
+    matcher: Option<String>,
     control: Option<String>,
-    batch_max_queries: u64,
-    batch_timeout_us: u64,
+    batch_max_queries: Option<u64>,
+    batch_timeout_us: Option<u64>,
     metrics: Option<String>,
 ) -> PyResult<Vec<(&'static str, u64)>> {
-    let kind = parse_kind(matcher)?;
-    let cfg = offload_serve::server::Config {
+    use offload_serve::config::Settings;
+    let flags = Settings {
+        ruletype,
+        rules,
+        matcher,
         endpoints,
-        workers,
-        engine_threads,
-        queue,
         control,
         metrics,
+        workers,
+        kernels,
+        engine_threads,
+        queue,
         batch_max_queries,
         batch_timeout_us,
     };
+    let settings = match config {
+        Some(f) => Settings::from_file(&f).map_err(PyValueError::new_err)?.over(flags),
+        None => flags,
+    };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     py.allow_threads(|| {
-        offload_serve::serve_files(&rule_type, &rules_csv, kind, &cfg, stop, |s| {
+        offload_serve::serve(settings, stop, |s, cfg| {
             eprintln!(
-                "serving {} rules (version {}) on {} with {} worker(s)",
+                "serving {} rules (version {}) on {} with {}w {}k {}e",
                 s.engine.rules().len(),
                 s.version,
                 cfg.endpoints.join(", "),
-                cfg.workers
+                cfg.workers,
+                cfg.kernels,
+                cfg.engine_threads
             )
         })
     })

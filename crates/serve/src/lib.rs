@@ -1,5 +1,6 @@
 //! offload-serve: the rule engine as a ZeroMQ microservice. See docs/serve-protocol.md.
 
+pub mod config;
 pub mod metrics;
 pub mod protocol;
 pub mod server;
@@ -9,8 +10,18 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-/// Loads and compiles a rule set and serves it until SIGINT/SIGTERM (or `stop`) — what both
-/// `offload serve` and the `offload-serve` binary run.
+/// Loads and compiles the rule set `settings` name and serves it until SIGINT/SIGTERM (or
+/// `stop`) — what both `offload serve` and the `offload-serve` binary run.
+pub fn serve(
+    settings: config::Settings,
+    stop: Arc<AtomicBool>,
+    ready: impl FnOnce(&server::Served, &server::Config),
+) -> Result<Vec<(&'static str, u64)>, String> {
+    let r = settings.resolve()?;
+    serve_files(&r.ruletype, &r.rules, r.matcher, &r.config, stop, |s| ready(s, &r.config))
+}
+
+/// Loads and compiles a rule set and serves it until SIGINT/SIGTERM (or `stop`).
 pub fn serve_files(
     rule_type: &Path,
     rules: &Path,

@@ -72,15 +72,19 @@ impl Histogram {
 /// One histogram per pipeline stage, plus the whole time a request spent in the server.
 #[derive(Debug, Default)]
 pub struct StageHistograms {
-    pub stages: [Histogram; 4],
+    /// Indexed by stage id (`Stage as usize`).
+    pub stages: [Histogram; 5],
     pub server: Histogram,
 }
 
 impl StageHistograms {
     pub fn expose(&self, out: &mut String) {
-        out.push_str("# HELP offload_stage_seconds Time per pipeline stage (queue, encode, match, reply).\n");
+        out.push_str(
+            "# HELP offload_stage_seconds Time per pipeline stage (queue, encode, kernel_queue, match, reply).\n",
+        );
         out.push_str("# TYPE offload_stage_seconds histogram\n");
-        for (s, h) in crate::protocol::Stage::ALL.iter().zip(&self.stages) {
+        for s in crate::protocol::Stage::ALL {
+            let h = &self.stages[s as usize];
             h.expose("offload_stage_seconds", &format!("stage=\"{}\",", s.name()), out);
         }
         out.push_str("# HELP offload_server_seconds Time from receiving a request to its reply leaving a worker.\n");
@@ -94,8 +98,8 @@ impl StageHistograms {
                                "p99_ns": h.quantile_ns(0.99), "max_ns": h.quantile_ns(1.0)})
         };
         let mut m = serde_json::Map::new();
-        for (s, h) in crate::protocol::Stage::ALL.iter().zip(&self.stages) {
-            m.insert(s.name().into(), q(h));
+        for s in crate::protocol::Stage::ALL {
+            m.insert(s.name().into(), q(&self.stages[s as usize]));
         }
         m.insert("server".into(), q(&self.server));
         serde_json::Value::Object(m)

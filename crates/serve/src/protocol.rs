@@ -89,16 +89,20 @@ pub enum Stage {
     Match = 2,
     /// Building the reply.
     Reply = 3,
+    /// From a worker handing the encoded batch over to a kernel executor taking it.
+    KernelQueue = 4,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 4] = [Stage::Queue, Stage::Encode, Stage::Match, Stage::Reply];
+    /// In pipeline order (ids are stable on the wire; this order is for display).
+    pub const ALL: [Stage; 5] = [Stage::Queue, Stage::Encode, Stage::KernelQueue, Stage::Match, Stage::Reply];
     pub fn name(self) -> &'static str {
         match self {
             Stage::Queue => "queue",
             Stage::Encode => "encode",
             Stage::Match => "match",
             Stage::Reply => "reply",
+            Stage::KernelQueue => "kernel_queue",
         }
     }
 }

@@ -1,20 +1,21 @@
-//! The daemon: a ZeroMQ ROUTER front end (TCP and/or IPC), a bounded request queue, and worker
-//! threads that decode, encode, match and reply.
+//! The daemon: a ZeroMQ ROUTER front end (TCP and/or IPC), a bounded request queue, w worker
+//! threads that decode, batch and encode, and k kernel executors that match with e engine
+//! threads each (the seed's `Np Nw Nk Ne`; p is the number of client processes).
 //!
 //! ```text
-//! clients ──DEALER/REQ──▶ ROUTER (broker thread) ──bounded queue──▶ w workers
-//!                            ▲                                        │
-//!                            └────────── inproc PULL ◀── PUSH (one per worker)
+//! clients ──DEALER/REQ──▶ ROUTER (broker) ──request queue──▶ w workers ──kernel queue──▶ k executors
+//!                            ▲                                   │ refusals                │ replies
+//!                            └──────── inproc PULL ◀──── PUSH ───┴─────────────────────────┘
 //! ```
-//! ZeroMQ sockets are not thread-safe, so only the broker touches the ROUTER; workers hand
-//! replies back over inproc. ROUTER_MANDATORY is set so a reply to a vanished client is an
+//! ZeroMQ sockets are not thread-safe, so only the broker touches the ROUTER; workers and
+//! executors hand replies back over inproc. ROUTER_MANDATORY is set so a reply to a vanished client is an
 //! error we count, not a silent drop. When the queue is full the broker answers "busy" at once;
 //! a request whose deadline has passed is answered "deadline exceeded" without being executed.
 //! On SIGINT/SIGTERM (or `stop`), new requests get "shutting down", queued ones are finished and
 //! answered, then the threads exit.
 
 use crate::protocol::{self, Payload, Reply, Stage, Status};
-use crossbeam_channel::{bounded, Receiver, TrySendError};
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use offload_rules::{match_parallel, Engine, MatcherKind, PackedStrings, RawColumn, NO_MATCH};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -25,9 +26,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub struct Config {
     /// ZeroMQ endpoints to bind, e.g. `tcp://127.0.0.1:5555`, `ipc:///tmp/offload.sock`.
     pub endpoints: Vec<String>,
-    /// Worker threads (w): decode, encode, match, reply.
+    /// Worker threads (w): decode, batch, encode, hand over to a kernel executor.
     pub workers: usize,
-    /// Matching threads per request (e).
+    /// Kernel executors (k), each running the compiled matcher on one batch at a time.
+    pub kernels: usize,
+    /// Engine threads per kernel executor (e): the threads one batch is matched with.
     pub engine_threads: usize,
     /// Requests that may wait in the queue; one more gets "busy".
     pub queue: usize,
@@ -45,6 +48,7 @@ impl Default for Config {
         Config {
             endpoints: vec!["tcp://127.0.0.1:5555".into()],
             workers: 2,
+            kernels: 1,
             engine_threads: 1,
             queue: 64,
             control: None,
@@ -263,19 +267,33 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
         None => None,
     };
     let (tx, rx) = bounded::<Job>(cfg.queue.max(1));
-    let mut workers = Vec::new();
+    // Two batches per executor may wait: one being matched while the next is ready.
+    let (ktx, krx) = bounded::<KernelBatch>(2 * cfg.kernels.max(1));
+    let mut threads = Vec::new();
+    for i in 0..cfg.kernels.max(1) {
+        let (krx, ctx, counters) = (krx.clone(), ctx.clone(), counters.clone());
+        let e = cfg.engine_threads.max(1);
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("offload-kernel-{i}"))
+                .spawn(move || kernel_executor(krx, ctx, counters, e))
+                .map_err(|e| format!("spawn kernel executor: {e}"))?,
+        );
+    }
+    drop(krx);
     for i in 0..cfg.workers.max(1) {
-        let (rx, ctx, current, counters) = (rx.clone(), ctx.clone(), current.clone(), counters.clone());
+        let (rx, ktx, ctx, current, counters) =
+            (rx.clone(), ktx.clone(), ctx.clone(), current.clone(), counters.clone());
         let policy = policy.clone();
-        let threads = cfg.engine_threads.max(1);
-        workers.push(
+        threads.push(
             std::thread::Builder::new()
                 .name(format!("offload-worker-{i}"))
-                .spawn(move || worker(rx, ctx, current, counters, threads, policy))
+                .spawn(move || worker(rx, ktx, ctx, current, counters, policy))
                 .map_err(|e| format!("spawn worker: {e}"))?,
         );
     }
-    drop(rx);
+    // Workers and executors exit in turn once the queues they read are closed and drained.
+    drop((rx, ktx));
 
     let mut tx = Some(tx);
     loop {
@@ -290,9 +308,9 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
         }
         let stopping = stop.load(Ordering::Relaxed);
         if stopping && tx.is_some() {
-            tx = None; // workers drain the queue, then see it closed and exit
+            tx = None; // workers, then executors, drain their queues, see them closed and exit
         }
-        if tx.is_none() && workers.iter().all(|w| w.is_finished()) {
+        if tx.is_none() && threads.iter().all(|t| t.is_finished()) {
             // Forward what the workers sent last, then leave.
             while let Ok(parts) = back.recv_multipart(zmq::DONTWAIT) {
                 forward(&front, parts, &counters);
@@ -355,8 +373,8 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
             }
         }
     }
-    for w in workers {
-        let _ = w.join();
+    for t in threads {
+        let _ = t.join();
     }
     if let Some(t) = metrics_thread {
         let _ = t.join();
@@ -376,26 +394,66 @@ fn forward(front: &zmq::Socket, parts: Vec<Vec<u8>>, counters: &Counters) {
 
 /// Cross-request batching, changeable while serving (control command `set`): a worker that
 /// takes a request waits up to `timeout_us` from that request's arrival for more, until the
-/// batch holds `max_queries` queries, and matches them in one call. `max_queries == 0` means
-/// per-request execution. Requests with `stop_after` always run alone (early stop).
+/// batch holds `max_queries` queries, and hands them to a kernel executor as one call.
+/// `max_queries == 0` means per-request execution. Requests with `stop_after` always run alone
+/// (early stop).
 #[derive(Debug, Default)]
 pub struct BatchPolicy {
     pub max_queries: AtomicU64,
     pub timeout_us: AtomicU64,
 }
 
+/// Sends one reply back to the broker, counting it and recording its stage timings.
+fn send_reply(push: &zmq::Socket, counters: &Counters, envelope: Vec<Vec<u8>>, received: Instant, reply: &Reply) {
+    counters.count(reply.status);
+    counters.queries.fetch_add(reply.rule.len() as u64, Ordering::Relaxed);
+    if reply.status == Status::Ok {
+        for &(stage, ns) in &reply.stages_ns {
+            if let Some(h) = counters.latency.stages.get(stage as usize) {
+                h.record(ns);
+            }
+        }
+        counters.latency.server.record(received.elapsed().as_nanos() as u64);
+    }
+    let mut frames = envelope;
+    frames.push(protocol::encode_reply(reply));
+    let _ = push.send_multipart(frames, 0);
+}
+
+fn reply_socket(ctx: &zmq::Context) -> Option<zmq::Socket> {
+    let push = ctx.socket(zmq::PUSH).ok()?;
+    push.connect("inproc://offload-replies").ok()?;
+    Some(push)
+}
+
+/// One request on its way to a kernel: where the reply goes, and its encoded queries.
+struct Admitted {
+    envelope: Vec<Vec<u8>>,
+    received: Instant,
+    prepared: Prepared,
+}
+
+/// What a worker hands to the kernel executors: requests encoded against one rule-set version,
+/// matched together (or alone, with early stop) by one executor.
+struct KernelBatch {
+    served: Arc<Served>,
+    requests: Vec<Admitted>,
+    enqueued: Instant,
+}
+
+/// A worker (w): takes requests from the broker's queue, batches them by the current policy,
+/// decodes and encodes them, answers the refused ones itself and hands the rest to the kernel
+/// queue. While a kernel matches one batch the worker already encodes the next (the seed's
+/// pipelining of the wrapper with the device).
 fn worker(
     rx: Receiver<Job>,
+    kernels: Sender<KernelBatch>,
     ctx: zmq::Context,
     current: Current,
     counters: Arc<Counters>,
-    threads: usize,
     policy: Arc<BatchPolicy>,
 ) {
-    let Ok(push) = ctx.socket(zmq::PUSH) else { return };
-    if push.connect("inproc://offload-replies").is_err() {
-        return;
-    }
+    let Some(push) = reply_socket(&ctx) else { return };
     while let Ok(first) = rx.recv() {
         let max = policy.max_queries.load(Ordering::Relaxed) as usize;
         let mut jobs = vec![first];
@@ -414,21 +472,33 @@ fn worker(
             }
         }
         let served = snapshot(&current);
-        let replies = execute_batch(&served, &jobs, threads);
-        for (job, reply) in jobs.into_iter().zip(replies) {
-            counters.count(reply.status);
-            counters.queries.fetch_add(reply.rule.len() as u64, Ordering::Relaxed);
-            if reply.status == Status::Ok {
-                for &(stage, ns) in &reply.stages_ns {
-                    if let Some(h) = counters.latency.stages.get(stage as usize) {
-                        h.record(ns);
-                    }
-                }
-                counters.latency.server.record(job.received.elapsed().as_nanos() as u64);
+        let mut requests = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            match prepare(&served, &job) {
+                Ok(prepared) => requests.push(Admitted { envelope: job.envelope, received: job.received, prepared }),
+                Err(reply) => send_reply(&push, &counters, job.envelope, job.received, &reply),
             }
-            let mut frames = job.envelope;
-            frames.push(protocol::encode_reply(&reply));
-            let _ = push.send_multipart(frames, 0);
+        }
+        if !requests.is_empty() {
+            // Blocks while every executor is busy and the kernel queue is full: the request
+            // queue then fills and the broker answers "busy" (backpressure, nothing dropped).
+            let batch = KernelBatch { served, requests, enqueued: Instant::now() };
+            if kernels.send(batch).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A kernel executor (k): runs the compiled matcher with `threads` engine threads (e) on the
+/// batches the workers hand over, and sends the replies.
+fn kernel_executor(rx: Receiver<KernelBatch>, ctx: zmq::Context, counters: Arc<Counters>, threads: usize) {
+    let Some(push) = reply_socket(&ctx) else { return };
+    while let Ok(batch) = rx.recv() {
+        let kernel_queue_ns = batch.enqueued.elapsed().as_nanos() as u64;
+        let replies = execute_batch(&batch.served, &batch.requests, threads, kernel_queue_ns);
+        for (req, reply) in batch.requests.into_iter().zip(replies) {
+            send_reply(&push, &counters, req.envelope, req.received, &reply);
         }
     }
 }
@@ -436,6 +506,7 @@ fn worker(
 /// A decoded, encoded request ready to match.
 struct Prepared {
     id: u64,
+    deadline_us: u64,
     stop_after: usize,
     codes: Vec<u32>,
     queue_ns: u64,
@@ -448,8 +519,8 @@ fn prepare(served: &Served, job: &Job) -> Result<Prepared, Reply> {
     let queue_ns = t_start.duration_since(job.received).as_nanos() as u64;
     let id = protocol::peek_request_id(&job.body);
     let version = served.version;
-    let deadline = protocol::peek_deadline_us(&job.body);
-    if deadline != 0 && now_unix_us() > deadline {
+    let deadline_us = protocol::peek_deadline_us(&job.body);
+    if deadline_us != 0 && now_unix_us() > deadline_us {
         return Err(Reply::status_only(id, Status::DeadlineExceeded, version, "deadline passed while queued"));
     }
     let req = protocol::decode_request(&job.body)
@@ -481,6 +552,7 @@ fn prepare(served: &Served, job: &Job) -> Result<Prepared, Reply> {
     };
     Ok(Prepared {
         id: req.request_id,
+        deadline_us,
         stop_after: req.stop_after as usize,
         codes,
         queue_ns,
@@ -488,13 +560,14 @@ fn prepare(served: &Served, job: &Job) -> Result<Prepared, Reply> {
     })
 }
 
-fn finish(served: &Served, p: &Prepared, rule: Vec<u32>, match_ns: u64) -> Reply {
+fn finish(served: &Served, p: &Prepared, rule: Vec<u32>, kernel_queue_ns: u64, match_ns: u64) -> Reply {
     let t = Instant::now();
     let contents = &served.engine.rules().contents;
     let content: Vec<i64> = rule.iter().map(|&r| if r == NO_MATCH { 0 } else { contents[r as usize] }).collect();
     let stages_ns = vec![
         (Stage::Queue as u8, p.queue_ns),
         (Stage::Encode as u8, p.encode_ns),
+        (Stage::KernelQueue as u8, kernel_queue_ns),
         (Stage::Match as u8, match_ns),
         (Stage::Reply as u8, t.elapsed().as_nanos() as u64),
     ];
@@ -511,7 +584,7 @@ fn finish(served: &Served, p: &Prepared, rule: Vec<u32>, match_ns: u64) -> Reply
 
 /// Matches one request alone; with `stop_after`, in growing chunks (64, 128, ...) until that
 /// many queries have matched (the seed's related-query batching with early stop).
-fn match_alone(served: &Served, p: &Prepared, threads: usize) -> Reply {
+fn match_alone(served: &Served, p: &Prepared, threads: usize, kernel_queue_ns: u64) -> Reply {
     let t = Instant::now();
     let w = served.engine.encoder.width();
     let n = p.codes.len() / w;
@@ -531,16 +604,18 @@ fn match_alone(served: &Served, p: &Prepared, threads: usize) -> Reply {
         rule.truncate(done);
     }
     let match_ns = t.elapsed().as_nanos() as u64;
-    finish(served, p, rule, match_ns)
+    finish(served, p, rule, kernel_queue_ns, match_ns)
 }
 
-/// Executes the jobs a worker took together: requests without early stop are matched in one
-/// call over their concatenated queries; every job gets its own reply, in order.
-fn execute_batch(served: &Served, jobs: &[Job], threads: usize) -> Vec<Reply> {
-    let prepared: Vec<Result<Prepared, Reply>> = jobs.iter().map(|j| prepare(served, j)).collect();
+/// Executes one kernel batch: requests whose deadline passed in the kernel queue are refused
+/// unexecuted; the others without early stop are matched in one call over their concatenated
+/// queries; every request gets its own reply, in order.
+fn execute_batch(served: &Served, requests: &[Admitted], threads: usize, kernel_queue_ns: u64) -> Vec<Reply> {
+    let now = now_unix_us();
+    let expired = |p: &Prepared| p.deadline_us != 0 && now > p.deadline_us;
     let w = served.engine.encoder.width();
     let batchable: Vec<&Prepared> =
-        prepared.iter().filter_map(|p| p.as_ref().ok()).filter(|p| p.stop_after == 0).collect();
+        requests.iter().map(|r| &r.prepared).filter(|p| p.stop_after == 0 && !expired(p)).collect();
     let mut shared: Vec<Vec<u32>> = Vec::new();
     let mut shared_ns = 0;
     if batchable.len() > 1 {
@@ -557,15 +632,25 @@ fn execute_batch(served: &Served, jobs: &[Job], threads: usize) -> Vec<Reply> {
         }
     }
     let mut shared = shared.into_iter();
-    prepared
-        .into_iter()
-        .map(|p| match p {
-            Err(reply) => reply,
-            Ok(p) if p.stop_after == 0 => match shared.next() {
-                Some(rule) => finish(served, &p, rule, shared_ns),
-                None => match_alone(served, &p, threads),
-            },
-            Ok(p) => match_alone(served, &p, threads),
+    requests
+        .iter()
+        .map(|r| {
+            let p = &r.prepared;
+            if expired(p) {
+                Reply::status_only(
+                    p.id,
+                    Status::DeadlineExceeded,
+                    served.version,
+                    "deadline passed in the kernel queue",
+                )
+            } else if p.stop_after == 0 {
+                match shared.next() {
+                    Some(rule) => finish(served, p, rule, kernel_queue_ns, shared_ns),
+                    None => match_alone(served, p, threads, kernel_queue_ns),
+                }
+            } else {
+                match_alone(served, p, threads, kernel_queue_ns)
+            }
         })
         .collect()
 }

@@ -27,27 +27,55 @@ def _fail(message: str) -> typer.Exit:
 @app.callback()
 def serve(
     ctx: typer.Context,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            help="Settings file (TOML; keys as the options below with _, e.g. `workers = 2`). "
+            "Options given here override it.",
+        ),
+    ] = None,
     ruletype: Annotated[str | None, typer.Option("--ruletype", help="Rule type: .xml or .toml.")] = None,
     rules: Annotated[str | None, typer.Option("--rules", help="Rules CSV.")] = None,
     endpoint: Annotated[
         list[str] | None,
         typer.Option(
-            "--endpoint", "-e", help="Endpoint to bind (repeat): tcp://127.0.0.1:5555, ipc:///tmp/x."
+            "--endpoint",
+            "-e",
+            help="Endpoint to bind (repeat): tcp://127.0.0.1:5555, ipc:///tmp/x. [default: tcp://127.0.0.1:5555]",
         ),
     ] = None,
     control: Annotated[
-        str | None, typer.Option("--control", "-c", help="Control endpoint for `stats` and `reload`.")
+        str | None, typer.Option("--control", "-c", help="Control endpoint for `stats`, `reload` and `set`.")
     ] = None,
-    workers: Annotated[int, typer.Option(help="Worker threads (w): decode, encode, match, reply.")] = 2,
-    engine_threads: Annotated[int, typer.Option(help="Matching threads per request (e).")] = 1,
-    queue: Annotated[int, typer.Option(help="Requests that may wait; beyond that the reply is 'busy'.")] = 64,
-    matcher: Annotated[str, typer.Option(help="linear, nfa, fast, or nfa:<order>.")] = "fast",
+    workers: Annotated[
+        int | None, typer.Option(help="Worker threads (w): decode, batch, encode. [default: 2]")
+    ] = None,
+    kernels: Annotated[
+        int | None, typer.Option(help="Kernel executors (k), each matching one batch at a time. [default: 1]")
+    ] = None,
+    engine_threads: Annotated[
+        int | None, typer.Option(help="Matching threads per kernel executor (e). [default: 1]")
+    ] = None,
+    queue: Annotated[
+        int | None,
+        typer.Option(help="Requests that may wait; beyond that the reply is 'busy'. [default: 64]"),
+    ] = None,
+    matcher: Annotated[
+        str | None, typer.Option(help="linear, nfa, fast, or nfa:<order>. [default: fast]")
+    ] = None,
     batch_max_queries: Annotated[
-        int, typer.Option(help="Cross-request batching: queries per batch (0 = one request at a time).")
-    ] = 0,
+        int | None,
+        typer.Option(
+            help="Cross-request batching: queries per batch (0 = one request at a time). [default: 0]"
+        ),
+    ] = None,
     batch_timeout_us: Annotated[
-        int, typer.Option(help="Cross-request batching: wait for more, from the first request's arrival.")
-    ] = 200,
+        int | None,
+        typer.Option(
+            help="Cross-request batching: wait for more, from the first request's arrival. [default: 200]"
+        ),
+    ] = None,
     metrics: Annotated[
         str | None, typer.Option(help="Serve Prometheus text at http://ADDR/metrics, e.g. 127.0.0.1:9464.")
     ] = None,
@@ -55,26 +83,25 @@ def serve(
     """Start the daemon until Ctrl-C or SIGTERM (queued requests are answered first)."""
     if ctx.invoked_subcommand is not None:
         return
-    if ruletype is None or rules is None:
-        raise _fail("--ruletype and --rules are required to start the daemon")
     from offload import _native
 
     try:
-        endpoints = endpoint or ["tcp://127.0.0.1:5555"]
         counters = _native.serve(
-            ruletype,
-            rules,
-            endpoints,
-            workers,
-            engine_threads,
-            queue,
-            matcher,
-            control,
-            batch_max_queries,
-            batch_timeout_us,
-            metrics,
+            config=config,
+            ruletype=ruletype,
+            rules=rules,
+            endpoints=endpoint,
+            workers=workers,
+            kernels=kernels,
+            engine_threads=engine_threads,
+            queue=queue,
+            matcher=matcher,
+            control=control,
+            batch_max_queries=batch_max_queries,
+            batch_timeout_us=batch_timeout_us,
+            metrics=metrics,
         )
-    except ValueError as e:
+    except (ValueError, OverflowError) as e:
         raise _fail(str(e)) from None
     err.print("stopped: " + ", ".join(f"{k} {v}" for k, v in counters), highlight=False)
 

@@ -7,11 +7,16 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
-def start(ruletype: str, rules: str, *flags: str, timeout_s: float = 120.0) -> subprocess.Popen[str]:
-    """Starts the daemon with extra CLI `flags` and returns once it says it is serving."""
-    cmd = [sys.executable, "-m", "offload.cli", "serve", "--ruletype", ruletype, "--rules", rules, *flags]
+def rule_flags(ruletype: str | Path, rules: str | Path) -> list[str]:
+    return ["--ruletype", str(ruletype), "--rules", str(rules)]
+
+
+def start(*flags: str, timeout_s: float = 120.0) -> subprocess.Popen[str]:
+    """Starts `offload serve` with these CLI flags and returns once it says it is serving."""
+    cmd = [sys.executable, "-m", "offload.cli", "serve", *flags]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     deadline = time.monotonic() + timeout_s

@@ -1,5 +1,6 @@
 """`offload sweep`: run the service over a grid of configurations (p client processes, w
-workers, e engine threads, batching policy and batch size), measure each with the injector,
+workers, k kernel executors, e engine threads, batching policy and batch size; closed loop or
+open loop at given arrival rates), measure each with the injector,
 and draw the latency-vs-throughput Pareto front (the seed's Figure 8). Answers the two
 questions a deployer asks: the most throughput under a p99 bound, and the lowest latency for a
 throughput target.
@@ -23,25 +24,38 @@ from offload.serve.inject import Trace, run
 
 @dataclass(frozen=True)
 class Config:
-    """One point of the grid, written like the seed: `2p 1w 1e` (+ batching)."""
+    """One point of the grid, written like the seed: `2p 1w 1k 1e` (+ batching, + load)."""
 
     p: int
     w: int
+    k: int
     e: int
     batch_max_queries: int  # 0 = per request
     batch_timeout_us: int
+    rate_rps: float = 0.0  # 0 = closed loop; else open loop, Poisson arrivals at this many requests/s
 
     def label(self) -> str:
         b = "per-req"
         if self.batch_max_queries:
             b = f"b{self.batch_max_queries}/{self.batch_timeout_us}us"
-        return f"{self.p}p {self.w}w {self.e}e {b}"
+        load = f" @{self.rate_rps:,.0f}/s" if self.rate_rps else ""
+        return f"{self.p}p {self.w}w {self.k}k {self.e}e {b}{load}"
 
 
 def grid(
-    p: Sequence[int], w: Sequence[int], e: Sequence[int], batch: Sequence[int], timeout_us: int
+    p: Sequence[int],
+    w: Sequence[int],
+    k: Sequence[int],
+    e: Sequence[int],
+    batch: Sequence[int],
+    timeout_us: int,
+    rates: Sequence[float] = (0.0,),
 ) -> list[Config]:
-    return [Config(pp, ww, ee, bb, timeout_us) for pp, ww, ee, bb in itertools.product(p, w, e, batch)]
+    """Every combination; `rates` lists open-loop request rates (0 = closed loop)."""
+    return [
+        Config(pp, ww, kk, ee, bb, timeout_us, rr)
+        for pp, ww, kk, ee, bb, rr in itertools.product(p, w, k, e, batch, rates)
+    ]
 
 
 def sweep(
@@ -61,12 +75,14 @@ def sweep(
         say(f"[{i + 1}/{len(configs)}] {cfg.label()}")
         endpoint = f"ipc://{tmp}/s{i}-{os.getpid()}.sock"
         proc = daemon.start(
-            ruletype, rules, "-e", endpoint, "--workers", str(cfg.w), "--engine-threads", str(cfg.e),
+            *daemon.rule_flags(ruletype, rules), "-e", endpoint,
+            "--workers", str(cfg.w), "--kernels", str(cfg.k), "--engine-threads", str(cfg.e),
             "--queue", "1024", "--matcher", matcher, "--batch-max-queries", str(cfg.batch_max_queries),
             "--batch-timeout-us", str(cfg.batch_timeout_us),
         )  # fmt: skip
         try:
-            r = run(endpoint, trace, processes=cfg.p, mode="closed", duration=duration)
+            mode = "open" if cfg.rate_rps else "closed"
+            r = run(endpoint, trace, processes=cfg.p, mode=mode, rate=cfg.rate_rps, duration=duration)
         finally:
             daemon.stop(proc)
         rows.append(
@@ -75,6 +91,7 @@ def sweep(
                 "label": cfg.label(),
                 "queries_per_s": r["queries_per_s"],
                 "requests_per_s": r["requests_per_s"],
+                "mode": mode,
                 "p50_us": r["latency_us"]["p50"],
                 "p99_us": r["latency_us"]["p99"],
                 "requests": r["requests"],

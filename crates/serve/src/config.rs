@@ -1,0 +1,162 @@
+//! The daemon's settings: a TOML file (`--config serve.toml`) with command-line flags over it.
+//!
+//! ```toml
+//! ruletype = "ruletype.toml"        # relative paths are relative to this file
+//! rules = "rules.csv"
+//! matcher = "fast"
+//! endpoints = ["tcp://127.0.0.1:5555", "ipc:///tmp/offload.sock"]
+//! control = "tcp://127.0.0.1:5556"
+//! metrics = "127.0.0.1:9464"
+//! workers = 2          # w: decode, batch, encode
+//! kernels = 1          # k: kernel executors
+//! engine_threads = 1   # e: matching threads per executor
+//! queue = 64           # requests that may wait before "busy"
+//! batch_max_queries = 0
+//! batch_timeout_us = 200
+//! ```
+//! Every key is optional in the file; an unknown key or a wrong type is an error that names the
+//! file, line and column.
+
+use crate::server::Config;
+use offload_rules::MatcherKind;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Settings as given (file or flags); `None` = not given here.
+#[derive(Debug, Default, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub ruletype: Option<PathBuf>,
+    pub rules: Option<PathBuf>,
+    pub matcher: Option<String>,
+    pub endpoints: Option<Vec<String>>,
+    pub control: Option<String>,
+    pub metrics: Option<String>,
+    pub workers: Option<usize>,
+    pub kernels: Option<usize>,
+    pub engine_threads: Option<usize>,
+    pub queue: Option<usize>,
+    pub batch_max_queries: Option<u64>,
+    pub batch_timeout_us: Option<u64>,
+}
+
+/// Settings with every default filled in and checked: what the daemon runs.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub ruletype: PathBuf,
+    pub rules: PathBuf,
+    pub matcher: MatcherKind,
+    pub config: Config,
+}
+
+impl Settings {
+    /// Reads a settings file; paths of rule files are taken relative to the file's directory.
+    pub fn from_file(path: &Path) -> Result<Settings, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Settings::from_toml(&text, path.parent().unwrap_or(Path::new("")))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Parses settings from TOML text, resolving relative rule paths against `base`.
+    pub fn from_toml(text: &str, base: &Path) -> Result<Settings, String> {
+        let mut s: Settings = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+        for p in [&mut s.ruletype, &mut s.rules].into_iter().flatten() {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+        Ok(s)
+    }
+
+    /// These settings with every value given in `flags` taking precedence.
+    pub fn over(self, flags: Settings) -> Settings {
+        Settings {
+            ruletype: flags.ruletype.or(self.ruletype),
+            rules: flags.rules.or(self.rules),
+            matcher: flags.matcher.or(self.matcher),
+            endpoints: flags.endpoints.filter(|e| !e.is_empty()).or(self.endpoints),
+            control: flags.control.or(self.control),
+            metrics: flags.metrics.or(self.metrics),
+            workers: flags.workers.or(self.workers),
+            kernels: flags.kernels.or(self.kernels),
+            engine_threads: flags.engine_threads.or(self.engine_threads),
+            queue: flags.queue.or(self.queue),
+            batch_max_queries: flags.batch_max_queries.or(self.batch_max_queries),
+            batch_timeout_us: flags.batch_timeout_us.or(self.batch_timeout_us),
+        }
+    }
+
+    /// Fills in defaults and checks what a daemon needs.
+    pub fn resolve(self) -> Result<Resolved, String> {
+        let d = Config::default();
+        let (Some(ruletype), Some(rules)) = (self.ruletype, self.rules) else {
+            return Err(
+                "a rule set is needed: give --ruletype and --rules, or `ruletype` and `rules` in --config".into()
+            );
+        };
+        let matcher = self.matcher.as_deref().unwrap_or("fast").parse::<MatcherKind>()?;
+        let at_least_one = |v: Option<usize>, default: usize, what: &str| match v {
+            Some(0) => Err(format!("{what} must be at least 1")),
+            v => Ok(v.unwrap_or(default)),
+        };
+        let endpoints = self.endpoints.unwrap_or(d.endpoints);
+        if endpoints.is_empty() {
+            return Err("endpoints must name at least one address, e.g. tcp://127.0.0.1:5555".into());
+        }
+        let config = Config {
+            endpoints,
+            workers: at_least_one(self.workers, d.workers, "workers")?,
+            kernels: at_least_one(self.kernels, d.kernels, "kernels")?,
+            engine_threads: at_least_one(self.engine_threads, d.engine_threads, "engine_threads")?,
+            queue: at_least_one(self.queue, d.queue, "queue")?,
+            control: self.control,
+            metrics: self.metrics,
+            batch_max_queries: self.batch_max_queries.unwrap_or(d.batch_max_queries),
+            batch_timeout_us: self.batch_timeout_us.unwrap_or(d.batch_timeout_us),
+        };
+        Ok(Resolved { ruletype, rules, matcher, config })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_the_file_and_defaults_fill_the_rest() {
+        let file = Settings::from_toml(
+            "ruletype = 'rt.toml'\nrules = '/abs/r.csv'\nworkers = 3\nkernels = 2\n",
+            Path::new("/cfg"),
+        )
+        .unwrap();
+        assert_eq!(file.ruletype.as_deref(), Some(Path::new("/cfg/rt.toml")));
+        assert_eq!(file.rules.as_deref(), Some(Path::new("/abs/r.csv")));
+        let flags = Settings { workers: Some(5), endpoints: Some(vec![]), ..Settings::default() };
+        let r = file.over(flags).resolve().unwrap();
+        assert_eq!((r.config.workers, r.config.kernels, r.config.engine_threads), (5, 2, 1));
+        assert_eq!(r.config.endpoints, Config::default().endpoints);
+    }
+
+    #[test]
+    fn errors_name_the_line_and_column_and_the_problem() {
+        let e = Settings::from_toml("rules = 'r.csv'\nworkers = 'two'\n", Path::new("")).unwrap_err();
+        assert!(e.contains("line 2, column 11"), "{e}");
+        assert!(e.contains("invalid type"), "{e}");
+        let e = Settings::from_toml("wrokers = 2\n", Path::new("")).unwrap_err();
+        assert!(e.contains("line 1, column 1") && e.contains("unknown field `wrokers`"), "{e}");
+        let e = Settings::from_toml("workers = -1\n", Path::new("")).unwrap_err();
+        assert!(e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn resolve_refuses_what_cannot_run() {
+        assert!(Settings::default().resolve().unwrap_err().contains("--ruletype"));
+        let base = Settings { ruletype: Some("a".into()), rules: Some("b".into()), ..Settings::default() };
+        let e = Settings { kernels: Some(0), ..base.clone() }.resolve().unwrap_err();
+        assert_eq!(e, "kernels must be at least 1");
+        let e = Settings { matcher: Some("quick".into()), ..base.clone() }.resolve().unwrap_err();
+        assert!(e.contains("quick"), "{e}");
+        let e = Settings { endpoints: Some(vec![]), ..base }.resolve().unwrap_err();
+        assert!(e.contains("at least one"), "{e}");
+    }
+}
