@@ -1,5 +1,6 @@
 //! offload-serve: the rule engine as a ZeroMQ microservice. See docs/serve-protocol.md.
 
+pub mod client;
 pub mod config;
 pub mod metrics;
 pub mod protocol;

@@ -1,0 +1,178 @@
+//! A Rust client for `offload serve` (the Python one is `offload.serve.Client`).
+//!
+//! ```no_run
+//! use offload_serve::client::{Client, Query};
+//! let mut c = Client::connect("tcp://127.0.0.1:5555")?;
+//! let columns = vec![vec!["II"], vec!["LHR"]]; // one column per criterion, rule-type order
+//! let reply = c.call(Query::raw(&columns))?;
+//! println!("{:?} {:?} version {}", reply.status, reply.content, reply.ruleset_version);
+//! # Ok::<(), offload_serve::client::ClientError>(())
+//! ```
+//! One request is in flight at a time. The socket is a DEALER: ZeroMQ reconnects by itself, so
+//! a client outlives a daemon restart; a reply that does not come within the timeout is an
+//! error, and a late one is skipped by its request id.
+
+use crate::protocol::{self, Payload, RawColumnOwned, Reply, Request};
+use std::fmt;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(Debug)]
+pub enum ClientError {
+    /// ZeroMQ refused (bad endpoint, closed context).
+    Zmq(String),
+    /// No reply within the timeout.
+    Timeout(Duration),
+    /// The daemon sent something that is not a reply frame.
+    BadReply(String),
+    /// The request cannot be expressed (e.g. a column over 4 GiB, ragged columns).
+    BadRequest(String),
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Zmq(e) => write!(f, "zeromq: {e}"),
+            ClientError::Timeout(d) => write!(f, "no reply within {:.3} s", d.as_secs_f64()),
+            ClientError::BadReply(e) => write!(f, "unreadable reply: {e}"),
+            ClientError::BadRequest(e) => write!(f, "cannot build the request: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// The queries of one request and how to answer them.
+#[derive(Debug, Clone)]
+pub struct Query {
+    payload: Payload,
+    n_queries: usize,
+    /// Answer once this many queries matched (0 = all): the seed's early stop.
+    pub stop_after: u32,
+    /// Give up (server side) if not executed within this time from sending.
+    pub deadline: Option<Duration>,
+}
+
+impl Query {
+    /// Raw values: one column per criterion in rule-type order, all of the same length.
+    pub fn raw<S: AsRef<str>>(columns: &[Vec<S>]) -> Query {
+        let n = columns.first().map_or(0, Vec::len);
+        let cols = columns
+            .iter()
+            .map(|col| {
+                let mut offsets = Vec::with_capacity(col.len() + 1);
+                let mut data = Vec::new();
+                offsets.push(0u32);
+                for v in col {
+                    data.extend_from_slice(v.as_ref().as_bytes());
+                    offsets.push(data.len() as u32);
+                }
+                RawColumnOwned { offsets, data }
+            })
+            .collect();
+        Query { payload: Payload::Raw(cols), n_queries: n, stop_after: 0, deadline: None }
+    }
+
+    /// Rows encoded in process (`Engine::encoder`) against the rule-set version the server
+    /// serves; `codes.len()` must be a multiple of `width`.
+    pub fn encoded(encoding_version: u64, width: u16, codes: Vec<u32>) -> Query {
+        let n = if width == 0 { 0 } else { codes.len() / width as usize };
+        Query {
+            payload: Payload::Encoded { encoding_version, width, codes },
+            n_queries: n,
+            stop_after: 0,
+            deadline: None,
+        }
+    }
+
+    pub fn stop_after(mut self, n: u32) -> Query {
+        self.stop_after = n;
+        self
+    }
+
+    pub fn deadline(mut self, d: Duration) -> Query {
+        self.deadline = Some(d);
+        self
+    }
+
+    fn check(&self) -> Result<(), ClientError> {
+        match &self.payload {
+            Payload::Raw(cols) => {
+                if let Some(c) = cols.iter().find(|c| c.offsets.len() != self.n_queries + 1) {
+                    return Err(ClientError::BadRequest(format!(
+                        "columns differ in length ({} and {} values)",
+                        self.n_queries,
+                        c.offsets.len() - 1
+                    )));
+                }
+                if cols.iter().any(|c| c.data.len() > u32::MAX as usize) {
+                    return Err(ClientError::BadRequest("a column holds more than 4 GiB of text".into()));
+                }
+            }
+            Payload::Encoded { width, codes, .. } => {
+                if *width == 0 || codes.len() % *width as usize != 0 {
+                    return Err(ClientError::BadRequest(format!(
+                        "{} codes are not whole rows of width {width}",
+                        codes.len()
+                    )));
+                }
+            }
+        }
+        if self.n_queries > u32::MAX as usize {
+            return Err(ClientError::BadRequest("more than 2^32 - 1 queries in one request".into()));
+        }
+        Ok(())
+    }
+}
+
+pub struct Client {
+    _ctx: zmq::Context,
+    sock: zmq::Socket,
+    next_id: u64,
+    /// How long [`Client::call`] waits for a reply.
+    pub timeout: Duration,
+}
+
+impl Client {
+    /// Connects a DEALER socket to `endpoint` (tcp://, ipc://); the daemon need not be up yet.
+    pub fn connect(endpoint: &str) -> Result<Client, ClientError> {
+        let ctx = zmq::Context::new();
+        let sock = ctx.socket(zmq::DEALER).map_err(|e| ClientError::Zmq(e.to_string()))?;
+        sock.set_linger(0).map_err(|e| ClientError::Zmq(e.to_string()))?;
+        sock.connect(endpoint).map_err(|e| ClientError::Zmq(format!("connect {endpoint}: {e}")))?;
+        Ok(Client { _ctx: ctx, sock, next_id: 1, timeout: Duration::from_secs(10) })
+    }
+
+    /// Sends one request and waits for its reply (whatever its status: check `reply.status`).
+    pub fn call(&mut self, query: Query) -> Result<Reply, ClientError> {
+        query.check()?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let deadline_us = query.deadline.map_or(0, |d| {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+            (now + d).as_micros() as u64
+        });
+        let req = Request {
+            request_id: id,
+            deadline_us,
+            stop_after: query.stop_after,
+            n_queries: query.n_queries as u32,
+            payload: query.payload,
+        };
+        self.sock.send(protocol::encode_request(&req), 0).map_err(|e| ClientError::Zmq(e.to_string()))?;
+        let until = Instant::now() + self.timeout;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let ready =
+                self.sock.poll(zmq::POLLIN, left.as_millis() as i64).map_err(|e| ClientError::Zmq(e.to_string()))?;
+            if ready == 0 {
+                return Err(ClientError::Timeout(self.timeout));
+            }
+            let frame = self.sock.recv_bytes(0).map_err(|e| ClientError::Zmq(e.to_string()))?;
+            let reply = protocol::decode_reply(&frame).map_err(|e| ClientError::BadReply(e.to_string()))?;
+            if reply.request_id == id {
+                return Ok(reply);
+            }
+            // A late reply to a request that already timed out: skip it.
+        }
+    }
+}
