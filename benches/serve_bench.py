@@ -3,7 +3,10 @@
 1. single-query round trip over IPC through `offload serve` vs a bare ZeroMQ echo (Rust ROUTER,
    same Python DEALER client), medians;
 2. hot reload of the whole rule set under load: every reply checked against the version that
-   answered, and the worst round trip during the reload vs the steady state.
+   answered, and the worst round trip during the reload vs the steady state;
+3. throughput on the same cores: requests of N pre-encoded queries through the daemon (1w 1k
+   1e, pinned to CPU 0; the client processes pinned to the other CPUs) vs the in-process matcher
+   on the same CPU 0 over the same batches, alternated over several rounds, medians.
 
     python benches/serve_bench.py --ruletype R.xml --rules R.csv --queries Q.csv [--out J.json]
 """
@@ -26,7 +29,7 @@ import zmq
 
 from offload import _native, rules
 from offload.rules.bench import load_query_columns, machine
-from offload.serve import Client, daemon
+from offload.serve import Client, daemon, inject
 from offload.serve.cli import control_request
 
 
@@ -50,6 +53,59 @@ def bare_round_trip_us(endpoint: str, n: int, payload: bytes) -> list[float]:
     return out
 
 
+def in_process_queries_per_s(eng: rules.CompiledRules, codes: np.ndarray, size: int) -> float:
+    """The in-process matcher over the same requests the service gets, one thread, on CPU 0."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {0})
+    try:
+        t0 = time.perf_counter()
+        for lo in range(0, len(codes), size):
+            eng.match(codes[lo : lo + size], threads=1)
+        return len(codes) / (time.perf_counter() - t0)
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def same_cores_throughput(a: argparse.Namespace, rs: rules.RuleSet, tmp: str) -> dict[str, Any]:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or 0 not in cpus:
+        return {"skipped": "needs CPU 0 and one more CPU for the clients"}
+    _, cols = load_query_columns(rs, Path(a.queries), limit=a.throughput_queries)
+    eng = rules.compile(rs)
+    codes = eng.encode(cols)
+    trace = inject.Trace(cols, []).fixed_size(a.throughput_size).encoded(codes)
+    endpoint = f"ipc://{tmp}/throughput.sock"
+    clients = [c for c in cpus if c != 0]
+    flags = ["-e", endpoint, "--workers", "1", "--kernels", "1", "--engine-threads", "1", "--queue", "256"]
+    proc = daemon.start(*daemon.rule_flags(a.ruletype, a.rules), *flags, cpus={0})
+    local, service, statuses = [], [], []
+    try:
+        for r in range(a.rounds):
+            local.append(in_process_queries_per_s(eng, codes, a.throughput_size))
+            run = inject.run(endpoint, trace, a.throughput_clients, mode="closed", duration=3.0, cpus=clients)
+            service.append(run["queries_per_s"])
+            statuses.append(run["status"])
+            print(f"round {r + 1}: in-process {local[-1] / 1e6:.2f}, service {service[-1] / 1e6:.2f} M q/s")
+    finally:
+        daemon.stop(proc)
+    out = {
+        "request_queries": a.throughput_size,
+        "queries": len(codes),
+        "service_config": f"{a.throughput_clients}p 1w 1k 1e, daemon on CPU 0, clients on CPUs "
+        + ",".join(map(str, clients)),
+        "in_process_queries_per_s": local,
+        "service_queries_per_s": service,
+        "statuses": statuses,
+        "in_process_median": statistics.median(local),
+        "service_median": statistics.median(service),
+        "ratio": statistics.median(service) / statistics.median(local),
+    }
+    svc, loc = out["service_median"] / 1e6, out["in_process_median"] / 1e6
+    print(f"same cores ({a.throughput_size}-query pre-encoded requests): service {svc:.2f} M q/s")
+    print(f"vs in-process {loc:.2f} M q/s = {100 * out['ratio']:.0f}%")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ruletype", required=True)
@@ -57,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", required=True)
     ap.add_argument("--round-trips", type=int, default=2_000)
     ap.add_argument("--request-size", type=int, default=100, help="queries per request under reload")
+    ap.add_argument("--throughput-size", type=int, default=4096, help="queries per throughput request")
+    ap.add_argument("--throughput-queries", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--throughput-clients", type=int, default=4, help="client processes (enough to keep 1k busy)"
+    )
     ap.add_argument("--out", default="build/bench/serve.json")
     a = ap.parse_args(argv)
 
@@ -135,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result["reload"], indent=2))
     finally:
         daemon.stop(proc)
+    result["same_cores_throughput"] = same_cores_throughput(a, rs, tmp)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=2))
     print(f"wrote {a.out}")

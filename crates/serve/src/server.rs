@@ -219,8 +219,8 @@ fn control_command(
 }
 
 struct Job {
-    envelope: Vec<Vec<u8>>,
-    body: Vec<u8>,
+    envelope: Frames,
+    body: zmq::Message,
     received: Instant,
 }
 
@@ -312,8 +312,8 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
         }
         if tx.is_none() && threads.iter().all(|t| t.is_finished()) {
             // Forward what the workers sent last, then leave.
-            while let Ok(parts) = back.recv_multipart(zmq::DONTWAIT) {
-                forward(&front, parts, &counters);
+            while let Ok(parts) = recv_frames(&back) {
+                send_frames(&front, parts, &counters);
             }
             break;
         }
@@ -329,8 +329,8 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
             other => other.map_err(|e| zerr("poll", e))?,
         };
         if items[1].is_readable() {
-            while let Ok(parts) = back.recv_multipart(zmq::DONTWAIT) {
-                forward(&front, parts, &counters);
+            while let Ok(parts) = recv_frames(&back) {
+                send_frames(&front, parts, &counters);
             }
         }
         if items.get(2).is_some_and(|i| i.is_readable()) {
@@ -346,16 +346,16 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
             }
         }
         if items[0].is_readable() {
-            while let Ok(mut parts) = front.recv_multipart(zmq::DONTWAIT) {
+            while let Ok(mut parts) = recv_frames(&front) {
                 let received = Instant::now();
                 counters.requests.fetch_add(1, Ordering::Relaxed);
-                let body = parts.pop().unwrap_or_default();
+                let body = parts.pop().unwrap_or_else(zmq::Message::new);
                 let envelope = parts;
                 let id = protocol::peek_request_id(&body);
-                let refuse = |status: Status, msg: &str, envelope: Vec<Vec<u8>>| {
+                let refuse = |status: Status, msg: &str, envelope: Frames| {
                     counters.count(status);
                     let mut frames = envelope;
-                    frames.push(protocol::encode_reply(&Reply::status_only(id, status, version, msg)));
+                    frames.push(protocol::encode_reply(&Reply::status_only(id, status, version, msg)).into());
                     send_frames(&front, frames, &counters);
                 };
                 match &tx {
@@ -382,14 +382,24 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
     Ok(counters)
 }
 
-fn send_frames(front: &zmq::Socket, frames: Vec<Vec<u8>>, counters: &Counters) {
+/// A multipart message: the ROUTER envelope (client identity, and the empty delimiter of a REQ
+/// client) followed by the body. Frames stay `zmq::Message`s from receipt to reply, so the
+/// bodies are never copied on the way through the broker.
+type Frames = Vec<zmq::Message>;
+
+/// Receives one multipart message without waiting (`Err(EAGAIN)` when none is there).
+fn recv_frames(sock: &zmq::Socket) -> Result<Frames, zmq::Error> {
+    let mut parts = vec![sock.recv_msg(zmq::DONTWAIT)?];
+    while parts.last().is_some_and(|m| m.get_more()) {
+        parts.push(sock.recv_msg(0)?);
+    }
+    Ok(parts)
+}
+
+fn send_frames(front: &zmq::Socket, frames: Frames, counters: &Counters) {
     if front.send_multipart(frames, zmq::DONTWAIT).is_err() {
         counters.unroutable.fetch_add(1, Ordering::Relaxed);
     }
-}
-
-fn forward(front: &zmq::Socket, parts: Vec<Vec<u8>>, counters: &Counters) {
-    send_frames(front, parts, counters);
 }
 
 /// Cross-request batching, changeable while serving (control command `set`): a worker that
@@ -404,7 +414,7 @@ pub struct BatchPolicy {
 }
 
 /// Sends one reply back to the broker, counting it and recording its stage timings.
-fn send_reply(push: &zmq::Socket, counters: &Counters, envelope: Vec<Vec<u8>>, received: Instant, reply: &Reply) {
+fn send_reply(push: &zmq::Socket, counters: &Counters, envelope: Frames, received: Instant, reply: &Reply) {
     counters.count(reply.status);
     counters.queries.fetch_add(reply.rule.len() as u64, Ordering::Relaxed);
     if reply.status == Status::Ok {
@@ -416,7 +426,7 @@ fn send_reply(push: &zmq::Socket, counters: &Counters, envelope: Vec<Vec<u8>>, r
         counters.latency.server.record(received.elapsed().as_nanos() as u64);
     }
     let mut frames = envelope;
-    frames.push(protocol::encode_reply(reply));
+    frames.push(protocol::encode_reply(reply).into()); // Vec -> Message takes the buffer, no copy
     let _ = push.send_multipart(frames, 0);
 }
 
@@ -428,7 +438,7 @@ fn reply_socket(ctx: &zmq::Context) -> Option<zmq::Socket> {
 
 /// One request on its way to a kernel: where the reply goes, and its encoded queries.
 struct Admitted {
-    envelope: Vec<Vec<u8>>,
+    envelope: Frames,
     received: Instant,
     prepared: Prepared,
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import select
 import signal
 import subprocess
@@ -14,10 +15,12 @@ def rule_flags(ruletype: str | Path, rules: str | Path) -> list[str]:
     return ["--ruletype", str(ruletype), "--rules", str(rules)]
 
 
-def start(*flags: str, timeout_s: float = 120.0) -> subprocess.Popen[str]:
-    """Starts `offload serve` with these CLI flags and returns once it says it is serving."""
+def start(*flags: str, timeout_s: float = 120.0, cpus: set[int] | None = None) -> subprocess.Popen[str]:
+    """Starts `offload serve` with these CLI flags and returns once it says it is serving. With
+    `cpus`, the daemon and all its threads run only on those CPUs."""
     cmd = [sys.executable, "-m", "offload.cli", "serve", *flags]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, preexec_fn=pin)
     assert proc.stderr is not None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import multiprocessing as mp
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from offload.rules.bench import machine
 
 # Requests one client process sends at most in a run.
 MAX_REQUESTS = 1_000_000
+# The server-side stages of a reply, in pipeline order (docs/serve-protocol.md).
+STAGES = ("queue", "encode", "kernel_queue", "match", "reply")
 
 
 @dataclass(frozen=True)
@@ -80,9 +83,12 @@ def _frames(trace: Trace, which: list[int], early_stop: bool) -> list[tuple[int,
     return out
 
 
-def _client(args: tuple[str, Trace, list[int], str, float, float, bool, Any]) -> None:
-    endpoint, trace, which, mode, rate, duration, early_stop, queue = args
+def _client(args: tuple[str, Trace, list[int], str, float, float, bool, Any, Any, list[int] | None]) -> None:
+    endpoint, trace, which, mode, rate, duration, early_stop, queue, go, cpus = args
     from offload import _native
+
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
     frames = _frames(trace, which, early_stop)
     ctx = zmq.Context()
@@ -99,6 +105,10 @@ def _client(args: tuple[str, Trace, list[int], str, float, float, bool, Any]) ->
             records.append((time.perf_counter() - t0, n, len(rule), status, dict(stages)))
 
     rng = np.random.default_rng(len(which))
+    # Every process starts sending at once (after all have built their frames and connected),
+    # so they overlap for the whole duration and their rates add up.
+    queue.put("ready")
+    go.wait()
     start = time.perf_counter()
     end = start + duration
     next_at = start
@@ -134,21 +144,30 @@ def run(
     rate: float = 1000.0,
     duration: float = 5.0,
     early_stop: bool = False,
+    cpus: list[int] | None = None,
 ) -> dict[str, Any]:
-    """Replays the trace; `rate` is requests/s over all processes (open loop)."""
+    """Replays the trace; `rate` is requests/s over all processes (open loop). With `cpus`, the
+    client processes run only on those CPUs (to keep them off the daemon's)."""
     if mode not in ("closed", "open"):
         raise ValueError("mode is closed or open")
     p = max(1, processes)
     order = list(range(len(trace.requests)))
     shares = [order[i::p] for i in range(p)]
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
+    q, go = ctx.Queue(), ctx.Event()
     procs = [
-        ctx.Process(target=_client, args=((endpoint, trace, share, mode, rate / p, duration, early_stop, q),))
+        ctx.Process(
+            target=_client,
+            args=((endpoint, trace, share, mode, rate / p, duration, early_stop, q, go, cpus),),
+        )
         for share in shares
     ]
     for pr in procs:
         pr.start()
+    for _ in procs:
+        if q.get(timeout=300) != "ready":
+            raise RuntimeError("a client process failed to start")
+    go.set()
     parts = [q.get(timeout=duration + 120) for _ in procs]
     for pr in procs:
         pr.join(timeout=30)
@@ -202,7 +221,7 @@ def _by_size(ok: list[tuple[float, int, int, str, dict[str, int]]]) -> list[dict
     out = []
     for b in sorted(buckets):
         rs = buckets[b]
-        stages = {k: _median_ns(rs, k) / 1e3 for k in ("queue", "encode", "match", "reply")}
+        stages = {k: _median_ns(rs, k) / 1e3 for k in STAGES}
         rtt = statistics.median(r[0] for r in rs) * 1e6
         out.append({"size_up_to": b, "requests": len(rs), "round_trip_us": rtt, "stages_us": stages,
                     "outside_server_us": max(0.0, rtt - sum(stages.values()))})  # fmt: skip
@@ -220,8 +239,8 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
-    for k in ("queue", "encode", "match", "reply"):
-        v = np.array([r["stages_us"][k] for r in rows])
+    for k in STAGES:
+        v = np.array([r["stages_us"].get(k, 0.0) for r in rows])
         ax.bar(x, v, bottom=bottom, label=k)
         bottom += v
     v = np.array([r["outside_server_us"] for r in rows])
