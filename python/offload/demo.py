@@ -2,7 +2,9 @@
 
 Synthesises a realistic MCT rule set and a search-engine trace, compiles it with every matcher,
 matches the trace, checks that the matchers agree, and prints throughput plus a few explained
-answers. Results also go to ``<out>/demo.json``.
+answers. Then it starts the service (`offload serve`), replays the trace through it with the
+injector, prints throughput, latency and the per-stage breakdown, and runs a small sweep with
+its Pareto plot. Results go to ``<out>/demo.json`` and the plots next to it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,51 @@ def _pick_examples(rs: rules.RuleSet, result: rules.MatchResult) -> list[int]:
         if q is not None:
             picks.append(q)
     return picks
+
+
+def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[str, Any]:
+    """The rule set as a service: replay the trace through a real daemon, then a small sweep."""
+    from offload.serve import daemon, inject, sweep
+
+    console.rule("the rule engine as a service (offload serve + offload inject)")
+    trace = inject.load_trace(Path(paths["queries"]).parent, rs.criterion_codes)
+    endpoint = f"ipc://{out.resolve()}/demo-serve.sock"
+    with console.status("starting offload serve (2w 1k 1e) and replaying the trace with 2 client processes"):
+        proc = daemon.start(*daemon.rule_flags(paths["ruletype"], paths["rules"]), "-e", endpoint)
+        try:
+            replay = inject.run(endpoint, trace, processes=2, mode="closed", duration=3.0)
+            opened = inject.run(endpoint, trace, processes=2, mode="open", rate=1000, duration=3.0)
+        finally:
+            daemon.stop(proc)
+    t = Table(title="trace replay (user requests as traced: raw values, encoded by the service)")
+    for col in ("load", "req/s", "q/s", "p50", "p90", "p99", "max", "statuses"):
+        t.add_column(col, justify="right")
+    for name, r in (("closed 2p", replay), ("open 1k/s", opened)):
+        lat = r["latency_us"]
+        t.add_row(
+            name, f"{r['requests_per_s']:,.0f}", bench.rate(r["queries_per_s"]),
+            *(f"{lat[k] / 1e3:.2f} ms" for k in ("p50", "p90", "p99", "max")),
+            ", ".join(f"{k} {v}" for k, v in r["status"].items()),
+        )  # fmt: skip
+    console.print(t)
+    stages = replay["stage_median_us"]
+    console.print(
+        "median per request inside the server: "
+        + ", ".join(f"{k} {stages.get(k, 0):.0f} µs" for k in inject.STAGES)
+        + f"; round trip {replay['latency_us']['p50']:.0f} µs"
+    )
+    _, breakdown = inject.write(replay, out / "serve-inject.json")
+    with console.status("a small sweep: p in 1,2 x per-request or 4096-query batching"):
+        configs = sweep.grid([1, 2], [2], [1], [1], [0, 4096], 500)
+        rows = sweep.sweep(paths["ruletype"], paths["rules"], trace, configs, duration=1.5)
+        summary = sweep.write(rows, out / "serve-sweep.json", p99_us=5_000, qps=1e6)
+    best = summary["best_under_p99"]["config"]
+    console.print(
+        "sweep: Pareto front " + "; ".join(summary["pareto"])
+        + f". Most throughput with p99 <= 5 ms: {best['label'] if best else 'none'}"
+    )  # fmt: skip
+    console.print(f"wrote {breakdown} (stage breakdown by size) and {out / 'serve-sweep.png'} (Pareto)")
+    return {"replay": replay, "open_loop": opened, "sweep": summary}
 
 
 def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dict[str, Any]:
@@ -106,10 +153,11 @@ def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dic
     for q in _pick_examples(rs, fast_result):
         console.print(f"[dim]query {ids[q]}[/]")
         print_explanation(fast.explain([c[q] for c in cols]))
-    result = {"synth": summary, "load_s": load_s, "bench": report, "matchers_agree": agree}
-    (out / "demo.json").write_text(json.dumps(result, indent=2, default=str))
     png = bench.plot(report, out / "rules-throughput.png")
-    console.print(f"wrote {out / 'demo.json'} and {png}")
+    service = _serve_section(out, paths, rs)
+    result = {"synth": summary, "load_s": load_s, "bench": report, "matchers_agree": agree, "serve": service}
+    (out / "demo.json").write_text(json.dumps(result, indent=2, default=str))
+    console.print(f"wrote {out / 'demo.json'}, {png} and the service plots in {out}")
     if not agree:
         raise SystemExit("matchers disagree")
     return result

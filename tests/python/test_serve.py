@@ -287,6 +287,7 @@ def test_injector_closed_and_open_loop(data: dict[str, object], tmp_path: Path) 
         closed = inject.run(endpoint, trace, processes=2, mode="closed", duration=1.0)
         assert closed["unanswered"] == 0 and set(closed["status"]) == {"Ok"} and closed["requests"] > 0
         assert closed["queries_per_s"] > 0 and closed["latency_us"]["p50"] <= closed["latency_us"]["max"]
+        assert closed["start_spread_s"] < 0.5  # the processes overlap: their rates add up
         opened = inject.run(
             endpoint, trace, processes=1, mode="open", rate=200, duration=1.0, early_stop=True
         )

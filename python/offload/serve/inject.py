@@ -131,7 +131,9 @@ def _client(args: tuple[str, Trace, list[int], str, float, float, bool, Any, Any
     deadline = time.perf_counter() + 30
     while sent and time.perf_counter() < deadline:
         take(100)
-    queue.put({"records": records, "elapsed": time.perf_counter() - start, "unanswered": len(sent)})
+    queue.put(
+        {"records": records, "start": start, "elapsed": time.perf_counter() - start, "unanswered": len(sent)}
+    )
     s.close()
     ctx.term()
 
@@ -190,6 +192,8 @@ def run(
         "target_rate_rps": rate if mode == "open" else None,
         "early_stop": early_stop,
         "elapsed_s": elapsed,
+        # CLOCK_MONOTONIC is system-wide: how far apart the processes began sending.
+        "start_spread_s": max(x["start"] for x in parts) - min(x["start"] for x in parts),
         "requests": len(recs),
         "unanswered": sum(part["unanswered"] for part in parts),
         "status": {s: sum(1 for r in recs if r[3] == s) for s in sorted({r[3] for r in recs})},
