@@ -149,6 +149,15 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_loads_and_names_existing_rule_files() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/examples/mct-mini");
+        let r = Settings::from_file(&dir.join("serve.toml")).unwrap().resolve().unwrap();
+        assert!(r.ruletype.exists() && r.rules.exists());
+        assert_eq!((r.config.workers, r.config.kernels, r.config.queue), (2, 1, 64));
+        assert_eq!(r.config.control.as_deref(), Some("tcp://127.0.0.1:5556"));
+    }
+
+    #[test]
     fn resolve_refuses_what_cannot_run() {
         assert!(Settings::default().resolve().unwrap_err().contains("--ruletype"));
         let base = Settings { ruletype: Some("a".into()), rules: Some("b".into()), ..Settings::default() };
