@@ -1,0 +1,75 @@
+//! offload-probe: the effective numbers of the channels on this machine (seed 004's lesson:
+//! advertised figures mislead). Every channel is measured as timed samples over payload sizes,
+//! summarised by median and p10/p90, and fitted to T(n) = L + n/B ([`fit`]).
+
+pub mod fit;
+pub mod ipc;
+pub mod measure;
+pub mod memory;
+pub mod zeromq;
+
+pub use fit::{fit, Fit};
+pub use measure::{Channel, Point};
+
+use measure::Budget;
+use std::path::Path;
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * 1024;
+
+/// Every channel [`run`] can measure, in suite order.
+pub const CHANNELS: &[&str] = &[
+    "memory/memcpy",
+    "memory/copy-fresh",
+    "memory/copy-prefaulted",
+    "memory/copy-locked",
+    "memory/alloc-first-touch",
+    "ipc/shared-memory",
+    "ipc/pipe",
+    "ipc/unix-socket",
+    "ipc/tcp-loopback",
+    "zmq/inproc-round-trip",
+    "zmq/ipc-round-trip",
+    "zmq/tcp-round-trip",
+    "zmq/inproc-stream",
+    "zmq/ipc-stream",
+    "zmq/tcp-stream",
+];
+
+/// Measures one channel. `quick` uses smaller payloads and fewer samples (the CI mode, well
+/// under a minute for all channels); `dir` holds ipc sockets (and, later, probe files).
+pub fn run(channel: &str, quick: bool, dir: &Path) -> Result<Channel, String> {
+    let b = if quick { Budget::QUICK } else { Budget::FULL };
+    let (suite, name) = channel.split_once('/').unwrap_or(("", channel));
+    // The measuring side on the first allowed CPU, peers on the second (see measure::cpu_pair).
+    measure::with_pinned(measure::cpu_pair().map(|p| p.0), || run_unpinned(channel, suite, name, b, quick, dir))
+}
+
+fn run_unpinned(channel: &str, suite: &str, name: &str, b: Budget, quick: bool, dir: &Path) -> Result<Channel, String> {
+    let big = |full: u64, q: u64| if quick { q } else { full };
+    match (suite, name) {
+        ("memory", "memcpy") => Ok(memory::memcpy(b, 64, big(256 * MIB, 16 * MIB))),
+        ("memory", "copy-fresh") => memory::copy_into(memory::Target::Fresh, b, 4 * KIB, big(256 * MIB, 8 * MIB)),
+        ("memory", "copy-prefaulted") => {
+            memory::copy_into(memory::Target::Prefaulted, b, 4 * KIB, big(256 * MIB, 8 * MIB))
+        }
+        ("memory", "copy-locked") => memory::copy_into(memory::Target::Locked, b, 4 * KIB, big(128 * MIB, 8 * MIB)),
+        ("memory", "alloc-first-touch") => memory::first_touch(b, 4 * KIB, big(256 * MIB, 8 * MIB)),
+        ("ipc", "shared-memory") => Ok(ipc::shared_memory(b, 64, big(4 * MIB, 256 * KIB))),
+        ("ipc", "pipe") => ipc::pipe(b, 64, big(4 * MIB, 256 * KIB)),
+        ("ipc", "unix-socket") => ipc::unix_socket(b, 64, big(4 * MIB, 256 * KIB)),
+        ("ipc", "tcp-loopback") => ipc::tcp_loopback(b, 64, big(4 * MIB, 256 * KIB)),
+        ("zmq", n) => {
+            let (transport, kind) = n.split_once('-').unwrap_or((n, ""));
+            if !matches!(transport, "inproc" | "ipc" | "tcp") {
+                return Err(format!("unknown ZeroMQ transport {transport:?}"));
+            }
+            match kind {
+                "round-trip" => zeromq::round_trip(transport, dir, b, 64, big(4 * MIB, 64 * KIB)),
+                "stream" => zeromq::stream(transport, dir, b, 64, big(4 * MIB, 256 * KIB)),
+                _ => Err(format!("unknown channel {channel:?}; known: {}", CHANNELS.join(", "))),
+            }
+        }
+        _ => Err(format!("unknown channel {channel:?}; known: {}", CHANNELS.join(", "))),
+    }
+}
