@@ -22,4 +22,26 @@ fn main() {
             Err(e) => println!("{c}: error {e}"),
         }
     }
+    println!("{:?}", offload_probe::uring::nop(offload_probe::measure::Budget::QUICK));
+    let dir = std::env::var("PROBE_DIR").map(std::path::PathBuf::from).unwrap_or(dir);
+    let secs = if full { 2.0 } else { 0.3 };
+    match offload_probe::uring::random_reads(
+        &dir,
+        256 << 20,
+        &[1, 2, 4, 8, 16, 32, 64, 128],
+        std::time::Duration::from_secs_f64(secs),
+    ) {
+        Ok(r) => {
+            for p in r.points {
+                println!(
+                    "QD {:3} {:8.0} IOPS p50 {:6.1} us p99 {:6.1} us",
+                    p.queue_depth,
+                    p.iops,
+                    p.p50_s * 1e6,
+                    p.p99_s * 1e6
+                )
+            }
+        }
+        Err(e) => println!("random reads: {e}"),
+    }
 }

@@ -6,6 +6,7 @@ pub mod fit;
 pub mod ipc;
 pub mod measure;
 pub mod memory;
+pub mod uring;
 pub mod zeromq;
 
 pub use fit::{fit, Fit};
