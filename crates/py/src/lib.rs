@@ -517,6 +517,43 @@ fn zmq_echo(py: Python<'_>, endpoint: String, seconds: f64) -> PyResult<u64> {
     r.map_err(PyValueError::new_err)
 }
 
+/// Names of the channels `probe_channel` measures.
+#[pyfunction]
+fn probe_channels() -> Vec<&'static str> {
+    offload_probe::CHANNELS.to_vec()
+}
+
+/// Measures one channel (GIL released); returns its JSON (points, fit).
+#[pyfunction]
+fn probe_channel(py: Python<'_>, name: String, quick: bool, dir: PathBuf) -> PyResult<String> {
+    let ch = py.allow_threads(|| offload_probe::run(&name, quick, &dir)).map_err(PyValueError::new_err)?;
+    serde_json::to_string(&ch).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// io_uring NOP cost, batch of 1 and 64 (JSON).
+#[pyfunction]
+fn probe_uring_nop(py: Python<'_>, quick: bool) -> PyResult<String> {
+    let b = if quick { offload_probe::measure::Budget::QUICK } else { offload_probe::measure::Budget::FULL };
+    let r = py.allow_threads(|| offload_probe::uring::nop(b)).map_err(PyValueError::new_err)?;
+    serde_json::to_string(&r).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// 4 KiB O_DIRECT random reads through io_uring on a file of `file_bytes` in `dir` (JSON).
+#[pyfunction]
+fn probe_random_reads(
+    py: Python<'_>,
+    dir: PathBuf,
+    file_bytes: u64,
+    depths: Vec<usize>,
+    seconds_per_depth: f64,
+) -> PyResult<String> {
+    let per = std::time::Duration::from_secs_f64(seconds_per_depth.max(0.01));
+    let r = py
+        .allow_threads(|| offload_probe::uring::random_reads(&dir, file_bytes, &depths, per))
+        .map_err(PyValueError::new_err)?;
+    serde_json::to_string(&r).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -531,6 +568,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_request, m)?)?;
     m.add_function(wrap_pyfunction!(encode_request_codes, m)?)?;
     m.add_function(wrap_pyfunction!(decode_reply, m)?)?;
+    m.add_function(wrap_pyfunction!(probe_channels, m)?)?;
+    m.add_function(wrap_pyfunction!(probe_channel, m)?)?;
+    m.add_function(wrap_pyfunction!(probe_uring_nop, m)?)?;
+    m.add_function(wrap_pyfunction!(probe_random_reads, m)?)?;
     m.add_function(wrap_pyfunction!(zmq_echo, m)?)?;
     Ok(())
 }
