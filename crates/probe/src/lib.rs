@@ -40,34 +40,48 @@ pub const CHANNELS: &[&str] = &[
 /// Measures one channel. `quick` uses smaller payloads and fewer samples (the CI mode, well
 /// under a minute for all channels); `dir` holds ipc sockets (and, later, probe files).
 pub fn run(channel: &str, quick: bool, dir: &Path) -> Result<Channel, String> {
+    run_sizes(channel, quick, dir, None)
+}
+
+/// [`run`] over the payloads `lo..=hi` (powers of two from `lo`) instead of the channel's own.
+pub fn run_sizes(channel: &str, quick: bool, dir: &Path, sizes: Option<(u64, u64)>) -> Result<Channel, String> {
     let b = if quick { Budget::QUICK } else { Budget::FULL };
     let (suite, name) = channel.split_once('/').unwrap_or(("", channel));
     // The measuring side on the first allowed CPU, peers on the second (see measure::cpu_pair).
-    measure::with_pinned(measure::cpu_pair().map(|p| p.0), || run_unpinned(channel, suite, name, b, quick, dir))
+    measure::with_pinned(measure::cpu_pair().map(|p| p.0), || run_unpinned(channel, suite, name, b, quick, dir, sizes))
 }
 
-fn run_unpinned(channel: &str, suite: &str, name: &str, b: Budget, quick: bool, dir: &Path) -> Result<Channel, String> {
-    let big = |full: u64, q: u64| if quick { q } else { full };
+fn run_unpinned(
+    channel: &str,
+    suite: &str,
+    name: &str,
+    b: Budget,
+    quick: bool,
+    dir: &Path,
+    sizes: Option<(u64, u64)>,
+) -> Result<Channel, String> {
+    let lo = |default: u64| sizes.map_or(default, |s| s.0);
+    let hi = |full: u64, q: u64| sizes.map_or(if quick { q } else { full }, |s| s.1);
     match (suite, name) {
-        ("memory", "memcpy") => Ok(memory::memcpy(b, 64, big(256 * MIB, 16 * MIB))),
-        ("memory", "copy-fresh") => memory::copy_into(memory::Target::Fresh, b, 4 * KIB, big(256 * MIB, 8 * MIB)),
+        ("memory", "memcpy") => Ok(memory::memcpy(b, lo(64), hi(256 * MIB, 16 * MIB))),
+        ("memory", "copy-fresh") => memory::copy_into(memory::Target::Fresh, b, lo(4 * KIB), hi(256 * MIB, 8 * MIB)),
         ("memory", "copy-prefaulted") => {
-            memory::copy_into(memory::Target::Prefaulted, b, 4 * KIB, big(256 * MIB, 8 * MIB))
+            memory::copy_into(memory::Target::Prefaulted, b, lo(4 * KIB), hi(256 * MIB, 8 * MIB))
         }
-        ("memory", "copy-locked") => memory::copy_into(memory::Target::Locked, b, 4 * KIB, big(128 * MIB, 8 * MIB)),
-        ("memory", "alloc-first-touch") => memory::first_touch(b, 4 * KIB, big(256 * MIB, 8 * MIB)),
-        ("ipc", "shared-memory") => Ok(ipc::shared_memory(b, 64, big(4 * MIB, 256 * KIB))),
-        ("ipc", "pipe") => ipc::pipe(b, 64, big(4 * MIB, 256 * KIB)),
-        ("ipc", "unix-socket") => ipc::unix_socket(b, 64, big(4 * MIB, 256 * KIB)),
-        ("ipc", "tcp-loopback") => ipc::tcp_loopback(b, 64, big(4 * MIB, 256 * KIB)),
+        ("memory", "copy-locked") => memory::copy_into(memory::Target::Locked, b, lo(4 * KIB), hi(128 * MIB, 8 * MIB)),
+        ("memory", "alloc-first-touch") => memory::first_touch(b, lo(4 * KIB), hi(256 * MIB, 8 * MIB)),
+        ("ipc", "shared-memory") => Ok(ipc::shared_memory(b, lo(64), hi(4 * MIB, 256 * KIB))),
+        ("ipc", "pipe") => ipc::pipe(b, lo(64), hi(4 * MIB, 256 * KIB)),
+        ("ipc", "unix-socket") => ipc::unix_socket(b, lo(64), hi(4 * MIB, 256 * KIB)),
+        ("ipc", "tcp-loopback") => ipc::tcp_loopback(b, lo(64), hi(4 * MIB, 256 * KIB)),
         ("zmq", n) => {
             let (transport, kind) = n.split_once('-').unwrap_or((n, ""));
             if !matches!(transport, "inproc" | "ipc" | "tcp") {
                 return Err(format!("unknown ZeroMQ transport {transport:?}"));
             }
             match kind {
-                "round-trip" => zeromq::round_trip(transport, dir, b, 64, big(4 * MIB, 64 * KIB)),
-                "stream" => zeromq::stream(transport, dir, b, 64, big(4 * MIB, 256 * KIB)),
+                "round-trip" => zeromq::round_trip(transport, dir, b, lo(64), hi(4 * MIB, 64 * KIB)),
+                "stream" => zeromq::stream(transport, dir, b, lo(64), hi(4 * MIB, 256 * KIB)),
                 _ => Err(format!("unknown channel {channel:?}; known: {}", CHANNELS.join(", "))),
             }
         }

@@ -523,10 +523,18 @@ fn probe_channels() -> Vec<&'static str> {
     offload_probe::CHANNELS.to_vec()
 }
 
-/// Measures one channel (GIL released); returns its JSON (points, fit).
+/// Measures one channel (GIL released); returns its JSON (points, fit). `sizes` = (lo, hi)
+/// bytes overrides the channel's own payload range.
 #[pyfunction]
-fn probe_channel(py: Python<'_>, name: String, quick: bool, dir: PathBuf) -> PyResult<String> {
-    let ch = py.allow_threads(|| offload_probe::run(&name, quick, &dir)).map_err(PyValueError::new_err)?;
+#[pyo3(signature = (name, quick, dir, sizes = None))]
+fn probe_channel(
+    py: Python<'_>,
+    name: String,
+    quick: bool,
+    dir: PathBuf,
+    sizes: Option<(u64, u64)>,
+) -> PyResult<String> {
+    let ch = py.allow_threads(|| offload_probe::run_sizes(&name, quick, &dir, sizes)).map_err(PyValueError::new_err)?;
     serde_json::to_string(&ch).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
