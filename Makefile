@@ -6,7 +6,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(HOME)/.cargo/bin:$(PATH)
 DEMO_DIR ?= build/demo
 
-.PHONY: demo test lint rust-test py-test develop clean bench
+.PHONY: demo test lint rust-test py-test develop clean bench bench-tools
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -36,8 +36,20 @@ py-test: develop
 
 test: lint rust-test py-test
 
-bench: develop
-	python benches/rules_bench.py
+# The benchmarks behind BENCHMARKS.md (minutes; the machine should be otherwise idle).
+BENCH_DATA ?= build/s100k
+bench: develop bench-tools
+	test -f $(BENCH_DATA)/rules.csv || offload rules synth --out $(BENCH_DATA) --rules 100000 --requests 2000
+	offload rules bench --ruletype $(BENCH_DATA)/ruletype.xml --rules $(BENCH_DATA)/rules.csv \
+		--queries $(BENCH_DATA)/queries.csv --out build/bench/rules-100k.json
+	python benches/serve_bench.py --ruletype $(BENCH_DATA)/ruletype.xml --rules $(BENCH_DATA)/rules.csv \
+		--queries $(BENCH_DATA)/queries.csv --out build/bench/serve-100k.json
+	mkdir -p build/probe && offload probe --dir build/probe --out build/bench/probe-full.json
+	python benches/probe_compare.py --dir build/probe --out build/bench/probe-compare.json
+
+# Reference tools the benchmarks compare against (Debian packages).
+bench-tools:
+	command -v fio >/dev/null || (apt-get update -qq && apt-get install -y -qq fio)
 
 clean:
 	rm -rf build target $(VENV)

@@ -4,7 +4,8 @@ Synthesises a realistic MCT rule set and a search-engine trace, compiles it with
 matches the trace, checks that the matchers agree, and prints throughput plus a few explained
 answers. Then it starts the service (`offload serve`), replays the trace through it with the
 injector, prints throughput, latency and the per-stage breakdown, and runs a small sweep with
-its Pareto plot. Results go to ``<out>/demo.json`` and the plots next to it.
+its Pareto plot, and ends with the quick probe of the channels (memory, IPC, ZeroMQ, io_uring).
+Results go to ``<out>/demo.json`` and the plots next to it.
 """
 
 from __future__ import annotations
@@ -96,6 +97,22 @@ def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[
     return {"replay": replay, "open_loop": opened, "sweep": summary}
 
 
+def _probe_section(out: Path) -> dict[str, Any]:
+    """The quick probe: the channels the service's requests cross, with their orderings."""
+    from offload import probe
+    from offload.probe import plot
+    from offload.probe.cli import print_profile
+
+    console.rule("the channels on this machine (offload probe --quick)")
+    with console.status("probing memory, IPC, ZeroMQ and io_uring (quick mode)"):
+        profile = probe.run(quick=True, directory=out)
+    print_profile(profile)
+    (out / "probe-quick.json").write_text(json.dumps(profile, indent=2))
+    written = plot.all_plots(profile, out / "probe-quick.json")
+    console.print("wrote " + ", ".join(str(p) for p in [out / "probe-quick.json", *written]))
+    return profile
+
+
 def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dict[str, Any]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -155,9 +172,15 @@ def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dic
         print_explanation(fast.explain([c[q] for c in cols]))
     png = bench.plot(report, out / "rules-throughput.png")
     service = _serve_section(out, paths, rs)
-    result = {"synth": summary, "load_s": load_s, "bench": report, "matchers_agree": agree, "serve": service}
+    probe = _probe_section(out)
+    result = {
+        "synth": summary, "load_s": load_s, "bench": report, "matchers_agree": agree, "serve": service,
+        "probe": probe,
+    }  # fmt: skip
     (out / "demo.json").write_text(json.dumps(result, indent=2, default=str))
     console.print(f"wrote {out / 'demo.json'}, {png} and the service plots in {out}")
     if not agree:
         raise SystemExit("matchers disagree")
+    if not all(c["ok"] for c in probe["checks"]):
+        raise SystemExit("a probe ordering check failed")
     return result

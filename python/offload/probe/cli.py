@@ -82,14 +82,14 @@ def probe(
         bar.update(task, completed=len(steps))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(profile, indent=2))
-    _print(profile)
+    print_profile(profile)
     written = plot.all_plots(profile, out) if plots else []
     console.print(f"wrote {out}" + "".join(f", {p}" for p in written))
     if not all(c["ok"] for c in profile["checks"]):
         raise typer.Exit(1)
 
 
-def _print(profile: dict[str, Any]) -> None:
+def print_profile(profile: dict[str, Any]) -> None:
     t = Table(title=f"channels ({profile['mode']}; {profile['environment']['cpu']})")
     t.add_column("channel", no_wrap=True)
     for col in ("L", "B", "n½ = L·B", "B/limit", "fit err"):
