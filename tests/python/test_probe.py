@@ -90,3 +90,20 @@ def test_ctc_rises_with_batch_and_reads_a_bench_file(tmp_path: Path) -> None:
     rows = json.loads(r.stdout)["rows"]
     alpha = [x for x in rows if x["channel"] == "preset alpha_data"]
     assert [x["batch"] for x in alpha] == [1, 4096] and alpha[0]["ctc"] < alpha[1]["ctc"]
+
+
+def test_gpu_section_is_skipped_cleanly_without_a_gpu() -> None:
+    from offload.probe import gpu as gpu_probe
+
+    if gpu_probe.available():
+        pytest.skip("a GPU is present: the quick probe test covers the measured section")
+    section = gpu_probe.measure(quick=True)
+    assert section["present"] is False and "skipped" in section["note"]
+
+
+def test_the_rust_fit_is_reachable_for_channels_measured_in_python() -> None:
+    from offload import _native
+
+    f = json.loads(_native.probe_fit([(64.0, 1e-6 + 64 / 1e9), (1 << 20, 1e-6 + (1 << 20) / 1e9)]))
+    assert f["latency_s"] == pytest.approx(1e-6) and f["bandwidth_bps"] == pytest.approx(1e9)
+    assert json.loads(_native.probe_fit([(64.0, 1e-6)])) is None

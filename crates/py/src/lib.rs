@@ -538,6 +538,13 @@ fn probe_channel(
     serde_json::to_string(&ch).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
+/// Fits T(n) = L + n/B to (bytes, seconds) points, as every probe channel is (JSON, or
+/// `null` when the points cannot be fitted). For channels measured outside Rust (the GPU).
+#[pyfunction]
+fn probe_fit(points: Vec<(f64, f64)>) -> PyResult<String> {
+    serde_json::to_string(&offload_probe::fit(&points)).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 /// io_uring NOP cost, batch of 1 and 64 (JSON).
 #[pyfunction]
 fn probe_uring_nop(py: Python<'_>, quick: bool) -> PyResult<String> {
@@ -579,6 +586,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(probe_channels, m)?)?;
     m.add_function(wrap_pyfunction!(probe_channel, m)?)?;
     m.add_function(wrap_pyfunction!(probe_uring_nop, m)?)?;
+    m.add_function(wrap_pyfunction!(probe_fit, m)?)?;
     m.add_function(wrap_pyfunction!(probe_random_reads, m)?)?;
     m.add_function(wrap_pyfunction!(zmq_echo, m)?)?;
     Ok(())

@@ -24,7 +24,7 @@ from typing import Any
 
 from offload import __version__, _native
 
-__all__ = ["CHANNELS", "check", "environment", "gpu", "run"]
+__all__ = ["CHANNELS", "check", "environment", "gpu_section", "run"]
 
 CHANNELS: list[str] = list(_native.probe_channels())
 
@@ -65,22 +65,28 @@ def _memlock() -> str:
     return ""
 
 
-def gpu() -> dict[str, Any]:
-    """The GPU section: present or not, and why nothing was measured."""
+def gpu_section(quick: bool = True) -> dict[str, Any]:
+    """The GPU section: measured with CuPy when a GPU is usable, else why it was skipped."""
+    from offload.probe import gpu as gpu_probe
+
     smi = shutil.which("nvidia-smi")
+    link = ""
+    if smi is not None:
+        try:
+            link = subprocess.run(
+                [smi, "--query-gpu=name,pcie.link.gen.max,pcie.link.width.max", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20, check=True,
+            ).stdout.strip()  # fmt: skip
+        except (subprocess.SubprocessError, OSError) as e:
+            link = f"nvidia-smi failed: {e}"
+    if gpu_probe.available():
+        return {**gpu_probe.measure(quick), "nvidia_smi": link}
     if smi is None:
         return {"present": False, "note": "no NVIDIA GPU (nvidia-smi not found): GPU channels skipped"}
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name,pcie.link.gen.max,pcie.link.width.max", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout.strip()  # fmt: skip
-    except (subprocess.SubprocessError, OSError) as e:
-        return {"present": False, "note": f"nvidia-smi failed ({e}): GPU channels skipped"}
     return {
-        "present": True,
-        "devices": out.splitlines(),
-        "note": "GPU found, but the GPU transfer probes are not built yet: GPU channels skipped",
+        "present": False,
+        "nvidia_smi": link,
+        "note": "a GPU is present but CuPy is not installed (pip install cupy-cuda12x): GPU channels skipped",
     }
 
 
@@ -171,6 +177,7 @@ def run(
             }
         except ValueError as e:
             profile["io_uring"] = {"skipped": str(e)}
-    profile["gpu"] = gpu()
+    say("gpu")
+    profile["gpu"] = gpu_section(quick)
     profile["checks"] = check(profile)
     return profile

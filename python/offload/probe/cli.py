@@ -66,7 +66,7 @@ def probe(
         raise _fail(f"unknown channel {unknown[0]!r}; known: {', '.join(pr.CHANNELS)}")
     if not directory.is_dir():
         raise _fail(f"--dir {directory}: not a directory")
-    steps = list(channel or pr.CHANNELS) + (["io_uring"] if uring else [])
+    steps = list(channel or pr.CHANNELS) + (["io_uring"] if uring else []) + ["gpu"]
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=err, transient=True) as bar:  # fmt: skip
         task = bar.add_task("probing", total=len(steps))
