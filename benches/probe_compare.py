@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from offload import _native
+from offload.probe import ZMQ_PEER
 from offload.rules.bench import machine
 
 CPUS = sorted(os.sched_getaffinity(0))
@@ -143,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             ours_st, ours_rt, ref_st, ref_rt = [], [], [], []
             for _ in range(a.rounds):
                 for kind, acc in (("stream", ours_st), ("round-trip", ours_rt)):
-                    ch = json.loads(_native.probe_channel(f"zmq/{transport}-{kind}", False, str(tmp), (n, n)))
+                    name = f"zmq/{transport}-{kind}"
+                    ch = json.loads(_native.probe_channel(name, False, str(tmp), (n, n), ZMQ_PEER))
                     acc.append(ch["points"][0]["median_s"])
                 ref_st.append(libzmq_stream_s(bins, ep, n))
                 ref_rt.append(libzmq_round_trip_s(bins, ep, n))

@@ -40,17 +40,27 @@ pub const CHANNELS: &[&str] = &[
 /// Measures one channel. `quick` uses smaller payloads and fewer samples (the CI mode, well
 /// under a minute for all channels); `dir` holds ipc sockets (and, later, probe files).
 pub fn run(channel: &str, quick: bool, dir: &Path) -> Result<Channel, String> {
-    run_sizes(channel, quick, dir, None)
+    run_with(channel, quick, dir, None, &zeromq::Peer::Thread)
 }
 
-/// [`run`] over the payloads `lo..=hi` (powers of two from `lo`) instead of the channel's own.
-pub fn run_sizes(channel: &str, quick: bool, dir: &Path, sizes: Option<(u64, u64)>) -> Result<Channel, String> {
+/// [`run`] over the payloads `lo..=hi` (powers of two from `lo`) instead of the channel's own,
+/// with the ZeroMQ peer where `peer` says.
+pub fn run_with(
+    channel: &str,
+    quick: bool,
+    dir: &Path,
+    sizes: Option<(u64, u64)>,
+    peer: &zeromq::Peer,
+) -> Result<Channel, String> {
     let b = if quick { Budget::QUICK } else { Budget::FULL };
     let (suite, name) = channel.split_once('/').unwrap_or(("", channel));
     // The measuring side on the first allowed CPU, peers on the second (see measure::cpu_pair).
-    measure::with_pinned(measure::cpu_pair().map(|p| p.0), || run_unpinned(channel, suite, name, b, quick, dir, sizes))
+    measure::with_pinned(measure::cpu_pair().map(|p| p.0), || {
+        run_unpinned(channel, suite, name, b, quick, dir, sizes, peer)
+    })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_unpinned(
     channel: &str,
     suite: &str,
@@ -59,6 +69,7 @@ fn run_unpinned(
     quick: bool,
     dir: &Path,
     sizes: Option<(u64, u64)>,
+    peer: &zeromq::Peer,
 ) -> Result<Channel, String> {
     let lo = |default: u64| sizes.map_or(default, |s| s.0);
     let hi = |full: u64, q: u64| sizes.map_or(if quick { q } else { full }, |s| s.1);
@@ -80,8 +91,8 @@ fn run_unpinned(
                 return Err(format!("unknown ZeroMQ transport {transport:?}"));
             }
             match kind {
-                "round-trip" => zeromq::round_trip(transport, dir, b, lo(64), hi(4 * MIB, 64 * KIB)),
-                "stream" => zeromq::stream(transport, dir, b, lo(64), hi(4 * MIB, 256 * KIB)),
+                "round-trip" => zeromq::round_trip(transport, dir, peer, b, lo(64), hi(4 * MIB, 64 * KIB)),
+                "stream" => zeromq::stream(transport, dir, peer, b, lo(64), hi(4 * MIB, 256 * KIB)),
                 _ => Err(format!("unknown channel {channel:?}; known: {}", CHANNELS.join(", "))),
             }
         }

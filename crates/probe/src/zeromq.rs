@@ -1,9 +1,30 @@
 //! ZeroMQ from Rust (so the figures are libzmq's, not Python's), over inproc, ipc and tcp:
 //! REQ/REP round trips by message size (like libzmq's `local_lat`/`remote_lat`, which print
 //! half of this) and PUSH/PULL streaming throughput by size (like `local_thr`/`remote_thr`).
+//!
+//! The measuring side binds; the peer ([`peer_main`]) connects from another CPU, with its own
+//! context (hence its own I/O thread), either as a thread or — for ipc and tcp, when a peer
+//! command is given — as a separate process, exactly like libzmq's two-process perf tools.
+//! (In one process, large message buffers are unmapped with TLB shootdowns across both CPUs,
+//! which two processes do not pay.) Each message is a freshly allocated buffer nobody writes.
 
 use crate::measure::{cpu_pair, pin_current_thread, sizes, summarise, time_op, Budget, Channel};
-use std::time::Instant;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// How long the measuring side waits for the peer before giving up.
+const PEER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Where the peer runs.
+#[derive(Debug, Clone, Default)]
+pub enum Peer {
+    /// A thread of this process (always for inproc).
+    #[default]
+    Thread,
+    /// A process started with this command, to which `zmq-peer ROLE DATA CONTROL CPU` is
+    /// appended; it must call [`peer_main`] with those four arguments.
+    Process(Vec<String>),
+}
 
 /// An endpoint for `transport` (`inproc`, `ipc`, `tcp`); ipc sockets go to `dir`.
 fn endpoint(transport: &str, tag: &str, dir: &std::path::Path) -> String {
@@ -25,17 +46,6 @@ fn bind(sock: &zmq::Socket, ep: &str) -> Result<String, String> {
     Ok(last.unwrap_or_else(|raw| String::from_utf8_lossy(&raw).into_owned()))
 }
 
-/// The peer's context: its own for ipc/tcp, created and used on the peer's (pinned) thread so
-/// its I/O thread runs on the peer's CPU, like libzmq's two-process perf tools; shared for
-/// inproc, which needs one context.
-fn peer_context(transport: &str, ctx: &zmq::Context) -> zmq::Context {
-    if transport == "inproc" {
-        ctx.clone()
-    } else {
-        zmq::Context::new()
-    }
-}
-
 /// A new message of `n` zero bytes, as libzmq's perf senders make (`zmq_msg_init_size`, never
 /// written): `calloc` hands large buffers out as untouched zero pages, and ZeroMQ takes the
 /// buffer without copying it.
@@ -43,51 +53,140 @@ fn fresh_message(n: usize) -> zmq::Message {
     zmq::Message::from(vec![0u8; n].into_boxed_slice())
 }
 
-/// REQ/REP: send n bytes, receive n bytes back.
-pub fn round_trip(transport: &str, dir: &std::path::Path, budget: Budget, lo: u64, hi: u64) -> Result<Channel, String> {
-    let ctx = zmq::Context::new();
-    let peer_ctx = peer_context(transport, &ctx);
-    let ep = endpoint(transport, "lat", dir);
-    let (tx, rx) = std::sync::mpsc::channel::<Result<String, String>>();
-    let echo = std::thread::spawn(move || {
-        pin_current_thread(cpu_pair().map(|p| p.1));
-        let rep = match peer_ctx.socket(zmq::REP).map_err(zerr("socket")).and_then(|s| bind(&s, &ep).map(|a| (s, a))) {
-            Ok((s, addr)) => {
-                let _ = tx.send(Ok(addr));
-                s
-            }
-            Err(e) => {
-                let _ = tx.send(Err(e));
-                return;
-            }
-        };
-        // An empty message ends the echo.
-        while let Ok(m) = rep.recv_msg(0) {
-            let done = m.is_empty();
-            if rep.send(m, 0).is_err() || done {
-                return;
+/// The peer side. `role` is `echo` (REP: return every message, stop at an empty one) or `send`
+/// (PUSH: on each control message "n count", send count messages of n bytes; stop at "stop").
+/// It pins itself to `cpu` before its first socket, so its I/O thread runs there too.
+pub fn peer_main(role: &str, data: &str, control: &str, cpu: Option<usize>) -> Result<(), String> {
+    peer_with(&zmq::Context::new(), role, data, control, cpu)
+}
+
+fn peer_with(ctx: &zmq::Context, role: &str, data: &str, control: &str, cpu: Option<usize>) -> Result<(), String> {
+    pin_current_thread(cpu);
+    match role {
+        "echo" => {
+            let rep = ctx.socket(zmq::REP).map_err(zerr("socket"))?;
+            rep.connect(data).map_err(zerr("connect"))?;
+            loop {
+                let m = rep.recv_msg(0).map_err(zerr("recv"))?;
+                let done = m.is_empty();
+                rep.send(m, 0).map_err(zerr("send"))?;
+                if done {
+                    return Ok(());
+                }
             }
         }
-    });
-    let addr = rx.recv().map_err(|_| "the echo thread stopped".to_string())??;
-    let req = ctx.socket(zmq::REQ).map_err(zerr("socket"))?;
-    req.connect(&addr).map_err(zerr("connect"))?;
+        "send" => {
+            let push = ctx.socket(zmq::PUSH).map_err(zerr("socket"))?;
+            push.connect(data).map_err(zerr("connect"))?;
+            let ctl = ctx.socket(zmq::PAIR).map_err(zerr("socket"))?;
+            ctl.connect(control).map_err(zerr("connect"))?;
+            loop {
+                let cmd = ctl.recv_string(0).map_err(zerr("recv"))?.unwrap_or_default();
+                let mut it = cmd.split_whitespace().map(str::parse::<u64>);
+                match (it.next(), it.next()) {
+                    (Some(Ok(n)), Some(Ok(count))) => {
+                        for _ in 0..count {
+                            push.send(fresh_message(n as usize), 0).map_err(zerr("send"))?;
+                        }
+                    }
+                    _ => return Ok(()),
+                }
+            }
+        }
+        other => Err(format!("unknown ZeroMQ peer role {other:?} (echo or send)")),
+    }
+}
+
+/// A running peer: a thread or a child process.
+enum Running {
+    Thread(std::thread::JoinHandle<Result<(), String>>),
+    Process(Child),
+}
+
+fn start_peer(
+    peer: &Peer,
+    transport: &str,
+    ctx: &zmq::Context,
+    role: &str,
+    data: &str,
+    control: &str,
+) -> Result<Running, String> {
+    let cpu = cpu_pair().map(|p| p.1);
+    match peer {
+        Peer::Process(cmd) if transport != "inproc" && !cmd.is_empty() => {
+            let mut c = Command::new(&cmd[0]);
+            c.args(&cmd[1..]).args(["zmq-peer", role, data, control, &cpu.map_or("-".into(), |c| c.to_string())]);
+            c.spawn().map(Running::Process).map_err(|e| format!("starting the ZeroMQ peer {:?}: {e}", cmd[0]))
+        }
+        _ => {
+            // inproc needs the measuring side's context; ipc/tcp get their own, like a process.
+            let peer_ctx = if transport == "inproc" { ctx.clone() } else { zmq::Context::new() };
+            let (role, data, control) = (role.to_string(), data.to_string(), control.to_string());
+            Ok(Running::Thread(std::thread::spawn(move || peer_with(&peer_ctx, &role, &data, &control, cpu))))
+        }
+    }
+}
+
+impl Running {
+    fn finish(self) -> Result<(), String> {
+        match self {
+            Running::Thread(t) => t.join().map_err(|_| "the ZeroMQ peer thread panicked".to_string())?,
+            Running::Process(mut c) => {
+                let status = c.wait().map_err(|e| e.to_string())?;
+                if status.success() {
+                    Ok(())
+                } else {
+                    Err(format!("the ZeroMQ peer process exited with {status}"))
+                }
+            }
+        }
+    }
+}
+
+fn timed_socket(ctx: &zmq::Context, kind: zmq::SocketType) -> Result<zmq::Socket, String> {
+    let s = ctx.socket(kind).map_err(zerr("socket"))?;
+    s.set_rcvtimeo(PEER_TIMEOUT.as_millis() as i32).map_err(zerr("rcvtimeo"))?;
+    s.set_linger(0).map_err(zerr("linger"))?;
+    Ok(s)
+}
+
+/// REQ/REP: send n bytes, receive n bytes back.
+pub fn round_trip(
+    transport: &str,
+    dir: &std::path::Path,
+    peer: &Peer,
+    budget: Budget,
+    lo: u64,
+    hi: u64,
+) -> Result<Channel, String> {
+    let ctx = zmq::Context::new();
+    let req = timed_socket(&ctx, zmq::REQ)?;
+    let addr = bind(&req, &endpoint(transport, "lat", dir))?;
+    let running = start_peer(peer, transport, &ctx, "echo", &addr, "-")?;
     let mut err = None;
     let mut points = Vec::new();
     for n in sizes(lo.max(1), hi) {
         points.push(time_op(n, budget, || {
-            let r = req.send(fresh_message(n as usize), 0).and_then(|_| req.recv_msg(0));
-            if let Err(e) = r {
-                err.get_or_insert(e);
+            if err.is_none() {
+                if let Err(e) = req.send(fresh_message(n as usize), 0).and_then(|_| req.recv_msg(0)) {
+                    err = Some(e);
+                }
             }
         }));
-        if let Some(e) = err {
-            return Err(format!("zeromq {transport} round trip: {e}"));
+        if err.is_some() {
+            break;
         }
+    }
+    if let Some(e) = err {
+        if let Running::Process(mut c) = running {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        return Err(format!("zeromq {transport} round trip: {e} (no answer from the peer)"));
     }
     req.send(&b""[..], 0).map_err(zerr("send"))?;
     let _ = req.recv_msg(0);
-    let _ = echo.join();
+    running.finish()?;
     Ok(Channel::new(
         &format!("zmq/{transport}-round-trip"),
         "REQ sends n bytes, REP echoes them (one round trip; libzmq's local_lat reports half)",
@@ -96,48 +195,54 @@ pub fn round_trip(transport: &str, dir: &std::path::Path, budget: Budget, lo: u6
 }
 
 /// PUSH/PULL: a stream of messages of n bytes; time per message at the receiver.
-pub fn stream(transport: &str, dir: &std::path::Path, budget: Budget, lo: u64, hi: u64) -> Result<Channel, String> {
+pub fn stream(
+    transport: &str,
+    dir: &std::path::Path,
+    peer: &Peer,
+    budget: Budget,
+    lo: u64,
+    hi: u64,
+) -> Result<Channel, String> {
     let ctx = zmq::Context::new();
-    let pull = ctx.socket(zmq::PULL).map_err(zerr("socket"))?;
+    let pull = timed_socket(&ctx, zmq::PULL)?;
     let addr = bind(&pull, &endpoint(transport, "thr", dir))?;
-    let peer_ctx = peer_context(transport, &ctx);
-    let (tx, rx) = std::sync::mpsc::channel::<(u64, u64)>();
-    let sender = std::thread::spawn(move || {
-        pin_current_thread(cpu_pair().map(|p| p.1));
-        let Ok(push) = peer_ctx.socket(zmq::PUSH) else { return };
-        if push.connect(&addr).is_err() {
-            return;
-        }
-        for (n, count) in rx {
-            for _ in 0..count {
-                if push.send(fresh_message(n as usize), 0).is_err() {
-                    return;
+    let ctl = timed_socket(&ctx, zmq::PAIR)?;
+    let ctl_addr = bind(&ctl, &endpoint(transport, "ctl", dir))?;
+    let running = start_peer(peer, transport, &ctx, "send", &addr, &ctl_addr)?;
+    let mut points = Vec::new();
+    let result = (|| {
+        for n in sizes(lo.max(1), hi) {
+            // Ten times the usual sample length: streams need a steady state (libzmq's
+            // local_thr runs ~10^6 messages).
+            let target = 10.0 * budget.min_sample.as_secs_f64();
+            let count = ((target * 1e9 / n as f64).min(target * 1e6)).clamp(20.0, 200_000.0) as u64;
+            let mut per_msg = Vec::with_capacity(budget.samples);
+            for s in 0..=budget.samples {
+                ctl.send(format!("{n} {count}").as_bytes(), 0).map_err(zerr("control"))?;
+                // As local_thr: the clock starts at the first message.
+                pull.recv_msg(0).map_err(|e| format!("zeromq recv: {e} (no message from the peer)"))?;
+                let t = Instant::now();
+                for _ in 1..count {
+                    pull.recv_msg(0).map_err(zerr("recv"))?;
+                }
+                if s > 0 {
+                    per_msg.push(t.elapsed().as_secs_f64() / (count - 1) as f64);
+                    // sample 0 warms up
                 }
             }
+            points.push(summarise(n, &mut per_msg));
         }
-    });
-    let mut points = Vec::new();
-    for n in sizes(lo.max(1), hi) {
-        // Enough messages for one sample to last about `min_sample` at ~1 GB/s or 1 M msg/s.
-        // Ten times the usual sample length: streams need a steady state (libzmq's local_thr
-        // runs ~10^6 messages).
-        let target = 10.0 * budget.min_sample.as_secs_f64();
-        let count = ((target * 1e9 / n as f64).min(target * 1e6)).clamp(20.0, 200_000.0) as u64;
-        let mut per_msg = Vec::with_capacity(budget.samples);
-        for s in 0..=budget.samples {
-            tx.send((n, count)).map_err(|_| "the sender thread stopped".to_string())?;
-            let t = Instant::now();
-            for _ in 0..count {
-                pull.recv_msg(0).map_err(zerr("recv"))?;
-            }
-            if s > 0 {
-                per_msg.push(t.elapsed().as_secs_f64() / count as f64); // sample 0 warms up
-            }
+        Ok::<(), String>(())
+    })();
+    let _ = ctl.send(&b"stop"[..], 0);
+    if let Err(e) = result {
+        if let Running::Process(mut c) = running {
+            let _ = c.kill();
+            let _ = c.wait();
         }
-        points.push(summarise(n, &mut per_msg));
+        return Err(format!("zeromq {transport} stream: {e}"));
     }
-    drop(tx);
-    let _ = sender.join();
+    running.finish()?;
     Ok(Channel::new(
         &format!("zmq/{transport}-stream"),
         "PUSH streams messages of n bytes; time per message received by PULL",

@@ -524,18 +524,33 @@ fn probe_channels() -> Vec<&'static str> {
 }
 
 /// Measures one channel (GIL released); returns its JSON (points, fit). `sizes` = (lo, hi)
-/// bytes overrides the channel's own payload range.
+/// bytes overrides the channel's own payload range; `peer` is a command that runs the ZeroMQ
+/// peer in its own process (it gets `zmq-peer ROLE DATA CONTROL CPU` appended and must call
+/// `probe_zmq_peer` with those four), else the peer is a thread.
 #[pyfunction]
-#[pyo3(signature = (name, quick, dir, sizes = None))]
+#[pyo3(signature = (name, quick, dir, sizes = None, peer = None))]
 fn probe_channel(
     py: Python<'_>,
     name: String,
     quick: bool,
     dir: PathBuf,
     sizes: Option<(u64, u64)>,
+    peer: Option<Vec<String>>,
 ) -> PyResult<String> {
-    let ch = py.allow_threads(|| offload_probe::run_sizes(&name, quick, &dir, sizes)).map_err(PyValueError::new_err)?;
+    use offload_probe::zeromq::Peer;
+    let peer = peer.map_or(Peer::Thread, Peer::Process);
+    let ch = py
+        .allow_threads(|| offload_probe::run_with(&name, quick, &dir, sizes, &peer))
+        .map_err(PyValueError::new_err)?;
     serde_json::to_string(&ch).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// The ZeroMQ peer process's body (see `probe_channel`): role, data and control endpoints, and
+/// the CPU to pin to (`-` for none). Returns when the measuring side says stop.
+#[pyfunction]
+fn probe_zmq_peer(py: Python<'_>, role: String, data: String, control: String, cpu: String) -> PyResult<()> {
+    let cpu = cpu.parse::<usize>().ok();
+    py.allow_threads(|| offload_probe::zeromq::peer_main(&role, &data, &control, cpu)).map_err(PyValueError::new_err)
 }
 
 /// Fits T(n) = L + n/B to (bytes, seconds) points, as every probe channel is (JSON, or
@@ -587,6 +602,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(probe_channel, m)?)?;
     m.add_function(wrap_pyfunction!(probe_uring_nop, m)?)?;
     m.add_function(wrap_pyfunction!(probe_fit, m)?)?;
+    m.add_function(wrap_pyfunction!(probe_zmq_peer, m)?)?;
     m.add_function(wrap_pyfunction!(probe_random_reads, m)?)?;
     m.add_function(wrap_pyfunction!(zmq_echo, m)?)?;
     Ok(())

@@ -17,6 +17,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +28,14 @@ from offload import __version__, _native
 __all__ = ["CHANNELS", "check", "environment", "gpu_section", "run"]
 
 CHANNELS: list[str] = list(_native.probe_channels())
+
+# The ZeroMQ peer runs in its own process, like libzmq's perf tools (the Rust side appends
+# `zmq-peer ROLE DATA CONTROL CPU`).
+ZMQ_PEER = [
+    sys.executable,
+    "-c",
+    "import sys; from offload import _native; _native.probe_zmq_peer(*sys.argv[2:])",
+]
 
 # io_uring random reads: (file size, queue depths, seconds per depth) per mode.
 URING = {
@@ -160,12 +169,14 @@ def run(
         "mode": "quick" if quick else "full",
         "environment": environment(),
         "method": "median of timed samples (each >= 0.5 ms quick / 2 ms full, batched); two-party "
-        "channels run on two different CPUs; fit T(n) = L + n/B minimising relative error",
+        "channels run on two different CPUs (ZeroMQ ipc/tcp peers in their own process); "
+        "fit T(n) = L + n/B minimising relative error",
         "channels": {},
     }
     for name in channels or CHANNELS:
         say(name)
-        profile["channels"][name] = json.loads(_native.probe_channel(name, quick, str(directory)))
+        peer = ZMQ_PEER if name.startswith("zmq/") else None
+        profile["channels"][name] = json.loads(_native.probe_channel(name, quick, str(directory), None, peer))
     _limits(profile["channels"])
     if uring:
         say("io_uring")
