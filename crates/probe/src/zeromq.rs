@@ -128,6 +128,14 @@ fn start_peer(
 }
 
 impl Running {
+    /// After a failure: a peer process is killed (a thread ends with its sockets' timeouts).
+    fn abort(self) {
+        if let Running::Process(mut c) = self {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     fn finish(self) -> Result<(), String> {
         match self {
             Running::Thread(t) => t.join().map_err(|_| "the ZeroMQ peer thread panicked".to_string())?,
@@ -178,10 +186,7 @@ pub fn round_trip(
         }
     }
     if let Some(e) = err {
-        if let Running::Process(mut c) = running {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        running.abort();
         return Err(format!("zeromq {transport} round trip: {e} (no answer from the peer)"));
     }
     req.send(&b""[..], 0).map_err(zerr("send"))?;
@@ -236,10 +241,7 @@ pub fn stream(
     })();
     let _ = ctl.send(&b"stop"[..], 0);
     if let Err(e) = result {
-        if let Running::Process(mut c) = running {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        running.abort();
         return Err(format!("zeromq {transport} stream: {e}"));
     }
     running.finish()?;
