@@ -116,3 +116,26 @@ def test_zmq_peer_process_that_cannot_start_is_an_error_not_a_hang(tmp_path: Pat
         _native.probe_channel("zmq/ipc-round-trip", True, str(tmp_path), None, ["/nonexistent/python"])
     with pytest.raises(ValueError, match="unknown ZeroMQ peer role"):
         _native.probe_zmq_peer("juggle", "ipc:///nowhere", "-", "-")
+
+
+def test_a_pure_latency_fit_prints_and_feeds_ctc(tmp_path: Path) -> None:
+    """JSON has no infinity: a fit whose time did not grow with n has null bandwidth and n½."""
+    from offload.probe.cli import _channels_for_ctc, print_profile
+
+    point = {
+        "bytes": 64,
+        "median_s": 1e-6,
+        "p10_s": 1e-6,
+        "p90_s": 1e-6,
+        "bandwidth_bps": 6.4e7,
+        "samples": 5,
+    }
+    flat = {"latency_s": 1e-6, "bandwidth_bps": None, "n_half_bytes": None, "median_rel_error": 0.0}
+    profile = {
+        "mode": "quick", "environment": {"cpu": "test"}, "gpu": {"note": "none"}, "checks": [],
+        "channels": {"zmq/tcp-stream": {"points": [point], "fit": flat, "fraction_of_limit": None}},
+    }  # fmt: skip
+    print_profile(profile)  # no exception
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(profile))
+    assert not any(name == "measured zmq/tcp-stream" for name, _l, _b in _channels_for_ctc(path))

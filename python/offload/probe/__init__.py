@@ -111,7 +111,7 @@ def _limits(channels: dict[str, Any]) -> None:
         for ch in channels.values():
             b = (ch.get("fit") or {}).get("bandwidth_bps")
             ch["limit"] = limit
-            ch["fraction_of_limit"] = b / bps if b and bps and b != float("inf") else None
+            ch["fraction_of_limit"] = b / bps if b and bps else None  # b null: unbounded
 
 
 def check(profile: dict[str, Any]) -> list[dict[str, Any]]:

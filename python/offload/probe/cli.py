@@ -27,10 +27,8 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def _si(bps: float | None) -> str:
-    if bps is None:
-        return "-"
-    if bps == float("inf"):
-        return "inf"
+    if bps is None:  # JSON null: the time did not grow with the payload (pure latency)
+        return "unbounded"
     return f"{bps / 1e9:.2f} GB/s" if bps >= 1e8 else f"{bps / 1e6:.1f} MB/s"
 
 
@@ -101,7 +99,7 @@ def print_profile(profile: dict[str, Any]) -> None:
             name,
             _us(f["latency_s"]) if f else "-",
             _si(f["bandwidth_bps"]) if f else "(cache-sized)",
-            f"{f['n_half_bytes']:,.0f} B" if f and f["n_half_bytes"] != float("inf") else "-",
+            f"{f['n_half_bytes']:,.0f} B" if f and f.get("n_half_bytes") is not None else "-",
             f"{100 * frac:.0f}%" if frac else "-",
             f"{100 * f['median_rel_error']:.0f}%" if f else "-",
         )
@@ -131,7 +129,7 @@ def _channels_for_ctc(profile: Path | None) -> list[tuple[str, float, float]]:
     if profile is not None:
         for name, ch in json.loads(profile.read_text())["channels"].items():
             f = ch.get("fit")
-            if f and f["bandwidth_bps"] != float("inf") and name.startswith(("zmq/", "ipc/")):
+            if f and f.get("bandwidth_bps") is not None and name.startswith(("zmq/", "ipc/")):
                 out.append((f"measured {name}", f["latency_s"], f["bandwidth_bps"]))
     p = presets.load()
     for key, plat in p["platforms"].items():
