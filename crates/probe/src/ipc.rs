@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Echo side of a byte-stream channel: reads n bytes, writes them back, until EOF.
-fn echo(mut r: impl Read, mut w: impl Write, n_max: usize) {
-    pin_current_thread(cpu_pair().map(|p| p.1));
+fn echo(mut r: impl Read, mut w: impl Write, n_max: usize, cpu: Option<usize>) {
+    pin_current_thread(cpu);
     let mut buf = vec![0u8; n_max];
     let mut len = [0u8; 8];
     while r.read_exact(&mut len).is_ok() {
@@ -56,40 +56,65 @@ fn stream_channel(
     Ok(Channel::new(name, "send n bytes (plus an 8-byte length) and receive them back", points))
 }
 
-pub fn pipe(budget: Budget, lo: u64, hi: u64) -> Result<Channel, String> {
+/// Where the echo side of a kernel channel runs: on the other CPU (the default, cross-core), or
+/// on the measuring side's CPU (`-1cpu` channels): on a VM a cross-core wake-up costs tens of
+/// µs and hides each channel's own cost, which one core shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    CrossCore,
+    OneCore,
+}
+
+impl Placement {
+    fn peer_cpu(self) -> Option<usize> {
+        cpu_pair().map(|p| if self == Placement::OneCore { p.0 } else { p.1 })
+    }
+
+    fn name(self, base: &str) -> String {
+        match self {
+            Placement::CrossCore => base.to_string(),
+            Placement::OneCore => format!("{base}-1cpu"),
+        }
+    }
+}
+
+pub fn pipe(budget: Budget, lo: u64, hi: u64, at: Placement) -> Result<Channel, String> {
     let (r1, w1) = std::io::pipe().map_err(|e| format!("pipe: {e}"))?;
     let (r2, w2) = std::io::pipe().map_err(|e| format!("pipe: {e}"))?;
-    let t = std::thread::spawn(move || echo(r1, w2, hi as usize));
-    let out = stream_channel("ipc/pipe", budget, lo, hi, r2, w1);
+    let cpu = at.peer_cpu();
+    let t = std::thread::spawn(move || echo(r1, w2, hi as usize, cpu));
+    let out = stream_channel(&at.name("ipc/pipe"), budget, lo, hi, r2, w1);
     let _ = t.join();
     out
 }
 
-pub fn unix_socket(budget: Budget, lo: u64, hi: u64) -> Result<Channel, String> {
+pub fn unix_socket(budget: Budget, lo: u64, hi: u64, at: Placement) -> Result<Channel, String> {
     let (a, b) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     let b2 = b.try_clone().map_err(|e| e.to_string())?;
-    let t = std::thread::spawn(move || echo(b, b2, hi as usize));
+    let cpu = at.peer_cpu();
+    let t = std::thread::spawn(move || echo(b, b2, hi as usize, cpu));
     let a2 = a.try_clone().map_err(|e| e.to_string())?;
-    let out = stream_channel("ipc/unix-socket", budget, lo, hi, a, a2);
+    let out = stream_channel(&at.name("ipc/unix-socket"), budget, lo, hi, a, a2);
     let _ = t.join();
     out
 }
 
-pub fn tcp_loopback(budget: Budget, lo: u64, hi: u64) -> Result<Channel, String> {
+pub fn tcp_loopback(budget: Budget, lo: u64, hi: u64, at: Placement) -> Result<Channel, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
     let addr = l.local_addr().map_err(|e| e.to_string())?;
+    let cpu = at.peer_cpu();
     let t = std::thread::spawn(move || {
         if let Ok((s, _)) = l.accept() {
             let _ = s.set_nodelay(true);
             if let Ok(s2) = s.try_clone() {
-                echo(s, s2, hi as usize);
+                echo(s, s2, hi as usize, cpu);
             }
         }
     });
     let a = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
     a.set_nodelay(true).map_err(|e| e.to_string())?;
     let a2 = a.try_clone().map_err(|e| e.to_string())?;
-    let out = stream_channel("ipc/tcp-loopback", budget, lo, hi, a, a2);
+    let out = stream_channel(&at.name("ipc/tcp-loopback"), budget, lo, hi, a, a2);
     let _ = t.join();
     out
 }

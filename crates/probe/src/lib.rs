@@ -29,6 +29,9 @@ pub const CHANNELS: &[&str] = &[
     "ipc/pipe",
     "ipc/unix-socket",
     "ipc/tcp-loopback",
+    "ipc/pipe-1cpu",
+    "ipc/unix-socket-1cpu",
+    "ipc/tcp-loopback-1cpu",
     "zmq/inproc-round-trip",
     "zmq/ipc-round-trip",
     "zmq/tcp-round-trip",
@@ -82,9 +85,19 @@ fn run_unpinned(
         ("memory", "copy-locked") => memory::copy_into(memory::Target::Locked, b, lo(4 * KIB), hi(128 * MIB, 8 * MIB)),
         ("memory", "alloc-first-touch") => memory::first_touch(b, lo(4 * KIB), hi(256 * MIB, 8 * MIB)),
         ("ipc", "shared-memory") => Ok(ipc::shared_memory(b, lo(64), hi(4 * MIB, 256 * KIB))),
-        ("ipc", "pipe") => ipc::pipe(b, lo(64), hi(4 * MIB, 256 * KIB)),
-        ("ipc", "unix-socket") => ipc::unix_socket(b, lo(64), hi(4 * MIB, 256 * KIB)),
-        ("ipc", "tcp-loopback") => ipc::tcp_loopback(b, lo(64), hi(4 * MIB, 256 * KIB)),
+        ("ipc", kernel_channel) => {
+            let (base, at) = match kernel_channel.strip_suffix("-1cpu") {
+                Some(base) => (base, ipc::Placement::OneCore),
+                None => (kernel_channel, ipc::Placement::CrossCore),
+            };
+            let (l, h) = (lo(64), hi(4 * MIB, 256 * KIB));
+            match base {
+                "pipe" => ipc::pipe(b, l, h, at),
+                "unix-socket" => ipc::unix_socket(b, l, h, at),
+                "tcp-loopback" => ipc::tcp_loopback(b, l, h, at),
+                _ => Err(format!("unknown channel {channel:?}; known: {}", CHANNELS.join(", "))),
+            }
+        }
         ("zmq", n) => {
             let (transport, kind) = n.split_once('-').unwrap_or((n, ""));
             if !matches!(transport, "inproc" | "ipc" | "tcp") {

@@ -9,8 +9,10 @@ const MIB: u64 = 1024 * 1024;
 #[test]
 fn quick_channels_run_and_keep_their_orderings() {
     let dir = std::env::temp_dir();
-    let at = |c: &str, n: u64| run(c, true, &dir).unwrap().at(n).unwrap().median_s;
-    let (shm, pipe, tcp) = (at("ipc/shared-memory", 64), at("ipc/pipe", 64), at("ipc/tcp-loopback", 64));
+    // The 10th percentile: wake-up noise on a shared machine only ever adds time.
+    let at = |c: &str, n: u64| run(c, true, &dir).unwrap().at(n).unwrap().p10_s;
+    // Kernel channels on one core: on a VM a cross-core wake-up hides their own cost.
+    let (shm, pipe, tcp) = (at("ipc/shared-memory", 64), at("ipc/pipe-1cpu", 64), at("ipc/tcp-loopback-1cpu", 64));
     assert!(shm < pipe && pipe < tcp, "64 B round trips: shm {shm} pipe {pipe} tcp {tcp}");
     let fresh = run("memory/copy-fresh", true, &dir).unwrap();
     let pre = run("memory/copy-prefaulted", true, &dir).unwrap();

@@ -133,11 +133,14 @@ def check(profile: dict[str, Any]) -> list[dict[str, Any]]:
             r = p["bandwidth_bps"] / f["bandwidth_bps"]
             add("copy into a prefaulted buffer >= 2x a copy into a fresh mapping", r >= 2,
                 f"{n >> 20} MiB: {r:.1f}x")  # fmt: skip
-    lat = {k: point(k, 64) for k in ("ipc/shared-memory", "ipc/pipe", "ipc/tcp-loopback")}
+    # Shared memory across two cores (spinning needs both), the kernel channels on one core: on
+    # a VM a cross-core wake-up (tens of µs) would hide each channel's own cost.
+    lat = {k: point(k, 64) for k in ("ipc/shared-memory", "ipc/pipe-1cpu", "ipc/tcp-loopback-1cpu")}
     if all(lat.values()):
-        s, pp, t = (lat[k]["median_s"] for k in lat)  # type: ignore[index]
-        add("64 B round trip: shared memory < pipe < TCP loopback", s < pp < t,
-            f"{s * 1e6:.2f} < {pp * 1e6:.1f} < {t * 1e6:.1f} µs")  # fmt: skip
+        # The 10th percentile: wake-up noise on a shared machine only ever adds time.
+        s, pp, t = (lat[k]["p10_s"] for k in lat)  # type: ignore[index]
+        add("64 B round trip: shared memory < pipe < TCP loopback (kernel channels on one core)", s < pp < t,
+            f"p10 {s * 1e6:.2f} < {pp * 1e6:.1f} < {t * 1e6:.1f} µs")  # fmt: skip
     for name in [k for k in ch if k.startswith(("ipc/", "zmq/"))]:
         pts = ch[name]["points"]
         if len(pts) >= 2:
