@@ -6,8 +6,8 @@ agreement target, within 15%):
    depth, same file size, alternated per depth;
 2. ZeroMQ: the probe's Rust PUSH/PULL stream and REQ/REP round trip vs libzmq's own perf
    programs (local_thr/remote_thr, local_lat/remote_lat, built here from the libzmq source the
-   `zmq` crate vendors), two processes pinned to two CPUs, same transport and message size,
-   alternated over rounds.
+   `zmq` crate vendors), two processes pinned to two CPUs, same transport, message size and
+   message count, both reporting the mean time per message, alternated over rounds.
 
     python benches/probe_compare.py --dir build/probe [--out benches/results/probe-compare.json]
 """
@@ -77,39 +77,58 @@ def build_libzmq_perf(out: Path) -> Path:
 
 
 def _pair(bin_dir: Path, local: str, remote: str, endpoint: str, size: int, count: int) -> str:
-    """Runs libzmq's local/remote pair pinned to two CPUs; returns the local side's report."""
+    """Runs libzmq's local/remote pair pinned to two CPUs as the probe places its own sides (the
+    binding side on the first CPU, its peer on the second); returns both sides' reports."""
     args = [endpoint, str(size), str(count)]
     loc = subprocess.Popen(
-        ["taskset", "-c", str(CPUS[1]), str(bin_dir / local), *args], stdout=subprocess.PIPE, text=True
+        ["taskset", "-c", str(CPUS[0]), str(bin_dir / local), *args], stdout=subprocess.PIPE, text=True
     )
     time.sleep(0.3)
-    rem = subprocess.run(["taskset", "-c", str(CPUS[0]), str(bin_dir / remote), *args],
+    rem = subprocess.run(["taskset", "-c", str(CPUS[1]), str(bin_dir / remote), *args],
                          capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
     out, _ = loc.communicate(timeout=300)
     return out + rem.stdout
 
 
+def round_trip_count(size: int) -> int:
+    """Round trips per run, the same for both tools (~2 s at 100 us)."""
+    return max(200, min(20_000, int(2e9 / max(size, 64) / 50)))
+
+
+def stream_count(size: int) -> int:
+    """Messages per stream run, the same for both tools (~4 GB, at most 10^6 messages)."""
+    return max(500, min(1_000_000, int(4e9 / max(size, 64))))
+
+
 def libzmq_round_trip_s(bin_dir: Path, endpoint: str, size: int) -> float:
-    count = max(200, min(20_000, int(2e9 / max(size, 64) / 50)))
-    text = _pair(bin_dir, "local_lat", "remote_lat", endpoint, size, count)
+    text = _pair(bin_dir, "local_lat", "remote_lat", endpoint, size, round_trip_count(size))
     one_way_us = float(re.search(r"average latency: ([\d.]+)", text).group(1))  # type: ignore[union-attr]
     return 2 * one_way_us / 1e6  # local_lat reports half a round trip
 
 
 def libzmq_stream_s(bin_dir: Path, endpoint: str, size: int) -> float:
-    count = max(500, min(1_000_000, int(4e9 / max(size, 64))))
-    text = _pair(bin_dir, "local_thr", "remote_thr", endpoint, size, count)
+    text = _pair(bin_dir, "local_thr", "remote_thr", endpoint, size, stream_count(size))
     msgs = float(re.search(r"mean throughput: ([\d.]+) \[msg/s\]", text).group(1))  # type: ignore[union-attr]
     return 1.0 / msgs
+
+
+def ours_zmq_s(directory: Path, transport: str, kind: str, size: int) -> float:
+    """The probe's measurement under the reference tools' protocol: one run of the same number
+    of operations, reporting the mean time per operation (as local_lat and local_thr do)."""
+    count = stream_count(size) if kind == "stream" else round_trip_count(size)
+    name = f"zmq/{transport}-{kind}"
+    ch = json.loads(_native.probe_channel(name, False, str(directory), (size, size), ZMQ_PEER, count))
+    return float(ch["points"][0]["mean_s"])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default="build/probe", help="a directory on the disk to test (not tmpfs)")
     ap.add_argument("--file-gib", type=float, default=1.0)
-    ap.add_argument("--depths", default="1,8,32")
+    ap.add_argument("--depths", default="1,8,32,128")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--parts", default="io_uring,zmq", help="what to compare: io_uring, zmq or both")
     ap.add_argument("--out", default="benches/results/probe-compare.json")
     a = ap.parse_args(argv)
     if len(CPUS) < 2:
@@ -125,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         "io_uring": [],
         "zmq": [],
     }
-    for qd in [int(x) for x in a.depths.split(",")]:
+    parts = set(a.parts.split(","))
+    for qd in [int(x) for x in a.depths.split(",")] if "io_uring" in parts else []:
         ours, ref = [], []
         for _ in range(a.rounds):  # alternated, so drift hits both
             ours.append(ours_iops(d, size, qd, a.seconds))
@@ -138,16 +158,14 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = d.resolve()
     bins = build_libzmq_perf(Path("build/libzmq-perf"))
-    for transport in ("ipc", "tcp"):
+    for transport in ("ipc", "tcp") if "zmq" in parts else ():
         ep = f"ipc://{tmp}/cmp.sock" if transport == "ipc" else "tcp://127.0.0.1:5599"
         for n in (64, 65536, 1 << 20):
             ours_st, ours_rt, ref_st, ref_rt = [], [], [], []
-            for _ in range(a.rounds):
-                for kind, acc in (("stream", ours_st), ("round-trip", ours_rt)):
-                    name = f"zmq/{transport}-{kind}"
-                    ch = json.loads(_native.probe_channel(name, False, str(tmp), (n, n), ZMQ_PEER))
-                    acc.append(ch["points"][0]["median_s"])
+            for _ in range(a.rounds):  # alternated, so drift hits both
+                ours_st.append(ours_zmq_s(tmp, transport, "stream", n))
                 ref_st.append(libzmq_stream_s(bins, ep, n))
+                ours_rt.append(ours_zmq_s(tmp, transport, "round-trip", n))
                 ref_rt.append(libzmq_round_trip_s(bins, ep, n))
             st, rt = statistics.median(ours_st), statistics.median(ours_rt)
             rst, rrt = statistics.median(ref_st), statistics.median(ref_rt)

@@ -10,9 +10,8 @@ pub mod uring;
 pub mod zeromq;
 
 pub use fit::{fit, Fit};
-pub use measure::{Channel, Point};
+pub use measure::{Budget, Channel, Point};
 
-use measure::Budget;
 use std::path::Path;
 
 const KIB: u64 = 1024;
@@ -43,19 +42,20 @@ pub const CHANNELS: &[&str] = &[
 /// Measures one channel. `quick` uses smaller payloads and fewer samples (the CI mode, well
 /// under a minute for all channels); `dir` holds ipc sockets (and, later, probe files).
 pub fn run(channel: &str, quick: bool, dir: &Path) -> Result<Channel, String> {
-    run_with(channel, quick, dir, None, &zeromq::Peer::Thread)
+    run_with(channel, quick, dir, None, &zeromq::Peer::Thread, None)
 }
 
 /// [`run`] over the payloads `lo..=hi` (powers of two from `lo`) instead of the channel's own,
-/// with the ZeroMQ peer where `peer` says.
+/// with the ZeroMQ peer where `peer` says, and `budget` instead of the mode's own.
 pub fn run_with(
     channel: &str,
     quick: bool,
     dir: &Path,
     sizes: Option<(u64, u64)>,
     peer: &zeromq::Peer,
+    budget: Option<Budget>,
 ) -> Result<Channel, String> {
-    let b = if quick { Budget::QUICK } else { Budget::FULL };
+    let b = budget.unwrap_or(if quick { Budget::QUICK } else { Budget::FULL });
     let (suite, name) = channel.split_once('/').unwrap_or(("", channel));
     // The measuring side on the first allowed CPU, peers on the second (see measure::cpu_pair).
     measure::with_pinned(measure::cpu_pair().map(|p| p.0), || {

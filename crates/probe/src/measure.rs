@@ -14,6 +14,9 @@ pub struct Point {
     pub median_s: f64,
     pub p10_s: f64,
     pub p90_s: f64,
+    /// Mean time per operation over all samples (what fixed-count tools such as libzmq's
+    /// perf programs report; above the median when a noisy machine stalls some samples).
+    pub mean_s: f64,
     /// Effective bandwidth at the median (bytes/s).
     pub bandwidth_bps: f64,
     pub samples: usize,
@@ -56,11 +59,19 @@ impl Channel {
 pub struct Budget {
     pub min_sample: Duration,
     pub samples: usize,
+    /// Exactly this many operations per sample, after one warm-up operation, instead of as
+    /// many as fill `min_sample`: a reference tool's fixed-count protocol, to compare with it.
+    pub ops: Option<u64>,
 }
 
 impl Budget {
-    pub const QUICK: Budget = Budget { min_sample: Duration::from_micros(500), samples: 5 };
-    pub const FULL: Budget = Budget { min_sample: Duration::from_millis(2), samples: 11 };
+    pub const QUICK: Budget = Budget { min_sample: Duration::from_micros(500), samples: 5, ops: None };
+    pub const FULL: Budget = Budget { min_sample: Duration::from_millis(2), samples: 11, ops: None };
+
+    /// One sample of exactly `ops` operations.
+    pub fn fixed(ops: u64) -> Budget {
+        Budget { min_sample: Duration::ZERO, samples: 1, ops: Some(ops.max(1)) }
+    }
 }
 
 /// Times `op` (which performs one operation of `bytes` bytes): a warm-up, then `samples`
@@ -70,7 +81,9 @@ pub fn time_op(bytes: u64, budget: Budget, mut op: impl FnMut()) -> Point {
     let t = Instant::now();
     op();
     let one = t.elapsed().max(Duration::from_nanos(20));
-    let reps = (budget.min_sample.as_secs_f64() / one.as_secs_f64()).ceil().clamp(1.0, 1e7) as u64;
+    let reps = budget
+        .ops
+        .unwrap_or_else(|| (budget.min_sample.as_secs_f64() / one.as_secs_f64()).ceil().clamp(1.0, 1e7) as u64);
     let mut per_op: Vec<f64> = (0..budget.samples.max(1))
         .map(|_| {
             let t = Instant::now();
@@ -86,6 +99,7 @@ pub fn time_op(bytes: u64, budget: Budget, mut op: impl FnMut()) -> Point {
 /// Median and p10/p90 of per-operation times measured some other way (e.g. each sample needs
 /// fresh state that must not be timed).
 pub fn summarise(bytes: u64, per_op: &mut [f64]) -> Point {
+    let mean_s = per_op.iter().sum::<f64>() / per_op.len().max(1) as f64;
     per_op.sort_by(f64::total_cmp);
     let q = |x: f64| per_op[((per_op.len() - 1) as f64 * x).round() as usize];
     let median_s = q(0.5);
@@ -94,6 +108,7 @@ pub fn summarise(bytes: u64, per_op: &mut [f64]) -> Point {
         median_s,
         p10_s: q(0.1),
         p90_s: q(0.9),
+        mean_s,
         bandwidth_bps: if median_s > 0.0 { bytes as f64 / median_s } else { 0.0 },
         samples: per_op.len(),
     }

@@ -6,7 +6,7 @@
 //! context (hence its own I/O thread), either as a thread or — for ipc and tcp, when a peer
 //! command is given — as a separate process, exactly like libzmq's two-process perf tools.
 //! (In one process, large message buffers are unmapped with TLB shootdowns across both CPUs,
-//! which two processes do not pay.) Each message is a freshly allocated buffer nobody writes.
+//! which two processes do not pay.) Each message is a freshly allocated buffer nobody writes (as in libzmq's perf tools).
 
 use crate::measure::{cpu_pair, pin_current_thread, sizes, summarise, time_op, Budget, Channel};
 use std::process::{Child, Command};
@@ -46,11 +46,19 @@ fn bind(sock: &zmq::Socket, ep: &str) -> Result<String, String> {
     Ok(last.unwrap_or_else(|raw| String::from_utf8_lossy(&raw).into_owned()))
 }
 
-/// A new message of `n` zero bytes, as libzmq's perf senders make (`zmq_msg_init_size`, never
-/// written): `calloc` hands large buffers out as untouched zero pages, and ZeroMQ takes the
-/// buffer without copying it.
+/// A new message of `n` bytes exactly as libzmq's perf senders make it: `zmq_msg_init_size`,
+/// never written. Zeroing it (`vec![0; n]`, `Message::with_size`) would add a memset of n bytes
+/// per message to the sender's CPU: at 1 MiB that is a third of the stream's time here, and it
+/// measures memory bandwidth, not the channel.
 fn fresh_message(n: usize) -> zmq::Message {
-    zmq::Message::from(vec![0u8; n].into_boxed_slice())
+    // SAFETY: the bytes are uninitialized, so Rust must never read them: this message is only
+    // ever handed to `send`, where libzmq copies them to the socket from C (an indeterminate
+    // byte copied by C is not undefined behaviour), and the receiving peer is this probe, which
+    // reads only lengths. It is never dereferenced here.
+    #[allow(deprecated)] // the only zmq 0.10 constructor that does not zero the buffer
+    unsafe {
+        zmq::Message::with_capacity_unallocated(n)
+    }
 }
 
 /// The peer side. `role` is `echo` (REP: return every message, stop at an empty one) or `send`
@@ -174,10 +182,14 @@ pub fn round_trip(
     let mut err = None;
     let mut points = Vec::new();
     for n in sizes(lo.max(1), hi) {
+        // As remote_lat: each round trip sends on the message the last one received (one
+        // allocation, by the receiving I/O thread, per message and direction).
+        let mut msg = Some(fresh_message(n as usize));
         points.push(time_op(n, budget, || {
-            if err.is_none() {
-                if let Err(e) = req.send(fresh_message(n as usize), 0).and_then(|_| req.recv_msg(0)) {
-                    err = Some(e);
+            if let (None, Some(m)) = (&err, msg.take()) {
+                match req.send(m, 0).and_then(|_| req.recv_msg(0)) {
+                    Ok(back) => msg = Some(back),
+                    Err(e) => err = Some(e),
                 }
             }
         }));
@@ -220,9 +232,14 @@ pub fn stream(
             // Ten times the usual sample length: streams need a steady state (libzmq's
             // local_thr runs ~10^6 messages).
             let target = 10.0 * budget.min_sample.as_secs_f64();
-            let count = ((target * 1e9 / n as f64).min(target * 1e6)).clamp(20.0, 200_000.0) as u64;
+            let count = budget.ops.map_or_else(
+                || ((target * 1e9 / n as f64).min(target * 1e6)).clamp(20.0, 200_000.0) as u64,
+                |ops| ops.max(2),
+            );
+            // A warm-up sample first, except in a fixed-count run (local_thr has none).
+            let first = u64::from(budget.ops.is_some());
             let mut per_msg = Vec::with_capacity(budget.samples);
-            for s in 0..=budget.samples {
+            for s in first..=budget.samples as u64 {
                 ctl.send(format!("{n} {count}").as_bytes(), 0).map_err(zerr("control"))?;
                 // As local_thr: the clock starts at the first message.
                 pull.recv_msg(0).map_err(|e| format!("zeromq recv: {e} (no message from the peer)"))?;

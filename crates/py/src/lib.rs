@@ -526,9 +526,10 @@ fn probe_channels() -> Vec<&'static str> {
 /// Measures one channel (GIL released); returns its JSON (points, fit). `sizes` = (lo, hi)
 /// bytes overrides the channel's own payload range; `peer` is a command that runs the ZeroMQ
 /// peer in its own process (it gets `zmq-peer ROLE DATA CONTROL CPU` appended and must call
-/// `probe_zmq_peer` with those four), else the peer is a thread.
+/// `probe_zmq_peer` with those four), else the peer is a thread. `ops` = N replaces the timing
+/// budget by one sample of exactly N operations (a reference tool's fixed-count protocol).
 #[pyfunction]
-#[pyo3(signature = (name, quick, dir, sizes = None, peer = None))]
+#[pyo3(signature = (name, quick, dir, sizes = None, peer = None, ops = None))]
 fn probe_channel(
     py: Python<'_>,
     name: String,
@@ -536,11 +537,13 @@ fn probe_channel(
     dir: PathBuf,
     sizes: Option<(u64, u64)>,
     peer: Option<Vec<String>>,
+    ops: Option<u64>,
 ) -> PyResult<String> {
     use offload_probe::zeromq::Peer;
     let peer = peer.map_or(Peer::Thread, Peer::Process);
+    let budget = ops.map(offload_probe::Budget::fixed);
     let ch = py
-        .allow_threads(|| offload_probe::run_with(&name, quick, &dir, sizes, &peer))
+        .allow_threads(|| offload_probe::run_with(&name, quick, &dir, sizes, &peer, budget))
         .map_err(PyValueError::new_err)?;
     serde_json::to_string(&ch).map_err(|e| PyValueError::new_err(e.to_string()))
 }
