@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from offload import __version__
+from offload.plan.cli import app as plan_app
 from offload.probe.cli import app as probe_app
 from offload.rules.cli import app as rules_app
 from offload.serve.cli import app as serve_app
@@ -19,6 +20,7 @@ app = typer.Typer(
 app.add_typer(rules_app, name="rules")
 app.add_typer(serve_app, name="serve")
 app.add_typer(probe_app, name="probe")
+app.add_typer(plan_app, name="plan")
 
 
 def _version(value: bool) -> None:

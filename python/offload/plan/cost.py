@@ -1,0 +1,396 @@
+"""`offload plan cost`: how many servers or instances each deployment needs for a workload,
+and what they cost, with the arithmetic shown (seeds 000/001, Sec. 5.2, Table 1).
+
+The model is the seed's, made explicit:
+
+1. the CPU-only fleet that carries the load: given (`cpu_servers`), or requests/s divided by
+   what one CPU-only server sustains (`server_capacity_rps`, measured or given);
+2. with the function offloaded, each host keeps only (1 − share) of its CPU work, so
+   hosts = cpu_servers × (1 − share);
+3. an instance type with fewer vCPUs than the reference server needs
+   server_vcpus / instance_vcpus instances per host (f1.2xlarge: 48 / 8 = 6);
+4. when the offloaded query rate is known, the accelerators must also keep up:
+   units ≥ queries/s ÷ accelerator queries/s — whichever side needs more units binds;
+5. a network-attached accelerator pool (`pool_item`) is sized by the query rate alone, apart
+   from the hosts (the seed's proposed remedy);
+6. purchases cost units × unit price once; cloud instances units × USD/h × hours per year.
+
+All arithmetic is exact (fractions from the decimal figures as written), so 400 × (1 − 0.39)
+is 244, not 243.99999999999997; unit counts are then rounded up (never under-provision) or, to
+reproduce a publication that did so, to the nearest unit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from offload.plan.tomlfile import Document, InputError, check_keys, load
+
+HOURS_PER_YEAR = 8760
+CATALOG = Path(__file__).resolve().parents[3] / "data" / "prices" / "catalog.toml"
+
+
+def exact(x: int | float | str | Fraction) -> Fraction:
+    """The number as written: 0.39 is 39/100 (a float's shortest decimal form)."""
+    if isinstance(x, float):
+        return Fraction(repr(x))
+    return Fraction(x)
+
+
+def fmt(x: Fraction | int | float, digits: int = 4) -> str:
+    """A number as a person writes it: exact integers with separators, else up to `digits`
+    decimals without trailing zeros."""
+    f = Fraction(x)
+    if f.denominator == 1:
+        return f"{f.numerator:,}"
+    s = f"{float(f):,.{digits}f}".rstrip("0").rstrip(".")
+    return s
+
+
+# ---- the price catalog -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Item:
+    """Something to buy (`unit_usd`, once) or rent (`usd_per_hour`)."""
+
+    id: str
+    name: str
+    kind: str  # "purchase" or "hourly"
+    vcpus: int
+    price: Fraction  # USD per unit (purchase) or per unit-hour (hourly)
+    region: str
+    plan: str
+    date: str
+    source: str
+    accelerator: str | None = None
+
+    @property
+    def hourly(self) -> bool:
+        return self.kind == "hourly"
+
+    def price_text(self) -> str:
+        return f"{fmt(self.price)} USD/h" if self.hourly else f"{fmt(self.price)} USD"
+
+
+ITEM_KEYS = {
+    "id", "name", "kind", "vcpus", "accelerator", "unit_usd", "usd_per_hour",
+    "region", "plan", "date", "source",
+}  # fmt: skip
+
+
+def load_catalog(path: Path | str = CATALOG) -> dict[str, Item]:
+    doc = load(path)
+    check_keys(doc, (), doc.data, {"sources", "item"})
+    sources: dict[str, str] = doc.data.get("sources", {})
+    items: dict[str, Item] = {}
+    for i, raw in enumerate(doc.data.get("item", [])):
+        where: tuple[str | int, ...] = ("item", i)
+        check_keys(doc, where, raw, ITEM_KEYS)
+        for k in ("id", "name", "kind", "vcpus", "region", "plan", "date", "source"):
+            if k not in raw:
+                raise doc.error(where, f"item {i + 1} lacks {k!r}")
+        kind = raw["kind"]
+        if kind not in ("purchase", "hourly"):
+            raise doc.error((*where, "kind"), f"kind must be 'purchase' or 'hourly', not {kind!r}")
+        price_key = "unit_usd" if kind == "purchase" else "usd_per_hour"
+        if price_key not in raw:
+            raise doc.error(where, f"a {kind} item needs {price_key!r}")
+        price = _positive(doc, (*where, price_key), raw[price_key])
+        vcpus = raw["vcpus"]
+        if not isinstance(vcpus, int) or isinstance(vcpus, bool) or vcpus <= 0:
+            raise doc.error((*where, "vcpus"), f"vcpus must be a positive integer, not {vcpus!r}")
+        if raw["id"] in items:
+            raise doc.error((*where, "id"), f"duplicate item id {raw['id']!r}")
+        src = sources.get(raw["source"], raw["source"])
+        items[raw["id"]] = Item(
+            raw["id"], raw["name"], kind, vcpus, price, raw["region"], raw["plan"], str(raw["date"]), src,
+            raw.get("accelerator"),
+        )  # fmt: skip
+    return items
+
+
+def _optional(doc: Document, keys: tuple[str | int, ...], table: dict[str, Any]) -> Fraction | None:
+    key = keys[-1]
+    return _positive(doc, keys, table[key]) if isinstance(key, str) and key in table else None
+
+
+def _positive(doc: Document, keys: tuple[str | int, ...], v: Any, allow_zero: bool = False) -> Fraction:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise doc.error(keys, f"expected a number, not {v!r}")
+    f = exact(v)
+    if f < 0 or (f == 0 and not allow_zero) or not math.isfinite(v):
+        raise doc.error(keys, f"expected a {'non-negative' if allow_zero else 'positive'} number, not {v!r}")
+    return f
+
+
+# ---- the scenario ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    cpu_servers: Fraction  # the CPU-only fleet that carries the load (exact, may be fractional)
+    cpu_servers_text: str  # how it was obtained
+    server_vcpus: int
+    offload_share: Fraction
+    query_rate: Fraction | None  # offloaded queries/s over the fleet, when known
+    rounding: str  # "up" or "nearest"
+    hours_per_year: int = HOURS_PER_YEAR
+    amortization_years: Fraction | None = None
+
+
+@dataclass(frozen=True)
+class Deployment:
+    group: str
+    name: str
+    item: Item
+    offload: bool = False
+    pool_item: Item | None = None  # a network-attached accelerator pool, scaled apart
+    pool_queries_per_s: Fraction | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    path: Path | None
+    workload: Workload
+    accelerator_qps: Fraction | None  # what one accelerator answers per second
+    deployments: list[Deployment]
+
+
+WORKLOAD_KEYS = {
+    "cpu_servers", "requests_per_s", "server_capacity_rps", "queries_per_request", "server_vcpus",
+    "offload_share", "rounding", "hours_per_year", "amortization_years",
+}  # fmt: skip
+DEPLOYMENT_KEYS = {"group", "name", "item", "offload", "pool_item", "pool_queries_per_s"}
+
+
+def mean_queries_per_request(doc: Document, v: Any) -> Fraction:
+    """A number (the mean), or a distribution as [[queries, weight], ...]."""
+    keys = ("workload", "queries_per_request")
+    if isinstance(v, list):
+        pairs = []
+        for p in v:
+            if not (isinstance(p, list) and len(p) == 2):
+                raise doc.error(keys, f"expected [queries, weight] pairs, got {p!r}")
+            pairs.append((_positive(doc, keys, p[0]), _positive(doc, keys, p[1], allow_zero=True)))
+        total = sum((w for _, w in pairs), Fraction(0))
+        if total == 0:
+            raise doc.error(keys, "the weights sum to zero")
+        return sum((q * w for q, w in pairs), Fraction(0)) / total
+    return _positive(doc, keys, v)
+
+
+def load_scenario(path: Path | str, catalog: Path | str | None = None) -> Scenario:
+    doc = load(path)
+    check_keys(doc, (), doc.data, {"catalog", "workload", "accelerator", "deployment"})
+    cat_path = Path(catalog) if catalog else None
+    if cat_path is None and "catalog" in doc.data:
+        cat_path = (doc.path.parent / doc.data["catalog"]).resolve()
+    items = load_catalog(cat_path or CATALOG)
+
+    w = doc.data.get("workload")
+    if not isinstance(w, dict):
+        raise doc.error(("workload",), "a scenario needs a [workload] table")
+    check_keys(doc, ("workload",), w, WORKLOAD_KEYS)
+    rate = _optional(doc, ("workload", "requests_per_s"), w)
+    if "cpu_servers" in w:
+        servers = _positive(doc, ("workload", "cpu_servers"), w["cpu_servers"])
+        how = f"{fmt(servers)} (given)"
+    elif rate is not None and "server_capacity_rps" in w:
+        cap = _positive(doc, ("workload", "server_capacity_rps"), w["server_capacity_rps"])
+        servers = rate / cap
+        how = f"{fmt(rate)} requests/s ÷ {fmt(cap)} requests/s per server = {fmt(servers)}"
+    else:
+        raise doc.error(("workload",), "give cpu_servers, or requests_per_s and server_capacity_rps")
+    share = exact(w.get("offload_share", 0))
+    if not 0 <= share < 1:
+        raise doc.error(("workload", "offload_share"), f"must be in [0, 1), not {w['offload_share']!r}")
+    vcpus = w.get("server_vcpus")
+    if not isinstance(vcpus, int) or isinstance(vcpus, bool) or vcpus <= 0:
+        raise doc.error(("workload", "server_vcpus"), f"must be a positive integer, not {vcpus!r}")
+    rounding = w.get("rounding", "up")
+    if rounding not in ("up", "nearest"):
+        raise doc.error(("workload", "rounding"), f"rounding must be 'up' or 'nearest', not {rounding!r}")
+    qpr = mean_queries_per_request(doc, w["queries_per_request"]) if "queries_per_request" in w else None
+    query_rate = rate * qpr if rate is not None and qpr is not None else None
+    hours = w.get("hours_per_year", HOURS_PER_YEAR)
+    amort = _optional(doc, ("workload", "amortization_years"), w)
+    workload = Workload(servers, how, vcpus, share, query_rate, rounding, hours, amort)
+
+    acc = doc.data.get("accelerator", {})
+    check_keys(doc, ("accelerator",), acc, {"queries_per_s"})
+    acc_qps = _optional(doc, ("accelerator", "queries_per_s"), acc)
+
+    deployments = []
+    for i, d in enumerate(doc.data.get("deployment", [])):
+        where: tuple[str | int, ...] = ("deployment", i)
+        check_keys(doc, where, d, DEPLOYMENT_KEYS)
+        for k in ("name", "item"):
+            if k not in d:
+                raise doc.error(where, f"deployment {i + 1} lacks {k!r}")
+        item = _item(doc, items, (*where, "item"), d["item"])
+        pool = _item(doc, items, (*where, "pool_item"), d["pool_item"]) if "pool_item" in d else None
+        pool_qps = None
+        if pool is not None:
+            if "pool_queries_per_s" not in d:
+                raise doc.error(where, "a pool_item needs pool_queries_per_s (what one pool unit answers)")
+            if query_rate is None:
+                raise doc.error((*where, "pool_item"), "sizing a pool needs the query rate: give "
+                                "workload.requests_per_s and workload.queries_per_request")  # fmt: skip
+            pool_qps = _positive(doc, (*where, "pool_queries_per_s"), d["pool_queries_per_s"])
+        offload = bool(d.get("offload", False))
+        deployments.append(Deployment(d.get("group", ""), d["name"], item, offload, pool, pool_qps))
+    if not deployments:
+        raise doc.error((), "a scenario needs at least one [[deployment]]")
+    return Scenario(doc.path, workload, acc_qps, deployments)
+
+
+def _item(doc: Document, items: dict[str, Item], keys: tuple[str | int, ...], name: Any) -> Item:
+    if name not in items:
+        raise doc.error(keys, f"no item {name!r} in the price catalog; known: {', '.join(items)}")
+    return items[name]
+
+
+# ---- the calculation ---------------------------------------------------------------------
+
+
+def round_units(x: Fraction, rounding: str) -> int:
+    if rounding == "nearest":
+        return math.floor(x + Fraction(1, 2))  # halves up, unlike round()'s to-even
+    return math.ceil(x)
+
+
+@dataclass
+class Line:
+    """One deployment's result, with every step of its arithmetic."""
+
+    group: str
+    name: str
+    item: Item
+    units_exact: Fraction
+    units: int
+    total_usd: Fraction  # once (purchase) or per year (hourly)
+    per_year: bool
+    binding: str  # "cpu" or "accelerator": which side sized the units
+    offloaded: bool = False
+    pool_units: int = 0
+    queries_per_usd: float | None = None  # one accelerator unit at full load
+    steps: list[str] = field(default_factory=list)
+    relative: Fraction | None = None  # total / the group's first deployment without offload
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group": self.group, "deployment": self.name, "item": self.item.id, "element": self.item.name,
+            "region": self.item.region, "plan": self.item.plan, "price_date": self.item.date,
+            "price_usd": float(self.item.price), "price_unit": "hour" if self.item.hourly else "unit",
+            "units_exact": float(self.units_exact), "units": self.units, "pool_units": self.pool_units,
+            "binding": self.binding, "total_usd": float(self.total_usd), "per_year": self.per_year,
+            "relative_to_original": None if self.relative is None else float(self.relative),
+            "queries_per_usd": self.queries_per_usd, "arithmetic": self.steps,
+        }  # fmt: skip
+
+
+def cost(s: Scenario) -> list[Line]:
+    w = s.workload
+    lines: list[Line] = []
+    for d in s.deployments:
+        steps = [f"CPU-only servers for the load: {w.cpu_servers_text}"]
+        hosts = w.cpu_servers
+        if d.offload or d.pool_item is not None:
+            hosts = w.cpu_servers * (1 - w.offload_share)
+            steps.append(f"hosts = {fmt(w.cpu_servers)} × (1 − {fmt(w.offload_share)}) = {fmt(hosts)}")
+        units_exact = hosts
+        if d.item.vcpus != w.server_vcpus:
+            units_exact = hosts * w.server_vcpus / d.item.vcpus
+            steps.append(
+                f"{d.item.name} has {d.item.vcpus} vCPUs, a server {w.server_vcpus}: "
+                f"{fmt(hosts)} × {w.server_vcpus} / {d.item.vcpus} = {fmt(units_exact)}"
+            )
+        units = round_units(units_exact, w.rounding)
+        if units != units_exact:
+            steps.append(f"rounded {'to the nearest unit' if w.rounding == 'nearest' else 'up'}: {units:,}")
+        binding = "cpu"
+        if d.offload and d.pool_item is None and s.accelerator_qps and w.query_rate is not None:
+            need = math.ceil(w.query_rate / s.accelerator_qps)
+            steps.append(
+                f"accelerators for {fmt(w.query_rate)} queries/s at {fmt(s.accelerator_qps)} each: {need:,}"
+            )
+            if need > units:
+                units, binding = need, "accelerator"
+                steps.append(f"the accelerators bind: {units:,} units")
+        total = units * d.item.price
+        pool_units = 0
+        if d.pool_item is not None and d.pool_queries_per_s is not None and w.query_rate is not None:
+            pool_units = math.ceil(w.query_rate / d.pool_queries_per_s)
+            steps.append(
+                f"network-attached {d.pool_item.name}: ⌈{fmt(w.query_rate)} / {fmt(d.pool_queries_per_s)}⌉ "
+                f"= {pool_units:,}, scaled apart from the hosts"
+            )
+            if d.pool_item.hourly != d.item.hourly:
+                raise ValueError(f"{d.name}: hosts and pool must both be purchases or both hourly")
+            total += pool_units * d.pool_item.price
+        per_year = d.item.hourly
+        if per_year:
+            total *= w.hours_per_year
+            pool = f" + {pool_units:,} × {d.pool_item.price_text()}" if d.pool_item else ""
+            steps.append(
+                f"cost = ({units:,} × {d.item.price_text()}{pool}) × {w.hours_per_year:,} h/year "
+                f"= {fmt(total, 2)} USD/year"
+            )
+        else:
+            pool = f" + {pool_units:,} × {d.pool_item.price_text()}" if d.pool_item else ""
+            steps.append(f"cost = {units:,} × {d.item.price_text()}{pool} = {fmt(total, 2)} USD")
+        qpu = None
+        if d.offload and s.accelerator_qps:
+            if d.item.hourly:
+                qpu = float(s.accelerator_qps * 3600 / d.item.price)
+                steps.append(
+                    f"queries per USD, one accelerator at full load: {fmt(s.accelerator_qps)} q/s × 3,600 s "
+                    f"/ {d.item.price_text()} = {qpu / 1e9:,.1f} billion"
+                )
+            elif w.amortization_years:
+                secs = w.amortization_years * w.hours_per_year * 3600
+                qpu = float(s.accelerator_qps * secs / d.item.price)
+                steps.append(
+                    f"queries per USD over {fmt(w.amortization_years)} years of one unit: "
+                    f"{qpu / 1e9:,.1f} billion"
+                )
+        offloaded = d.offload or d.pool_item is not None
+        lines.append(Line(d.group, d.name, d.item, units_exact, units, total, per_year, binding, offloaded))
+        lines[-1].pool_units, lines[-1].queries_per_usd, lines[-1].steps = pool_units, qpu, steps
+    for ln in lines:  # relative to the group's original (its first deployment without offload)
+        same = [b for b in lines if b.group == ln.group and b.per_year == ln.per_year]
+        base = next((b for b in same if not b.offloaded), None)
+        if base is not None and base is not ln and base.total_usd > 0:
+            ln.relative = ln.total_usd / base.total_usd
+    return lines
+
+
+def as_published(total_usd: Fraction, decimals: int) -> str:
+    """Millions truncated (not rounded) to `decimals`, as the seed prints its totals."""
+    scale = 10**decimals
+    m = math.floor(total_usd * scale / 1_000_000) / scale
+    return f"{m:.{decimals}f}"
+
+
+def report(s: Scenario, lines: list[Line]) -> dict[str, Any]:
+    w = s.workload
+    return {
+        "scenario": str(s.path) if s.path else None,
+        "workload": {
+            "cpu_servers": float(w.cpu_servers), "cpu_servers_from": w.cpu_servers_text,
+            "server_vcpus": w.server_vcpus, "offload_share": float(w.offload_share),
+            "offloaded_queries_per_s": None if w.query_rate is None else float(w.query_rate),
+            "rounding": w.rounding, "hours_per_year": w.hours_per_year,
+        },
+        "accelerator_queries_per_s": None if s.accelerator_qps is None else float(s.accelerator_qps),
+        "deployments": [ln.to_json() for ln in lines],
+    }  # fmt: skip
+
+
+__all__ = ["CATALOG", "InputError", "Item", "Line", "Scenario", "as_published", "cost", "load_catalog",
+           "load_scenario", "report"]  # fmt: skip
