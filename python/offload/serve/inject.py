@@ -227,8 +227,10 @@ def _by_size(ok: list[tuple[float, int, int, str, dict[str, int]]]) -> list[dict
         rs = buckets[b]
         stages = {k: _median_ns(rs, k) / 1e3 for k in STAGES}
         rtt = statistics.median(r[0] for r in rs) * 1e6
-        out.append({"size_up_to": b, "requests": len(rs), "round_trip_us": rtt, "stages_us": stages,
-                    "outside_server_us": max(0.0, rtt - sum(stages.values()))})  # fmt: skip
+        n = statistics.median(r[1] for r in rs)
+        outside = max(0.0, rtt - sum(stages.values()))
+        out.append({"size_up_to": b, "requests": len(rs), "median_queries": n, "round_trip_us": rtt,
+                    "stages_us": stages, "outside_server_us": outside})  # fmt: skip
     return out
 
 

@@ -96,6 +96,9 @@ def sweep(
                 "p99_us": r["latency_us"]["p99"],
                 "requests": r["requests"],
                 "status": r["status"],
+                # What `offload plan calibrate` fits stage costs to.
+                "stage_median_us": r["stage_median_us"],
+                "by_size": r["by_size"],
             }
         )
     return rows
@@ -136,7 +139,7 @@ def write(rows: list[dict[str, Any]], out: Path, p99_us: float, qps: float) -> d
     }
     out.write_text(json.dumps(summary, indent=2))
     with open(out.with_suffix(".csv"), "w", newline="") as f:
-        keys = [k for k in rows[0] if k != "status"] if rows else []
+        keys = [k for k in rows[0] if k not in ("status", "stage_median_us", "by_size")] if rows else []
         wr = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
         wr.writeheader()
         wr.writerows(rows)

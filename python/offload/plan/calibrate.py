@@ -1,0 +1,242 @@
+"""`offload plan calibrate`: the simulator's stage costs from measured runs, and its
+predictions checked against configurations that were actually run.
+
+1. **Stage costs from one measured configuration** (by default the sweep's 1p 1w 1k 1e per-request
+   row, where nothing overlaps): the daemon reports, per request, how long each stage took;
+   `offload sweep` keeps their medians per request-size bucket. A straight line
+   a + b·n (weighted least squares over the buckets) gives each stage's cost per request and per
+   query: decode/encode → the workers, match → the kernel, reply → the executor after the
+   match. What the server does not see — client, ZeroMQ, broker — is the round trip minus the
+   server stages ("outside").
+2. **One shared parameter**: the share φ of "outside" that occupies a host core (the client's
+   encoding, ZeroMQ's I/O threads, the broker) rather than waiting. It is chosen on a few
+   calibration configurations (a grid over 0..1, least squared log error).
+3. **Validation** on the other configurations: predicted vs measured throughput and p50/p99,
+   and the median absolute error that every later prediction quotes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from offload.plan.simulate import Costs, Load, Pipeline, simulate
+
+CALIBRATION_GRID = tuple(i / 10 for i in range(11))
+
+
+def fit_line(points: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
+    """Weighted least squares y = a + b·x over (x, y, weight), with a, b ≥ 0 (a cost never
+    shrinks with more queries, and is never negative)."""
+    pts = [(x, y, w) for x, y, w in points if w > 0]
+    if not pts:
+        return (0.0, 0.0)
+    sw = sum(w for *_, w in pts)
+    mx = sum(x * w for x, _, w in pts) / sw
+    my = sum(y * w for _, y, w in pts) / sw
+    sxx = sum(w * (x - mx) ** 2 for x, _, w in pts)
+    b = sum(w * (x - mx) * (y - my) for x, y, w in pts) / sxx if sxx > 0 else 0.0
+    a = my - b * mx
+    if b < 0:
+        return (max(my, 0.0), 0.0)
+    if a < 0:  # through the origin
+        sxy, sxx0 = sum(w * x * y for x, y, w in pts), sum(w * x * x for x, _, w in pts)
+        return (0.0, max(sxy / sxx0, 0.0) if sxx0 > 0 else 0.0)
+    return (a, b)
+
+
+@dataclass(frozen=True)
+class StageLines:
+    """a + b·n per stage, seconds (from one measured configuration)."""
+
+    encode: tuple[float, float]
+    match: tuple[float, float]
+    reply: tuple[float, float]
+    outside: tuple[float, float]
+    queue_wait: float  # median waits at 1p: with nothing queued, they are thread wake-ups
+    kernel_queue_wait: float
+    engines: int  # e of the measured configuration (match time is n·b over e engines)
+
+    def costs(self, cpu_share: float, stall: tuple[float, float] = (0.0, 0.0)) -> Costs:
+        """Costs for the simulator, with the share φ of the outside time on a host core, and
+        stalls (probability, seconds)."""
+        oa, ob = self.outside
+        return Costs(
+            stall_probability=stall[0],
+            stall_s=stall[1],
+            channel_latency_s=(1 - cpu_share) * oa / 2,
+            # The rest of the per-query outside time, as a channel bandwidth of 1 byte per query.
+            channel_bps=1 / ((1 - cpu_share) * ob) if (1 - cpu_share) * ob > 0 else None,
+            request_bytes_per_query=0.5,
+            reply_bytes_per_query=0.5,
+            client_request_s=cpu_share * oa,
+            client_query_s=cpu_share * ob,
+            worker_request_s=self.encode[0],
+            worker_query_s=self.encode[1],
+            invoke_s=self.match[0],
+            kernel_query_s=self.match[1] * self.engines,
+            queue_wakeup_s=self.queue_wait,
+            kernel_wakeup_s=self.kernel_queue_wait,
+            reply_request_s=self.reply[0],
+            reply_query_s=self.reply[1],
+        )
+
+
+def stage_lines(row: dict[str, Any]) -> StageLines:
+    buckets = [b for b in row.get("by_size", []) if b["requests"] >= 3 and "median_queries" in b]
+    if len(buckets) < 2:
+        raise ValueError(
+            f"{row.get('label', '?')}: needs per-size stage medians from at least two request-size buckets "
+            "(run the sweep with this version of offload)"
+        )
+
+    def line(get: Callable[[dict[str, Any]], float]) -> tuple[float, float]:
+        return fit_line([(b["median_queries"], get(b) * 1e-6, b["requests"]) for b in buckets])
+
+    return StageLines(
+        encode=line(lambda b: b["stages_us"].get("encode", 0.0)),
+        match=line(lambda b: b["stages_us"].get("match", 0.0)),
+        reply=line(lambda b: b["stages_us"].get("reply", 0.0)),
+        outside=line(lambda b: b["outside_server_us"]),
+        queue_wait=row["stage_median_us"].get("queue", 0.0) * 1e-6,
+        kernel_queue_wait=row["stage_median_us"].get("kernel_queue", 0.0) * 1e-6,
+        engines=int(row.get("e", 1)),
+    )
+
+
+def pipeline_of(row: dict[str, Any], cpus: int | None) -> Pipeline:
+    return Pipeline(
+        p=int(row["p"]), w=int(row["w"]), k=int(row["k"]), e=int(row["e"]),
+        batch_queries=int(row.get("batch_max_queries", 0)),
+        batch_timeout_s=float(row.get("batch_timeout_us", 500)) * 1e-6,
+        queue_capacity=1024,  # what `offload sweep` gives the daemon
+        cpus=cpus,
+    )  # fmt: skip
+
+
+def predict(row: dict[str, Any], costs: Costs, sizes: Sequence[int], cpus: int | None) -> dict[str, float]:
+    """The simulator's throughput and latency for a measured row's configuration and load."""
+    rate = float(row.get("rate_rps") or 0.0)
+    load = Load(tuple(sizes), row.get("mode", "closed"), rate, duration_s=1.0, warmup_s=0.2)
+    r = simulate(pipeline_of(row, cpus), costs, load)
+    p50, p99 = r.percentile(50) * 1e6, r.percentile(99) * 1e6
+    return {"queries_per_s": r.throughput_qps, "p50_us": p50, "p99_us": p99}
+
+
+def fit_stall(
+    base: dict[str, Any], costs: Costs, sizes: Sequence[int], cpus: int | None
+) -> tuple[float, float]:
+    """Stalls that explain the base run's tail: the model's stages are deterministic, the
+    machine is not (preemption, steal on a shared VM). A stall of p99 − p50 with the
+    probability that brings the model's mean latency to the measured one (closed loop:
+    p / requests per second) leaves the median alone and puts the tail at the measured p99."""
+    load = Load(tuple(sizes), "closed", duration_s=1.0, warmup_s=0.2)
+    r = simulate(pipeline_of(base, cpus), costs, load)
+    measured_mean = int(base["p"]) / base["requests_per_s"]
+    stall_s = max(0.0, (base["p99_us"] - base["p50_us"]) * 1e-6)
+    model_mean = float(r.latencies_s.mean())
+    if stall_s <= 0 or measured_mean <= model_mean:
+        return (0.0, 0.0)
+    return (min(0.5, (measured_mean - model_mean) / stall_s), stall_s)
+
+
+def _err(pred: float, meas: float) -> float:
+    return (pred - meas) / meas if meas else math.inf
+
+
+def _is_base(row: dict[str, Any]) -> bool:
+    return (row["p"], row["w"], row["k"], row["e"], row.get("batch_max_queries", 0), row.get("mode")) == (
+        1, 1, 1, 1, 0, "closed",
+    )  # fmt: skip
+
+
+def calibrate(
+    rows: Sequence[dict[str, Any]],
+    sizes: Sequence[int],
+    cpus: int | None = None,
+    calibration: Sequence[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Stage costs from the base row, φ from the calibration rows, errors on the others.
+    `calibration` names rows by label (default: the base row and every fourth other row)."""
+    say = progress or (lambda _m: None)
+    cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
+    base = next((r for r in rows if _is_base(r)), None)
+    if base is None:
+        raise ValueError("the sweep needs a 1p 1w 1k 1e per-request row (stage costs come from it)")
+    lines = stage_lines(base)
+    stall = fit_stall(base, lines.costs(0.0), sizes, cpus)
+    others = [r for r in rows if r is not base]
+    if calibration:
+        cal = [r for r in rows if r["label"] in set(calibration)]
+        missing = set(calibration) - {r["label"] for r in cal}
+        if missing:
+            raise ValueError(f"no such configuration in the sweep: {', '.join(sorted(missing))}")
+    else:
+        cal = [base, *others[::4]]
+    val = [r for r in rows if r not in cal]
+
+    def loss(phi: float) -> float:
+        costs = lines.costs(phi, stall)
+        total = 0.0
+        for r in cal:
+            p = predict(r, costs, sizes, cpus)
+            total += math.log(p["queries_per_s"] / r["queries_per_s"]) ** 2
+            total += math.log(p["p50_us"] / r["p50_us"]) ** 2
+        return total
+
+    scores = []
+    for phi in CALIBRATION_GRID:
+        say(f"calibrating: φ = {phi:.1f}")
+        scores.append((loss(phi), phi))
+    phi = min(scores)[1]
+    costs = lines.costs(phi, stall)
+    table = []
+    for r in rows:
+        say(f"predicting {r['label']}")
+        p = predict(r, costs, sizes, cpus)
+        table.append({
+            "config": r["label"], "role": "calibration" if r in cal else "validation",
+            "measured": {k: r[k] for k in ("queries_per_s", "p50_us", "p99_us")}, "predicted": p,
+            "error": {k: _err(p[k], r[k]) for k in ("queries_per_s", "p50_us", "p99_us")},
+        })  # fmt: skip
+    checked = [t for t in table if t["role"] == "validation"] or table
+
+    def med(key: str) -> float:
+        return statistics.median(abs(t["error"][key]) for t in checked)
+
+    return {
+        "cpus": cpus,
+        "cpu_share_outside": phi,
+        "stage_lines_s": asdict(lines),
+        "stall": {"probability": stall[0], "seconds": stall[1]},
+        "costs": asdict(costs),
+        "calibration_configs": [r["label"] for r in cal],
+        "validation_configs": [r["label"] for r in val],
+        "median_abs_error": {
+            "queries_per_s": med("queries_per_s"),
+            "p50": med("p50_us"),
+            "p99": med("p99_us"),
+        },
+        "table": table,
+    }
+
+
+def trace_sizes(trace_dir: Path) -> list[int]:
+    with open(trace_dir / "requests.csv", newline="") as f:
+        return [int(r["N_QUERIES"]) for r in csv.DictReader(f)]
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A calibration written by `offload plan calibrate`."""
+    c = json.loads(Path(path).read_text())
+    if "costs" not in c or "median_abs_error" not in c:
+        raise ValueError(f"{path}: not a calibration (write one with `offload plan calibrate`)")
+    return c

@@ -1,0 +1,290 @@
+"""`offload plan simulate`: a discrete-event model of the serving pipeline, on SimPy.
+
+The model follows the daemon (docs/serve-protocol.md), stage by stage:
+
+    client ──channel──▶ broker ─▶ request queue ─▶ w workers ─▶ (batching) ─▶ k executors × e engines
+       ▲                  │        (bounded: busy)  decode            size-or-timeout    invoke + transfer
+       └──────channel─────┘◀─────────────────────── reply ◀──────────────────────────── + match
+
+- **Arrivals**: a closed loop of p clients (each sends its next request when the last is
+  answered, like `offload inject --mode closed`) or Poisson arrivals at a rate (open loop).
+  Request sizes (queries per request) are drawn from a list — a trace's, or a distribution.
+- **Channel** client ↔ daemon: T(n) = L + n/B per direction (a probe profile's ZeroMQ fit).
+- **Broker**: one thread, a cost per message in and out.
+- **Workers**: w; a cost per request plus per query (decode the request, encode the reply).
+- **Batching**: per request (each request is one kernel batch), or across requests up to
+  `batch_queries` queries or `batch_timeout_s` after the first, whichever comes first.
+- **Kernel executors**: k; a batch costs invoke + transfer (L + n/B to the accelerator) + the
+  match time of n queries spread over e engines, then building and sending the replies.
+- **CPUs**: with `cpus` set, every stage that computes on the host (client, broker, worker,
+  CPU engines) must hold one of that many cores while it runs — on a small machine the stages
+  compete for cores, which pure queueing would miss. An accelerator's engines (`kernel_on_host
+  = False`) do not take host cores.
+
+Outputs: throughput (requests and queries per second), latency percentiles, the share of
+requests refused as busy, per-stage utilisation. Deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import simpy
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Per-stage service times, in seconds (bytes/s for bandwidths; None = unbounded)."""
+
+    channel_latency_s: float = 0.0  # L of the client↔daemon channel, per direction
+    channel_bps: float | None = None  # B of that channel
+    request_bytes_per_query: float = 32.0  # on the wire, client → daemon
+    reply_bytes_per_query: float = 12.0  # daemon → client
+    client_request_s: float = 0.0  # client CPU per request (build, send, receive, decode)
+    client_query_s: float = 0.0  # client CPU per query
+    broker_s: float = 0.0  # broker CPU per message (counted once in, once out)
+    worker_request_s: float = 0.0  # worker CPU per request
+    worker_query_s: float = 0.0  # worker CPU per query (decode + encode)
+    invoke_s: float = 0.0  # per kernel batch (driver call, doorbell, …)
+    transfer_latency_s: float = 0.0  # host → accelerator L per batch
+    transfer_bps: float | None = None  # host → accelerator B
+    transfer_bytes_per_query: float = 32.0
+    kernel_query_s: float = 1e-7  # match time per query on one engine
+    kernel_on_host: bool = True  # engines are host threads (take cores) or an accelerator's
+    queue_wakeup_s: float = 0.0  # an idle worker's wake-up when a request arrives (thread hand-off)
+    kernel_wakeup_s: float = 0.0  # an idle executor's wake-up when a batch arrives
+    stall_probability: float = 0.0  # a request is held up by a stall (preemption, steal, …) …
+    stall_s: float = 0.0  # … of this long
+    reply_request_s: float = 0.0  # executor CPU per request after the match (build, send the reply)
+    reply_query_s: float = 0.0  # executor CPU per query after the match
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    p: int = 1  # client processes (closed loop)
+    w: int = 1  # workers
+    k: int = 1  # kernel executors
+    e: int = 1  # engines per executor
+    batch_queries: int = 0  # 0: per request; else batch across requests up to this many queries
+    batch_timeout_s: float = 0.001
+    queue_capacity: int = 64  # request queue bound (the daemon's `queue`); beyond it: busy
+    cpus: int | None = None  # host cores the stages share (None: no contention)
+
+    def label(self) -> str:
+        b = f" batch {self.batch_queries}/{self.batch_timeout_s * 1e3:g}ms" if self.batch_queries else ""
+        return f"{self.p}p {self.w}w {self.k}k {self.e}e{b}"
+
+
+@dataclass(frozen=True)
+class Load:
+    queries_per_request: Sequence[int] = (1,)  # sizes to draw from (uniformly)
+    mode: str = "closed"  # closed (p clients) or open (Poisson)
+    rate_rps: float = 0.0  # open loop: requests per second
+    duration_s: float = 1.0  # simulated time measured
+    warmup_s: float = 0.1  # simulated time before measuring
+    seed: int = 1
+
+
+@dataclass
+class Result:
+    pipeline: Pipeline
+    requests: int
+    queries: int
+    busy: int
+    duration_s: float
+    latencies_s: np.ndarray = field(repr=False)
+    utilisation: dict[str, float]
+
+    @property
+    def throughput_rps(self) -> float:
+        return self.requests / self.duration_s
+
+    @property
+    def throughput_qps(self) -> float:
+        return self.queries / self.duration_s
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self.latencies_s, q)) if len(self.latencies_s) else math.nan
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.pipeline.label(), "pipeline": asdict(self.pipeline),
+            "requests": self.requests, "queries": self.queries, "busy": self.busy,
+            "duration_s": self.duration_s, "throughput_rps": self.throughput_rps,
+            "throughput_qps": self.throughput_qps,
+            "latency_s": {f"p{q}": self.percentile(q) for q in (50, 90, 99)}
+            | {"mean": float(self.latencies_s.mean()) if len(self.latencies_s) else math.nan},
+            "utilisation": self.utilisation,
+        }  # fmt: skip
+
+
+class _Busy:
+    """A core pool (or no contention) that also accounts busy time per stage."""
+
+    def __init__(self, env: simpy.Environment, cpus: int | None) -> None:
+        self.env = env
+        self.cores = simpy.Resource(env, capacity=cpus) if cpus else None
+        self.busy: dict[str, float] = {}
+
+    def run(self, stage: str, seconds: float, on_host: bool = True):  # type: ignore[no-untyped-def]
+        if seconds <= 0:
+            return
+        if self.cores is not None and on_host:
+            with self.cores.request() as core:
+                yield core
+                yield self.env.timeout(seconds)
+        else:
+            yield self.env.timeout(seconds)
+        if self.env.now > 0:
+            self.busy[stage] = self.busy.get(stage, 0.0) + seconds
+
+
+def load_costs(path: str) -> Costs:
+    """Stage costs from a TOML file's [costs] table (keys: the fields of Costs), located errors."""
+    from offload.plan.tomlfile import check_keys, load
+
+    doc = load(path)
+    check_keys(doc, (), doc.data, {"costs"})
+    table = doc.data.get("costs", {})
+    check_keys(doc, ("costs",), table, set(Costs.__dataclass_fields__))
+    for key, v in table.items():
+        want_bool = key == "kernel_on_host"
+        if want_bool != isinstance(v, bool) or (not want_bool and (not isinstance(v, int | float) or v < 0)):
+            raise doc.error(
+                ("costs", key), f"expected {'true or false' if want_bool else 'a number ≥ 0'}, not {v!r}"
+            )
+    return Costs(**table)
+
+
+def _transfer(latency: float, bps: float | None, nbytes: float) -> float:
+    return latency + (nbytes / bps if bps else 0.0)
+
+
+def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
+    if min(pipe.p, pipe.w, pipe.k, pipe.e) < 1:
+        raise ValueError(f"p, w, k and e must be at least 1: {pipe.label()}")
+    if not load.queries_per_request or min(load.queries_per_request) < 0 or max(load.queries_per_request) < 1:
+        raise ValueError("queries_per_request needs sizes ≥ 0 queries, at least one of them > 0")
+    if load.mode not in ("closed", "open") or (load.mode == "open" and load.rate_rps <= 0):
+        raise ValueError("mode must be closed, or open with a positive rate_rps")
+    env = simpy.Environment()
+    rng = random.Random(load.seed)
+    cpu = _Busy(env, pipe.cpus)
+    broker = simpy.Resource(env, capacity=1)
+    requests: simpy.Store = simpy.Store(env, capacity=pipe.queue_capacity)
+    # As in the daemon: workers block when the kernel queue (2 batches per executor) is full,
+    # so the request queue fills and the broker answers busy.
+    kernel_queue: simpy.Store = simpy.Store(env, capacity=2 * pipe.k)
+    decoded: simpy.Store = simpy.Store(env, capacity=1)  # worker → cross-request batcher
+    start = load.warmup_s
+    end = start + load.duration_s
+    done: list[tuple[float, int]] = []  # (latency, queries) of requests answered in the window
+    busy = [0]
+
+    def broker_pass():  # type: ignore[no-untyped-def]
+        with broker.request() as b:
+            yield b
+            yield from cpu.run("broker", costs.broker_s)
+
+    def channel(nbytes: float) -> float:
+        return _transfer(costs.channel_latency_s, costs.channel_bps, nbytes)
+
+    def one_request(n: int):  # type: ignore[no-untyped-def]
+        t0 = env.now
+        yield from cpu.run("client", costs.client_request_s + n * costs.client_query_s)
+        yield env.timeout(channel(n * costs.request_bytes_per_query))
+        yield from broker_pass()
+        answered = env.event()
+        if len(requests.items) >= pipe.queue_capacity:
+            answered.succeed(False)  # busy: the broker answers at once
+        else:
+            yield requests.put((n, answered, env.now))
+        ok = yield answered
+        yield from broker_pass()
+        yield env.timeout(channel(n * costs.reply_bytes_per_query))
+        if costs.stall_probability and rng.random() < costs.stall_probability:
+            yield env.timeout(costs.stall_s)
+        if start <= env.now < end:
+            if ok:
+                done.append((env.now - t0, n))
+            else:
+                busy[0] += 1
+
+    def worker():  # type: ignore[no-untyped-def]
+        while True:
+            n, answered, queued = yield requests.get()
+            if env.now == queued:  # the worker was idle, blocked on the queue: it must wake up
+                yield env.timeout(costs.queue_wakeup_s)
+            yield from cpu.run("worker", costs.worker_request_s + n * costs.worker_query_s)
+            if pipe.batch_queries > 0:
+                yield decoded.put((n, answered))
+            else:
+                yield kernel_queue.put(([(n, answered)], env.now))
+
+    def batcher():  # type: ignore[no-untyped-def]
+        """Size-or-timeout batching across requests; the timer starts at the batch's first request."""
+        while True:
+            first = yield decoded.get()
+            group, size = [first], first[0]
+            deadline = env.now + pipe.batch_timeout_s
+            while size < pipe.batch_queries and env.now < deadline:
+                get = decoded.get()
+                got = yield get | env.timeout(deadline - env.now)
+                if get not in got:
+                    get.cancel()
+                    break
+                group.append(got[get])
+                size += got[get][0]
+            yield kernel_queue.put((group, env.now))
+
+    def executor():  # type: ignore[no-untyped-def]
+        while True:
+            group, queued = yield kernel_queue.get()
+            if env.now == queued:  # the executor was idle: it must wake up
+                yield env.timeout(costs.kernel_wakeup_s)
+            n = sum(q for q, _ in group)
+            yield from cpu.run("invoke", costs.invoke_s)
+            xfer = _transfer(costs.transfer_latency_s, costs.transfer_bps, n * costs.transfer_bytes_per_query)
+            if xfer > 0:
+                yield env.timeout(xfer)
+            # n queries over e engines: the slowest engine gets ⌈n/e⌉.
+            shares = [n // pipe.e + (1 if i < n % pipe.e else 0) for i in range(pipe.e)]
+            engines = [
+                env.process(cpu.run("kernel", s * costs.kernel_query_s, costs.kernel_on_host))
+                for s in shares
+                if s
+            ]
+            yield simpy.AllOf(env, engines)
+            yield from cpu.run("reply", len(group) * costs.reply_request_s + n * costs.reply_query_s)
+            for _, answered in group:
+                answered.succeed(True)
+
+    def closed_client():  # type: ignore[no-untyped-def]
+        while True:
+            yield from one_request(rng.choice(load.queries_per_request))
+
+    def open_arrivals():  # type: ignore[no-untyped-def]
+        while True:
+            yield env.timeout(rng.expovariate(load.rate_rps))
+            env.process(one_request(rng.choice(load.queries_per_request)))
+
+    for _ in range(pipe.w):
+        env.process(worker())
+    for _ in range(pipe.k):
+        env.process(executor())
+    if pipe.batch_queries > 0:
+        env.process(batcher())
+    if load.mode == "closed":
+        for _ in range(pipe.p):
+            env.process(closed_client())
+    else:
+        env.process(open_arrivals())
+    env.run(until=end)
+    lat = np.array([d[0] for d in done])
+    util = {stage: t / (end * (pipe.cpus or 1)) for stage, t in sorted(cpu.busy.items())}
+    return Result(pipe, len(done), sum(d[1] for d in done), busy[0], load.duration_s, lat, util)
