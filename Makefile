@@ -6,7 +6,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(HOME)/.cargo/bin:$(PATH)
 DEMO_DIR ?= build/demo
 
-.PHONY: demo test lint rust-test py-test develop clean bench bench-tools
+.PHONY: demo test lint rust-test py-test develop clean bench bench-tools test-tools
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -31,8 +31,13 @@ lint: $(VENV)/.installed
 rust-test:
 	cargo test --workspace -q
 
-py-test: develop
+py-test: develop test-tools
 	pytest -q
+
+# What the tests drive for real: headless Chromium renders the HTML report (Debian package).
+test-tools:
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) \
+		|| echo "could not install chromium: the report rendering test will be skipped"
 
 test: lint rust-test py-test
 
@@ -46,6 +51,10 @@ bench: develop bench-tools
 		--queries $(BENCH_DATA)/queries.csv --out build/bench/serve-100k.json
 	mkdir -p build/probe && offload probe --dir build/probe --out build/bench/probe-full.json
 	python benches/probe_compare.py --dir build/probe --out build/bench/probe-compare.json
+	offload sweep --ruletype $(BENCH_DATA)/ruletype.xml --rules $(BENCH_DATA)/rules.csv --trace $(BENCH_DATA) \
+		--p 1,2,4 --w 1,2 --k 1,2 --batch 0 --duration 2 --out build/bench/sweep-calibration-100k.json
+	offload plan calibrate --sweep build/bench/sweep-calibration-100k.json --trace $(BENCH_DATA) \
+		--out build/bench/calibration-100k.json
 
 # Reference tools the benchmarks compare against (Debian packages).
 bench-tools:

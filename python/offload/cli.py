@@ -54,6 +54,36 @@ def demo(
 
 
 @app.command()
+def report(
+    out: Annotated[str, typer.Option(help="HTML file to write (plots embedded).")] = "report.html",
+    bench: Annotated[str | None, typer.Option(help="`offload rules bench` JSON.")] = None,
+    probe: Annotated[str | None, typer.Option(help="`offload probe` profile JSON (plots beside).")] = None,
+    sweep: Annotated[str | None, typer.Option(help="`offload sweep` JSON (its .png next to it).")] = None,
+    calibration: Annotated[str | None, typer.Option(help="`offload plan calibrate` JSON.")] = None,
+    recommend: Annotated[str | None, typer.Option(help="`offload plan recommend` JSON.")] = None,
+    cost: Annotated[str | None, typer.Option(help="`offload plan cost --out` JSON.")] = None,
+) -> None:
+    """One static HTML report of the benchmark, probe, sweep, calibration, recommendation and
+    cost results, with plots; opens from disk. Sections not given say how to produce them."""
+    from pathlib import Path
+
+    from offload import report as rep
+
+    def path(x: str | None) -> Path | None:
+        if x is not None and not Path(x).exists():
+            raise typer.BadParameter(f"{x}: no such file")
+        return Path(x) if x else None
+
+    try:
+        inputs = [path(x) for x in (bench, probe, sweep, calibration, recommend, cost)]
+        written = rep.build(Path(out), *inputs)
+    except (KeyError, ValueError, TypeError) as e:
+        print(f"error: an input is not what its option expects: {e!r}")
+        raise typer.Exit(2) from None
+    print(f"wrote {written}")
+
+
+@app.command()
 def inject(
     endpoint: Annotated[str, typer.Option("--endpoint", "-e", help="The daemon's endpoint.")],
     ruletype: Annotated[str, typer.Option("--ruletype", help="Rule type of the served set.")],

@@ -4,7 +4,9 @@ Synthesises a realistic MCT rule set and a search-engine trace, compiles it with
 matches the trace, checks that the matchers agree, and prints throughput plus a few explained
 answers. Then it starts the service (`offload serve`), replays the trace through it with the
 injector, prints throughput, latency and the per-stage breakdown, and runs a small sweep with
-its Pareto plot, and ends with the quick probe of the channels (memory, IPC, ZeroMQ, io_uring).
+its Pareto plot, runs the quick probe of the channels (memory, IPC, ZeroMQ, io_uring), calibrates
+the pipeline simulator on the sweep, recommends a configuration, prices the seed's deployments,
+and ends by writing the HTML report.
 Results go to ``<out>/demo.json`` and the plots next to it.
 """
 
@@ -84,8 +86,9 @@ def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[
         + f"; round trip {replay['latency_us']['p50']:.0f} µs"
     )
     _, breakdown = inject.write(replay, out / "serve-inject.json")
-    with console.status("a small sweep: p in 1,2 x per-request or 4096-query batching"):
-        configs = sweep.grid([1, 2], [2], [1], [1], [0, 4096], 500)
+    with console.status("a small sweep: p in 1,2 x w in 1,2 per request, and 4096-query batching"):
+        # 1p 1w 1k 1e per request is where `offload plan calibrate` takes its stage costs from.
+        configs = sweep.grid([1, 2], [1, 2], [1], [1], [0], 500) + sweep.grid([2], [2], [1], [1], [4096], 500)
         rows = sweep.sweep(paths["ruletype"], paths["rules"], trace, configs, duration=1.5)
         summary = sweep.write(rows, out / "serve-sweep.json", p99_us=5_000, qps=1e6)
     best = summary["best_under_p99"]["config"]
@@ -111,6 +114,67 @@ def _probe_section(out: Path) -> dict[str, Any]:
     written = plot.all_plots(profile, out / "probe-quick.json")
     console.print("wrote " + ", ".join(str(p) for p in [out / "probe-quick.json", *written]))
     return profile
+
+
+def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
+    """The planner on the demo's own measurements: calibrate the simulator on the sweep,
+    recommend a configuration (measured and simulated), a what-if FPGA kernel, the seed's cost
+    table; then the HTML report of everything."""
+    from offload import report
+    from offload.plan import calibrate, cost, recommend, simulate
+
+    console.rule("the planner (offload plan calibrate / recommend / cost) and the report")
+    trace_dir = Path(paths["queries"]).parent
+    sizes = calibrate.trace_sizes(trace_dir)
+    rows = json.loads((out / "serve-sweep.json").read_text())["rows"]
+    with console.status("calibrating the pipeline simulator on the sweep"):
+        cal = calibrate.calibrate(rows, sizes)
+    (out / "calibration.json").write_text(json.dumps(cal, indent=2))
+    mae = cal["median_abs_error"]
+    console.print(
+        f"simulator calibrated (φ = {cal['cpu_share_outside']:.1f}); on {len(cal['validation_configs'])} "
+        f"held-out configurations: throughput error {mae['queries_per_s']:.0%}, p50 {mae['p50']:.0%} (median)"
+    )
+    costs = simulate.Costs(**cal["costs"])
+    with console.status("simulating a grid of configurations"):
+        sim_rows = recommend.simulated_rows(costs, sizes, [1, 2, 4, 8], [1, 2], [1, 2], [1], cpus=cal["cpus"],
+                                            error=mae)  # fmt: skip
+    all_rows = recommend.tag(rows, "measured") + sim_rows
+    rec = recommend.recommend(all_rows, p99_us=5_000, target_qps=1e6)
+    chosen = rec["best_under_p99"]["config"]
+    png = recommend.plot(all_rows, chosen, out / "recommend.png", "offload plan recommend (demo)")
+    rec |= {"rows": all_rows, "plot": str(png), "preset": None}
+    (out / "recommend.json").write_text(json.dumps(rec, indent=2))
+    if chosen:
+        console.print(
+            f"most throughput with p99 <= 5 ms: [bold]{chosen['label']}[/] ({chosen['source']}), "
+            f"{chosen['queries_per_s']:,.0f} queries/s, p99 {chosen['p99_us']:,.0f} µs"
+        )
+    about, kernel = simulate.load_preset("erbium-fpga")
+    fpga_costs = simulate.with_preset(costs, kernel)
+    pipe = simulate.Pipeline(4, 4, 1, 4, cpus=cal["cpus"])
+    fpga = simulate.simulate(pipe, fpga_costs, simulate.Load(tuple(sizes), duration_s=0.5))
+    console.print(
+        f"what-if, {about['name']}: 4p 4w 1k 4e on these {cal['cpus']} cores → "
+        f"{fpga.throughput_qps:,.0f} queries/s, p50 {fpga.percentile(50) * 1e6:,.0f} µs; host cores busy "
+        f"{sum(u for k, u in fpga.utilisation.items() if not k.startswith('device')):.0%}"
+    )
+    scenario = cost.load_scenario(Path(__file__).resolve().parents[2] / "data" / "plans" / "seed-table1.toml")
+    lines = cost.cost(scenario)
+    (out / "cost.json").write_text(json.dumps(cost.report(scenario, lines), indent=2))
+    console.print(
+        "the seed's Table 1 from its inputs: "
+        + "; ".join(
+            f"{ln.group} {ln.item.name} {ln.units:,} units {float(ln.total_usd) / 1e6:.2f} M"
+            + ("/year" if ln.per_year else "")
+            for ln in lines
+        )
+    )
+    html = report.build(out / "report.html", out / "rules-bench.json", out / "probe-quick.json",
+                        out / "serve-sweep.json", out / "calibration.json", out / "recommend.json",
+                        out / "cost.json")  # fmt: skip
+    console.print(f"wrote {html} (open it in a browser)")
+    return {"calibration": cal, "recommend": rec}
 
 
 def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dict[str, Any]:
@@ -170,12 +234,14 @@ def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dic
     for q in _pick_examples(rs, fast_result):
         console.print(f"[dim]query {ids[q]}[/]")
         print_explanation(fast.explain([c[q] for c in cols]))
-    png = bench.plot(report, out / "rules-throughput.png")
+    (out / "rules-bench.json").write_text(json.dumps(report, indent=2))
+    png = bench.plot(report, out / "rules-bench.png")
     service = _serve_section(out, paths, rs)
     probe = _probe_section(out)
+    plan = _plan_section(out, paths)
     result = {
         "synth": summary, "load_s": load_s, "bench": report, "matchers_agree": agree, "serve": service,
-        "probe": probe,
+        "probe": probe, "plan": plan,
     }  # fmt: skip
     (out / "demo.json").write_text(json.dumps(result, indent=2, default=str))
     console.print(f"wrote {out / 'demo.json'}, {png} and the service plots in {out}")

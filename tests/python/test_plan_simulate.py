@@ -182,3 +182,15 @@ def test_calibration_needs_a_base_row_with_stage_medians() -> None:
     bare = [{k: v for k, v in r.items() if k != "by_size"} for r in rows]
     with pytest.raises(ValueError, match="per-size stage medians"):
         calibrate(bare, [1])
+
+
+def test_fleet_sizes_and_prices_from_one_simulated_node() -> None:
+    from offload.plan import cost, fleet
+
+    item = cost.load_catalog()["aws-c5.12xlarge"]
+    s = 1e-4  # 10,000 requests/s per executor; 4 executors, no other cost
+    f = fleet.size(Pipeline(p=16, w=4, k=4, cpus=48), Costs(kernel_query_s=s), [1], item, requests_per_s=1e6)
+    assert f.node.throughput_rps == pytest.approx(4 / s, rel=0.02)
+    assert f.nodes == math.ceil(1e6 / f.node.throughput_rps) == f.line.units
+    assert f.line.total_usd == f.line.units * item.price * 8760
+    assert any("per node" in step for step in f.line.steps)

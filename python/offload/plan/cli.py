@@ -12,8 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(
-    help="Plan a deployment: what it costs (cost, arithmetic shown) and how a pipeline configuration "
-    "performs (simulate, a discrete-event model).",
+    help="Plan a deployment: what it costs (cost, arithmetic shown), how a pipeline configuration "
+    "performs (simulate, calibrate against measured runs), and which one to pick (recommend).",
     no_args_is_help=True,
 )
 console = Console()
@@ -131,6 +131,13 @@ def simulate(
     calibration: Annotated[
         Path | None, typer.Option(help="Costs from `offload plan calibrate` (predictions quote its error).")
     ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help="What-if kernel: a bundled preset (erbium-fpga, gpu-estimate, cxl-like, network-attached) "
+            "or a TOML file; replaces the kernel side of the costs."
+        ),
+    ] = None,
     p: Annotated[int, typer.Option("--p", help="Client processes (closed loop).")] = 1,
     w: Annotated[int, typer.Option("--w", help="Workers.")] = 1,
     k: Annotated[int, typer.Option("--k", help="Kernel executors.")] = 1,
@@ -176,10 +183,14 @@ def simulate(
             cpus = cpus or calib["cpus"]
         else:
             c = sim.load_costs(str(costs)) if costs else sim.Costs()
+        about: dict[str, str] = {}
+        if preset is not None:
+            about, kernel = sim.load_preset(preset)
+            c = sim.with_preset(c, kernel)
     except InputError as ex:
         raise _fail(str(ex)) from None
     except (OSError, ValueError, TypeError) as ex:
-        raise _fail(f"{calibration}: {ex}") from None
+        raise _fail(f"{calibration or preset}: {ex}") from None
     if trace is not None:
         try:
             with open(trace / "requests.csv", newline="") as f:
@@ -198,6 +209,7 @@ def simulate(
         raise _fail(str(ex)) from None
     j = r.to_json()
     j["validation_median_abs_error"] = validation
+    j["preset"] = about or None
     if as_json:
         print(json.dumps(j, indent=2))
         return
@@ -209,12 +221,16 @@ def simulate(
     )
     if r.utilisation:
         console.print("utilisation: " + ", ".join(f"{s} {u:.0%}" for s, u in r.utilisation.items()))
+    if about:
+        name, status = about.get("name", preset or ""), about.get("status", "?")
+        console.print(f"kernel: {escape(name)} ({escape(status)})")
     if validation is None:
         console.print("[dim]uncalibrated: an estimate from the given costs, with no measured error[/]")
     else:
         console.print(
             f"validation error of this calibration (median over its validation runs): throughput "
             f"±{validation['queries_per_s']:.0%}, p50 ±{validation['p50']:.0%}, p99 ±{validation['p99']:.0%}"
+            + (" (measured with this machine's kernel; the what-if kernel is not validated)" if about else "")
         )
 
 
@@ -279,3 +295,179 @@ def calibrate(
         f"throughput {mae['queries_per_s']:.1%}, p50 {mae['p50']:.1%}, p99 {mae['p99']:.1%}"
     )
     console.print(f"wrote {out}")
+
+
+@app.command()
+def recommend(
+    sweep: Annotated[list[Path] | None, typer.Option(help="Measured `offload sweep` JSON (repeats).")] = None,
+    calibration: Annotated[
+        Path | None, typer.Option(help="Also simulate a grid with these calibrated costs.")
+    ] = None,
+    preset: Annotated[str | None, typer.Option(help="What-if kernel preset for the simulated grid.")] = None,
+    trace: Annotated[
+        Path | None, typer.Option(help="Trace directory (requests.csv) whose request sizes the grid replays.")
+    ] = None,
+    p: Annotated[str, typer.Option("--p", help="Simulated grid: client processes.")] = "1,2,4,8",
+    w: Annotated[str, typer.Option("--w", help="Simulated grid: workers.")] = "1,2,4",
+    k: Annotated[str, typer.Option("--k", help="Simulated grid: kernel executors.")] = "1,2",
+    e: Annotated[str, typer.Option("--e", help="Simulated grid: engines per executor.")] = "1",
+    batch: Annotated[str, typer.Option(help="Simulated grid: batch sizes (0 = per request).")] = "0",
+    cpus: Annotated[int, typer.Option(help="Simulated host cores (0: the calibration's).")] = 0,
+    p99_us: Annotated[float | None, typer.Option(help="Q1: most throughput with p99 under (µs).")] = None,
+    target_qps: Annotated[float | None, typer.Option(help="Q2: lowest p99 with at least this (q/s).")] = None,
+    out: Annotated[Path, typer.Option(help="JSON to write (the Pareto plot goes next to it, .png).")] = Path(
+        "recommend.json"
+    ),
+) -> None:
+    """Recommend a configuration: the most throughput under a p99 SLA, and/or the lowest p99
+    for a throughput target, from measured sweeps and/or a simulated grid; a Pareto plot marks it.
+
+        offload plan recommend --sweep sweep.json --p99-us 5000 --target-qps 1e6
+
+        offload plan recommend --calibration calibration.json --preset erbium-fpga --trace build/s100k \\
+            --p 1,2,4,8,16 --w 1,2,4 --k 1 --e 4 --cpus 16 --p99-us 2000
+    """
+    from rich.progress import Progress
+
+    from offload.plan import calibrate as cal
+    from offload.plan import recommend as rec
+    from offload.plan import simulate as sim
+
+    if p99_us is None and target_qps is None:
+        raise _fail("give --p99-us and/or --target-qps")
+    if not sweep and calibration is None:
+        raise _fail("give measured rows (--sweep) and/or a calibration to simulate (--calibration)")
+    rows: list[dict] = []
+    for path in sweep or []:
+        try:
+            rows += rec.tag(json.loads(path.read_text())["rows"], "measured")
+        except (OSError, KeyError, ValueError) as ex:
+            raise _fail(f"{path}: {ex}") from None
+    about: dict[str, str] = {}
+    error = None
+    if calibration is not None:
+        if trace is None:
+            raise _fail("simulating needs --trace (the request sizes to replay)")
+        try:
+            calib = cal.load(calibration)
+            costs = sim.Costs(**calib["costs"])
+            error = calib["median_abs_error"]
+            if preset is not None:
+                about, kernel = sim.load_preset(preset)
+                costs = sim.with_preset(costs, kernel)
+            sizes = cal.trace_sizes(trace)
+            grid = [_ints(x) for x in (p, w, k, e, batch)]
+        except (OSError, KeyError, ValueError, TypeError) as ex:
+            raise _fail(str(ex)) from None
+        with Progress(console=err, transient=True) as bar:
+            task = bar.add_task("simulating", total=None)
+
+            def say(message: str) -> None:
+                bar.update(task, description=message)
+
+            n_cpus = cpus or calib["cpus"]
+            rows += rec.simulated_rows(costs, sizes, *grid, cpus=n_cpus, error=error, progress=say)
+    result = rec.recommend(rows, p99_us, target_qps)
+    q1, q2 = result["best_under_p99"] or {}, result["lowest_latency_for"] or {}
+    chosen = q1.get("config") or q2.get("config")
+    title = "offload plan recommend" + (f" — kernel: {about.get('name', preset)}" if about else "")
+    png = rec.plot(rows, chosen, out.with_suffix(".png"), title[:110])
+    result |= {"rows": rows, "preset": about or None, "plot": str(png)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+
+    t = Table(title="Pareto front (throughput vs p99)")
+    for col in ("configuration", "source", "queries/s", "p50 µs", "p99 µs"):
+        t.add_column(col, justify="left" if col in ("configuration", "source") else "right")
+    for r in rec.on_front(rows, result["pareto"]):
+        qps, p50, p99 = f"{r['queries_per_s']:,.0f}", f"{r['p50_us']:,.0f}", f"{r['p99_us']:,.0f}"
+        t.add_row(r["label"], r["source"], qps, p50, p99)
+    console.print(t)
+
+    def show(question: str, answer: dict | None) -> None:
+        if answer is None:
+            return
+        c = answer["config"]
+        if c is None:
+            console.print(f"{question}: [bold red]none qualifies[/]")
+            return
+        note = ""
+        if c["source"] == "simulated" and c.get("validation_error"):
+            v = c["validation_error"]
+            note = f" (simulated; validation error ±{v['queries_per_s']:.0%} throughput, ±{v['p50']:.0%} p50)"
+        console.print(
+            f"{question}: [bold]{c['label']}[/] — {c['queries_per_s']:,.0f} queries/s, "
+            f"p99 {c['p99_us']:,.0f} µs{note}"
+        )
+
+    if p99_us is not None:
+        show(f"most throughput with p99 <= {p99_us:,.0f} µs", result["best_under_p99"])
+    if target_qps is not None:
+        show(f"lowest p99 with >= {target_qps:,.0f} queries/s", result["lowest_latency_for"])
+    console.print(f"wrote {out} and {png}")
+
+
+@app.command()
+def fleet(
+    calibration: Annotated[Path, typer.Option(help="Stage costs from `offload plan calibrate`.")],
+    trace: Annotated[Path, typer.Option(help="Trace directory (requests.csv): the request sizes.")],
+    requests_per_s: Annotated[float, typer.Option(help="The fleet's workload, user requests/s.")],
+    item: Annotated[str, typer.Option(help="Catalog item one node is (e.g. aws-c5.12xlarge).")],
+    p: Annotated[int, typer.Option("--p", help="Client processes per node.")] = 48,
+    w: Annotated[int, typer.Option("--w", help="Workers per node.")] = 8,
+    k: Annotated[int, typer.Option("--k", help="Kernel executors per node.")] = 4,
+    e: Annotated[int, typer.Option("--e", help="Engines per executor.")] = 1,
+    cpus: Annotated[int, typer.Option(help="Cores per node (0: the item's vCPUs).")] = 0,
+    preset: Annotated[str | None, typer.Option(help="What-if kernel preset per node.")] = None,
+    catalog: Annotated[Path | None, typer.Option(help="Price catalog TOML (default: bundled).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Simulate one node, then size and price the fleet that carries a workload — fleet scale
+    fed into the cost model (e.g. the seed's 400 nodes × 48 processes).
+
+        offload plan fleet --calibration calibration.json --trace build/s100k --item aws-c5.12xlarge \\
+            --requests-per-s 2e6 --p 48 --w 8 --k 4
+    """
+    from offload.plan import calibrate as cal
+    from offload.plan import cost as c
+    from offload.plan import fleet as fl
+    from offload.plan import simulate as sim
+
+    try:
+        calib = cal.load(calibration)
+        costs = sim.Costs(**calib["costs"])
+        about: dict[str, str] = {}
+        if preset is not None:
+            about, kernel = sim.load_preset(preset)
+            costs = sim.with_preset(costs, kernel)
+        items = c.load_catalog(catalog or c.CATALOG)
+        if item not in items:
+            raise ValueError(f"no item {item!r} in the price catalog; known: {', '.join(items)}")
+        node_item = items[item]
+        pipe = sim.Pipeline(p, w, k, e, cpus=cpus or node_item.vcpus)
+        result = fl.size(pipe, costs, cal.trace_sizes(trace), node_item, requests_per_s)
+    except (OSError, KeyError, ValueError, TypeError, c.InputError) as ex:
+        raise _fail(str(ex)) from None
+    j = result.to_json() | {"preset": about or None, "validation_median_abs_error": calib["median_abs_error"]}
+    if as_json:
+        print(json.dumps(j, indent=2))
+        return
+    n = result.node
+    console.print(
+        f"one node ({pipe.label()} on {pipe.cpus} cores{', kernel: ' + about['name'] if about else ''}): "
+        f"{n.throughput_rps:,.0f} requests/s, {n.throughput_qps:,.0f} queries/s, "
+        f"p99 {n.percentile(99) * 1e6:,.0f} µs"
+    )
+    ln = result.line
+    per = "/year" if ln.per_year else ""
+    console.print(
+        f"fleet for {requests_per_s:,.0f} requests/s: [bold]{ln.units:,} × {ln.item.name}[/], "
+        f"{float(ln.total_usd):,.0f} USD{per}"
+    )
+    for step in ln.steps:
+        console.print(f"  {escape(step)}", highlight=False)
+    v = calib["median_abs_error"]
+    console.print(
+        f"[dim]node capacity from the calibrated model (validation error ±{v['queries_per_s']:.0%} "
+        f"throughput on {calib['cpus']} measured cores; extrapolated to {pipe.cpus} cores)[/]"
+    )

@@ -30,7 +30,8 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,8 @@ class Costs:
     broker_s: float = 0.0  # broker CPU per message (counted once in, once out)
     worker_request_s: float = 0.0  # worker CPU per request
     worker_query_s: float = 0.0  # worker CPU per query (decode + encode)
-    invoke_s: float = 0.0  # per kernel batch (driver call, doorbell, …)
+    invoke_s: float = 0.0  # per kernel batch: driver call, synchronisation (on a host core if the kernel is)
+    kernel_fixed_s: float = 0.0  # per kernel batch: the kernel's floor however few queries (an accelerator's)
     transfer_latency_s: float = 0.0  # host → accelerator L per batch
     transfer_bps: float | None = None  # host → accelerator B
     transfer_bytes_per_query: float = 32.0
@@ -140,16 +142,42 @@ class _Busy:
                 yield self.env.timeout(seconds)
         else:
             yield self.env.timeout(seconds)
-        if self.env.now > 0:
-            self.busy[stage] = self.busy.get(stage, 0.0) + seconds
+        key = stage if on_host or self.cores is None else f"device {stage}"
+        self.busy[key] = self.busy.get(key, 0.0) + seconds
+
+
+WHATIF = Path(__file__).resolve().parents[3] / "data" / "plans" / "whatif"
+
+
+def presets() -> list[str]:
+    """Names of the bundled what-if kernel presets."""
+    return sorted(p.stem for p in WHATIF.glob("*.toml"))
 
 
 def load_costs(path: str) -> Costs:
     """Stage costs from a TOML file's [costs] table (keys: the fields of Costs), located errors."""
+    return Costs(**_costs_table(path)[1])
+
+
+def load_preset(name_or_path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A what-if preset: ([about], the [costs] keys it sets). A bundled name or a file."""
+    path = Path(name_or_path)
+    if not path.exists():
+        path = WHATIF / f"{name_or_path}.toml"
+        if not path.exists():
+            raise ValueError(f"no preset {name_or_path!r}; bundled: {', '.join(presets())}")
+    return _costs_table(str(path))
+
+
+def with_preset(costs: Costs, preset: dict[str, Any]) -> Costs:
+    return replace(costs, **preset)
+
+
+def _costs_table(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     from offload.plan.tomlfile import check_keys, load
 
     doc = load(path)
-    check_keys(doc, (), doc.data, {"costs"})
+    check_keys(doc, (), doc.data, {"costs", "about"})
     table = doc.data.get("costs", {})
     check_keys(doc, ("costs",), table, set(Costs.__dataclass_fields__))
     for key, v in table.items():
@@ -158,7 +186,7 @@ def load_costs(path: str) -> Costs:
             raise doc.error(
                 ("costs", key), f"expected {'true or false' if want_bool else 'a number ≥ 0'}, not {v!r}"
             )
-    return Costs(**table)
+    return doc.data.get("about", {}), table
 
 
 def _transfer(latency: float, bps: float | None, nbytes: float) -> float:
@@ -248,7 +276,7 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
             if env.now == queued:  # the executor was idle: it must wake up
                 yield env.timeout(costs.kernel_wakeup_s)
             n = sum(q for q, _ in group)
-            yield from cpu.run("invoke", costs.invoke_s)
+            yield from cpu.run("invoke", costs.invoke_s, costs.kernel_on_host)
             xfer = _transfer(costs.transfer_latency_s, costs.transfer_bps, n * costs.transfer_bytes_per_query)
             if xfer > 0:
                 yield env.timeout(xfer)
@@ -260,6 +288,8 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
                 if s
             ]
             yield simpy.AllOf(env, engines)
+            if costs.kernel_fixed_s > 0:
+                yield env.timeout(costs.kernel_fixed_s)
             yield from cpu.run("reply", len(group) * costs.reply_request_s + n * costs.reply_query_s)
             for _, answered in group:
                 answered.succeed(True)

@@ -148,24 +148,43 @@ def write(rows: list[dict[str, Any]], out: Path, p99_us: float, qps: float) -> d
 
 
 def _plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    pareto_plot(rows, path, "offload sweep: latency vs throughput")
+
+
+def pareto_plot(
+    rows: Sequence[dict[str, Any]], path: Path, title: str, chosen: dict[str, Any] | None = None
+) -> Path:
+    """p99 vs throughput of every row, the Pareto front, and the recommended row if any.
+    Rows with "source": "simulated" are drawn hollow (measured ones filled)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    ax.scatter([r["queries_per_s"] / 1e6 for r in rows], [r["p99_us"] for r in rows], color="grey", s=18)
+    for source, style in (
+        ("measured", {"color": "grey"}),
+        ("simulated", {"facecolors": "none", "edgecolors": "C0"}),
+    ):
+        pts = [r for r in rows if r.get("source", "measured") == source]
+        if pts:
+            x, y = [r["queries_per_s"] / 1e6 for r in pts], [r["p99_us"] for r in pts]
+            ax.scatter(x, y, s=18, label=source, **style)  # type: ignore[arg-type]
     for r in rows:
         ax.annotate(r["label"], (r["queries_per_s"] / 1e6, r["p99_us"]), fontsize=6, alpha=0.7)
     front = pareto(rows)
     ax.plot([r["queries_per_s"] / 1e6 for r in front], [r["p99_us"] for r in front], "o-", color="C3",
             label="Pareto front")  # fmt: skip
+    if chosen is not None:
+        ax.scatter([chosen["queries_per_s"] / 1e6], [chosen["p99_us"]], s=160, marker="*", color="gold",
+                   edgecolors="black", zorder=5, label=f"recommended: {chosen['label']}")  # fmt: skip
     ax.set_xlabel("throughput (M queries/s)")
     ax.set_ylabel("p99 latency per request (µs)")
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    ax.set_title("offload sweep: latency vs throughput")
+    ax.legend(fontsize=8)
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return path

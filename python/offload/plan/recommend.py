@@ -1,0 +1,82 @@
+"""`offload plan recommend`: pick a configuration from measured sweeps and/or simulated ones.
+
+Two questions, as in the seed's Figure 8:
+- the most throughput whose p99 stays under an SLA;
+- the lowest p99 that still delivers a throughput target.
+
+Measured rows come from `offload sweep`; simulated rows from `offload plan simulate`'s model
+over a grid (calibrated costs, optionally a what-if kernel preset), each carrying the
+calibration's validation error. Both go on one Pareto plot with the choice marked.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from offload.plan.simulate import Costs, Load, Pipeline, simulate
+from offload.serve.sweep import best_under_p99, lowest_latency_for, pareto, pareto_plot
+
+
+def simulated_rows(
+    costs: Costs,
+    sizes: Sequence[int],
+    p: Sequence[int],
+    w: Sequence[int],
+    k: Sequence[int],
+    e: Sequence[int],
+    batch: Sequence[int] = (0,),
+    batch_timeout_s: float = 500e-6,
+    cpus: int | None = None,
+    duration_s: float = 0.5,
+    error: dict[str, float] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per configuration of the grid, in `offload sweep`'s row format."""
+    say = progress or (lambda _m: None)
+    rows = []
+    grid = list(itertools.product(p, w, k, e, batch))
+    for i, (pp, ww, kk, ee, bb) in enumerate(grid):
+        pipe = Pipeline(pp, ww, kk, ee, bb, batch_timeout_s, 1024, cpus)
+        say(f"[{i + 1}/{len(grid)}] simulating {pipe.label()}")
+        r = simulate(pipe, costs, Load(tuple(sizes), duration_s=duration_s, warmup_s=0.1))
+        rows.append({
+            "p": pp, "w": ww, "k": kk, "e": ee, "batch_max_queries": bb,
+            "label": pipe.label() + ("" if bb else " per-req"), "source": "simulated",
+            "queries_per_s": r.throughput_qps, "requests_per_s": r.throughput_rps,
+            "p50_us": r.percentile(50) * 1e6, "p99_us": r.percentile(99) * 1e6,
+            "validation_error": error,
+        })  # fmt: skip
+    return rows
+
+
+def recommend(
+    rows: Sequence[dict[str, Any]], p99_us: float | None = None, target_qps: float | None = None
+) -> dict[str, Any]:
+    """Both answers (None where nothing qualifies) and the Pareto front."""
+    q1 = None if p99_us is None else {"p99_us": p99_us, "config": best_under_p99(rows, p99_us)}
+    q2 = None
+    if target_qps is not None:
+        q2 = {"queries_per_s": target_qps, "config": lowest_latency_for(rows, target_qps)}
+    front = [[r["label"], r.get("source", "measured")] for r in pareto(rows)]  # labels repeat across sources
+    return {"best_under_p99": q1, "lowest_latency_for": q2, "pareto": front}
+
+
+def on_front(rows: Sequence[dict[str, Any]], front: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
+    """The rows of a recommendation's Pareto front, by throughput."""
+    keys = {(label, source) for label, source in front}
+    return sorted((r for r in rows if (r["label"], r.get("source", "measured")) in keys),
+                  key=lambda r: r["queries_per_s"])  # fmt: skip
+
+
+def plot(rows: Sequence[dict[str, Any]], chosen: dict[str, Any] | None, path: Path, title: str) -> Path:
+    return pareto_plot(rows, path, title, chosen)
+
+
+def tag(rows: Sequence[dict[str, Any]], source: str) -> list[dict[str, Any]]:
+    return [r if "source" in r else {**r, "source": source} for r in rows]
+
+
+__all__ = ["on_front", "plot", "recommend", "simulated_rows", "tag"]

@@ -1,0 +1,362 @@
+"""`offload report`: one static HTML page that gathers what the other commands wrote — the rule
+engine benchmark, the probe profile, the service sweep, the simulator's calibration, the
+recommendation and the deployment cost — with their plots. Images are embedded (data URIs),
+so the single file opens from disk anywhere and can be mailed around.
+
+Every section is optional: what was not given says so instead of disappearing.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from offload import __version__
+
+CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; }
+h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 2em; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 13px; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; } th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
+.missing { color: #999; font-style: italic; } .ok { color: #1a7f37; } .bad { color: #c62828; }
+.meta { color: #666; font-size: 12px; } pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; }
+"""
+
+# After load: how many images decoded, for the headless-browser test (and a broken page shows).
+SCRIPT = """
+window.addEventListener('load', () => {
+  const imgs = Array.from(document.images);
+  document.body.dataset.images = imgs.length;
+  document.body.dataset.imagesLoaded = imgs.filter(i => i.complete && i.naturalWidth > 0).length;
+  document.body.dataset.tables = document.querySelectorAll('table').length;
+});
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric_from: int = 1) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = "".join(
+            f'<td class="num">{_e(c)}</td>' if i >= numeric_from else f"<td>{_e(c)}</td>"
+            for i, c in enumerate(row)
+        )
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _img(path: Path | None = None, png: bytes | None = None, alt: str = "") -> str:
+    data = png if png is not None else (path.read_bytes() if path is not None and path.exists() else None)
+    if data is None:
+        return f'<p class="missing">plot not found: {_e(path)}</p>'
+    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+
+
+def _missing(what: str, how: str) -> str:
+    return f'<p class="missing">No {_e(what)} given. Produce one with <code>{_e(how)}</code>.</p>'
+
+
+def _load(path: Path | None) -> dict[str, Any] | None:
+    return None if path is None else json.loads(Path(path).read_text())
+
+
+def _si(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "unbounded"
+    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def _time(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1e6:.2f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms"
+
+
+# ---- sections --------------------------------------------------------------------------------
+
+
+def rules_section(bench: dict[str, Any] | None, path: Path | None) -> str:
+    if bench is None:
+        return _missing("rule-engine benchmark", "offload rules bench ... --out bench.json")
+    rows = []
+    for name, m in bench["matchers"].items():
+        best = max(m["runs"], key=lambda r: r["queries_per_s"])
+        rows.append(
+            (
+                name,
+                f"{best['queries_per_s']:,.0f}",
+                best["threads"],
+                best["batch"],
+                f"{m.get('compile_s', 0) * 1e3:,.1f} ms",
+                f"{m.get('memory_bytes', 0) / 2**20:,.1f} MiB",
+            )
+        )
+    out = f"<p class=meta>{bench['rules']:,} rules, {bench['queries']:,} queries, {_e(bench['date'])}</p>"
+    out += _table(("matcher", "best queries/s", "threads", "batch", "compile", "memory"), rows)
+    png = path.with_suffix(".png") if path else None
+    if png is not None and png.exists():
+        out += _img(png, alt="rule engine throughput")
+    return out
+
+
+def probe_section(profile: dict[str, Any] | None, path: Path | None) -> str:
+    if profile is None:
+        return _missing("probe profile", "offload probe --out probe.json")
+    env = profile.get("environment", {})
+    mode, date = profile.get("mode", ""), profile.get("date", "")
+    out = f"<p class=meta>{_e(mode)} run, {_e(date)}; {_e(env.get('cpu', ''))}, "
+    out += f"CPUs {_e(env.get('cpus_allowed', ''))}, kernel {_e(env.get('kernel', ''))}</p>"
+    rows = []
+    for name, ch in profile["channels"].items():
+        fit = ch.get("fit") or {}
+        frac = ch.get("fraction_of_limit")
+        rows.append(
+            (
+                name,
+                _time(fit.get("latency_s")),
+                _si(fit.get("bandwidth_bps"), "B/s"),
+                _si(fit.get("n_half_bytes"), "B") if fit.get("n_half_bytes") is not None else "-",
+                "-" if frac is None else f"{frac:.1%}",
+            )
+        )
+    out += _table(("channel", "L", "B", "n½", "B / limit"), rows)
+    checks = profile.get("checks", [])
+    if checks:
+        items = "".join(
+            f'<li class="{"ok" if c["ok"] else "bad"}">{"✓" if c["ok"] else "✗"} '
+            f"{_e(c['check'])}: {_e(c['detail'])}</li>"
+            for c in checks
+        )
+        out += f"<p>Ordering checks:</p><ul>{items}</ul>"
+    if profile.get("gpu", {}).get("note"):
+        out += f"<p class=meta>GPU: {_e(profile['gpu']['note'])}</p>"
+    if path is not None:
+        for png in sorted(path.parent.glob(f"{path.stem}-*.png")):
+            out += _img(png, alt=png.stem)
+    return out
+
+
+def sweep_section(sweep: dict[str, Any] | None, path: Path | None) -> str:
+    if sweep is None:
+        return _missing("service sweep", "offload sweep ... --out sweep.json")
+    front = set(sweep.get("pareto", []))
+    rows = [
+        (
+            r["label"],
+            f"{r['queries_per_s']:,.0f}",
+            f"{r['p50_us']:,.0f}",
+            f"{r['p99_us']:,.0f}",
+            "yes" if r["label"] in front else "",
+        )
+        for r in sorted(sweep["rows"], key=lambda r: -r["queries_per_s"])
+    ]
+    out = _table(("configuration", "queries/s", "p50 µs", "p99 µs", "Pareto"), rows)
+    if path is not None and path.with_suffix(".png").exists():
+        out += _img(path.with_suffix(".png"), alt="sweep Pareto")
+    return out
+
+
+def calibration_section(cal: dict[str, Any] | None) -> str:
+    if cal is None:
+        return _missing("calibration", "offload plan calibrate --sweep sweep.json --trace DIR")
+    mae = cal["median_abs_error"]
+    out = (
+        f"<p>Stage costs from {_e(cal['calibration_configs'][0])}; φ = {cal['cpu_share_outside']:.1f} "
+        f"(share of client/ZeroMQ/broker time on a core), {cal['cpus']} cores. Median absolute error over "
+        f"{len(cal['validation_configs'])} validation configurations: "
+        f"<b>throughput {mae['queries_per_s']:.1%}, "
+        f"p50 {mae['p50']:.1%}</b>, p99 {mae['p99']:.1%}.</p>"
+    )
+    rows = []
+    for t in cal["table"]:
+        m, p, e = t["measured"], t["predicted"], t["error"]
+        rows.append(
+            (
+                t["config"],
+                t["role"],
+                f"{m['queries_per_s']:,.0f}",
+                f"{p['queries_per_s']:,.0f}",
+                f"{e['queries_per_s']:+.0%}",
+                f"{m['p50_us']:,.0f}",
+                f"{p['p50_us']:,.0f}",
+                f"{e['p50_us']:+.0%}",
+                f"{m['p99_us']:,.0f}",
+                f"{p['p99_us']:,.0f}",
+                f"{e['p99_us']:+.0%}",
+            )
+        )
+    out += _table(
+        (
+            "configuration",
+            "role",
+            "q/s measured",
+            "predicted",
+            "error",
+            "p50 µs measured",
+            "predicted",
+            "error",
+            "p99 µs measured",
+            "predicted",
+            "error",
+        ),
+        rows,
+        numeric_from=2,
+    )
+    out += _img(png=_predicted_vs_measured(cal["table"]), alt="predicted vs measured")
+    return out
+
+
+def _predicted_vs_measured(table: Sequence[dict[str, Any]]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4))
+    for ax, key, label, scale in (
+        (axes[0], "queries_per_s", "throughput (M queries/s)", 1e-6),
+        (axes[1], "p50_us", "p50 latency (µs)", 1.0),
+    ):
+        for role, marker in (("calibration", "s"), ("validation", "o")):
+            pts = [t for t in table if t["role"] == role]
+            ax.scatter(
+                [t["measured"][key] * scale for t in pts],
+                [t["predicted"][key] * scale for t in pts],
+                marker=marker,
+                label=role,
+            )
+        lo = min(min(t["measured"][key], t["predicted"][key]) for t in table) * scale * 0.9
+        hi = max(max(t["measured"][key], t["predicted"][key]) for t in table) * scale * 1.1
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.fill_between(
+            [lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.15, label="±10%"
+        )
+        ax.set_xlabel(f"measured {label}")
+        ax.set_ylabel(f"predicted {label}")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("simulator: predicted vs measured")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def recommend_section(rec: dict[str, Any] | None) -> str:
+    if rec is None:
+        return _missing("recommendation", "offload plan recommend --sweep sweep.json --p99-us 5000")
+    out = "<ul>"
+    for key, question in (
+        ("best_under_p99", "most throughput with p99 ≤ {p99_us:,.0f} µs"),
+        ("lowest_latency_for", "lowest p99 with ≥ {queries_per_s:,.0f} queries/s"),
+    ):
+        a = rec.get(key)
+        if not a:
+            continue
+        c = a["config"]
+        q = question.format(**a)
+        if c is None:
+            out += f"<li>{_e(q)}: <span class=bad>none qualifies</span></li>"
+        else:
+            err = c.get("validation_error")
+            note = f" (simulated; validation error ±{err['queries_per_s']:.0%} throughput)" if err else ""
+            out += (
+                f"<li>{_e(q)}: <b>{_e(c['label'])}</b> ({_e(c.get('source', 'measured'))}) — "
+                f"{c['queries_per_s']:,.0f} queries/s, p99 {c['p99_us']:,.0f} µs{_e(note)}</li>"
+            )
+    out += "</ul>"
+    from offload.plan.recommend import on_front
+
+    rows = on_front(rec.get("rows", []), rec.get("pareto", []))
+    out += "<p>Pareto front (no configuration beats these on both throughput and p99):</p>"
+    out += _table(
+        ("configuration", "source", "queries/s", "p50 µs", "p99 µs"),
+        ((r["label"], r.get("source", "measured"), f"{r['queries_per_s']:,.0f}", f"{r['p50_us']:,.0f}",
+          f"{r['p99_us']:,.0f}") for r in rows),
+        numeric_from=2,
+    )  # fmt: skip
+    if rec.get("preset"):
+        out += (
+            f"<p class=meta>kernel: {_e(rec['preset'].get('name'))} ({_e(rec['preset'].get('status'))})</p>"
+        )
+    if rec.get("plot"):
+        out += _img(Path(rec["plot"]), alt="recommendation Pareto")
+    return out
+
+
+def cost_section(cost: dict[str, Any] | None) -> str:
+    if cost is None:
+        return _missing("deployment cost", "offload plan cost data/plans/seed-table1.toml --out cost.json")
+    rows = []
+    for d in cost["deployments"]:
+        per = "/year" if d["per_year"] else ""
+        rel = d.get("relative_to_original")
+        qpu = d.get("queries_per_usd")
+        rows.append(
+            (
+                f"{d['group']}: {d['deployment']}" if d["group"] else d["deployment"],
+                d["element"],
+                f"{d['units']:,}",
+                f"{d['price_usd']:,} USD/{d['price_unit']}",
+                f"{d['total_usd']:,.0f}{per}",
+                "-" if rel is None else f"{rel:.2f}×",
+                "-" if qpu is None else f"{qpu / 1e9:,.1f} billion",
+            )
+        )
+    out = _table(
+        ("deployment", "element", "units", "unit price", "total USD", "× original", "queries/USD"),
+        rows,
+        numeric_from=2,
+    )
+    steps = "\n\n".join(
+        f"{d['group']}: {d['deployment']}\n  " + "\n  ".join(d["arithmetic"]) for d in cost["deployments"]
+    )
+    out += f"<details><summary>arithmetic</summary><pre>{_e(steps)}</pre></details>"
+    return out
+
+
+def build(
+    out: Path,
+    bench: Path | None = None,
+    probe: Path | None = None,
+    sweep: Path | None = None,
+    calibration: Path | None = None,
+    recommend: Path | None = None,
+    cost: Path | None = None,
+) -> Path:
+    sections = [
+        ("Rule engine", rules_section(_load(bench), bench)),
+        ("Channels (probe)", probe_section(_load(probe), probe)),
+        ("Service configurations (sweep)", sweep_section(_load(sweep), sweep)),
+        ("Simulator calibration", calibration_section(_load(calibration))),
+        ("Recommendation", recommend_section(_load(recommend))),
+        ("Deployment cost", cost_section(_load(cost))),
+    ]
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    toc = "".join(f'<li><a href="#s{i}">{_e(t)}</a></li>' for i, (t, _) in enumerate(sections))
+    body = "".join(f'<h2 id="s{i}">{_e(t)}</h2>{s}' for i, (t, s) in enumerate(sections))
+    page = (
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>offload report</title>"
+        f"<style>{CSS}</style><script>{SCRIPT}</script></head><body>"
+        f"<h1>offload report</h1><p class=meta>offload {_e(__version__)}, written {_e(now)}</p>"
+        f"<ul>{toc}</ul>{body}</body></html>"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page)
+    return out

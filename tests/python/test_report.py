@@ -1,0 +1,94 @@
+"""`offload report`: one self-contained HTML page with every section, rendered for real in
+headless Chromium (Debian package `chromium`; `make test` installs it), which must decode every
+embedded plot and show every table."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from offload import report
+from offload.plan import calibrate, cost, recommend
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benches" / "results"
+SWEEP = Path(__file__).parent / "data" / "sweep-2cpu"
+
+
+def chromium() -> str | None:
+    return next((c for c in ("chromium", "chromium-browser", "google-chrome") if shutil.which(c)), None)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("report")
+    rows = json.loads((SWEEP / "sweep.json").read_text())["rows"]
+    sweep = d / "sweep.json"
+    sweep.write_text(json.dumps({"rows": rows, "pareto": [r["label"] for r in recommend.pareto(rows)]}))
+    recommend.plot(rows, None, d / "sweep.png", "sweep")
+    cal = calibrate.calibrate(rows, calibrate.trace_sizes(SWEEP), cpus=2)
+    (d / "calibration.json").write_text(json.dumps(cal))
+    rec = recommend.recommend(recommend.tag(rows, "measured"), p99_us=3_500, target_qps=1e6)
+    png = recommend.plot(rows, rec["best_under_p99"]["config"], d / "recommend.png", "recommend")
+    (d / "recommend.json").write_text(json.dumps(rec | {"rows": rows, "plot": str(png)}))
+    s = cost.load_scenario(ROOT / "data" / "plans" / "seed-table1.toml")
+    (d / "cost.json").write_text(json.dumps(cost.report(s, cost.cost(s))))
+    return {
+        "bench": RESULTS / "rules-100k.json", "probe": RESULTS / "probe-full.json", "sweep": sweep,
+        "calibration": d / "calibration.json", "recommend": d / "recommend.json", "cost": d / "cost.json",
+    }  # fmt: skip
+
+
+def test_report_has_every_section_table_and_plot(inputs: dict[str, Path], tmp_path: Path) -> None:
+    page = report.build(tmp_path / "r.html", **inputs).read_text()
+    titles = ["Rule engine", "Channels (probe)", "Service configurations (sweep)", "Simulator calibration"]
+    for title in [*titles, "Recommendation", "Deployment cost"]:
+        assert f">{title}</h2>" in page
+    assert 'class="missing"' not in page  # every input was given and found
+    assert page.count("<table>") == 6
+    # Rules plot, 3 probe plots, sweep, calibration, recommendation: all embedded, none linked.
+    assert page.count('src="data:image/png;base64,') >= 7 and 'src="file:' not in page
+    assert "1,464" in page and "f1.2xlarge" in page  # the cost table
+    assert "validation configurations" in page
+
+
+def test_missing_sections_say_how_to_make_them(tmp_path: Path) -> None:
+    page = report.build(tmp_path / "r.html", cost=None).read_text()
+    assert page.count('class="missing"') == 6 and "offload plan calibrate" in page
+
+
+def test_cli_writes_the_report(inputs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "cli.html"
+    args = [f"--{k}={v}" for k, v in inputs.items()]
+    r = subprocess.run([sys.executable, "-m", "offload.cli", "report", "--out", str(out), *args],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert out.exists()
+    cmd = [sys.executable, "-m", "offload.cli", "report", "--out", str(out), "--cost", "nope.json"]
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "nope.json: no such file" in bad.stderr
+
+
+@pytest.mark.skipif(chromium() is None, reason="no chromium (`make test` installs it with apt-get)")
+def test_headless_chromium_renders_every_plot_and_table(inputs: dict[str, Path], tmp_path: Path) -> None:
+    html = report.build(tmp_path / "r.html", **inputs)
+    browser = [str(chromium()), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+               "--virtual-time-budget=10000"]  # fmt: skip
+    dom = subprocess.run([*browser, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    body = re.search(r"<body([^>]*)>", dom.stdout)
+    assert body, dom.stdout[:500]
+    attrs = dict(re.findall(r'data-([a-z-]+)="(\d+)"', body.group(1)))
+    assert int(attrs["images"]) >= 7 and attrs["images-loaded"] == attrs["images"], attrs
+    assert int(attrs["tables"]) == 6
+    shot = tmp_path / "report.png"
+    subprocess.run([*browser, "--window-size=1280,2400", f"--screenshot={shot}", html.as_uri()],
+                   capture_output=True, timeout=120, check=True)  # fmt: skip
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000  # a rendered page, not a blank one
