@@ -132,8 +132,9 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
     (out / "calibration.json").write_text(json.dumps(cal, indent=2))
     mae = cal["median_abs_error"]
     console.print(
-        f"simulator calibrated (φ = {cal['cpu_share_outside']:.1f}); on {len(cal['validation_configs'])} "
-        f"held-out configurations: throughput error {mae['queries_per_s']:.0%}, p50 {mae['p50']:.0%} (median)"
+        f"simulator calibrated (φ = {cal['cpu_share_outside']:.1f}); leave-one-out over "
+        f"{len(cal['validation_configs'])} configurations: throughput error {mae['queries_per_s']:.0%}, "
+        f"p50 {mae['p50']:.0%} (median)"
     )
     costs = simulate.Costs(**cal["costs"])
     with console.status("simulating a grid of configurations"):

@@ -176,9 +176,9 @@ def calibration_section(cal: dict[str, Any] | None) -> str:
         return _missing("calibration", "offload plan calibrate --sweep sweep.json --trace DIR")
     mae = cal["median_abs_error"]
     out = (
-        f"<p>Stage costs from {_e(cal['calibration_configs'][0])}; φ = {cal['cpu_share_outside']:.1f} "
+        f"<p>Stage costs from {_e(cal['base_config'])}; φ = {cal['cpu_share_outside']:.1f} "
         f"(share of client/ZeroMQ/broker time on a core), {cal['cpus']} cores. Median absolute error over "
-        f"{len(cal['validation_configs'])} validation configurations: "
+        f"{len(cal['validation_configs'])} configurations, each predicted by a model fitted without it: "
         f"<b>throughput {mae['queries_per_s']:.1%}, "
         f"p50 {mae['p50']:.1%}</b>, p99 {mae['p99']:.1%}.</p>"
     )
@@ -232,7 +232,7 @@ def _predicted_vs_measured(table: Sequence[dict[str, Any]]) -> bytes:
         (axes[0], "queries_per_s", "throughput (M queries/s)", 1e-6),
         (axes[1], "p50_us", "p50 latency (µs)", 1.0),
     ):
-        for role, marker in (("calibration", "s"), ("validation", "o")):
+        for role, marker in (("stage costs", "s"), ("held out", "o")):
             pts = [t for t in table if t["role"] == role]
             ax.scatter(
                 [t["measured"][key] * scale for t in pts],

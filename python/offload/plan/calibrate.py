@@ -9,10 +9,10 @@ predictions checked against configurations that were actually run.
    match. What the server does not see — client, ZeroMQ, broker — is the round trip minus the
    server stages ("outside").
 2. **One shared parameter**: the share φ of "outside" that occupies a host core (the client's
-   encoding, ZeroMQ's I/O threads, the broker) rather than waiting. It is chosen on a few
-   calibration configurations (a grid over 0..1, least squared log error).
-3. **Validation** on the other configurations: predicted vs measured throughput and p50/p99,
-   and the median absolute error that every later prediction quotes.
+   encoding, ZeroMQ's I/O threads, the broker) rather than waiting, fitted over the measured
+   configurations (a grid over 0..1, least squared log error of throughput and p50).
+3. **Validation** by leave-one-out: each configuration predicted with the φ fitted on the
+   others; the median absolute error over them is what every later prediction quotes.
 """
 
 from __future__ import annotations
@@ -161,53 +161,48 @@ def calibrate(
     rows: Sequence[dict[str, Any]],
     sizes: Sequence[int],
     cpus: int | None = None,
-    calibration: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Stage costs from the base row, φ from the calibration rows, errors on the others.
-    `calibration` names rows by label (default: the base row and every fourth other row)."""
+    """Stage costs from the base row; φ fitted on all rows; the validation error by
+    leave-one-out: each configuration is predicted with the φ fitted on the others, and the
+    error quoted is the median over every configuration but the base (whose stage costs the
+    model is built from, so its prediction is not independent)."""
     say = progress or (lambda _m: None)
     cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
     base = next((r for r in rows if _is_base(r)), None)
     if base is None:
         raise ValueError("the sweep needs a 1p 1w 1k 1e per-request row (stage costs come from it)")
+    if len(rows) < 3:
+        raise ValueError("calibrating needs at least 3 configurations (the base and two to fit and check)")
     lines = stage_lines(base)
     stall = fit_stall(base, lines.costs(0.0), sizes, cpus)
-    others = [r for r in rows if r is not base]
-    if calibration:
-        cal = [r for r in rows if r["label"] in set(calibration)]
-        missing = set(calibration) - {r["label"] for r in cal}
-        if missing:
-            raise ValueError(f"no such configuration in the sweep: {', '.join(sorted(missing))}")
-    else:
-        cal = [base, *others[::4]]
-    val = [r for r in rows if r not in cal]
 
-    def loss(phi: float) -> float:
-        costs = lines.costs(phi, stall)
-        total = 0.0
-        for r in cal:
-            p = predict(r, costs, sizes, cpus)
-            total += math.log(p["queries_per_s"] / r["queries_per_s"]) ** 2
-            total += math.log(p["p50_us"] / r["p50_us"]) ** 2
-        return total
-
-    scores = []
+    # Every (φ, configuration) prediction once; fitting and leave-one-out only pick among them.
+    preds: dict[float, list[dict[str, float]]] = {}
     for phi in CALIBRATION_GRID:
-        say(f"calibrating: φ = {phi:.1f}")
-        scores.append((loss(phi), phi))
-    phi = min(scores)[1]
-    costs = lines.costs(phi, stall)
+        say(f"simulating every configuration with φ = {phi:.1f}")
+        preds[phi] = [predict(r, lines.costs(phi, stall), sizes, cpus) for r in rows]
+
+    def loss(phi: float, i: int) -> float:
+        p, r = preds[phi][i], rows[i]
+        tput, p50 = p["queries_per_s"] / r["queries_per_s"], p["p50_us"] / r["p50_us"]
+        return math.log(tput) ** 2 + math.log(p50) ** 2
+
+    def fit(without: int | None) -> float:
+        others = [j for j in range(len(rows)) if j != without]
+        return min(CALIBRATION_GRID, key=lambda phi: sum(loss(phi, j) for j in others))
+
+    phi = fit(None)
     table = []
-    for r in rows:
-        say(f"predicting {r['label']}")
-        p = predict(r, costs, sizes, cpus)
+    keys = ("queries_per_s", "p50_us", "p99_us")
+    for i, r in enumerate(rows):
+        held_out = preds[fit(i)][i]
         table.append({
-            "config": r["label"], "role": "calibration" if r in cal else "validation",
-            "measured": {k: r[k] for k in ("queries_per_s", "p50_us", "p99_us")}, "predicted": p,
-            "error": {k: _err(p[k], r[k]) for k in ("queries_per_s", "p50_us", "p99_us")},
+            "config": r["label"], "role": "stage costs" if r is base else "held out",
+            "measured": {k: r[k] for k in keys}, "predicted": held_out, "fitted": preds[phi][i],
+            "error": {k: _err(held_out[k], r[k]) for k in keys},
         })  # fmt: skip
-    checked = [t for t in table if t["role"] == "validation"] or table
+    checked = [t for t in table if t["role"] == "held out"]
 
     def med(key: str) -> float:
         return statistics.median(abs(t["error"][key]) for t in checked)
@@ -217,9 +212,10 @@ def calibrate(
         "cpu_share_outside": phi,
         "stage_lines_s": asdict(lines),
         "stall": {"probability": stall[0], "seconds": stall[1]},
-        "costs": asdict(costs),
-        "calibration_configs": [r["label"] for r in cal],
-        "validation_configs": [r["label"] for r in val],
+        "costs": asdict(lines.costs(phi, stall)),
+        "base_config": base["label"],
+        "validation": "leave-one-out over the configurations other than the base",
+        "validation_configs": [t["config"] for t in checked],
         "median_abs_error": {
             "queries_per_s": med("queries_per_s"),
             "p50": med("p50_us"),

@@ -239,17 +239,11 @@ def calibrate(
     sweep: Annotated[Path, typer.Option(help="`offload sweep` JSON with a 1p 1w 1k 1e per-request row.")],
     trace: Annotated[Path, typer.Option(help="The trace directory the sweep replayed (requests.csv).")],
     out: Annotated[Path, typer.Option(help="Calibration JSON to write.")] = Path("calibration.json"),
-    fit_on: Annotated[
-        str | None,
-        typer.Option(
-            help="Labels of the rows to fit on, comma-separated (default: the base and every fourth row); "
-            "the others validate."
-        ),
-    ] = None,
     cpus: Annotated[int, typer.Option(help="Cores of the measured machine (0: this machine's).")] = 0,
 ) -> None:
     """Fit the simulator's stage costs to measured runs and report predicted vs measured
-    throughput and p50/p99 for every configuration of the sweep.
+    throughput and p50/p99 for every configuration of the sweep, each predicted by a model
+    fitted without it (leave-one-out).
 
         offload plan calibrate --sweep benches/results/sweep-calibration-100k.json --trace build/s100k
     """
@@ -262,7 +256,6 @@ def calibrate(
         sizes = cal.trace_sizes(trace)
     except (OSError, KeyError, ValueError) as ex:
         raise _fail(f"{ex}") from None
-    labels = [x.strip() for x in fit_on.split(",")] if fit_on else None
     with Progress(console=err, transient=True) as bar:
         task = bar.add_task("calibrating", total=None)
 
@@ -270,15 +263,15 @@ def calibrate(
             bar.update(task, description=message)
 
         try:
-            result = cal.calibrate(rows, sizes, cpus or None, labels, say)
+            result = cal.calibrate(rows, sizes, cpus or None, say)
         except ValueError as ex:
             raise _fail(str(ex)) from None
     result["sweep"] = str(sweep)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     t = Table(title=f"Predicted vs measured ({result['cpus']} cores; φ = {result['cpu_share_outside']:.1f})")
-    for col in ("configuration", "role", "queries/s meas.", "pred.", "err", "p50 µs meas.", "pred.", "err",
-                "p99 µs meas.", "pred.", "err"):  # fmt: skip
+    cols = ["configuration", "role", "queries/s meas.", "held-out pred.", "err"]
+    for col in [*cols, "p50 µs meas.", "pred.", "err", "p99 µs meas.", "pred.", "err"]:
         t.add_column(col, justify="left" if col in ("configuration", "role") else "right")
     for row in result["table"]:
         m, pr, e = row["measured"], row["predicted"], row["error"]
@@ -291,7 +284,7 @@ def calibrate(
     console.print(t)
     mae = result["median_abs_error"]
     console.print(
-        f"median absolute error over {len(result['validation_configs'])} validation configurations: "
+        f"median absolute error, leave-one-out over {len(result['validation_configs'])} configurations: "
         f"throughput {mae['queries_per_s']:.1%}, p50 {mae['p50']:.1%}, p99 {mae['p99']:.1%}"
     )
     console.print(f"wrote {out}")

@@ -51,7 +51,7 @@ def size(
     rate = cost.exact(requests_per_s)
     how = (
         f"{cost.fmt(rate, 0)} requests/s ÷ {cost.fmt(capacity, 0)} requests/s per node "
-        f"(simulated {pipe.label()} on {pipe.cpus or 'unlimited'} cores) = {cost.fmt(rate / capacity, 2)}"
+        f"(simulated {pipe.label()} on {pipe.cpus or 'unlimited'} cores) = {cost.fmt(rate / capacity, 3)}"
     )
     w = cost.Workload(rate / capacity, how, item.vcpus, Fraction(0), None, "up")
     scenario = cost.Scenario(None, w, None, [cost.Deployment("fleet", pipe.label(), item)])

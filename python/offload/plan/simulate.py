@@ -17,8 +17,9 @@ The model follows the daemon (docs/serve-protocol.md), stage by stage:
 - **Kernel executors**: k; a batch costs invoke + transfer (L + n/B to the accelerator) + the
   match time of n queries spread over e engines, then building and sending the replies.
 - **CPUs**: with `cpus` set, every stage that computes on the host (client, broker, worker,
-  CPU engines) must hold one of that many cores while it runs — on a small machine the stages
-  compete for cores, which pure queueing would miss. An accelerator's engines (`kernel_on_host
+  CPU engines) shares that many cores with the others running at the same time (processor
+  sharing, like a time-slicing scheduler) — on a small machine the stages compete for cores,
+  which pure queueing would miss. An accelerator's engines (`kernel_on_host
   = False`) do not take host cores.
 
 Outputs: throughput (requests and queries per second), latency percentiles, the share of
@@ -125,21 +126,65 @@ class Result:
         }  # fmt: skip
 
 
+class _SharedCores:
+    """Processor sharing, as a time-slicing scheduler gives it: the n stages computing at once
+    share `cores`, each progressing at min(1, cores / n) of a core. (A stage that held a core
+    for its whole burst would let one lone worker run at full speed however many threads compete,
+    which is not how an overloaded 2-core machine behaves.)"""
+
+    def __init__(self, env: simpy.Environment, cores: int) -> None:
+        self.env, self.cores = env, cores
+        self.jobs: dict[int, list[Any]] = {}  # id → [remaining work (s), completion event]
+        self.last = 0.0
+        self.changed = env.event()
+        env.process(self._serve())
+
+    def work(self, seconds: float) -> simpy.Event:
+        self._advance()
+        done = self.env.event()
+        self.jobs[id(done)] = [seconds, done]
+        if not self.changed.triggered:
+            self.changed.succeed()
+        return done
+
+    def _rate(self) -> float:
+        return min(1.0, self.cores / len(self.jobs)) if self.jobs else 1.0
+
+    def _advance(self) -> None:
+        dt, self.last = self.env.now - self.last, self.env.now
+        if dt > 0:
+            rate = self._rate()
+            for job in self.jobs.values():
+                job[0] -= dt * rate
+
+    def _serve(self):  # type: ignore[no-untyped-def]
+        while True:
+            self.changed = self.env.event()
+            if not self.jobs:
+                yield self.changed
+                continue
+            soonest = min(job[0] for job in self.jobs.values()) / self._rate()
+            yield self.env.timeout(max(soonest, 0.0)) | self.changed
+            self._advance()
+            for key, job in list(self.jobs.items()):
+                if job[0] <= 1e-12:
+                    del self.jobs[key]
+                    job[1].succeed()
+
+
 class _Busy:
-    """A core pool (or no contention) that also accounts busy time per stage."""
+    """The host's cores (or no contention) and the busy time per stage."""
 
     def __init__(self, env: simpy.Environment, cpus: int | None) -> None:
         self.env = env
-        self.cores = simpy.Resource(env, capacity=cpus) if cpus else None
+        self.cores = _SharedCores(env, cpus) if cpus else None
         self.busy: dict[str, float] = {}
 
     def run(self, stage: str, seconds: float, on_host: bool = True):  # type: ignore[no-untyped-def]
         if seconds <= 0:
             return
         if self.cores is not None and on_host:
-            with self.cores.request() as core:
-                yield core
-                yield self.env.timeout(seconds)
+            yield self.cores.work(seconds)
         else:
             yield self.env.timeout(seconds)
         key = stage if on_host or self.cores is None else f"device {stage}"
