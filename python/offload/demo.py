@@ -127,8 +127,9 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
     trace_dir = Path(paths["queries"]).parent
     sizes = calibrate.trace_sizes(trace_dir)
     rows = json.loads((out / "serve-sweep.json").read_text())["rows"]
-    with console.status("calibrating the pipeline simulator on the sweep"):
-        cal = calibrate.calibrate(rows, sizes)
+    channel = calibrate.profile_channel(json.loads((out / "probe-quick.json").read_text()))
+    with console.status("calibrating the pipeline simulator on the sweep and the probe profile"):
+        cal = calibrate.calibrate(rows, sizes, channel=channel)
     (out / "calibration.json").write_text(json.dumps(cal, indent=2))
     mae = cal["median_abs_error"]
     console.print(
@@ -147,9 +148,11 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
     rec |= {"rows": all_rows, "plot": str(png), "preset": None}
     (out / "recommend.json").write_text(json.dumps(rec, indent=2))
     if chosen:
+        simulated = chosen["source"] == "simulated"
         console.print(
             f"most throughput with p99 <= 5 ms: [bold]{chosen['label']}[/] ({chosen['source']}), "
             f"{chosen['queries_per_s']:,.0f} queries/s, p99 {chosen['p99_us']:,.0f} µs"
+            + (f" (validation error ±{mae['queries_per_s']:.0%}; fitted on p ≤ 2)" if simulated else "")
         )
     about, kernel = simulate.load_preset("erbium-fpga")
     fpga_costs = simulate.with_preset(costs, kernel)

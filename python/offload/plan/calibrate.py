@@ -23,7 +23,7 @@ import math
 import os
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,21 +63,29 @@ class StageLines:
     queue_wait: float  # median waits at 1p: with nothing queued, they are thread wake-ups
     kernel_queue_wait: float
     engines: int  # e of the measured configuration (match time is n·b over e engines)
+    channel: tuple[float, float | None] | None = None  # a probe profile's round trip (L, B)
 
     def costs(self, cpu_share: float, stall: tuple[float, float] = (0.0, 0.0)) -> Costs:
         """Costs for the simulator, with the share φ of the outside time on a host core, and
-        stalls (probability, seconds)."""
+        stalls (probability, seconds). With a probe profile's channel, its round trip
+        (L + n/B, n = 44 bytes per query) is waiting for certain; φ splits the rest."""
         oa, ob = self.outside
+        wait_a, wait_b = 0.0, 0.0
+        if self.channel is not None:
+            lat, bps = self.channel
+            wait_a, wait_b = min(oa, lat), min(ob, 44 / bps if bps else 0.0)
+        rest_a, rest_b = oa - wait_a, ob - wait_b
+        per_query_wait = wait_b + (1 - cpu_share) * rest_b
         return Costs(
             stall_probability=stall[0],
             stall_s=stall[1],
-            channel_latency_s=(1 - cpu_share) * oa / 2,
-            # The rest of the per-query outside time, as a channel bandwidth of 1 byte per query.
-            channel_bps=1 / ((1 - cpu_share) * ob) if (1 - cpu_share) * ob > 0 else None,
+            channel_latency_s=(wait_a + (1 - cpu_share) * rest_a) / 2,
+            # The per-query outside time that waits, as a channel bandwidth of 1 byte per query.
+            channel_bps=1 / per_query_wait if per_query_wait > 0 else None,
             request_bytes_per_query=0.5,
             reply_bytes_per_query=0.5,
-            client_request_s=cpu_share * oa,
-            client_query_s=cpu_share * ob,
+            client_request_s=cpu_share * rest_a,
+            client_query_s=cpu_share * rest_b,
             worker_request_s=self.encode[0],
             worker_query_s=self.encode[1],
             invoke_s=self.match[0],
@@ -157,11 +165,23 @@ def _is_base(row: dict[str, Any]) -> bool:
     )  # fmt: skip
 
 
+def profile_channel(
+    profile: dict[str, Any], channel: str = "zmq/ipc-round-trip"
+) -> tuple[float, float | None]:
+    """(L, B) of a probe profile's channel: the client↔daemon hop the sweep's requests took."""
+    ch = profile.get("channels", {}).get(channel)
+    fit = (ch or {}).get("fit")
+    if not fit:
+        raise ValueError(f"the probe profile has no fitted {channel!r} channel")
+    return (float(fit["latency_s"]), fit.get("bandwidth_bps"))
+
+
 def calibrate(
     rows: Sequence[dict[str, Any]],
     sizes: Sequence[int],
     cpus: int | None = None,
     progress: Callable[[str], None] | None = None,
+    channel: tuple[float, float | None] | None = None,
 ) -> dict[str, Any]:
     """Stage costs from the base row; φ fitted on all rows; the validation error by
     leave-one-out: each configuration is predicted with the φ fitted on the others, and the
@@ -174,7 +194,7 @@ def calibrate(
         raise ValueError("the sweep needs a 1p 1w 1k 1e per-request row (stage costs come from it)")
     if len(rows) < 3:
         raise ValueError("calibrating needs at least 3 configurations (the base and two to fit and check)")
-    lines = stage_lines(base)
+    lines = replace(stage_lines(base), channel=channel)
     stall = fit_stall(base, lines.costs(0.0), sizes, cpus)
 
     # Every (φ, configuration) prediction once; fitting and leave-one-out only pick among them.

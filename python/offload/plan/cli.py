@@ -240,6 +240,10 @@ def calibrate(
     trace: Annotated[Path, typer.Option(help="The trace directory the sweep replayed (requests.csv).")],
     out: Annotated[Path, typer.Option(help="Calibration JSON to write.")] = Path("calibration.json"),
     cpus: Annotated[int, typer.Option(help="Cores of the measured machine (0: this machine's).")] = 0,
+    profile: Annotated[
+        Path | None,
+        typer.Option(help="`offload probe` profile: its ZeroMQ ipc round trip is time that only waits."),
+    ] = None,
 ) -> None:
     """Fit the simulator's stage costs to measured runs and report predicted vs measured
     throughput and p50/p99 for every configuration of the sweep, each predicted by a model
@@ -254,6 +258,7 @@ def calibrate(
     try:
         rows = json.loads(sweep.read_text())["rows"]
         sizes = cal.trace_sizes(trace)
+        channel = cal.profile_channel(json.loads(profile.read_text())) if profile else None
     except (OSError, KeyError, ValueError) as ex:
         raise _fail(f"{ex}") from None
     with Progress(console=err, transient=True) as bar:
@@ -263,10 +268,11 @@ def calibrate(
             bar.update(task, description=message)
 
         try:
-            result = cal.calibrate(rows, sizes, cpus or None, say)
+            result = cal.calibrate(rows, sizes, cpus or None, say, channel)
         except ValueError as ex:
             raise _fail(str(ex)) from None
     result["sweep"] = str(sweep)
+    result["profile"] = str(profile) if profile else None
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     t = Table(title=f"Predicted vs measured ({result['cpus']} cores; φ = {result['cpu_share_outside']:.1f})")
