@@ -13,7 +13,8 @@ from rich.table import Table
 
 app = typer.Typer(
     help="Plan a deployment: what it costs (cost, arithmetic shown), how a pipeline configuration "
-    "performs (simulate, calibrate against measured runs), and which one to pick (recommend).",
+    "performs (simulate, calibrate against measured runs), which one to pick (recommend), and what a "
+    "fleet of them costs (fleet). See docs/plan.md.",
     no_args_is_help=True,
 )
 console = Console()
