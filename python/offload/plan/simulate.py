@@ -12,8 +12,9 @@ The model follows the daemon (docs/serve-protocol.md), stage by stage:
 - **Channel** client ↔ daemon: T(n) = L + n/B per direction (a probe profile's ZeroMQ fit).
 - **Broker**: one thread, a cost per message in and out.
 - **Workers**: w; a cost per request plus per query (decode the request, encode the reply).
-- **Batching**: per request (each request is one kernel batch), or across requests up to
-  `batch_queries` queries or `batch_timeout_s` after the first, whichever comes first.
+- **Batching**: per request (each request is one kernel batch), or, in each worker, across
+  requests up to `batch_queries` queries or `batch_timeout_s` after the first one arrived,
+  whichever comes first (as the daemon's workers do).
 - **Kernel executors**: k; a batch costs invoke + transfer (L + n/B to the accelerator) + the
   match time of n queries spread over e engines, then building and sending the replies.
 - **CPUs**: with `cpus` set, every stage that computes on the host (client, broker, worker,
@@ -253,7 +254,6 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
     # As in the daemon: workers block when the kernel queue (2 batches per executor) is full,
     # so the request queue fills and the broker answers busy.
     kernel_queue: simpy.Store = simpy.Store(env, capacity=2 * pipe.k)
-    decoded: simpy.Store = simpy.Store(env, capacity=1)  # worker → cross-request batcher
     start = load.warmup_s
     end = start + load.duration_s
     done: list[tuple[float, int]] = []  # (latency, queries) of requests answered in the window
@@ -289,30 +289,25 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
                 busy[0] += 1
 
     def worker():  # type: ignore[no-untyped-def]
+        """As the daemon's workers: take a request; with batching, keep taking requests until
+        the batch has `batch_queries` queries or `batch_timeout_s` has passed since the first
+        one arrived; decode them all; hand the batch to the kernel queue."""
         while True:
             n, answered, queued = yield requests.get()
             if env.now == queued:  # the worker was idle, blocked on the queue: it must wake up
                 yield env.timeout(costs.queue_wakeup_s)
-            yield from cpu.run("worker", costs.worker_request_s + n * costs.worker_query_s)
-            if pipe.batch_queries > 0:
-                yield decoded.put((n, answered))
-            else:
-                yield kernel_queue.put(([(n, answered)], env.now))
-
-    def batcher():  # type: ignore[no-untyped-def]
-        """Size-or-timeout batching across requests; the timer starts at the batch's first request."""
-        while True:
-            first = yield decoded.get()
-            group, size = [first], first[0]
-            deadline = env.now + pipe.batch_timeout_s
-            while size < pipe.batch_queries and env.now < deadline:
-                get = decoded.get()
-                got = yield get | env.timeout(deadline - env.now)
+            group, total = [(n, answered)], n
+            until = queued + pipe.batch_timeout_s
+            while pipe.batch_queries > 0 and total < pipe.batch_queries and env.now < until:
+                get = requests.get()
+                got = yield get | env.timeout(until - env.now)
                 if get not in got:
                     get.cancel()
                     break
-                group.append(got[get])
-                size += got[get][0]
+                m, more, _ = got[get]
+                group.append((m, more))
+                total += m
+            yield from cpu.run("worker", len(group) * costs.worker_request_s + total * costs.worker_query_s)
             yield kernel_queue.put((group, env.now))
 
     def executor():  # type: ignore[no-untyped-def]
@@ -352,8 +347,6 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
         env.process(worker())
     for _ in range(pipe.k):
         env.process(executor())
-    if pipe.batch_queries > 0:
-        env.process(batcher())
     if load.mode == "closed":
         for _ in range(pipe.p):
             env.process(closed_client())
