@@ -166,7 +166,7 @@ def test_calibration_on_a_recorded_sweep_reports_every_configuration(tmp_path: P
     # Stage costs are positive and per query costs in a plausible range (µs, not ms or ns).
     lines = r["stage_lines_s"]
     assert 1e-8 < lines["encode"][1] < 1e-5 and 1e-9 < lines["match"][1] < 1e-5
-    # Regression bound on this recorded data (the measured result is 4.9% / 7.5%).
+    # Regression bound on this recorded data (the measured result is 6.4% / 9.1%).
     mae = r["median_abs_error"]
     assert mae["queries_per_s"] < 0.12 and mae["p50"] < 0.12
     # A prediction quotes it.

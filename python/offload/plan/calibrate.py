@@ -8,6 +8,9 @@ predictions checked against configurations that were actually run.
    query: decode/encode → the workers, match → the kernel, reply → the executor after the
    match. What the server does not see — client, ZeroMQ, broker — is the round trip minus the
    server stages ("outside").
+   With a probe profile, its ZeroMQ round trip is the part of "outside" that only waits; the
+   host CPU the sweep measured per request beyond these stages (broker, ZeroMQ I/O threads)
+   runs beside the critical path (`background_request_s`).
 2. **One shared parameter**: the share φ of "outside" that occupies a host core (the client's
    encoding, ZeroMQ's I/O threads, the broker) rather than waiting, fitted over the measured
    configurations (a grid over 0..1, least squared log error of throughput and p50).
@@ -64,6 +67,8 @@ class StageLines:
     kernel_queue_wait: float
     engines: int  # e of the measured configuration (match time is n·b over e engines)
     channel: tuple[float, float | None] | None = None  # a probe profile's round trip (L, B)
+    host_cpu_per_request: float | None = None  # measured: daemon + clients, seconds
+    mean_queries: float = 0.0  # of the measured requests
 
     def costs(self, cpu_share: float, stall: tuple[float, float] = (0.0, 0.0)) -> Costs:
         """Costs for the simulator, with the share φ of the outside time on a host core, and
@@ -76,7 +81,17 @@ class StageLines:
             wait_a, wait_b = min(oa, lat), min(ob, 44 / bps if bps else 0.0)
         rest_a, rest_b = oa - wait_a, ob - wait_b
         per_query_wait = wait_b + (1 - cpu_share) * rest_b
+        n = self.mean_queries
+        on_path = (
+            cpu_share * (rest_a + rest_b * n)
+            + self.encode[0] + self.encode[1] * n
+            + self.match[0] + self.match[1] * self.engines * n
+            + self.reply[0] + self.reply[1] * n
+        )  # fmt: skip
+        # What the host measurably spent per request beyond the stages on the critical path.
+        background = max(0.0, self.host_cpu_per_request - on_path) if self.host_cpu_per_request else 0.0
         return Costs(
+            background_request_s=background,
             stall_probability=stall[0],
             stall_s=stall[1],
             channel_latency_s=(wait_a + (1 - cpu_share) * rest_a) / 2,
@@ -114,6 +129,12 @@ def stage_lines(row: dict[str, Any]) -> StageLines:
         reply=line(lambda b: b["stages_us"].get("reply", 0.0)),
         outside=line(lambda b: b["outside_server_us"]),
         queue_wait=row["stage_median_us"].get("queue", 0.0) * 1e-6,
+        host_cpu_per_request=(
+            (row["daemon_cpu_us_per_request"] + row["client_cpu_us_per_request"]) * 1e-6
+            if "daemon_cpu_us_per_request" in row
+            else None
+        ),
+        mean_queries=row["queries_per_s"] / row["requests_per_s"] if row.get("requests_per_s") else 0.0,
         kernel_queue_wait=row["stage_median_us"].get("kernel_queue", 0.0) * 1e-6,
         engines=int(row.get("e", 1)),
     )

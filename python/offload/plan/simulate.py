@@ -62,6 +62,7 @@ class Costs:
     kernel_on_host: bool = True  # engines are host threads (take cores) or an accelerator's
     queue_wakeup_s: float = 0.0  # an idle worker's wake-up when a request arrives (thread hand-off)
     kernel_wakeup_s: float = 0.0  # an idle executor's wake-up when a batch arrives
+    background_request_s: float = 0.0  # host CPU per request beside the critical path (I/O threads, …)
     stall_probability: float = 0.0  # a request is held up by a stall (preemption, steal, …) …
     stall_s: float = 0.0  # … of this long
     reply_request_s: float = 0.0  # executor CPU per request after the match (build, send the reply)
@@ -272,6 +273,8 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
         yield from cpu.run("client", costs.client_request_s + n * costs.client_query_s)
         yield env.timeout(channel(n * costs.request_bytes_per_query))
         yield from broker_pass()
+        if costs.background_request_s > 0:  # takes cores, delays this request only through them
+            env.process(cpu.run("background", costs.background_request_s))
         answered = env.event()
         if len(requests.items) >= pipe.queue_capacity:
             answered.succeed(False)  # busy: the broker answers at once
@@ -303,6 +306,7 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
                 got = yield get | env.timeout(until - env.now)
                 if get not in got:
                     get.cancel()
+                    yield env.timeout(costs.queue_wakeup_s)  # the timed wait must wake it up too
                     break
                 m, more, _ = got[get]
                 group.append((m, more))

@@ -110,6 +110,7 @@ def _client(args: tuple[str, Trace, list[int], str, float, float, bool, Any, Any
     queue.put("ready")
     go.wait()
     start = time.perf_counter()
+    cpu0 = time.process_time()  # this process's CPU, all its threads (ZeroMQ's I/O thread too)
     end = start + duration
     next_at = start
     # The trace is replayed in a loop until the duration is over (at most MAX_REQUESTS).
@@ -131,9 +132,9 @@ def _client(args: tuple[str, Trace, list[int], str, float, float, bool, Any, Any
     deadline = time.perf_counter() + 30
     while sent and time.perf_counter() < deadline:
         take(100)
-    queue.put(
-        {"records": records, "start": start, "elapsed": time.perf_counter() - start, "unanswered": len(sent)}
-    )
+    cpu = time.process_time() - cpu0
+    elapsed = time.perf_counter() - start
+    queue.put({"records": records, "start": start, "elapsed": elapsed, "unanswered": len(sent), "cpu_s": cpu})
     s.close()
     ctx.term()
 
@@ -196,6 +197,7 @@ def run(
         "start_spread_s": max(x["start"] for x in parts) - min(x["start"] for x in parts),
         "requests": len(recs),
         "unanswered": sum(part["unanswered"] for part in parts),
+        "client_cpu_s": sum(part.get("cpu_s", 0.0) for part in parts),
         "status": {s: sum(1 for r in recs if r[3] == s) for s in sorted({r[3] for r in recs})},
         "requests_per_s": len(ok) / elapsed if elapsed else 0.0,
         "queries_per_s": sum(r[2] for r in ok) / elapsed if elapsed else 0.0,

@@ -82,9 +82,12 @@ def sweep(
         )  # fmt: skip
         try:
             mode = "open" if cfg.rate_rps else "closed"
+            cpu0 = _process_cpu_s(proc.pid)
             r = run(endpoint, trace, processes=cfg.p, mode=mode, rate=cfg.rate_rps, duration=duration)
+            daemon_cpu = _process_cpu_s(proc.pid) - cpu0
         finally:
             daemon.stop(proc)
+        answered = max(1, r["status"].get("Ok", 0))
         rows.append(
             {
                 **asdict(cfg),
@@ -96,12 +99,24 @@ def sweep(
                 "p99_us": r["latency_us"]["p99"],
                 "requests": r["requests"],
                 "status": r["status"],
-                # What `offload plan calibrate` fits stage costs to.
+                # What `offload plan calibrate` fits stage costs to: stage medians by request
+                # size, and the host CPU the daemon and the clients spent per answered request.
+                "daemon_cpu_us_per_request": daemon_cpu / answered * 1e6,
+                "client_cpu_us_per_request": r.get("client_cpu_s", 0.0) / answered * 1e6,
                 "stage_median_us": r["stage_median_us"],
                 "by_size": r["by_size"],
             }
         )
     return rows
+
+
+def _process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pareto(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
