@@ -7,6 +7,8 @@ from typing import Annotated
 import typer
 
 from offload import __version__
+from offload.clitools import floats as _floats
+from offload.clitools import ints as _ints
 from offload.plan.cli import app as plan_app
 from offload.probe.cli import app as probe_app
 from offload.rules.cli import app as rules_app
@@ -128,20 +130,6 @@ def inject(
     )
     c.print(f"stage medians (µs): {result['stage_median_us']}")
     c.print(f"wrote {js} and {png}")
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"{text!r}: expected integers separated by commas, e.g. 1,2,4") from None
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"{text!r}: expected numbers separated by commas, e.g. 0,5000") from None
 
 
 @app.command()

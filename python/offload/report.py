@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from offload import __version__
+from offload.clitools import seconds
 
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; }
@@ -81,12 +82,6 @@ def _si(x: float | None, unit: str = "") -> str:
     return f"{x:.3g} {unit}"
 
 
-def _time(s: float | None) -> str:
-    if s is None:
-        return "-"
-    return f"{s * 1e6:.2f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms"
-
-
 # ---- sections --------------------------------------------------------------------------------
 
 
@@ -128,7 +123,7 @@ def probe_section(profile: dict[str, Any] | None, path: Path | None) -> str:
         rows.append(
             (
                 name,
-                _time(fit.get("latency_s")),
+                seconds(fit.get("latency_s")),
                 _si(fit.get("bandwidth_bps"), "B/s"),
                 _si(fit.get("n_half_bytes"), "B") if fit.get("n_half_bytes") is not None else "-",
                 "-" if frac is None else f"{frac:.1%}",

@@ -11,6 +11,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from offload.clitools import err
+from offload.clitools import fail as _fail
+from offload.clitools import ints as _ints
+
 app = typer.Typer(
     help="Plan a deployment: what it costs (cost, arithmetic shown), how a pipeline configuration "
     "performs (simulate, calibrate against measured runs), which one to pick (recommend), and what a "
@@ -20,12 +24,6 @@ app = typer.Typer(
 console = Console()
 if not console.is_terminal:  # a pipe or a log: wide enough for the tables, not 80 columns
     console = Console(width=150)
-err = Console(stderr=True)
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
 
 
 @app.command()
@@ -120,10 +118,6 @@ def cost(
                 console.print(f"  {escape(step)}", highlight=False)
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x.strip())
-
-
 @app.command()
 def simulate(
     costs: Annotated[
@@ -200,7 +194,7 @@ def simulate(
             raise _fail(f"{trace / 'requests.csv'}: {ex}") from None
     else:
         try:
-            qpr = _ints(sizes)
+            qpr = tuple(_ints(sizes))
         except ValueError:
             raise _fail(f"--sizes: expected comma-separated integers, got {sizes!r}") from None
     pipe = sim.Pipeline(p, w, k, e, batch, timeout_us * 1e-6, queue, cpus or None)

@@ -12,28 +12,22 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from offload.clitools import err
+from offload.clitools import fail as _fail
+from offload.clitools import seconds as _us
+
 app = typer.Typer(
     help="Measure the channels that decide whether offloading pays (memory, IPC, ZeroMQ, io_uring, "
     "GPU when present): a JSON profile with T(n) = L + n/B fits, and plots. Without a subcommand: run it.",
     invoke_without_command=True,
 )
 console = Console()
-err = Console(stderr=True)
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
 
 
 def _si(bps: float | None) -> str:
     if bps is None:  # JSON null: the time did not grow with the payload (pure latency)
         return "unbounded"
     return f"{bps / 1e9:.2f} GB/s" if bps >= 1e8 else f"{bps / 1e6:.1f} MB/s"
-
-
-def _us(s: float | None) -> str:
-    return "-" if s is None else (f"{s * 1e6:.2f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms")
 
 
 @app.callback()

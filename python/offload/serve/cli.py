@@ -7,21 +7,16 @@ from typing import Annotated, Any
 
 import typer
 import zmq
-from rich.console import Console
-from rich.markup import escape
+
+from offload.clitools import err
+from offload.clitools import fail as _fail
 
 app = typer.Typer(
     help="Serve a rule set over ZeroMQ (protocol: docs/serve-protocol.md). Without a subcommand: "
     "start the daemon.",
     invoke_without_command=True,
 )
-err = Console(stderr=True)
 ControlOpt = Annotated[str, typer.Option("--control", "-c", help="The daemon's control endpoint.")]
-
-
-def _fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(2)
 
 
 @app.callback()

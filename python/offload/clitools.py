@@ -1,0 +1,35 @@
+"""What every `offload` subcommand shares: the error console, located-error exits, comma lists,
+and how a duration is printed."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Prints `error: message` to stderr; raise the returned Exit."""
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: expected integers separated by commas, e.g. 1,2,4") from None
+
+
+def floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: expected numbers separated by commas, e.g. 0,5000") from None
+
+
+def seconds(s: float | None) -> str:
+    """A duration as µs below a millisecond, else ms; "-" for none."""
+    return "-" if s is None else (f"{s * 1e6:.2f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms")
