@@ -6,7 +6,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(HOME)/.cargo/bin:$(PATH)
 DEMO_DIR ?= build/demo
 
-.PHONY: demo test lint rust-test py-test develop clean bench bench-tools test-tools
+.PHONY: demo test lint rust-test py-test develop clean bench bench-tools test-tools sys-deps
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -15,20 +15,26 @@ $(VENV)/.installed: pyproject.toml
 		pytest hypothesis ruff zen-engine "maturin>=1.5,<2"
 	touch $@
 
+# System libraries the Rust build links: Debian's libzmq, built with libsodium, for CURVE
+# (.cargo/config.toml says why the zmq crate's own libzmq is not used).
+sys-deps:
+	@test -e /usr/include/zmq.h || (apt-get install -y -qq libzmq3-dev >/dev/null 2>&1 \
+		|| (apt-get update -qq && apt-get install -y -qq libzmq3-dev))
+
 # Builds the native core in release mode into the venv.
-develop: $(VENV)/.installed
+develop: $(VENV)/.installed sys-deps
 	maturin develop --release -q
 
 demo: develop
 	offload demo --out $(DEMO_DIR)
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed sys-deps
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -q -- -D warnings
 	ruff check python tests/python benches
 	ruff format --check python tests/python benches
 
-rust-test:
+rust-test: sys-deps
 	cargo test --workspace -q
 
 py-test: develop test-tools

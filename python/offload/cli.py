@@ -12,6 +12,7 @@ from offload.clitools import ints as _ints
 from offload.plan.cli import app as plan_app
 from offload.probe.cli import app as probe_app
 from offload.rules.cli import app as rules_app
+from offload.serve.cli import ClientKeyOpt, ServerKeyOpt, curve_keys
 from offload.serve.cli import app as serve_app
 
 app = typer.Typer(
@@ -58,12 +59,23 @@ def demo(
 @app.command()
 def report(
     out: Annotated[str, typer.Option(help="HTML file to write (plots embedded).")] = "report.html",
-    bench: Annotated[str | None, typer.Option(help="`offload rules bench` JSON.")] = None,
-    probe: Annotated[str | None, typer.Option(help="`offload probe` profile JSON (plots beside).")] = None,
-    sweep: Annotated[str | None, typer.Option(help="`offload sweep` JSON (its .png next to it).")] = None,
-    calibration: Annotated[str | None, typer.Option(help="`offload plan calibrate` JSON.")] = None,
-    recommend: Annotated[str | None, typer.Option(help="`offload plan recommend` JSON.")] = None,
-    cost: Annotated[str | None, typer.Option(help="`offload plan cost --out` JSON.")] = None,
+    bench: Annotated[
+        str | None,
+        typer.Option(help="`offload rules bench` JSON. [default: none: the section says how to make it]"),
+    ] = None,
+    probe: Annotated[
+        str | None, typer.Option(help="`offload probe` profile JSON (plots beside). [default: none]")
+    ] = None,
+    sweep: Annotated[
+        str | None, typer.Option(help="`offload sweep` JSON (its .png next to it). [default: none]")
+    ] = None,
+    calibration: Annotated[
+        str | None, typer.Option(help="`offload plan calibrate` JSON. [default: none]")
+    ] = None,
+    recommend: Annotated[
+        str | None, typer.Option(help="`offload plan recommend` JSON. [default: none]")
+    ] = None,
+    cost: Annotated[str | None, typer.Option(help="`offload plan cost --out` JSON. [default: none]")] = None,
 ) -> None:
     """One static HTML report of the benchmark, probe, sweep, calibration, recommendation and
     cost results, with plots; opens from disk. Sections not given say how to produce them."""
@@ -101,9 +113,12 @@ def inject(
         int, typer.Option(help="Cut the trace into requests of this many queries (0 = as traced).")
     ] = 0,
     out: Annotated[str, typer.Option(help="JSON to write (a PNG breakdown goes beside it).")] = "inject.json",
+    server_key: ServerKeyOpt = None,
+    client_key: ClientKeyOpt = None,
 ) -> None:
     """Replay a user-request trace against `offload serve` and report throughput, latency
-    percentiles and the per-stage breakdown."""
+    percentiles and the per-stage breakdown. With --server-key and --client-key the clients
+    connect with CURVE (data endpoints started with --curve-data-client)."""
     from pathlib import Path
 
     from rich.console import Console
@@ -117,7 +132,8 @@ def inject(
         tr = tr.fixed_size(request_size)
     if encoded:
         tr = tr.encoded(rules_api.compile(rs, "fast").encode(tr.columns))
-    result = inj.run(endpoint, tr, processes, mode, rate, duration, early_stop)
+    curve = curve_keys(server_key, client_key)
+    result = inj.run(endpoint, tr, processes, mode, rate, duration, early_stop, curve=curve)
     js, png = inj.write(result, Path(out))
     c = Console()
     lat = result["latency_us"]

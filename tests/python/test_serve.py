@@ -174,7 +174,7 @@ def test_reload_under_load_gives_no_wrong_or_mixed_answers(data: dict[str, objec
     rs1, rs2 = data["rs"], rules.load(new / "ruletype.xml", new / "rules.csv")
     assert isinstance(rs1, rules.RuleSet)
     control = f"ipc://{tmp_path}/control.sock"
-    proc, endpoint = start(data, tmp_path, "--workers", "2", "--control", control)
+    proc, endpoint = start(data, tmp_path, "--workers", "2", "--control", control, "--reload-dir", str(new))
     try:
         q = columns(data, 0, 400)
         expected = {1: rules.compile(rs1).match(q).rule, 2: rules.compile(rs2).match(q).rule}

@@ -349,7 +349,7 @@ fn time_encode(
 /// Serves a rule set over ZeroMQ until SIGINT/SIGTERM (`offload serve`); returns the counters.
 /// Settings come from the TOML file `config` (if any), with every argument given over it.
 #[pyfunction]
-#[pyo3(signature = (config = None, ruletype = None, rules = None, endpoints = None, workers = None, kernels = None, engine_threads = None, queue = None, matcher = None, control = None, batch_max_queries = None, batch_timeout_us = None, metrics = None))]
+#[pyo3(signature = (config = None, ruletype = None, rules = None, endpoints = None, workers = None, kernels = None, engine_threads = None, queue = None, matcher = None, control = None, batch_max_queries = None, batch_timeout_us = None, metrics = None, curve_secret_key = None, curve_clients = None, curve_data_clients = None, reload_dirs = None, allow_remote_data = None, allow_remote_metrics = None))]
 #[allow(clippy::too_many_arguments)]
 fn serve(
     py: Python<'_>,
@@ -366,6 +366,12 @@ fn serve(
     batch_max_queries: Option<u64>,
     batch_timeout_us: Option<u64>,
     metrics: Option<String>,
+    curve_secret_key: Option<PathBuf>,
+    curve_clients: Option<Vec<PathBuf>>,
+    curve_data_clients: Option<Vec<PathBuf>>,
+    reload_dirs: Option<Vec<PathBuf>>,
+    allow_remote_data: Option<bool>,
+    allow_remote_metrics: Option<bool>,
 ) -> PyResult<Vec<(&'static str, u64)>> {
     use offload_serve::config::Settings;
     let flags = Settings {
@@ -381,6 +387,12 @@ fn serve(
         queue,
         batch_max_queries,
         batch_timeout_us,
+        curve_secret_key,
+        curve_clients,
+        curve_data_clients,
+        reload_dirs,
+        allow_remote_data,
+        allow_remote_metrics,
     };
     let settings = match config {
         Some(f) => Settings::from_file(&f).map_err(PyValueError::new_err)?.over(flags),
@@ -401,6 +413,22 @@ fn serve(
         })
     })
     .map_err(PyValueError::new_err)
+}
+
+/// Makes a CURVE key pair: `DIR/NAME.key` (public) and `DIR/NAME.key_secret` (mode 0600);
+/// returns their paths (`offload serve keys`).
+#[pyfunction]
+#[pyo3(signature = (directory, name, force = false))]
+fn curve_key_pair(directory: PathBuf, name: &str, force: bool) -> PyResult<(PathBuf, PathBuf)> {
+    offload_serve::auth::write_key_pair(&directory, name, force).map_err(PyValueError::new_err)
+}
+
+/// Reads a ZeroMQ key file: (public key, secret key or None), Z85-encoded.
+#[pyfunction]
+fn read_curve_key(path: PathBuf) -> PyResult<(String, Option<String>)> {
+    use offload_serve::auth::{read_key_file, z85};
+    let k = read_key_file(&path).map_err(PyValueError::new_err)?;
+    Ok((z85(&k.public), k.secret.as_ref().map(z85)))
 }
 
 /// Builds a request frame from raw query columns (one per criterion, rule-type order): each a
@@ -598,6 +626,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eval_files, m)?)?;
     m.add_function(wrap_pyfunction!(time_encode, m)?)?;
     m.add_function(wrap_pyfunction!(serve, m)?)?;
+    m.add_function(wrap_pyfunction!(curve_key_pair, m)?)?;
+    m.add_function(wrap_pyfunction!(read_curve_key, m)?)?;
     m.add_function(wrap_pyfunction!(encode_request, m)?)?;
     m.add_function(wrap_pyfunction!(encode_request_codes, m)?)?;
     m.add_function(wrap_pyfunction!(decode_reply, m)?)?;

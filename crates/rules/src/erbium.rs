@@ -30,6 +30,12 @@ fn xml_loc(path: &Path, doc: &roxmltree::Document, node: roxmltree::Node) -> Loc
 /// files declare it); anything else must be UTF-8.
 fn read_xml_text(path: &Path) -> Result<String, LoadError> {
     let bytes = std::fs::read(path).map_err(|e| LoadError::new(ErrorKind::Io, Location::file(path), e.to_string()))?;
+    xml_text(path, bytes)
+}
+
+/// The text of an XML file's bytes (`path` names it in errors): Latin-1 when its declaration
+/// says so, UTF-8 otherwise.
+pub(crate) fn xml_text(path: &Path, bytes: Vec<u8>) -> Result<String, LoadError> {
     let head = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).to_ascii_lowercase();
     if head.starts_with("<?xml") && (head.contains("iso-8859-1") || head.contains("latin1") || head.contains("latin-1"))
     {

@@ -99,6 +99,37 @@ impl ErrorKind {
     }
 }
 
+impl ErrorKind {
+    /// What the problem is, in words that quote nothing of the input: what a service may tell a
+    /// peer about a file of its own (the message itself can quote the file's text).
+    pub fn summary(self) -> &'static str {
+        use ErrorKind::*;
+        match self {
+            Io => "the file cannot be read",
+            NotUtf8 => "the file is not UTF-8 text",
+            EmptyFile => "the file is empty",
+            Xml => "the XML is not well-formed",
+            Toml => "the TOML is not valid",
+            Csv => "the CSV is not valid",
+            BrokenQuoting => "a quoted field is not closed",
+            WrongColumnCount => "a line has the wrong number of fields",
+            MissingColumn => "a column the format needs is missing or out of place",
+            UnknownCriterion => "a criterion is not in the rule type",
+            DuplicateCriterion => "a criterion appears twice",
+            MandatoryWildcard => "a mandatory criterion is a wildcard",
+            MalformedRange => "a range is malformed",
+            ReversedRange => "a range ends before it starts",
+            ImpossibleDate => "a date does not exist",
+            NotAnInteger => "a value is not an integer",
+            IntegerTooLarge => "an integer is out of range",
+            DuplicateRuleId => "a rule id appears twice",
+            BadContent => "a rule's content is not valid",
+            BadRuleType => "the rule type is not valid",
+            BadQueryValue => "a query value is not valid",
+        }
+    }
+}
+
 /// A problem in an input, with where it is, what was found and what was expected. Boxed so a
 /// `Result<_, LoadError>` stays one pointer wide on the hot (success) path; fields are read
 /// through `Deref` (`e.kind`, `e.location`, ...).
@@ -137,6 +168,14 @@ impl fmt::Display for LoadError {
             write!(f, "; expected {e}")?;
         }
         Ok(())
+    }
+}
+
+impl LoadError {
+    /// Where and what, without the message: `rules.csv:1:1: error[missing-column]: a column the
+    /// format needs is missing or out of place`. Never quotes the input (see [`ErrorKind::summary`]).
+    pub fn without_content(&self) -> String {
+        format!("{}: error[{}]: {}", self.location, self.kind.as_str(), self.kind.summary())
     }
 }
 

@@ -27,15 +27,55 @@ use std::time::{Duration, Instant};
 /// Loads a rule set, choosing the loader by the rule-type file's extension: `.xml` is ERBIUM's
 /// format, `.toml` the native one.
 pub fn load(rule_type: &Path, rules: &Path) -> Result<RuleSet, LoadError> {
-    match rule_type.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
-        Some("xml") => erbium::load(rule_type, rules),
-        Some("toml") => native::load(rule_type, rules),
-        _ => Err(LoadError::new(
-            ErrorKind::BadRuleType,
-            Location::file(rule_type),
-            "cannot tell the rule-type format from the file name",
-        )
-        .expected("a .xml (ERBIUM) or .toml (native) rule-type file")),
+    match RuleTypeFormat::of(rule_type)? {
+        RuleTypeFormat::Erbium => erbium::load(rule_type, rules),
+        RuleTypeFormat::Native => native::load(rule_type, rules),
+    }
+}
+
+/// Parses a rule set held in memory (one sent to the service, say), exactly as [`load`] would
+/// the same bytes read from files: `rule_type_name` and `rules_name` stand for the files in
+/// error locations, and the rule type's extension picks the format.
+pub fn parse(
+    rule_type_name: &Path,
+    rule_type: Vec<u8>,
+    rules_name: &Path,
+    rules: Vec<u8>,
+) -> Result<RuleSet, LoadError> {
+    let format = RuleTypeFormat::of(rule_type_name)?;
+    let rt = match format {
+        RuleTypeFormat::Erbium => {
+            erbium::parse_rule_type(rule_type_name, &erbium::xml_text(rule_type_name, rule_type)?)?
+        }
+        RuleTypeFormat::Native => {
+            native::parse_rule_type(rule_type_name, &error::text_from_bytes(rule_type_name, rule_type)?)?
+        }
+    };
+    let text = error::text_from_bytes(rules_name, rules)?;
+    match format {
+        RuleTypeFormat::Erbium => erbium::parse_rules(&rt, rules_name, &text),
+        RuleTypeFormat::Native => native::parse_rules(&rt, rules_name, &text),
+    }
+}
+
+/// The two rule-type formats, told apart by the file name's extension.
+enum RuleTypeFormat {
+    Erbium,
+    Native,
+}
+
+impl RuleTypeFormat {
+    fn of(rule_type: &Path) -> Result<RuleTypeFormat, LoadError> {
+        match rule_type.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).as_deref() {
+            Some("xml") => Ok(RuleTypeFormat::Erbium),
+            Some("toml") => Ok(RuleTypeFormat::Native),
+            _ => Err(LoadError::new(
+                ErrorKind::BadRuleType,
+                Location::file(rule_type),
+                "cannot tell the rule-type format from the file name",
+            )
+            .expected("a .xml (ERBIUM) or .toml (native) rule-type file")),
+        }
     }
 }
 

@@ -318,3 +318,30 @@ fn open_ranges_print_as_open() {
     assert_eq!((rs.cell_text(0, 0), rs.cell_text(0, 1)), ("..31DEC2019".to_string(), "100..".to_string()));
     assert_eq!((rs.cell_text(1, 0), rs.cell_text(1, 1)), ("01JAN2019".to_string(), "7".to_string()));
 }
+
+#[test]
+fn a_rule_set_in_memory_parses_as_from_files_and_latin1_is_honoured() {
+    let row = r#""a",,,,,,"DD",,"ZRH",,"0100/0199","0","0","FALSE","45""#;
+    let csv = format!("{HEADER}\n{row}\n");
+    // XML declares ISO-8859-1: é is one byte there, two in the UTF-8 CSV.
+    let latin1: Vec<u8> = XML.replace("FLT_RG", "FLT_RG\u{e9}").chars().map(|c| c as u8).collect();
+    let header = csv.replace("FLT_RG", "FLT_RG\u{e9}");
+    let rs = offload_rules::parse(Path::new("t.xml"), latin1, Path::new("r.csv"), header.into_bytes()).unwrap();
+    assert_eq!(rs.rule_type.criteria[4].code, "FLT_RG\u{e9}");
+    let from_text = offload_rules::parse(Path::new("t.xml"), XML.into(), Path::new("r.csv"), csv.into()).unwrap();
+    assert_eq!(
+        (from_text.len(), &from_text.contents),
+        (rules(&[row]).unwrap().len(), &rules(&[row]).unwrap().contents)
+    );
+    let e = offload_rules::parse(Path::new("t.txt"), vec![], Path::new("r.csv"), vec![]).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::BadRuleType);
+}
+
+#[test]
+fn errors_without_content_name_place_and_kind_but_quote_nothing() {
+    let text = HEADER.replace("CRR", "SECRET-CARRIER") + "\n";
+    let e = erbium::parse_rules(&rule_type(), Path::new("r.csv"), &text).unwrap_err();
+    assert!(e.to_string().contains("SECRET-CARRIER"), "{e}");
+    let safe = e.without_content();
+    assert!(safe.starts_with("r.csv:1:68: error[unknown-criterion]: ") && !safe.contains("SECRET"), "{safe}");
+}

@@ -12,6 +12,7 @@
 //! a client outlives a daemon restart; a reply that does not come within the timeout is an
 //! error, and a late one is skipped by its request id.
 
+pub use crate::auth::CurveClient;
 use crate::protocol::{self, Payload, RawColumnOwned, Reply, Request};
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -135,10 +136,14 @@ pub struct Client {
 impl Client {
     /// Connects a DEALER socket to `endpoint` (tcp://, ipc://); the daemon need not be up yet.
     pub fn connect(endpoint: &str) -> Result<Client, ClientError> {
-        let ctx = zmq::Context::new();
-        let sock = ctx.socket(zmq::DEALER).map_err(|e| ClientError::Zmq(e.to_string()))?;
-        sock.set_linger(0).map_err(|e| ClientError::Zmq(e.to_string()))?;
-        sock.connect(endpoint).map_err(|e| ClientError::Zmq(format!("connect {endpoint}: {e}")))?;
+        Client::connect_with(endpoint, None)
+    }
+
+    /// Connects with CURVE when the daemon's data endpoints require it (`curve_data_clients`):
+    /// `curve` holds the server's public key and this client's key pair
+    /// ([`CurveClient::from_files`]). A key the daemon does not admit shows as a timeout.
+    pub fn connect_with(endpoint: &str, curve: Option<&CurveClient>) -> Result<Client, ClientError> {
+        let (ctx, sock) = socket(zmq::DEALER, endpoint, curve)?;
         Ok(Client { _ctx: ctx, sock, next_id: 1, timeout: Duration::from_secs(10) })
     }
 
@@ -175,4 +180,39 @@ impl Client {
             // A late reply to a request that already timed out: skip it.
         }
     }
+}
+
+/// A connected socket of `kind` in a context of its own, with CURVE when given.
+fn socket(
+    kind: zmq::SocketType,
+    endpoint: &str,
+    curve: Option<&CurveClient>,
+) -> Result<(zmq::Context, zmq::Socket), ClientError> {
+    let ctx = zmq::Context::new();
+    let sock = ctx.socket(kind).map_err(|e| ClientError::Zmq(e.to_string()))?;
+    sock.set_linger(0).map_err(|e| ClientError::Zmq(e.to_string()))?;
+    if let Some(c) = curve {
+        c.apply(&sock).map_err(ClientError::Zmq)?;
+    }
+    sock.connect(endpoint).map_err(|e| ClientError::Zmq(format!("connect {endpoint}: {e}")))?;
+    Ok((ctx, sock))
+}
+
+/// Sends one command to the daemon's control socket and returns its JSON answer: `frames` is
+/// the command (`stats`, `set batch_max_queries 4096`, `reload\nT\nR`, or `reload-inline\nT\nR`
+/// followed by the two files' bytes). With CURVE, a refused key shows as a timeout.
+pub fn control(
+    endpoint: &str,
+    frames: &[&[u8]],
+    curve: Option<&CurveClient>,
+    timeout: Duration,
+) -> Result<serde_json::Value, ClientError> {
+    let (_ctx, sock) = socket(zmq::REQ, endpoint, curve)?;
+    sock.send_multipart(frames.iter().copied(), 0).map_err(|e| ClientError::Zmq(e.to_string()))?;
+    let ready = sock.poll(zmq::POLLIN, timeout.as_millis() as i64).map_err(|e| ClientError::Zmq(e.to_string()))?;
+    if ready == 0 {
+        return Err(ClientError::Timeout(timeout));
+    }
+    let answer = sock.recv_bytes(0).map_err(|e| ClientError::Zmq(e.to_string()))?;
+    serde_json::from_slice(&answer).map_err(|e| ClientError::BadReply(e.to_string()))
 }

@@ -13,11 +13,19 @@
 //! queue = 64           # requests that may wait before "busy"
 //! batch_max_queries = 0
 //! batch_timeout_us = 200
+//! # security (docs/serve-protocol.md, "Security"); key files come from `offload serve keys`
+//! curve_secret_key = "keys/server.key_secret"   # the daemon's key pair: CURVE on the control socket
+//! curve_clients = ["keys/ops.key"]              # public keys (files or directories) admitted there
+//! curve_data_clients = ["keys/clients"]         # given: the data endpoints require CURVE too
+//! reload_dirs = ["."]                           # where `reload` may read (default: the rule files' directories)
+//! allow_remote_data = false                     # true: a data endpoint on the network without CURVE
+//! allow_remote_metrics = false                  # true: the metrics page on a non-loopback address
 //! ```
 //! Every key is optional in the file; an unknown key or a wrong type is an error that names the
 //! file, line and column.
 
-use crate::server::Config;
+use crate::auth::{self, CurveServer};
+use crate::server::{Config, Security};
 use offload_rules::MatcherKind;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -38,6 +46,12 @@ pub struct Settings {
     pub queue: Option<usize>,
     pub batch_max_queries: Option<u64>,
     pub batch_timeout_us: Option<u64>,
+    pub curve_secret_key: Option<PathBuf>,
+    pub curve_clients: Option<Vec<PathBuf>>,
+    pub curve_data_clients: Option<Vec<PathBuf>>,
+    pub reload_dirs: Option<Vec<PathBuf>>,
+    pub allow_remote_data: Option<bool>,
+    pub allow_remote_metrics: Option<bool>,
 }
 
 /// Settings with every default filled in and checked: what the daemon runs.
@@ -60,7 +74,9 @@ impl Settings {
     /// Parses settings from TOML text, resolving relative rule paths against `base`.
     pub fn from_toml(text: &str, base: &Path) -> Result<Settings, String> {
         let mut s: Settings = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
-        for p in [&mut s.ruletype, &mut s.rules].into_iter().flatten() {
+        let lists = [&mut s.curve_clients, &mut s.curve_data_clients, &mut s.reload_dirs];
+        let paths = [&mut s.ruletype, &mut s.rules, &mut s.curve_secret_key].into_iter().flatten();
+        for p in paths.chain(lists.into_iter().flatten().flatten()) {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
@@ -83,13 +99,19 @@ impl Settings {
             queue: flags.queue.or(self.queue),
             batch_max_queries: flags.batch_max_queries.or(self.batch_max_queries),
             batch_timeout_us: flags.batch_timeout_us.or(self.batch_timeout_us),
+            curve_secret_key: flags.curve_secret_key.or(self.curve_secret_key),
+            curve_clients: flags.curve_clients.filter(|v| !v.is_empty()).or(self.curve_clients),
+            curve_data_clients: flags.curve_data_clients.filter(|v| !v.is_empty()).or(self.curve_data_clients),
+            reload_dirs: flags.reload_dirs.filter(|v| !v.is_empty()).or(self.reload_dirs),
+            allow_remote_data: flags.allow_remote_data.or(self.allow_remote_data),
+            allow_remote_metrics: flags.allow_remote_metrics.or(self.allow_remote_metrics),
         }
     }
 
     /// Fills in defaults and checks what a daemon needs.
     pub fn resolve(self) -> Result<Resolved, String> {
         let d = Config::default();
-        let (Some(ruletype), Some(rules)) = (self.ruletype, self.rules) else {
+        let (Some(ruletype), Some(rules)) = (self.ruletype.clone(), self.rules.clone()) else {
             return Err(
                 "a rule set is needed: give --ruletype and --rules, or `ruletype` and `rules` in --config".into()
             );
@@ -99,11 +121,13 @@ impl Settings {
             Some(0) => Err(format!("{what} must be at least 1")),
             v => Ok(v.unwrap_or(default)),
         };
+        let security = self.security(&ruletype, &rules)?;
         let endpoints = self.endpoints.unwrap_or(d.endpoints);
         if endpoints.is_empty() {
             return Err("endpoints must name at least one address, e.g. tcp://127.0.0.1:5555".into());
         }
         let config = Config {
+            security,
             endpoints,
             workers: at_least_one(self.workers, d.workers, "workers")?,
             kernels: at_least_one(self.kernels, d.kernels, "kernels")?,
@@ -115,6 +139,57 @@ impl Settings {
             batch_timeout_us: self.batch_timeout_us.unwrap_or(d.batch_timeout_us),
         };
         Ok(Resolved { ruletype, rules, matcher, config })
+    }
+
+    /// Reads the key files and finds the reload directories; `check_exposure` then decides
+    /// whether the endpoints may be bound with them.
+    fn security(&self, ruletype: &Path, rules: &Path) -> Result<Security, String> {
+        let curve = match (&self.curve_secret_key, &self.curve_clients) {
+            (Some(key), Some(clients)) => Some((CurveServer::from_file(key)?, auth::read_client_keys(clients)?)),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err("curve_secret_key needs curve_clients: the public keys of the clients to admit \
+                            (--curve-client FILE_OR_DIR)"
+                    .into())
+            }
+            (None, Some(_)) => {
+                return Err("curve_clients needs curve_secret_key: the daemon's own key pair \
+                            (--curve-secret-key server.key_secret, made by `offload serve keys`)"
+                    .into())
+            }
+        };
+        if self.curve_data_clients.is_some() && curve.is_none() {
+            return Err("curve_data_clients needs curve_secret_key and curve_clients (the control socket \
+                        is never less protected than the data endpoints)"
+                .into());
+        }
+        let data_clients = self.curve_data_clients.as_deref().map(auth::read_client_keys).transpose()?;
+        // Given directories must exist; the default ones (the rule files' own) are skipped when
+        // missing, as loading the rule files then fails with the better error.
+        let given = self.reload_dirs.is_some();
+        let dirs = match &self.reload_dirs {
+            Some(d) => d.clone(),
+            None => [ruletype, rules].iter().map(|p| p.parent().unwrap_or(Path::new("")).to_path_buf()).collect(),
+        };
+        let mut reload_dirs = Vec::new();
+        for d in dirs {
+            let d = if d.as_os_str().is_empty() { PathBuf::from(".") } else { d };
+            match d.canonicalize() {
+                Ok(c) if !reload_dirs.contains(&c) => reload_dirs.push(c),
+                Ok(_) => {}
+                Err(e) if given => return Err(format!("reload directory {}: {e}", d.display())),
+                Err(_) => {}
+            }
+        }
+        let (curve, control_clients) = curve.map_or((None, Vec::new()), |(s, c)| (Some(s), c));
+        Ok(Security {
+            curve,
+            control_clients,
+            data_clients,
+            reload_dirs,
+            allow_remote_data: self.allow_remote_data.unwrap_or(false),
+            allow_remote_metrics: self.allow_remote_metrics.unwrap_or(false),
+        })
     }
 }
 

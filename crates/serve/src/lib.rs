@@ -1,5 +1,6 @@
 //! offload-serve: the rule engine as a ZeroMQ microservice. See docs/serve-protocol.md.
 
+pub mod auth;
 pub mod client;
 pub mod config;
 pub mod metrics;
@@ -19,6 +20,17 @@ pub fn serve(
     ready: impl FnOnce(&server::Served, &server::Config),
 ) -> Result<Vec<(&'static str, u64)>, String> {
     let r = settings.resolve()?;
+    for warning in server::check_exposure(&r.config)? {
+        eprintln!("{warning}");
+    }
+    let sec = &r.config.security;
+    if let (Some(ep), Some(_)) = (&r.config.control, &sec.curve) {
+        let names: Vec<&str> = sec.control_clients.iter().map(|k| k.name.as_str()).collect();
+        eprintln!("control {ep}: CURVE, admitting {}", names.join(", "));
+    }
+    if let Some(keys) = &sec.data_clients {
+        eprintln!("data endpoints: CURVE, admitting {} client keys", keys.len());
+    }
     serve_files(&r.ruletype, &r.rules, r.matcher, &r.config, stop, |s| ready(s, &r.config))
 }
 

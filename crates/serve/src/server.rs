@@ -14,9 +14,11 @@
 //! On SIGINT/SIGTERM (or `stop`), new requests get "shutting down", queued ones are finished and
 //! answered, then the threads exit.
 
+use crate::auth;
 use crate::protocol::{self, Payload, Reply, Stage, Status};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use offload_rules::{match_parallel, Engine, MatcherKind, PackedStrings, RawColumn, NO_MATCH};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -41,6 +43,84 @@ pub struct Config {
     /// Cross-request batching: queries per batch (0 = per request) and the wait for more (µs).
     pub batch_max_queries: u64,
     pub batch_timeout_us: u64,
+    /// Who may reach which socket, and what `reload` may read.
+    pub security: Security,
+}
+
+/// The daemon's security settings (docs/serve-protocol.md, "Security"). The default is the safe
+/// one: no CURVE, so every endpoint must be on loopback or IPC, and `reload` may not read files
+/// (a rule set can still be sent in the request).
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    /// The daemon's key pair: with it the control socket requires CURVE.
+    pub curve: Option<auth::CurveServer>,
+    /// Client keys admitted on the control socket.
+    pub control_clients: Vec<auth::ClientKey>,
+    /// Client keys admitted on the data endpoints; `Some` makes them require CURVE too.
+    pub data_clients: Option<Vec<auth::ClientKey>>,
+    /// Directories (canonical) a `reload` by path may read rule files from.
+    pub reload_dirs: Vec<std::path::PathBuf>,
+    /// Bind a data endpoint on the network without CURVE (answers and queries in clear text,
+    /// open to anyone who can reach it).
+    pub allow_remote_data: bool,
+    /// Serve the metrics page on a non-loopback address (counters only, no control).
+    pub allow_remote_metrics: bool,
+}
+
+/// Checks that every endpoint is as reachable as the security settings allow; returns warnings
+/// for what the user allowed explicitly, or the error that says how to do it properly.
+pub fn check_exposure(cfg: &Config) -> Result<Vec<String>, String> {
+    use auth::Reach::Network;
+    let sec = &cfg.security;
+    let mut warnings = Vec::new();
+    if let Some(ep) = cfg.control.as_deref().filter(|ep| auth::endpoint_reach(ep) == Network) {
+        if sec.curve.is_none() {
+            return Err(format!(
+                "refusing to bind the control endpoint {ep} without authentication: anyone who can reach it could \
+                 reload rules and change settings. Bind it to loopback or IPC (e.g. -c tcp://127.0.0.1:5556 or \
+                 -c ipc:///run/offload/control.sock), or turn on CURVE: `offload serve keys KEYS`, then \
+                 --curve-secret-key KEYS/server.key_secret --curve-client KEYS/client.key \
+                 (docs/serve-protocol.md, Security)"
+            ));
+        }
+    }
+    for ep in cfg.endpoints.iter().filter(|ep| auth::endpoint_reach(ep) == Network) {
+        if sec.data_clients.is_none() {
+            if !sec.allow_remote_data {
+                return Err(format!(
+                    "refusing to bind the data endpoint {ep} on the network without authentication: anyone who \
+                     can reach it could send queries and read the answers. Bind it to loopback or IPC, require \
+                     CURVE on it (--curve-data-client KEYS_OR_DIR, with --curve-secret-key and --curve-client), \
+                     or accept the risk explicitly with --allow-remote-data"
+                ));
+            }
+            warnings.push(format!(
+                "warning: data endpoint {ep} is open to the network without authentication or encryption \
+                 (--allow-remote-data)"
+            ));
+        }
+    }
+    if let Some(m) = &cfg.metrics {
+        let (addr, reach) = auth::metrics_address(m)?;
+        if reach == Network {
+            if !sec.allow_remote_metrics {
+                return Err(format!(
+                    "refusing to serve metrics on {addr}, off loopback: the page is readable by anyone who can \
+                     reach it. Use --metrics 127.0.0.1:PORT (or a bare port) behind your scraper's own proxy, \
+                     or accept it explicitly with --allow-remote-metrics"
+                ));
+            }
+            warnings.push(format!("warning: metrics at http://{addr}/metrics are readable by anyone who can reach it"));
+        }
+    }
+    if sec.data_clients.is_some() && sec.curve.is_none() {
+        return Err("CURVE on the data endpoints needs the daemon's key pair (--curve-secret-key)".into());
+    }
+    let curve_wanted = sec.curve.is_some();
+    if curve_wanted && !zmq::has("curve").unwrap_or(false) {
+        return Err(auth::no_curve());
+    }
+    Ok(warnings)
 }
 
 impl Default for Config {
@@ -55,6 +135,7 @@ impl Default for Config {
             metrics: None,
             batch_max_queries: 0,
             batch_timeout_us: 200,
+            security: Security::default(),
         }
     }
 }
@@ -74,6 +155,8 @@ pub struct Counters {
     pub unroutable: AtomicU64,
     /// Latency per stage of answered (Ok) requests.
     pub latency: crate::metrics::StageHistograms,
+    /// CURVE handshakes admitted and refused, per socket.
+    pub auth: Arc<auth::AuthCounters>,
 }
 
 impl Counters {
@@ -134,63 +217,148 @@ fn prometheus(counters: &Counters, current: &Current) -> String {
     let v = snapshot(current).version;
     out.push_str(&format!("# HELP offload_ruleset_version Rule-set version being served.\n# TYPE offload_ruleset_version gauge\noffload_ruleset_version {v}\n"));
     counters.latency.expose(&mut out);
+    out.push_str(
+        "# HELP offload_auth_total CURVE handshakes by socket and outcome.\n# TYPE offload_auth_total counter\n",
+    );
+    for (k, v) in counters.auth.snapshot() {
+        let (socket, outcome) = k.split_once('_').unwrap_or((k, ""));
+        out.push_str(&format!("offload_auth_total{{socket=\"{socket}\",outcome=\"{outcome}\"}} {v}\n"));
+    }
     out
 }
 
-/// Loads and compiles `rule_type` + `rules` as the version after `old`'s.
-fn rebuild(old: &Served, rule_type: &str, rules: &str) -> Result<(Served, f64), String> {
+/// Where a reload takes its rule set from.
+enum RuleSource {
+    /// Files on this machine, already checked to lie under a reload directory.
+    Files { rule_type: PathBuf, rules: PathBuf },
+    /// The files' bytes, sent by the control peer; the names stand for them in errors.
+    Sent { rule_type_name: PathBuf, rule_type: Vec<u8>, rules_name: PathBuf, rules: Vec<u8> },
+}
+
+/// Loads and compiles a rule set as the version after `old`'s. The error for files on this
+/// machine names the problem and where it is but quotes nothing of them (the peer may not read
+/// them; the daemon's log has the whole message); for sent files, whose text the peer has, it is
+/// the whole message.
+fn rebuild(old: &Served, source: RuleSource) -> Result<(Served, f64), String> {
     let t = Instant::now();
-    let rs =
-        offload_rules::load(std::path::Path::new(rule_type), std::path::Path::new(rules)).map_err(|e| e.to_string())?;
+    let rs = match source {
+        RuleSource::Files { rule_type, rules } => offload_rules::load(&rule_type, &rules).map_err(|e| {
+            eprintln!("reload failed: {e}");
+            e.without_content()
+        })?,
+        RuleSource::Sent { rule_type_name, rule_type, rules_name, rules } => {
+            offload_rules::parse(&rule_type_name, rule_type, &rules_name, rules).map_err(|e| e.to_string())?
+        }
+    };
     let engine = Engine::compile(Arc::new(rs), old.matcher);
     Ok((Served { engine, version: old.version + 1, matcher: old.matcher }, t.elapsed().as_secs_f64()))
 }
 
-/// Answers one control command: `stats`, or `reload` + newline + rule-type path + newline +
-/// rules path (run on another thread; the reply comes when the new version is live).
-fn control_command(
-    cmd: &str,
-    current: &Current,
-    counters: &Arc<Counters>,
-    policy: &BatchPolicy,
-) -> Result<String, std::sync::mpsc::Receiver<String>> {
-    let mut lines = cmd.lines();
-    match lines.next().map(str::trim) {
-        Some("stats") => {
-            let s = snapshot(current);
-            let mut m = serde_json::Map::new();
-            m.insert("version".into(), s.version.into());
-            m.insert("rules".into(), s.engine.rules().len().into());
-            m.insert("matcher".into(), s.matcher.to_string().into());
-            for (k, v) in counters.snapshot() {
-                m.insert(k.into(), v.into());
+/// A rule file a control peer named for `reload`: a relative path is taken under the first
+/// reload directory; with `..` and symbolic links resolved, it must be a file under one of
+/// them. The error is the same whether or not a file outside exists.
+fn reload_path(dirs: &[PathBuf], given: &str) -> Result<PathBuf, String> {
+    let send = "send the files themselves instead (offload serve reload --send)";
+    let Some(first) = dirs.first() else {
+        return Err(format!("reload by path is off (no reload directory): {send}"));
+    };
+    let refused = || format!("{given:?} is not a rule file under the daemon's reload directories: {send}");
+    let real = first.join(given.trim()).canonicalize().map_err(|_| refused())?;
+    if real.is_file() && dirs.iter().any(|d| real.starts_with(d)) {
+        Ok(real)
+    } else {
+        Err(refused())
+    }
+}
+
+/// Builds the new version on its own thread and swaps it in; the receiver gets the answer.
+fn spawn_reload(current: &Current, source: RuleSource) -> std::sync::mpsc::Receiver<String> {
+    let current = current.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let old = snapshot(&current);
+        let answer = match rebuild(&old, source) {
+            Ok((new, secs)) => {
+                let (version, n) = (new.version, new.engine.rules().len());
+                *current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
+                serde_json::json!({"ok": true, "version": version, "rules": n, "load_compile_s": secs})
             }
-            m.insert("latency".into(), counters.latency.summary());
-            m.insert("batch_max_queries".into(), policy.max_queries.load(Ordering::Relaxed).into());
-            m.insert("batch_timeout_us".into(), policy.timeout_us.load(Ordering::Relaxed).into());
-            Ok(serde_json::Value::Object(m).to_string())
-        }
+            Err(e) => serde_json::json!({"ok": false, "error": e, "version": old.version}),
+        };
+        let _ = tx.send(answer.to_string());
+    });
+    rx
+}
+
+/// The `stats` answer: version, counters, latency quantiles, batching knobs, security.
+fn stats(current: &Current, counters: &Counters, policy: &BatchPolicy, security: &Security) -> String {
+    let s = snapshot(current);
+    let mut m = serde_json::Map::new();
+    m.insert("version".into(), s.version.into());
+    m.insert("rules".into(), s.engine.rules().len().into());
+    m.insert("matcher".into(), s.matcher.to_string().into());
+    for (k, v) in counters.snapshot() {
+        m.insert(k.into(), v.into());
+    }
+    m.insert("latency".into(), counters.latency.summary());
+    m.insert("batch_max_queries".into(), policy.max_queries.load(Ordering::Relaxed).into());
+    m.insert("batch_timeout_us".into(), policy.timeout_us.load(Ordering::Relaxed).into());
+    let mut auth: serde_json::Map<String, serde_json::Value> =
+        counters.auth.snapshot().into_iter().map(|(k, v)| (k.to_string(), v.into())).collect();
+    let mechanism = |on: bool| if on { "curve" } else { "none" };
+    auth.insert("control".into(), mechanism(security.curve.is_some()).into());
+    auth.insert("data".into(), mechanism(security.data_clients.is_some()).into());
+    let last = counters.auth.last_refused.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    auth.insert("last_refused_address".into(), last.into());
+    m.insert("auth".into(), auth.into());
+    serde_json::Value::Object(m).to_string()
+}
+
+/// Answers one control command, a multipart message: `stats`; `set KEY VALUE`; `reload`,
+/// newline, rule-type path, newline, rules path (files under the reload directories); or
+/// `reload-inline`, newline, rule-type name, newline, rules name, then two frames with the two
+/// files' bytes. A reload runs on another thread: the receiver gets its answer once the new
+/// version is live.
+fn control_command(
+    frames: Vec<Vec<u8>>,
+    current: &Current,
+    counters: &Counters,
+    policy: &BatchPolicy,
+    security: &Security,
+) -> Result<String, std::sync::mpsc::Receiver<String>> {
+    let mut frames = frames.into_iter();
+    let head = frames.next().unwrap_or_default();
+    let head = String::from_utf8_lossy(&head);
+    let mut lines = head.lines();
+    let failed =
+        |e: &str| Ok(serde_json::json!({"ok": false, "error": e, "version": snapshot(current).version}).to_string());
+    match lines.next().map(str::trim) {
+        Some("stats") => Ok(stats(current, counters, policy, security)),
         Some("reload") => {
             let (Some(rt), Some(rules)) = (lines.next(), lines.next()) else {
-                return Ok(
-                    r#"{"ok":false,"error":"reload needs a rule-type path and a rules path, one per line"}"#.into()
+                return failed("reload needs a rule-type path and a rules path, one per line");
+            };
+            match (reload_path(&security.reload_dirs, rt), reload_path(&security.reload_dirs, rules)) {
+                (Ok(rule_type), Ok(rules)) => Err(spawn_reload(current, RuleSource::Files { rule_type, rules })),
+                (Err(e), _) | (_, Err(e)) => failed(&e),
+            }
+        }
+        Some("reload-inline") => {
+            let (Some(rt), Some(rules), Some(rt_bytes), Some(rules_bytes)) =
+                (lines.next(), lines.next(), frames.next(), frames.next())
+            else {
+                return failed(
+                    "reload-inline needs the rule-type and rules file names, one per line, then the two files' \
+                     bytes as two more frames",
                 );
             };
-            let (rt, rules, current) = (rt.trim().to_string(), rules.trim().to_string(), current.clone());
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                let old = snapshot(&current);
-                let answer = match rebuild(&old, &rt, &rules) {
-                    Ok((new, secs)) => {
-                        let (version, n) = (new.version, new.engine.rules().len());
-                        *current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
-                        serde_json::json!({"ok": true, "version": version, "rules": n, "load_compile_s": secs})
-                    }
-                    Err(e) => serde_json::json!({"ok": false, "error": e, "version": old.version}),
-                };
-                let _ = tx.send(answer.to_string());
-            });
-            Err(rx)
+            let source = RuleSource::Sent {
+                rule_type_name: rt.trim().into(),
+                rule_type: rt_bytes,
+                rules_name: rules.trim().into(),
+                rules: rules_bytes,
+            };
+            Err(spawn_reload(current, source))
         }
         Some(set) if set.starts_with("set ") => {
             // `set batch_max_queries N` / `set batch_timeout_us N`: takes effect at the next batch.
@@ -214,7 +382,7 @@ fn control_command(
                 }
             }
         }
-        _ => Ok(r#"{"ok":false,"error":"unknown command; expected stats, reload or set"}"#.into()),
+        _ => Ok(r#"{"ok":false,"error":"unknown command; expected stats, reload, reload-inline or set"}"#.into()),
     }
 }
 
@@ -234,27 +402,26 @@ fn zerr(what: &str, e: zmq::Error) -> String {
 
 /// Serves until `stop` becomes true; returns the final counters.
 pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<Counters>, String> {
+    check_exposure(cfg)?;
+    let sec = &cfg.security;
+    let counters = Arc::new(Counters::default());
     let ctx = zmq::Context::new();
+    // Declared before the sockets, so dropped after them: no CURVE socket outlives its handler.
+    let _zap = start_zap(&ctx, sec, &counters)?;
     let front = ctx.socket(zmq::ROUTER).map_err(|e| zerr("ROUTER socket", e))?;
     front.set_router_mandatory(true).map_err(|e| zerr("ROUTER_MANDATORY", e))?;
     front.set_linger(0).map_err(|e| zerr("linger", e))?;
+    if let (Some(curve), Some(_)) = (&sec.curve, &sec.data_clients) {
+        curve.apply(&front, auth::DATA_DOMAIN)?;
+    }
     for ep in &cfg.endpoints {
         front.bind(ep).map_err(|e| zerr(&format!("bind {ep}"), e))?;
     }
     let back = ctx.socket(zmq::PULL).map_err(|e| zerr("PULL socket", e))?;
     back.bind("inproc://offload-replies").map_err(|e| zerr("bind inproc", e))?;
-    let control = match &cfg.control {
-        Some(ep) => {
-            let s = ctx.socket(zmq::REP).map_err(|e| zerr("REP socket", e))?;
-            s.set_linger(0).map_err(|e| zerr("linger", e))?;
-            s.bind(ep).map_err(|e| zerr(&format!("bind {ep}"), e))?;
-            Some(s)
-        }
-        None => None,
-    };
+    let control = cfg.control.as_deref().map(|ep| bind_control(&ctx, ep, sec)).transpose()?;
     let mut pending_reload: Option<std::sync::mpsc::Receiver<String>> = None;
 
-    let counters = Arc::new(Counters::default());
     let policy = Arc::new(BatchPolicy {
         max_queries: AtomicU64::new(cfg.batch_max_queries),
         timeout_us: AtomicU64::new(cfg.batch_timeout_us),
@@ -262,7 +429,8 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
     let metrics_thread = match &cfg.metrics {
         Some(addr) => {
             let (counters, current) = (counters.clone(), current.clone());
-            Some(crate::metrics::serve_http(addr, stop.clone(), move || prometheus(&counters, &current))?)
+            let (addr, _) = auth::metrics_address(addr)?;
+            Some(crate::metrics::serve_http(&addr, stop.clone(), move || prometheus(&counters, &current))?)
         }
         None => None,
     };
@@ -315,6 +483,8 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
             while let Ok(parts) = recv_frames(&back) {
                 send_frames(&front, parts, &counters);
             }
+            // Give the last replies time to leave before the socket closes (nothing accepted is lost).
+            let _ = front.set_linger(1000);
             break;
         }
         // The control socket is read only while no reload answer is owed (REP: one at a time).
@@ -335,8 +505,8 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
         }
         if items.get(2).is_some_and(|i| i.is_readable()) {
             if let Some(c) = &control {
-                if let Ok(msg) = c.recv_bytes(zmq::DONTWAIT) {
-                    match control_command(&String::from_utf8_lossy(&msg), &current, &counters, &policy) {
+                if let Ok(frames) = c.recv_multipart(zmq::DONTWAIT) {
+                    match control_command(frames, &current, &counters, &policy, sec) {
                         Ok(answer) => {
                             let _ = c.send(answer.as_bytes(), 0);
                         }
@@ -380,6 +550,42 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
         let _ = t.join();
     }
     Ok(counters)
+}
+
+/// Starts the ZAP handler when any socket uses CURVE: the control socket admits
+/// `control_clients`, the data endpoints `data_clients`.
+fn start_zap(ctx: &zmq::Context, sec: &Security, counters: &Counters) -> Result<Option<auth::Zap>, String> {
+    if sec.curve.is_none() {
+        return Ok(None);
+    }
+    let mut allowed = std::collections::HashMap::new();
+    allowed.insert(auth::CONTROL_DOMAIN.to_string(), sec.control_clients.clone());
+    if let Some(d) = &sec.data_clients {
+        allowed.insert(auth::DATA_DOMAIN.to_string(), d.clone());
+    }
+    auth::Zap::start(ctx, allowed, counters.auth.clone()).map(Some)
+}
+
+/// Largest control message accepted (a rule set sent with `reload-inline` is one frame).
+const CONTROL_MAX_BYTES: i64 = 1 << 30;
+
+/// Binds the control socket: REP, CURVE when the daemon has a key pair, and an IPC socket file
+/// only its owner may open.
+fn bind_control(ctx: &zmq::Context, ep: &str, sec: &Security) -> Result<zmq::Socket, String> {
+    let s = ctx.socket(zmq::REP).map_err(|e| zerr("REP socket", e))?;
+    s.set_linger(0).map_err(|e| zerr("linger", e))?;
+    s.set_maxmsgsize(CONTROL_MAX_BYTES).map_err(|e| zerr("maxmsgsize", e))?;
+    if let Some(curve) = &sec.curve {
+        curve.apply(&s, auth::CONTROL_DOMAIN)?;
+    }
+    s.bind(ep).map_err(|e| zerr(&format!("bind {ep}"), e))?;
+    #[cfg(unix)]
+    if let Some(path) = ep.strip_prefix("ipc://").filter(|p| !p.starts_with('@')) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("control socket {path}: {e}"))?;
+    }
+    Ok(s)
 }
 
 /// A multipart message: the ROUTER envelope (client identity, and the empty delimiter of a REQ

@@ -2,39 +2,17 @@
 //! in-process matcher for raw and pre-encoded queries, early stop returns a prefix, and the same
 //! client reconnects across a daemon restart. Every wait is bounded.
 
-use offload_rules::{Engine, MatcherKind, RawColumn, NO_MATCH};
+mod common;
+
+use common::{engine, in_process, queries};
+use offload_rules::{MatcherKind, NO_MATCH};
 use offload_serve::client::{Client, ClientError, Query};
 use offload_serve::protocol::Status;
 use offload_serve::server::{self, Config, Served};
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/examples/mct-mini").join(name)
-}
-
-fn engine() -> Engine {
-    let rs = offload_rules::load(&example("ruletype.toml"), &example("rules.csv")).unwrap();
-    Engine::compile(Arc::new(rs), MatcherKind::Fast)
-}
-
-/// The example queries as raw columns, repeated `times` (so requests are not tiny).
-fn queries(engine: &Engine, times: usize) -> Vec<Vec<String>> {
-    let q = offload_rules::queries::load_queries(&engine.rules().rule_type, &example("queries.csv")).unwrap();
-    q.columns.iter().map(|c| (0..times).flat_map(|_| c.iter().map(str::to_string)).collect()).collect()
-}
-
-fn in_process(engine: &Engine, cols: &[Vec<String>]) -> (Vec<u32>, Vec<u32>) {
-    let views: Vec<Vec<&str>> = cols.iter().map(|c| c.iter().map(String::as_str).collect()).collect();
-    let raw: Vec<RawColumn> = views.into_iter().map(RawColumn::Str).collect();
-    let codes = engine.encoder.encode_columns(&raw).unwrap();
-    let mut rule = vec![NO_MATCH; cols[0].len()];
-    engine.matcher.match_batch(&codes, &mut rule);
-    (codes, rule)
-}
 
 struct Daemon {
     stop: Arc<AtomicBool>,

@@ -32,17 +32,25 @@ def cost(
         Path, typer.Argument(help="Scenario TOML: workload, accelerator, deployments (see docs/plan.md).")
     ],
     catalog: Annotated[
-        Path | None, typer.Option(help="Price catalog TOML (default: the scenario's, else the bundled one).")
+        Path | None, typer.Option(help="Price catalog TOML. [default: the scenario's, else the bundled one]")
     ] = None,
     offload_share: Annotated[
-        float | None, typer.Option(help="Override the share of CPU time the accelerator takes over (0-1).")
+        float | None,
+        typer.Option(
+            help="Override the share of CPU time the accelerator takes over (0-1). [default: the scenario's]"
+        ),
     ] = None,
     cpu_servers: Annotated[
-        float | None, typer.Option(help="Override the CPU-only servers that carry the load.")
+        float | None,
+        typer.Option(help="Override the CPU-only servers that carry the load. [default: the scenario's]"),
     ] = None,
-    rounding: Annotated[str | None, typer.Option(help="Override unit rounding: up or nearest.")] = None,
+    rounding: Annotated[
+        str | None, typer.Option(help="Override unit rounding: up or nearest. [default: the scenario's]")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")] = False,
-    out: Annotated[Path | None, typer.Option(help="Also write the JSON here (for `offload report`).")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Also write the JSON here (for `offload report`). [default: none]")
+    ] = None,
     explain: Annotated[bool, typer.Option(help="Show each deployment's arithmetic under the table.")] = True,
 ) -> None:
     """Servers or instances each deployment needs and their cost, side by side.
@@ -121,16 +129,22 @@ def cost(
 @app.command()
 def simulate(
     costs: Annotated[
-        Path | None, typer.Option(help="TOML with a [costs] table of stage costs (see docs/plan.md).")
+        Path | None,
+        typer.Option(
+            help="A [costs] table of stage costs, TOML (docs/plan.md). [default: none: give --calibration]"
+        ),
     ] = None,
     calibration: Annotated[
-        Path | None, typer.Option(help="Costs from `offload plan calibrate` (predictions quote its error).")
+        Path | None,
+        typer.Option(
+            help="Costs from `offload plan calibrate` (predictions quote its error). [default: none]"
+        ),
     ] = None,
     preset: Annotated[
         str | None,
         typer.Option(
             help="What-if kernel: a bundled preset (erbium-fpga, gpu-estimate, cxl-like, network-attached) "
-            "or a TOML file; replaces the kernel side of the costs."
+            "or a TOML file; replaces the kernel side of the costs. [default: none: the CPU kernel]"
         ),
     ] = None,
     p: Annotated[int, typer.Option("--p", help="Client processes (closed loop).")] = 1,
@@ -145,7 +159,10 @@ def simulate(
     rate: Annotated[float, typer.Option(help="Open loop: requests/s.")] = 1000.0,
     sizes: Annotated[str, typer.Option(help="Queries per request to draw from, comma-separated.")] = "1",
     trace: Annotated[
-        Path | None, typer.Option(help="Draw request sizes from a trace directory's requests.csv instead.")
+        Path | None,
+        typer.Option(
+            help="Draw request sizes from a trace directory's requests.csv instead. [default: none]"
+        ),
     ] = None,
     duration: Annotated[float, typer.Option(help="Simulated seconds measured.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Random seed (the result is deterministic per seed).")] = 1,
@@ -237,7 +254,9 @@ def calibrate(
     cpus: Annotated[int, typer.Option(help="Cores of the measured machine (0: this machine's).")] = 0,
     profile: Annotated[
         Path | None,
-        typer.Option(help="`offload probe` profile: its ZeroMQ ipc round trip is time that only waits."),
+        typer.Option(
+            help="`offload probe` profile: its ZeroMQ ipc round trip is time that only waits. [default: none]"
+        ),
     ] = None,
 ) -> None:
     """Fit the simulator's stage costs to measured runs and report predicted vs measured
@@ -293,13 +312,26 @@ def calibrate(
 
 @app.command()
 def recommend(
-    sweep: Annotated[list[Path] | None, typer.Option(help="Measured `offload sweep` JSON (repeats).")] = None,
-    calibration: Annotated[
-        Path | None, typer.Option(help="Also simulate a grid with these calibrated costs.")
+    sweep: Annotated[
+        list[Path] | None, typer.Option(help="Measured `offload sweep` JSON (repeats). [default: none]")
     ] = None,
-    preset: Annotated[str | None, typer.Option(help="What-if kernel preset for the simulated grid.")] = None,
+    calibration: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also simulate a grid with these calibrated costs. [default: none: measured rows only]"
+        ),
+    ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help="What-if kernel preset for the simulated grid. [default: the calibrated CPU kernel]"
+        ),
+    ] = None,
     trace: Annotated[
-        Path | None, typer.Option(help="Trace directory (requests.csv) whose request sizes the grid replays.")
+        Path | None,
+        typer.Option(
+            help="Trace directory (requests.csv) whose request sizes the grid replays. [default: none]"
+        ),
     ] = None,
     p: Annotated[str, typer.Option("--p", help="Simulated grid: client processes.")] = "1,2,4,8",
     w: Annotated[str, typer.Option("--w", help="Simulated grid: workers.")] = "1,2,4",
@@ -307,8 +339,12 @@ def recommend(
     e: Annotated[str, typer.Option("--e", help="Simulated grid: engines per executor.")] = "1",
     batch: Annotated[str, typer.Option(help="Simulated grid: batch sizes (0 = per request).")] = "0",
     cpus: Annotated[int, typer.Option(help="Simulated host cores (0: the calibration's).")] = 0,
-    p99_us: Annotated[float | None, typer.Option(help="Q1: most throughput with p99 under (µs).")] = None,
-    target_qps: Annotated[float | None, typer.Option(help="Q2: lowest p99 with at least this (q/s).")] = None,
+    p99_us: Annotated[
+        float | None, typer.Option(help="Q1: most throughput with p99 under (µs). [default: not asked]")
+    ] = None,
+    target_qps: Annotated[
+        float | None, typer.Option(help="Q2: lowest p99 with at least this (q/s). [default: not asked]")
+    ] = None,
     out: Annotated[Path, typer.Option(help="JSON to write (the Pareto plot goes next to it, .png).")] = Path(
         "recommend.json"
     ),
@@ -412,8 +448,12 @@ def fleet(
     k: Annotated[int, typer.Option("--k", help="Kernel executors per node.")] = 4,
     e: Annotated[int, typer.Option("--e", help="Engines per executor.")] = 1,
     cpus: Annotated[int, typer.Option(help="Cores per node (0: the item's vCPUs).")] = 0,
-    preset: Annotated[str | None, typer.Option(help="What-if kernel preset per node.")] = None,
-    catalog: Annotated[Path | None, typer.Option(help="Price catalog TOML (default: bundled).")] = None,
+    preset: Annotated[
+        str | None, typer.Option(help="What-if kernel preset per node. [default: the calibrated CPU kernel]")
+    ] = None,
+    catalog: Annotated[
+        Path | None, typer.Option(help="Price catalog TOML. [default: the bundled one]")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Simulate one node, then size and price the fleet that carries a workload — fleet scale

@@ -15,6 +15,7 @@ import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -24,11 +25,37 @@ import zmq
 from offload import _native
 from offload.rules import NO_MATCH, _to_column
 
-__all__ = ["AsyncClient", "Client", "ServeError", "ServeReply"]
+__all__ = ["AsyncClient", "Client", "CurveKeys", "ServeError", "ServeReply"]
 
 
 class ServeError(RuntimeError):
     """The service did not answer in time, or answered with something unreadable."""
+
+
+@dataclass(frozen=True)
+class CurveKeys:
+    """What a client needs to reach a socket that requires CURVE (docs/serve-protocol.md,
+    "Security"): the daemon's public key file (``server.key``) and this client's secret key file
+    (``NAME.key_secret``, whose public half the daemon admits). Files from ``offload serve keys``.
+
+    >>> keys = CurveKeys("keys/server.key", "keys/ops.key_secret")
+    >>> Client("tcp://10.0.0.5:5555", criteria=codes, curve=keys)
+    """
+
+    server_key: str | Path
+    client_key: str | Path
+
+    def apply(self, sock: zmq.Socket[Any]) -> None:
+        """Makes ``sock`` a CURVE client; call before connecting."""
+        if not zmq.has("curve"):
+            raise ServeError("this pyzmq's libzmq has no CURVE support")
+        server, _ = _native.read_curve_key(str(self.server_key))
+        public, secret = _native.read_curve_key(str(self.client_key))
+        if secret is None:
+            raise ValueError(f"{self.client_key}: holds no secret key (give NAME.key_secret, not NAME.key)")
+        sock.curve_serverkey = server.encode()
+        sock.curve_publickey = public.encode()
+        sock.curve_secretkey = secret.encode()
 
 
 @dataclass(frozen=True)
@@ -73,7 +100,8 @@ def _decode(frame: bytes, t0: float) -> ServeReply:
 class Client:
     """A synchronous client (one request in flight). ZeroMQ reconnects by itself, so a client
     survives a daemon restart; a reply that does not come within ``timeout_s`` raises
-    :class:`ServeError` and a late one is discarded by its request id."""
+    :class:`ServeError` and a late one is discarded by its request id. ``curve``: the keys for
+    data endpoints that require CURVE (a key the daemon does not admit shows as a timeout)."""
 
     def __init__(
         self,
@@ -81,6 +109,7 @@ class Client:
         criteria: Sequence[str] | None = None,
         timeout_s: float = 10.0,
         context: zmq.Context[Any] | None = None,
+        curve: CurveKeys | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.criteria = list(criteria) if criteria is not None else None
@@ -88,6 +117,8 @@ class Client:
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            curve.apply(self._sock)
         self._sock.connect(endpoint)
         self._ids = itertools.count(1)
 
@@ -158,7 +189,13 @@ class AsyncClient:
     ...     replies = await asyncio.gather(*(c.match(q) for q in batches))
     """
 
-    def __init__(self, endpoint: str, criteria: Sequence[str] | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        criteria: Sequence[str] | None = None,
+        timeout_s: float = 10.0,
+        curve: CurveKeys | None = None,
+    ) -> None:
         import asyncio
 
         import zmq.asyncio
@@ -170,6 +207,8 @@ class AsyncClient:
         self._ctx = zmq.asyncio.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            curve.apply(self._sock)  # type: ignore[arg-type]
         self._sock.connect(endpoint)
         self._waiting: dict[int, tuple[asyncio.Future[ServeReply], float]] = {}
         self._reader: asyncio.Task[None] | None = None

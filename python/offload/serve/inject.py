@@ -25,6 +25,7 @@ import numpy as np
 import zmq
 
 from offload.rules.bench import machine
+from offload.serve import CurveKeys
 
 # Requests one client process sends at most in a run.
 MAX_REQUESTS = 1_000_000
@@ -83,8 +84,10 @@ def _frames(trace: Trace, which: list[int], early_stop: bool) -> list[tuple[int,
     return out
 
 
-def _client(args: tuple[str, Trace, list[int], str, float, float, bool, Any, Any, list[int] | None]) -> None:
-    endpoint, trace, which, mode, rate, duration, early_stop, queue, go, cpus = args
+def _client(
+    args: tuple[str, Trace, list[int], str, float, float, bool, Any, Any, list[int] | None, CurveKeys | None],
+) -> None:
+    endpoint, trace, which, mode, rate, duration, early_stop, queue, go, cpus, curve = args
     from offload import _native
 
     if cpus:
@@ -94,6 +97,8 @@ def _client(args: tuple[str, Trace, list[int], str, float, float, bool, Any, Any
     ctx = zmq.Context()
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        curve.apply(s)
     s.connect(endpoint)
     records: list[tuple[float, int, int, str, dict[str, int]]] = []  # rtt_s, n, answered, status, stages
     sent: dict[int, tuple[float, int]] = {}
@@ -148,9 +153,11 @@ def run(
     duration: float = 5.0,
     early_stop: bool = False,
     cpus: list[int] | None = None,
+    curve: CurveKeys | None = None,
 ) -> dict[str, Any]:
     """Replays the trace; `rate` is requests/s over all processes (open loop). With `cpus`, the
-    client processes run only on those CPUs (to keep them off the daemon's)."""
+    client processes run only on those CPUs (to keep them off the daemon's); with `curve`, they
+    connect with CURVE (for data endpoints that require it)."""
     if mode not in ("closed", "open"):
         raise ValueError("mode is closed or open")
     p = max(1, processes)
@@ -161,7 +168,7 @@ def run(
     procs = [
         ctx.Process(
             target=_client,
-            args=((endpoint, trace, share, mode, rate / p, duration, early_stop, q, go, cpus),),
+            args=((endpoint, trace, share, mode, rate / p, duration, early_stop, q, go, cpus, curve),),
         )
         for share in shares
     ]
@@ -188,6 +195,7 @@ def run(
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "endpoint": endpoint,
+        "curve": curve is not None,
         "processes": p,
         "mode": mode,
         "target_rate_rps": rate if mode == "open" else None,
