@@ -55,6 +55,8 @@ bench: develop bench-tools
 		--queries $(BENCH_DATA)/queries.csv --out build/bench/rules-100k.json
 	python benches/serve_bench.py --ruletype $(BENCH_DATA)/ruletype.xml --rules $(BENCH_DATA)/rules.csv \
 		--queries $(BENCH_DATA)/queries.csv --out build/bench/serve-100k.json
+	python benches/serve_curve.py --ruletype $(BENCH_DATA)/ruletype.xml --rules $(BENCH_DATA)/rules.csv \
+		--trace $(BENCH_DATA) --out build/bench/serve-curve-100k.json
 	mkdir -p build/probe && offload probe --dir build/probe --out build/bench/probe-full.json
 	python benches/probe_compare.py --dir build/probe --out build/bench/probe-compare.json
 	offload sweep --ruletype $(BENCH_DATA)/ruletype.xml --rules $(BENCH_DATA)/rules.csv --trace $(BENCH_DATA) \

@@ -3,8 +3,9 @@
 Synthesises a realistic MCT rule set and a search-engine trace, compiles it with every matcher,
 matches the trace, checks that the matchers agree, and prints throughput plus a few explained
 answers. Then it starts the service (`offload serve`), replays the trace through it with the
-injector, prints throughput, latency and the per-stage breakdown, and runs a small sweep with
-its Pareto plot, runs the quick probe of the channels (memory, IPC, ZeroMQ, io_uring), calibrates
+injector, prints throughput, latency and the per-stage breakdown, shows its control socket
+refusing a peer without CURVE keys and answering the operator's, runs a small sweep with its
+Pareto plot, runs the quick probe of the channels (memory, IPC, ZeroMQ, io_uring), calibrates
 the pipeline simulator on the sweep, recommends a configuration, prices the seed's deployments,
 and ends by writing the HTML report.
 Results go to ``<out>/demo.json`` and the plots next to it.
@@ -61,11 +62,17 @@ def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[
     console.rule("the rule engine as a service (offload serve + offload inject)")
     trace = inject.load_trace(Path(paths["queries"]).parent, rs.criterion_codes)
     endpoint = f"ipc://{out.resolve()}/demo-serve.sock"
+    keys, control = _demo_keys(out), f"tcp://127.0.0.1:{_free_port()}"
     with console.status("starting offload serve (2w 1k 1e) and replaying the trace with 2 client processes"):
-        proc = daemon.start(*daemon.rule_flags(paths["ruletype"], paths["rules"]), "-e", endpoint)
+        proc = daemon.start(
+            *daemon.rule_flags(paths["ruletype"], paths["rules"]), "-e", endpoint, "-c", control,
+            "--curve-secret-key", str(keys / "server.key_secret"),
+            "--curve-client", str(keys / "operator.key"),
+        )  # fmt: skip
         try:
             replay = inject.run(endpoint, trace, processes=2, mode="closed", duration=3.0)
             opened = inject.run(endpoint, trace, processes=2, mode="open", rate=1000, duration=3.0)
+            security = _control_with_keys(control, keys)
         finally:
             daemon.stop(proc)
     t = Table(title="trace replay (user requests as traced: raw values, encoded by the service)")
@@ -97,7 +104,48 @@ def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[
         + f". Most throughput with p99 <= 5 ms: {best['label'] if best else 'none'}"
     )  # fmt: skip
     console.print(f"wrote {breakdown} (stage breakdown by size) and {out / 'serve-sweep.png'} (Pareto)")
-    return {"replay": replay, "open_loop": opened, "sweep": summary}
+    return {"replay": replay, "open_loop": opened, "sweep": summary, "security": security}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _demo_keys(out: Path) -> Path:
+    """CURVE key pairs for the daemon and an operator (`offload serve keys`)."""
+    from offload import _native
+
+    keys = out / "keys"
+    for name in ("server", "operator"):
+        _native.curve_key_pair(str(keys), name, True)
+    return keys
+
+
+def _control_with_keys(control: str, keys: Path) -> dict[str, Any]:
+    """The control socket requires CURVE: a peer without keys gets nothing, the operator's key
+    gets the counters."""
+    from offload.serve import CurveKeys
+    from offload.serve.cli import control_request
+
+    try:
+        control_request(control, "stats", 0.5)
+        refused = False
+    except TimeoutError:
+        refused = True
+    stats = control_request(
+        control, "stats", 10, CurveKeys(keys / "server.key", keys / "operator.key_secret")
+    )
+    console.print(
+        f"control socket {control} requires CURVE: without keys {'no answer' if refused else 'ANSWERED'}; "
+        f"with the operator's key: version {stats['version']}, {stats['requests']:,} requests served, "
+        f"{stats['auth']['control_ok']} handshake(s) admitted (keys in {keys}; "
+        "docs/serve-protocol.md#security)"
+    )
+    return {"keyless_refused": refused, "auth": stats["auth"]}
 
 
 def _probe_section(out: Path) -> dict[str, Any]:

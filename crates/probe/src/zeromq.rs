@@ -39,11 +39,24 @@ fn zerr(what: &str) -> impl Fn(zmq::Error) -> String + '_ {
     move |e| format!("zeromq {what}: {e}")
 }
 
-/// Binds `sock` and returns the address peers connect to (the chosen port for `tcp://…:*`).
-fn bind(sock: &zmq::Socket, ep: &str) -> Result<String, String> {
+/// Binds `sock` and returns the address peers connect to (the chosen port for `tcp://…:*`),
+/// and the guard that removes an IPC socket file once the measurement is over.
+fn bind(sock: &zmq::Socket, ep: &str) -> Result<(String, IpcFile), String> {
     sock.bind(ep).map_err(zerr("bind"))?;
+    let file = IpcFile(ep.strip_prefix("ipc://").filter(|p| !p.starts_with('@')).map(Into::into));
     let last = sock.get_last_endpoint().map_err(zerr("last endpoint"))?;
-    Ok(last.unwrap_or_else(|raw| String::from_utf8_lossy(&raw).into_owned()))
+    Ok((last.unwrap_or_else(|raw| String::from_utf8_lossy(&raw).into_owned()), file))
+}
+
+/// Removes a bound IPC endpoint's socket file when dropped: libzmq leaves it behind.
+struct IpcFile(Option<std::path::PathBuf>);
+
+impl Drop for IpcFile {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// A new message of `n` bytes exactly as libzmq's perf senders make it: `zmq_msg_init_size`,
@@ -177,7 +190,7 @@ pub fn round_trip(
 ) -> Result<Channel, String> {
     let ctx = zmq::Context::new();
     let req = timed_socket(&ctx, zmq::REQ)?;
-    let addr = bind(&req, &endpoint(transport, "lat", dir))?;
+    let (addr, _file) = bind(&req, &endpoint(transport, "lat", dir))?;
     let running = start_peer(peer, transport, &ctx, "echo", &addr, "-")?;
     let mut err = None;
     let mut points = Vec::new();
@@ -222,9 +235,9 @@ pub fn stream(
 ) -> Result<Channel, String> {
     let ctx = zmq::Context::new();
     let pull = timed_socket(&ctx, zmq::PULL)?;
-    let addr = bind(&pull, &endpoint(transport, "thr", dir))?;
+    let (addr, _file) = bind(&pull, &endpoint(transport, "thr", dir))?;
     let ctl = timed_socket(&ctx, zmq::PAIR)?;
-    let ctl_addr = bind(&ctl, &endpoint(transport, "ctl", dir))?;
+    let (ctl_addr, _ctl_file) = bind(&ctl, &endpoint(transport, "ctl", dir))?;
     let running = start_peer(peer, transport, &ctx, "send", &addr, &ctl_addr)?;
     let mut points = Vec::new();
     let result = (|| {

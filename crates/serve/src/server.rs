@@ -408,6 +408,8 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
     let ctx = zmq::Context::new();
     // Declared before the sockets, so dropped after them: no CURVE socket outlives its handler.
     let _zap = start_zap(&ctx, sec, &counters)?;
+    // Removes the IPC socket files this daemon bound once it stops (libzmq leaves them).
+    let mut socket_files: Vec<IpcFile> = Vec::new();
     let front = ctx.socket(zmq::ROUTER).map_err(|e| zerr("ROUTER socket", e))?;
     front.set_router_mandatory(true).map_err(|e| zerr("ROUTER_MANDATORY", e))?;
     front.set_linger(0).map_err(|e| zerr("linger", e))?;
@@ -416,10 +418,12 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
     }
     for ep in &cfg.endpoints {
         front.bind(ep).map_err(|e| zerr(&format!("bind {ep}"), e))?;
+        socket_files.push(IpcFile::of(ep));
     }
     let back = ctx.socket(zmq::PULL).map_err(|e| zerr("PULL socket", e))?;
     back.bind("inproc://offload-replies").map_err(|e| zerr("bind inproc", e))?;
     let control = cfg.control.as_deref().map(|ep| bind_control(&ctx, ep, sec)).transpose()?;
+    socket_files.extend(cfg.control.as_deref().map(IpcFile::of));
     let mut pending_reload: Option<std::sync::mpsc::Receiver<String>> = None;
 
     let policy = Arc::new(BatchPolicy {
@@ -564,6 +568,23 @@ fn start_zap(ctx: &zmq::Context, sec: &Security, counters: &Counters) -> Result<
         allowed.insert(auth::DATA_DOMAIN.to_string(), d.clone());
     }
     auth::Zap::start(ctx, allowed, counters.auth.clone()).map(Some)
+}
+
+/// Removes a bound IPC endpoint's socket file when dropped (nothing for other transports).
+struct IpcFile(Option<PathBuf>);
+
+impl IpcFile {
+    fn of(endpoint: &str) -> IpcFile {
+        IpcFile(endpoint.strip_prefix("ipc://").filter(|p| !p.starts_with('@')).map(PathBuf::from))
+    }
+}
+
+impl Drop for IpcFile {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// Largest control message accepted (a rule set sent with `reload-inline` is one frame).

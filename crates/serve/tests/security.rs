@@ -213,6 +213,8 @@ fn reload_reads_only_under_its_directories_and_never_returns_file_contents() {
     let r = client::control(&control, &[b"reload-inline\nmine.toml\nmine.csv", &rt], None, LONG).unwrap();
     assert!(r["error"].as_str().unwrap().contains("two more frames"), "{r}");
     d.stop();
+    // The daemon removes the IPC socket files it bound (libzmq leaves them).
+    assert!(!dir.join("control.sock").exists() && !dir.join("data.sock").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -12,6 +12,7 @@ import csv
 import itertools
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -74,45 +75,48 @@ def sweep(
     say = progress or (lambda _m: None)
     rows = []
     tmp = tempfile.mkdtemp(prefix="offload-sweep-")
-    runs = [(-1, configs[0])] if configs else []
-    for i, cfg in [*runs, *enumerate(configs)]:
-        say("warming up" if i < 0 else f"[{i + 1}/{len(configs)}] {cfg.label()}")
-        endpoint = f"ipc://{tmp}/s{i}-{os.getpid()}.sock"
-        proc = daemon.start(
-            *daemon.rule_flags(ruletype, rules), "-e", endpoint,
-            "--workers", str(cfg.w), "--kernels", str(cfg.k), "--engine-threads", str(cfg.e),
-            "--queue", "1024", "--matcher", matcher, "--batch-max-queries", str(cfg.batch_max_queries),
-            "--batch-timeout-us", str(cfg.batch_timeout_us),
-        )  # fmt: skip
-        try:
-            mode = "open" if cfg.rate_rps else "closed"
-            cpu0 = _process_cpu_s(proc.pid)
-            r = run(endpoint, trace, processes=cfg.p, mode=mode, rate=cfg.rate_rps, duration=duration)
-            daemon_cpu = _process_cpu_s(proc.pid) - cpu0
-        finally:
-            daemon.stop(proc)
-        if i < 0:
-            continue
-        answered = max(1, r["status"].get("Ok", 0))
-        rows.append(
-            {
-                **asdict(cfg),
-                "label": cfg.label(),
-                "queries_per_s": r["queries_per_s"],
-                "requests_per_s": r["requests_per_s"],
-                "mode": mode,
-                "p50_us": r["latency_us"]["p50"],
-                "p99_us": r["latency_us"]["p99"],
-                "requests": r["requests"],
-                "status": r["status"],
-                # What `offload plan calibrate` fits stage costs to: stage medians by request
-                # size, and the host CPU the daemon and the clients spent per answered request.
-                "daemon_cpu_us_per_request": daemon_cpu / answered * 1e6,
-                "client_cpu_us_per_request": r.get("client_cpu_s", 0.0) / answered * 1e6,
-                "stage_median_us": r["stage_median_us"],
-                "by_size": r["by_size"],
-            }
-        )
+    try:
+        runs = [(-1, configs[0])] if configs else []
+        for i, cfg in [*runs, *enumerate(configs)]:
+            say("warming up" if i < 0 else f"[{i + 1}/{len(configs)}] {cfg.label()}")
+            endpoint = f"ipc://{tmp}/s{i}-{os.getpid()}.sock"
+            proc = daemon.start(
+                *daemon.rule_flags(ruletype, rules), "-e", endpoint,
+                "--workers", str(cfg.w), "--kernels", str(cfg.k), "--engine-threads", str(cfg.e),
+                "--queue", "1024", "--matcher", matcher, "--batch-max-queries", str(cfg.batch_max_queries),
+                "--batch-timeout-us", str(cfg.batch_timeout_us),
+            )  # fmt: skip
+            try:
+                mode = "open" if cfg.rate_rps else "closed"
+                cpu0 = _process_cpu_s(proc.pid)
+                r = run(endpoint, trace, processes=cfg.p, mode=mode, rate=cfg.rate_rps, duration=duration)
+                daemon_cpu = _process_cpu_s(proc.pid) - cpu0
+            finally:
+                daemon.stop(proc)
+            if i < 0:
+                continue
+            answered = max(1, r["status"].get("Ok", 0))
+            rows.append(
+                {
+                    **asdict(cfg),
+                    "label": cfg.label(),
+                    "queries_per_s": r["queries_per_s"],
+                    "requests_per_s": r["requests_per_s"],
+                    "mode": mode,
+                    "p50_us": r["latency_us"]["p50"],
+                    "p99_us": r["latency_us"]["p99"],
+                    "requests": r["requests"],
+                    "status": r["status"],
+                    # What `offload plan calibrate` fits stage costs to: stage medians by request
+                    # size, and the host CPU the daemon and the clients spent per answered request.
+                    "daemon_cpu_us_per_request": daemon_cpu / answered * 1e6,
+                    "client_cpu_us_per_request": r.get("client_cpu_s", 0.0) / answered * 1e6,
+                    "stage_median_us": r["stage_median_us"],
+                    "by_size": r["by_size"],
+                }
+            )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the daemons' IPC socket files
     return rows
 
 
