@@ -59,7 +59,7 @@ pub struct Security {
     /// Client keys admitted on the data endpoints; `Some` makes them require CURVE too.
     pub data_clients: Option<Vec<auth::ClientKey>>,
     /// Directories (canonical) a `reload` by path may read rule files from.
-    pub reload_dirs: Vec<std::path::PathBuf>,
+    pub reload_dirs: Vec<PathBuf>,
     /// Bind a data endpoint on the network without CURVE (answers and queries in clear text,
     /// open to anyone who can reach it).
     pub allow_remote_data: bool,
@@ -116,8 +116,7 @@ pub fn check_exposure(cfg: &Config) -> Result<Vec<String>, String> {
     if sec.data_clients.is_some() && sec.curve.is_none() {
         return Err("CURVE on the data endpoints needs the daemon's key pair (--curve-secret-key)".into());
     }
-    let curve_wanted = sec.curve.is_some();
-    if curve_wanted && !zmq::has("curve").unwrap_or(false) {
+    if sec.curve.is_some() && !zmq::has("curve").unwrap_or(false) {
         return Err(auth::no_curve());
     }
     Ok(warnings)
@@ -468,6 +467,7 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
     drop((rx, ktx));
 
     let mut tx = Some(tx);
+    let mut leave_by: Option<Instant> = None;
     loop {
         let version = snapshot(&current).version;
         if let Some(rx) = &pending_reload {
@@ -483,13 +483,20 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
             tx = None; // workers, then executors, drain their queues, see them closed and exit
         }
         if tx.is_none() && threads.iter().all(|t| t.is_finished()) {
-            // Forward what the workers sent last, then leave.
+            // Forward what the workers sent last. Requests still arriving are answered "shutting
+            // down" by the loop below until the front has been quiet for a moment (at most
+            // DRAIN_MAX), so a client that sent just before the signal gets an answer, not a
+            // timeout; then leave.
             while let Ok(parts) = recv_frames(&back) {
                 send_frames(&front, parts, &counters);
             }
-            // Give the last replies time to leave before the socket closes (nothing accepted is lost).
-            let _ = front.set_linger(1000);
-            break;
+            let leave_by = *leave_by.get_or_insert_with(|| Instant::now() + DRAIN_MAX);
+            let quiet = front.poll(zmq::POLLIN, DRAIN_QUIET_MS).map_or(true, |n| n == 0);
+            if quiet || Instant::now() > leave_by {
+                // Give the last replies time to leave before the socket closes.
+                let _ = front.set_linger(1000);
+                break;
+            }
         }
         // The control socket is read only while no reload answer is owed (REP: one at a time).
         let mut items = vec![front.as_poll_item(zmq::POLLIN), back.as_poll_item(zmq::POLLIN)];
@@ -586,6 +593,11 @@ impl Drop for IpcFile {
         }
     }
 }
+
+/// At shutdown, the front must be quiet this long (ms) before the daemon leaves, and it leaves
+/// after `DRAIN_MAX` in any case.
+const DRAIN_QUIET_MS: i64 = 100;
+const DRAIN_MAX: Duration = Duration::from_secs(2);
 
 /// Largest control message accepted (a rule set sent with `reload-inline` is one frame).
 const CONTROL_MAX_BYTES: i64 = 1 << 30;
