@@ -61,21 +61,23 @@ def report(
     out: Annotated[str, typer.Option(help="HTML file to write (plots embedded).")] = "report.html",
     bench: Annotated[
         str | None,
-        typer.Option(help="`offload rules bench` JSON. [default: none: the section says how to make it]"),
+        typer.Option(help="`offload rules bench` JSON. \\[default: none: the section says how to make it]"),
     ] = None,
     probe: Annotated[
-        str | None, typer.Option(help="`offload probe` profile JSON (plots beside). [default: none]")
+        str | None, typer.Option(help="`offload probe` profile JSON (plots beside). \\[default: none]")
     ] = None,
     sweep: Annotated[
-        str | None, typer.Option(help="`offload sweep` JSON (its .png next to it). [default: none]")
+        str | None, typer.Option(help="`offload sweep` JSON (its .png next to it). \\[default: none]")
     ] = None,
     calibration: Annotated[
-        str | None, typer.Option(help="`offload plan calibrate` JSON. [default: none]")
+        str | None, typer.Option(help="`offload plan calibrate` JSON. \\[default: none]")
     ] = None,
     recommend: Annotated[
-        str | None, typer.Option(help="`offload plan recommend` JSON. [default: none]")
+        str | None, typer.Option(help="`offload plan recommend` JSON. \\[default: none]")
     ] = None,
-    cost: Annotated[str | None, typer.Option(help="`offload plan cost --out` JSON. [default: none]")] = None,
+    cost: Annotated[
+        str | None, typer.Option(help="`offload plan cost --out` JSON. \\[default: none]")
+    ] = None,
 ) -> None:
     """One static HTML report of the benchmark, probe, sweep, calibration, recommendation and
     cost results, with plots; opens from disk. Sections not given say how to produce them."""

@@ -32,24 +32,26 @@ def cost(
         Path, typer.Argument(help="Scenario TOML: workload, accelerator, deployments (see docs/plan.md).")
     ],
     catalog: Annotated[
-        Path | None, typer.Option(help="Price catalog TOML. [default: the scenario's, else the bundled one]")
+        Path | None,
+        typer.Option(help="Price catalog TOML. \\[default: the scenario's, else the bundled one]"),
     ] = None,
     offload_share: Annotated[
         float | None,
         typer.Option(
-            help="Override the share of CPU time the accelerator takes over (0-1). [default: the scenario's]"
+            help="Override the share of CPU time the accelerator takes over (0-1). "
+            "\\[default: the scenario's]"
         ),
     ] = None,
     cpu_servers: Annotated[
         float | None,
-        typer.Option(help="Override the CPU-only servers that carry the load. [default: the scenario's]"),
+        typer.Option(help="Override the CPU-only servers that carry the load. \\[default: the scenario's]"),
     ] = None,
     rounding: Annotated[
-        str | None, typer.Option(help="Override unit rounding: up or nearest. [default: the scenario's]")
+        str | None, typer.Option(help="Override unit rounding: up or nearest. \\[default: the scenario's]")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")] = False,
     out: Annotated[
-        Path | None, typer.Option(help="Also write the JSON here (for `offload report`). [default: none]")
+        Path | None, typer.Option(help="Also write the JSON here (for `offload report`). \\[default: none]")
     ] = None,
     explain: Annotated[bool, typer.Option(help="Show each deployment's arithmetic under the table.")] = True,
 ) -> None:
@@ -131,20 +133,20 @@ def simulate(
     costs: Annotated[
         Path | None,
         typer.Option(
-            help="A [costs] table of stage costs, TOML (docs/plan.md). [default: none: give --calibration]"
+            help="A [costs] table of stage costs, TOML (docs/plan.md). \\[default: none: give --calibration]"
         ),
     ] = None,
     calibration: Annotated[
         Path | None,
         typer.Option(
-            help="Costs from `offload plan calibrate` (predictions quote its error). [default: none]"
+            help="Costs from `offload plan calibrate` (predictions quote its error). \\[default: none]"
         ),
     ] = None,
     preset: Annotated[
         str | None,
         typer.Option(
             help="What-if kernel: a bundled preset (erbium-fpga, gpu-estimate, cxl-like, network-attached) "
-            "or a TOML file; replaces the kernel side of the costs. [default: none: the CPU kernel]"
+            "or a TOML file; replaces the kernel side of the costs. \\[default: none: the CPU kernel]"
         ),
     ] = None,
     p: Annotated[int, typer.Option("--p", help="Client processes (closed loop).")] = 1,
@@ -161,7 +163,7 @@ def simulate(
     trace: Annotated[
         Path | None,
         typer.Option(
-            help="Draw request sizes from a trace directory's requests.csv instead. [default: none]"
+            help="Draw request sizes from a trace directory's requests.csv instead. \\[default: none]"
         ),
     ] = None,
     duration: Annotated[float, typer.Option(help="Simulated seconds measured.")] = 1.0,
@@ -255,7 +257,8 @@ def calibrate(
     profile: Annotated[
         Path | None,
         typer.Option(
-            help="`offload probe` profile: its ZeroMQ ipc round trip is time that only waits. [default: none]"
+            help="`offload probe` profile: its ZeroMQ ipc round trip is time that only waits. "
+            "\\[default: none]"
         ),
     ] = None,
 ) -> None:
@@ -313,24 +316,24 @@ def calibrate(
 @app.command()
 def recommend(
     sweep: Annotated[
-        list[Path] | None, typer.Option(help="Measured `offload sweep` JSON (repeats). [default: none]")
+        list[Path] | None, typer.Option(help="Measured `offload sweep` JSON (repeats). \\[default: none]")
     ] = None,
     calibration: Annotated[
         Path | None,
         typer.Option(
-            help="Also simulate a grid with these calibrated costs. [default: none: measured rows only]"
+            help="Also simulate a grid with these calibrated costs. \\[default: none: measured rows only]"
         ),
     ] = None,
     preset: Annotated[
         str | None,
         typer.Option(
-            help="What-if kernel preset for the simulated grid. [default: the calibrated CPU kernel]"
+            help="What-if kernel preset for the simulated grid. \\[default: the calibrated CPU kernel]"
         ),
     ] = None,
     trace: Annotated[
         Path | None,
         typer.Option(
-            help="Trace directory (requests.csv) whose request sizes the grid replays. [default: none]"
+            help="Trace directory (requests.csv) whose request sizes the grid replays. \\[default: none]"
         ),
     ] = None,
     p: Annotated[str, typer.Option("--p", help="Simulated grid: client processes.")] = "1,2,4,8",
@@ -340,10 +343,10 @@ def recommend(
     batch: Annotated[str, typer.Option(help="Simulated grid: batch sizes (0 = per request).")] = "0",
     cpus: Annotated[int, typer.Option(help="Simulated host cores (0: the calibration's).")] = 0,
     p99_us: Annotated[
-        float | None, typer.Option(help="Q1: most throughput with p99 under (µs). [default: not asked]")
+        float | None, typer.Option(help="Q1: most throughput with p99 under (µs). \\[default: not asked]")
     ] = None,
     target_qps: Annotated[
-        float | None, typer.Option(help="Q2: lowest p99 with at least this (q/s). [default: not asked]")
+        float | None, typer.Option(help="Q2: lowest p99 with at least this (q/s). \\[default: not asked]")
     ] = None,
     out: Annotated[Path, typer.Option(help="JSON to write (the Pareto plot goes next to it, .png).")] = Path(
         "recommend.json"
@@ -449,10 +452,11 @@ def fleet(
     e: Annotated[int, typer.Option("--e", help="Engines per executor.")] = 1,
     cpus: Annotated[int, typer.Option(help="Cores per node (0: the item's vCPUs).")] = 0,
     preset: Annotated[
-        str | None, typer.Option(help="What-if kernel preset per node. [default: the calibrated CPU kernel]")
+        str | None,
+        typer.Option(help="What-if kernel preset per node. \\[default: the calibrated CPU kernel]"),
     ] = None,
     catalog: Annotated[
-        Path | None, typer.Option(help="Price catalog TOML. [default: the bundled one]")
+        Path | None, typer.Option(help="Price catalog TOML. \\[default: the bundled one]")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:

@@ -43,7 +43,7 @@ def probe(
     out: Annotated[Path, typer.Option(help="Profile to write (plots go next to it).")] = Path("probe.json"),
     channel: Annotated[
         list[str] | None,
-        typer.Option("--channel", help="Only these channels (repeat), e.g. ipc/pipe. [default: all]"),
+        typer.Option("--channel", help="Only these channels (repeat), e.g. ipc/pipe. \\[default: all]"),
     ] = None,
     uring: Annotated[bool, typer.Option(help="Measure io_uring (NOP and O_DIRECT random reads).")] = True,
     plots: Annotated[bool, typer.Option(help="Write the PNG plots.")] = True,
@@ -140,11 +140,11 @@ def _channels_for_ctc(profile: Path | None) -> list[tuple[str, float, float]]:
 def ctc(
     queries_per_s: Annotated[
         float | None,
-        typer.Option(help="The kernel's throughput (queries/s); or give --bench. [default: none]"),
+        typer.Option(help="The kernel's throughput (queries/s); or give --bench. \\[default: none]"),
     ] = None,
     bench: Annotated[
         Path | None,
-        typer.Option(help="An `offload rules bench` JSON: use fast's 1-thread throughput. [default: none]"),
+        typer.Option(help="An `offload rules bench` JSON: use fast's 1-thread throughput. \\[default: none]"),
     ] = None,
     bytes_per_query: Annotated[
         float, typer.Option(help="Input bytes per query (pre-encoded MCT row: 8 codes x 4 B).")
@@ -152,7 +152,7 @@ def ctc(
     batch: Annotated[str, typer.Option(help="Batch sizes in queries, comma-separated.")] = "1,64,1024,4096",
     profile: Annotated[
         Path | None,
-        typer.Option(help="A probe profile: add its measured channels. [default: none: presets only]"),
+        typer.Option(help="A probe profile: add its measured channels. \\[default: none: presets only]"),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
@@ -192,7 +192,7 @@ def ctc(
 def reuse(
     private: Annotated[str, typer.Option(help="Private-memory preset.")] = "alpha_data",
     shared: Annotated[str, typer.Option(help="Shared-memory preset.")] = "xeon_fpga_v1",
-    out: Annotated[Path | None, typer.Option(help="Write the curve plot (PNG). [default: no plot]")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the curve plot (PNG). \\[default: no plot]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     """Effective bandwidth against the device-memory reuse ratio r, and the r above which the

@@ -282,14 +282,14 @@ def explain(
     ruletype: RuleTypeOpt,
     rules: RulesOpt,
     queries: Annotated[
-        Path | None, typer.Option(help="Queries CSV holding the query. [default: none: give --value]")
+        Path | None, typer.Option(help="Queries CSV holding the query. \\[default: none: give --value]")
     ] = None,
     query_id: Annotated[
-        str | None, typer.Option(help="QUERY_ID to explain (needed with --queries). [default: none]")
+        str | None, typer.Option(help="QUERY_ID to explain (needed with --queries). \\[default: none]")
     ] = None,
     value: Annotated[
         list[str] | None,
-        typer.Option("--value", "-v", help="CODE=VALUE, repeated, instead of a file. [default: none]"),
+        typer.Option("--value", "-v", help="CODE=VALUE, repeated, instead of a file. \\[default: none]"),
     ] = None,
     matcher: Annotated[str, typer.Option(help="Matcher whose answer is shown beside.")] = "fast",
     json_out: JsonOpt = False,

@@ -31,7 +31,7 @@ ServerKeyOpt = Annotated[
         "--server-key",
         envvar="OFFLOAD_SERVER_KEY",
         help="The daemon's public key file (server.key), for a socket that requires CURVE. "
-        "[default: none: no CURVE]",
+        "\\[default: none: no CURVE]",
     ),
 ]
 ClientKeyOpt = Annotated[
@@ -39,10 +39,10 @@ ClientKeyOpt = Annotated[
     typer.Option(
         "--client-key",
         envvar="OFFLOAD_CLIENT_KEY",
-        help="Your secret key file (NAME.key_secret), whose public half the daemon admits. [default: none]",
+        help="Your secret key file (NAME.key_secret), whose public half the daemon admits. \\[default: none]",
     ),
 ]
-NONE = "[default: none]"
+NONE = "\\[default: none]"
 
 
 @app.callback()
@@ -66,7 +66,7 @@ def serve(
             "--endpoint",
             "-e",
             help="Data endpoint to bind (repeat): tcp://127.0.0.1:5555, ipc:///tmp/x. An address off "
-            "loopback needs --curve-data-client or --allow-remote-data. [default: tcp://127.0.0.1:5555]",
+            "loopback needs --curve-data-client or --allow-remote-data. \\[default: tcp://127.0.0.1:5555]",
         ),
     ] = None,
     control: Annotated[
@@ -79,31 +79,32 @@ def serve(
         ),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option(help="Worker threads (w): decode, batch, encode. [default: 2]")
+        int | None, typer.Option(help="Worker threads (w): decode, batch, encode. \\[default: 2]")
     ] = None,
     kernels: Annotated[
-        int | None, typer.Option(help="Kernel executors (k), each matching one batch at a time. [default: 1]")
+        int | None,
+        typer.Option(help="Kernel executors (k), each matching one batch at a time. \\[default: 1]"),
     ] = None,
     engine_threads: Annotated[
-        int | None, typer.Option(help="Matching threads per kernel executor (e). [default: 1]")
+        int | None, typer.Option(help="Matching threads per kernel executor (e). \\[default: 1]")
     ] = None,
     queue: Annotated[
         int | None,
-        typer.Option(help="Requests that may wait; beyond that the reply is 'busy'. [default: 64]"),
+        typer.Option(help="Requests that may wait; beyond that the reply is 'busy'. \\[default: 64]"),
     ] = None,
     matcher: Annotated[
-        str | None, typer.Option(help="linear, nfa, fast, or nfa:<order>. [default: fast]")
+        str | None, typer.Option(help="linear, nfa, fast, or nfa:<order>. \\[default: fast]")
     ] = None,
     batch_max_queries: Annotated[
         int | None,
         typer.Option(
-            help="Cross-request batching: queries per batch (0 = one request at a time). [default: 0]"
+            help="Cross-request batching: queries per batch (0 = one request at a time). \\[default: 0]"
         ),
     ] = None,
     batch_timeout_us: Annotated[
         int | None,
         typer.Option(
-            help="Cross-request batching: wait for more, from the first request's arrival. [default: 200]"
+            help="Cross-request batching: wait for more, from the first request's arrival. \\[default: 200]"
         ),
     ] = None,
     metrics: Annotated[
@@ -131,14 +132,14 @@ def serve(
         list[str] | None,
         typer.Option(
             help="The same for the data endpoints: given, they require CURVE too (repeat). "
-            "[default: none: data endpoints without CURVE]"
+            "\\[default: none: data endpoints without CURVE]"
         ),
     ] = None,
     reload_dir: Annotated[
         list[str] | None,
         typer.Option(
             help="A directory `reload` may read rule files from (repeat); other paths are refused. "
-            "[default: the directories of --ruletype and --rules]"
+            "\\[default: the directories of --ruletype and --rules]"
         ),
     ] = None,
     allow_remote_data: Annotated[
@@ -146,7 +147,7 @@ def serve(
         typer.Option(
             "--allow-remote-data",
             help="Allow a data endpoint off loopback without CURVE (clear text, open to anyone who can "
-            "reach it). [default: refused]",
+            "reach it). \\[default: refused]",
             show_default=False,
         ),
     ] = False,
@@ -154,7 +155,7 @@ def serve(
         bool,
         typer.Option(
             "--allow-remote-metrics",
-            help="Allow the metrics page off loopback (counters only). [default: refused]",
+            help="Allow the metrics page off loopback (counters only). \\[default: refused]",
             show_default=False,
         ),
     ] = False,
@@ -197,7 +198,7 @@ def keys(
     directory: Annotated[Path, typer.Argument(help="Where to write the key files (created if missing).")],
     name: Annotated[
         list[str] | None,
-        typer.Option(help="A key pair to make (repeat). [default: server, client]"),
+        typer.Option(help="A key pair to make (repeat). \\[default: server, client]"),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace existing key files.")] = False,
 ) -> None:
@@ -304,7 +305,7 @@ def reload(
         typer.Option(
             "--send",
             help="Send the two files' contents (read here) instead of their paths: for a daemon on "
-            "another machine, or files outside its reload directories. [default: send the paths]",
+            "another machine, or files outside its reload directories. \\[default: send the paths]",
             show_default=False,
         ),
     ] = False,
