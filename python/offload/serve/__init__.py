@@ -49,8 +49,8 @@ class CurveKeys:
         """Makes ``sock`` a CURVE client; call before connecting."""
         if not zmq.has("curve"):
             raise ServeError("this pyzmq's libzmq has no CURVE support")
-        server, _ = _native.read_curve_key(str(self.server_key))
-        public, secret = _native.read_curve_key(str(self.client_key))
+        server, _ = _native.read_curve_key(str(Path(self.server_key).expanduser()))
+        public, secret = _native.read_curve_key(str(Path(self.client_key).expanduser()))
         if secret is None:
             raise ValueError(f"{self.client_key}: holds no secret key (give NAME.key_secret, not NAME.key)")
         sock.curve_serverkey = server.encode()
