@@ -271,6 +271,7 @@ def test_metrics_endpoint_and_latency_stats(data: dict[str, object], tmp_path: P
         assert "offload_queries_total 500" in page and "offload_ruleset_version 1" in page
         assert 'offload_stage_seconds_count{stage="match"} 5' in page
         assert "offload_server_seconds_bucket" in page
+        assert 'offload_auth_total{socket="control",outcome="refused"} 0' in page
         lat = control_request(control, "stats", 10)["latency"]
         assert lat["server"]["count"] == 5 and 0 < lat["match"]["p50_ns"] <= lat["server"]["max_ns"]
     finally:
