@@ -178,3 +178,17 @@ def test_every_option_of_every_command_shows_its_default() -> None:
 
     walk(typer.main.get_command(app), "offload")
     assert not missing, "options without a stated default: " + ", ".join(missing)
+
+
+def test_start_sees_serving_among_lines_printed_together() -> None:
+    """The daemon prints its CURVE lines and "serving" in one write: the wait must find the word
+    in the same read (a buffered readline missed it and timed out in CI)."""
+    lines = "control: CURVE\\ndata: CURVE\\nserving 9 rules\\n"
+    child = f"import sys, time; sys.stderr.write('{lines}'); sys.stderr.flush(); time.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", child], stderr=subprocess.PIPE, text=True)
+    try:
+        said = daemon.wait_for_word(proc, "serving", timeout_s=10)
+        assert said.splitlines() == ["control: CURVE", "data: CURVE", "serving 9 rules"]
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
