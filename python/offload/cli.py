@@ -11,6 +11,7 @@ from offload.clitools import floats as _floats
 from offload.clitools import ints as _ints
 from offload.plan.cli import app as plan_app
 from offload.probe.cli import app as probe_app
+from offload.recsys.cli import app as recsys_app
 from offload.rules.cli import app as rules_app
 from offload.serve.cli import ClientKeyOpt, ServerKeyOpt, curve_keys
 from offload.serve.cli import app as serve_app
@@ -24,6 +25,7 @@ app.add_typer(rules_app, name="rules")
 app.add_typer(serve_app, name="serve")
 app.add_typer(probe_app, name="probe")
 app.add_typer(plan_app, name="plan")
+app.add_typer(recsys_app, name="recsys")
 
 
 def _version(value: bool) -> None:

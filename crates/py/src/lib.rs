@@ -13,6 +13,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+mod recsys;
+
 create_exception!(_native, RuleError, PyValueError, "A rule, rule-type or query file is invalid.");
 
 fn rule_error(py: Python<'_>, e: LoadError) -> PyErr {
@@ -618,6 +620,7 @@ fn probe_random_reads(
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    recsys::register(m)?;
     m.add("NO_MATCH", rules::NO_MATCH)?;
     m.add("RuleError", m.py().get_type::<RuleError>())?;
     m.add_class::<RuleSet>()?;

@@ -1,0 +1,138 @@
+"""The RM-SSD benchmark behind BENCHMARKS.md, in one command: for each model (RMC1-3, NCF, WnD)
+a model directory with SIZE of tables, one hotset trace, every strategy in `flash` mode (the seed's
+Table II media) side by side; RMC1 also in `disk` mode (this machine's disk, for real); the
+locality sweep of Fig. 14; fio at the device's block size and queue depth on the same table file,
+beside the device reader's IOPS; and the paper's figures.
+
+    python benches/recsys_bench.py --size 8G --dir build/recsys --out benches/results/recsys
+
+Minutes to hours with 8 GB tables (the table files are written once and kept under --dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from offload.recsys import bench as B
+from offload.recsys import engine as E
+from offload.recsys import plots as P
+from offload.recsys import traces as T
+from offload.recsys.cli import _size
+from offload.recsys.models import SPECS
+
+console = Console(stderr=True)
+
+
+def model_dir(root: Path, name: str, size: int) -> E.ModelDir:
+    d = root / f"{name}-{size >> 20}M"
+    if (d / "manifest.json").exists():
+        return E.ModelDir.open(d)
+    console.print(f"creating {name}: {size / 2**30:.1f} GiB of tables in {d}")
+    return E.create(d, SPECS[name], E.rows_for_bytes(SPECS[name], size), seed=0)
+
+
+def trace_for(d: E.ModelDir, batches: int, batch_size: int) -> T.Trace:
+    cfg = T.TraceConfig(
+        rows=d.rows, batch_size=batch_size, lookups=d.spec.lookups, dense_width=d.spec.dense_width
+    )
+    return T.generate_trace(cfg, batches)
+
+
+def fio_iops(path: Path, block: int, depth: int, seconds: int) -> dict[str, Any] | None:
+    """fio 4K/512 B random O_DIRECT reads through io_uring on one file: IOPS and mean latency."""
+    if shutil.which("fio") is None:
+        return None
+    cmd = [
+        "fio", "--name=r", f"--filename={path}", "--rw=randread", f"--bs={block}", "--direct=1",
+        "--ioengine=io_uring", f"--iodepth={depth}", f"--runtime={seconds}", "--time_based",
+        "--output-format=json", "--numjobs=1",
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    job = json.loads(out.stdout)["jobs"][0]["read"]
+    return {"block": block, "depth": depth, "iops": job["iops"], "lat_mean_us": job["lat_ns"]["mean"] / 1e3}
+
+
+def device_iops(run: dict[str, Any]) -> float:
+    """Reads per second of the device's io_uring reader in a disk-mode run (media reads over the
+    time the device spent on them)."""
+    io, st = run["io"], run["stages_s"]
+    return io["media_reads"] / st["emb_ssd"] if st["emb_ssd"] else 0.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="8G", help="tables per model (default 8G)")
+    ap.add_argument(
+        "--dir", type=Path, default=Path("build/recsys"), help="model directories (default build/recsys)"
+    )
+    ap.add_argument("--out", type=Path, default=Path("benches/results/recsys"), help="JSON and PNG here")
+    ap.add_argument("--models", default="rmc1,rmc2,rmc3,ncf,wnd")
+    ap.add_argument("--batches", type=int, default=12, help="batches per strategy (default 12, 2 warm-up)")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--queue-depth", type=int, default=64)
+    ap.add_argument("--fio-seconds", type=int, default=10)
+    a = ap.parse_args()
+    size = _size(a.size)
+    a.out.mkdir(parents=True, exist_ok=True)
+    benches: dict[str, dict[str, Any]] = {}
+    for name in a.models.split(","):
+        d = model_dir(a.dir, name, size)
+        tr = trace_for(d, a.batches, a.batch_size)
+        console.print(f"{name} flash: every strategy over {a.batches} × {a.batch_size}")
+        b = B.run(d, tr, list(E.STRATEGIES), "flash", warmup=2, queue_depth=a.queue_depth)
+        benches[name] = b
+        (a.out / f"{name}-flash.json").write_text(json.dumps(b, indent=2))
+        P.per_bench(b, a.out)
+    first = a.models.split(",")[0]
+    d = model_dir(a.dir, first, size)
+    console.print(f"{first} disk: every strategy, this machine's disk")
+    disk = B.run(
+        d,
+        trace_for(d, a.batches, a.batch_size),
+        list(E.STRATEGIES),
+        "disk",
+        warmup=2,
+        queue_depth=a.queue_depth,
+    )
+    fio = {
+        "emb-pagesum": fio_iops(d.table_paths[0], 4096, a.queue_depth, a.fio_seconds),
+        "emb-vectorsum": fio_iops(d.table_paths[0], 512, a.queue_depth, a.fio_seconds),
+    }
+    disk["fio"] = {
+        s: (
+            f
+            | {
+                "device_iops": device_iops(disk["strategies"][s]),
+                "ratio": device_iops(disk["strategies"][s]) / f["iops"],
+            }
+        )
+        if f
+        else None
+        for s, f in fio.items()
+    }
+    (a.out / f"{first}-disk.json").write_text(json.dumps(disk, indent=2))
+    P.per_bench(disk, a.out)
+    console.print(f"{first} locality sweep (Fig. 14)")
+    loc = B.locality_sweep(d, [0, 0.3, 1, 2], "flash", batches=a.batches, batch_size=a.batch_size, warmup=2)
+    (a.out / "locality.json").write_text(json.dumps(loc, indent=2))
+    P.locality(loc["points"], a.out / "fig14-locality.png")
+    dlrm = [benches[m] for m in ("rmc1", "rmc2", "rmc3") if m in benches]
+    mlp = [benches[m] for m in ("ncf", "wnd") if m in benches]
+    if dlrm:
+        P.end_to_end(dlrm, a.out / "fig12-13-dlrm.png", "Throughput and latency, DLRM RMC1-3 (Figs. 12/13)")
+    if mlp:
+        P.end_to_end(mlp, a.out / "fig15-ncf-wnd.png", "MLP-dominated models (Fig. 15)")
+    console.print(f"wrote {a.out}")
+    json.dump({m: b["vs_ssd_s"] for m, b in benches.items()}, sys.stdout, indent=2)
+
+
+if __name__ == "__main__":
+    main()

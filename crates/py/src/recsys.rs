@@ -1,0 +1,258 @@
+//! `offload._native` bindings of `crates/recsys`: table files, the engine (every strategy), the
+//! flash model. Conversions only; loops run with the GIL released.
+
+use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use offload_recsys::engine::{DeviceMlp, Mode, Options};
+use offload_recsys::{self as recsys, table, Bags, Dlrm, Engine, FlashModel, Linear, Mlp, Strategy};
+use pyo3::create_exception;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::path::PathBuf;
+
+create_exception!(_native, RecsysError, PyValueError, "An embedding table, model or input batch is invalid.");
+
+fn err(e: recsys::Error) -> PyErr {
+    let kind = e.kind();
+    Python::with_gil(|py| {
+        let x = RecsysError::new_err(e.to_string());
+        let _ = x.value(py).setattr("kind", kind);
+        x
+    })
+}
+
+fn to_dict<'py, T: serde::Serialize>(py: Python<'py>, v: &T) -> PyResult<Bound<'py, PyAny>> {
+    let s = serde_json::to_string(v).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    py.import("json")?.call_method1("loads", (s,))
+}
+
+/// Writes a table of `rows` × `dim` with DLRM's initial distribution from `seed`
+/// (deterministic per row); `progress(rows_written)` is called every 65,536 rows.
+#[pyfunction]
+#[pyo3(signature = (path, rows, dim, seed, progress=None))]
+fn recsys_create_table(
+    py: Python<'_>,
+    path: PathBuf,
+    rows: u64,
+    dim: u32,
+    seed: u64,
+    progress: Option<PyObject>,
+) -> PyResult<()> {
+    py.allow_threads(|| {
+        table::create_random(&path, rows, dim, seed, |done| {
+            if let Some(cb) = &progress {
+                Python::with_gil(|py| {
+                    let _ = cb.call1(py, (done,));
+                });
+            }
+        })
+    })
+    .map(|_| ())
+    .map_err(err)
+}
+
+/// Writes a table from a (rows, dim) float32 array (e.g. a trained model's `emb_l.K.weight`).
+#[pyfunction]
+fn recsys_write_table(py: Python<'_>, path: PathBuf, values: PyReadonlyArray2<'_, f32>) -> PyResult<()> {
+    let shape = values.shape().to_vec();
+    let v = values.as_slice().map_err(|_| PyValueError::new_err("the table array must be C-contiguous"))?;
+    py.allow_threads(|| {
+        let mut w = table::TableWriter::create(&path, shape[0] as u64, shape[1] as u32)?;
+        w.write_rows(v)?;
+        w.finish()
+    })
+    .map(|_| ())
+    .map_err(err)
+}
+
+/// Rows, dim, bytes and extents of a table file (validated as `RM_open_table` does).
+#[pyfunction]
+fn recsys_table_info<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyAny>> {
+    let t = py.allow_threads(|| table::Table::open(&path)).map_err(err)?;
+    let x = recsys::extents::Extents::of(&t.file, t.meta.file_bytes());
+    let d = PyDict::new(py);
+    d.set_item("rows", t.meta.rows)?;
+    d.set_item("dim", t.meta.dim)?;
+    d.set_item("row_bytes", t.meta.row_bytes)?;
+    d.set_item("file_bytes", t.meta.file_bytes())?;
+    d.set_item("extents", x.extents.len())?;
+    d.set_item("extents_source", x.source)?;
+    d.set_item("first_physical", x.extents.first().map(|e| e.physical))?;
+    Ok(d.into_any())
+}
+
+/// Rows `indices` of a table, as (n, dim) float32.
+#[pyfunction]
+fn recsys_read_rows<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    indices: Vec<u64>,
+) -> PyResult<Bound<'py, numpy::PyArray2<f32>>> {
+    let (dim, flat) = py
+        .allow_threads(|| -> recsys::Result<(usize, Vec<f32>)> {
+            let t = table::Table::open(&path)?;
+            let dim = t.meta.dim as usize;
+            let mut out = vec![0f32; indices.len() * dim];
+            for (i, &r) in indices.iter().enumerate() {
+                if r >= t.meta.rows {
+                    return Err(recsys::Error::Shape(format!(
+                        "row {r} out of range for a table of {} rows",
+                        t.meta.rows
+                    )));
+                }
+                t.read_row(r, &mut out[i * dim..(i + 1) * dim])?;
+            }
+            Ok((dim, out))
+        })
+        .map_err(err)?;
+    let n = flat.len() / dim.max(1);
+    flat.into_pyarray(py).reshape([n, dim])
+}
+
+/// The seed's Table II flash model, as a dict (defaults) — or the one given, checked.
+#[pyfunction]
+#[pyo3(signature = (params=None))]
+fn recsys_flash_model<'py>(py: Python<'py>, params: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {
+    let m = flash_from(py, params)?;
+    let d = to_dict(py, &m)?;
+    d.set_item("page_cycles", m.page_cycles())?;
+    Ok(d)
+}
+
+fn flash_from(py: Python<'_>, params: Option<&Bound<'_, PyDict>>) -> PyResult<FlashModel> {
+    let base = serde_json::to_value(FlashModel::default()).expect("serialisable");
+    let mut obj = base.as_object().cloned().expect("an object");
+    if let Some(p) = params {
+        let json: String = py.import("json")?.call_method1("dumps", (p,))?.extract()?;
+        let given: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&json).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        for (k, v) in given {
+            if !obj.contains_key(&k) {
+                let keys: Vec<_> = obj.keys().cloned().collect();
+                return Err(PyValueError::new_err(format!(
+                    "unknown flash model parameter {k:?}; known: {}",
+                    keys.join(", ")
+                )));
+            }
+            obj.insert(k, v);
+        }
+    }
+    serde_json::from_value(serde_json::Value::Object(obj))
+        .map_err(|e| PyValueError::new_err(format!("flash model: {e}")))
+}
+
+type Layer<'py> = (PyReadonlyArray2<'py, f32>, PyReadonlyArray1<'py, f32>);
+
+fn mlp(layers: Vec<Layer<'_>>) -> PyResult<Mlp> {
+    let mut out = Vec::new();
+    for (w, b) in layers {
+        let s = w.shape();
+        let wv = w.as_slice().map_err(|_| PyValueError::new_err("weights must be C-contiguous"))?.to_vec();
+        let bv = b.as_slice().map_err(|_| PyValueError::new_err("biases must be contiguous"))?.to_vec();
+        out.push(Linear::new(s[1], s[0], wv, bv).map_err(err)?);
+    }
+    Mlp::new(out).map_err(err)
+}
+
+/// One strategy over a model and its table files (see `offload.recsys.engine`).
+#[pyclass(module = "offload._native")]
+struct RecsysEngine {
+    inner: Engine,
+}
+
+#[pymethods]
+impl RecsysEngine {
+    #[new]
+    #[pyo3(signature = (strategy, mode, tables, dense_width, bottom, top, dim, queue_depth=64, host_cache_vectors=8192, flash=None, device_mlp=(0, 0)))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        strategy: &str,
+        mode: &str,
+        tables: Vec<PathBuf>,
+        dense_width: usize,
+        bottom: Vec<Layer<'_>>,
+        top: Vec<Layer<'_>>,
+        dim: usize,
+        queue_depth: usize,
+        host_cache_vectors: usize,
+        flash: Option<&Bound<'_, PyDict>>,
+        device_mlp: (u64, u64),
+    ) -> PyResult<Self> {
+        let s: Strategy = strategy.parse().map_err(PyValueError::new_err)?;
+        let mode = match mode {
+            "disk" => Mode::Disk,
+            "flash" => Mode::Flash(flash_from(py, flash)?),
+            m => return Err(PyValueError::new_err(format!("unknown mode {m:?}; one of disk, flash"))),
+        };
+        let model = Dlrm::new(dense_width, mlp(bottom)?, mlp(top)?, tables.len(), dim).map_err(err)?;
+        let mut opts = Options::new(s, mode);
+        opts.queue_depth = queue_depth;
+        opts.host_cache_vectors = host_cache_vectors;
+        opts.device_mlp = DeviceMlp { bottom_cycles: device_mlp.0, top_cycles: device_mlp.1 };
+        let inner = py.allow_threads(|| Engine::open(model, &tables, opts)).map_err(err)?;
+        Ok(RecsysEngine { inner })
+    }
+
+    /// Predictions for one batch, and a dict with stages, latency, interval and I/O counters.
+    fn infer<'py>(
+        &mut self,
+        py: Python<'py>,
+        dense: PyReadonlyArray2<'py, f32>,
+        offsets: Vec<PyReadonlyArray1<'py, i64>>,
+        indices: Vec<PyReadonlyArray1<'py, i64>>,
+    ) -> PyResult<(Bound<'py, PyArray1<f32>>, Bound<'py, PyAny>)> {
+        let rows = dense.shape()[0];
+        if offsets.len() != indices.len() {
+            return Err(PyValueError::new_err(format!(
+                "{} offsets arrays but {} indices arrays",
+                offsets.len(),
+                indices.len()
+            )));
+        }
+        let d = dense.as_slice().map_err(|_| PyValueError::new_err("dense must be C-contiguous float32"))?;
+        let os: Vec<&[i64]> = offsets
+            .iter()
+            .map(|o| o.as_slice())
+            .collect::<Result<_, _>>()
+            .map_err(|_| PyValueError::new_err("offsets must be contiguous int64"))?;
+        let is: Vec<&[i64]> = indices
+            .iter()
+            .map(|o| o.as_slice())
+            .collect::<Result<_, _>>()
+            .map_err(|_| PyValueError::new_err("indices must be contiguous int64"))?;
+        let bags: Vec<Bags> = os.iter().zip(&is).map(|(o, i)| Bags { offsets: o, indices: i }).collect();
+        let engine = &mut self.inner;
+        let out = py.allow_threads(|| engine.infer(d, &bags, rows)).map_err(err)?;
+        let info = PyDict::new(py);
+        info.set_item("stages", to_dict(py, &out.stages)?)?;
+        info.set_item("io", to_dict(py, &out.io)?)?;
+        info.set_item("latency_s", out.latency_s)?;
+        info.set_item("interval_s", out.interval_s)?;
+        Ok((out.predictions.into_pyarray(py), info.into_any()))
+    }
+
+    /// Bytes of all table files.
+    #[getter]
+    fn table_bytes(&self) -> u64 {
+        self.inner.table_bytes()
+    }
+
+    /// Where each table's extents came from ("fiemap" or "fallback: …").
+    #[getter]
+    fn extents_source(&self) -> Vec<String> {
+        self.inner.extents.iter().map(|x| x.source.clone()).collect()
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("RecsysError", m.py().get_type::<RecsysError>())?;
+    m.add("RECSYS_STRATEGIES", recsys::STRATEGIES.map(Strategy::as_str).to_vec())?;
+    m.add_class::<RecsysEngine>()?;
+    m.add_function(wrap_pyfunction!(recsys_create_table, m)?)?;
+    m.add_function(wrap_pyfunction!(recsys_write_table, m)?)?;
+    m.add_function(wrap_pyfunction!(recsys_table_info, m)?)?;
+    m.add_function(wrap_pyfunction!(recsys_read_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(recsys_flash_model, m)?)?;
+    Ok(())
+}

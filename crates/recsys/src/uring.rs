@@ -1,0 +1,128 @@
+//! O_DIRECT reads of a read plan's units through io_uring, up to a queue depth, into aligned
+//! buffers; each completed unit is handed to a callback (which sums its rows) and its buffer
+//! reused. This is the data path of `emb-mmio`, `emb-pagesum`, `emb-vectorsum`, `recssd` and
+//! `rm-ssd` in `disk` mode.
+
+use crate::error::{Error, Result};
+use crate::sls::ReadPlan;
+use io_uring::{opcode, types, IoUring};
+use memmap2::MmapMut;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+/// Tables opened with O_DIRECT and a ring to read them.
+pub struct DirectReader {
+    files: Vec<File>,
+    ring: IoUring,
+    qd: usize,
+    /// `qd` slots of `slot_bytes`, page-aligned (an anonymous mapping is).
+    buffers: MmapMut,
+    slot_bytes: usize,
+    /// Reads submitted so far (one per unit).
+    pub reads: u64,
+}
+
+impl DirectReader {
+    /// Opens `paths` with O_DIRECT. `max_unit` bounds the unit size (a multiple of 4 KiB).
+    pub fn open(paths: &[&Path], qd: usize, max_unit: usize) -> Result<DirectReader> {
+        let mut files = Vec::with_capacity(paths.len());
+        for p in paths {
+            let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(p).map_err(|e| {
+                Error::Unsupported(format!(
+                    "{}: cannot open with O_DIRECT ({e}): put the tables on a disk file system (not tmpfs)",
+                    p.display()
+                ))
+            })?;
+            files.push(f);
+        }
+        let qd = qd.clamp(1, 4096);
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(qd.next_power_of_two() as u32)
+            .or_else(|_| IoUring::new(qd.next_power_of_two() as u32))
+            .map_err(|e| {
+                Error::Unsupported(format!("io_uring_setup: {e} (io_uring is missing or disabled on this kernel)"))
+            })?;
+        let slot_bytes = max_unit.div_ceil(4096).max(1) * 4096;
+        let buffers = MmapMut::map_anon(qd * slot_bytes).map_err(|e| Error::io("anonymous memory", "mmap", e))?;
+        Ok(DirectReader { files, ring, qd, buffers, slot_bytes, reads: 0 })
+    }
+
+    pub fn queue_depth(&self) -> usize {
+        self.qd
+    }
+
+    /// Reads every unit of `plan` once, calling `done(unit, bytes)` as each completes (in
+    /// completion order). Returns only when nothing is in flight.
+    pub fn read_plan(&mut self, plan: &ReadPlan, mut done: impl FnMut(usize, &[u8])) -> Result<()> {
+        let mut next = 0usize;
+        let mut in_flight = 0usize;
+        let mut free: Vec<usize> = (0..self.qd).collect();
+        let mut slot_unit = vec![usize::MAX; self.qd];
+        let mut failure: Option<Error> = None;
+        loop {
+            while failure.is_none() && next < plan.units.len() {
+                let Some(slot) = free.pop() else { break };
+                let u = plan.units[next];
+                if u.len as usize > self.slot_bytes {
+                    failure =
+                        Some(Error::Shape(format!("a {} B unit exceeds the {} B read buffer", u.len, self.slot_bytes)));
+                    free.push(slot);
+                    break;
+                }
+                let buf = self.buffers[slot * self.slot_bytes..].as_mut_ptr();
+                let fd = types::Fd(self.files[u.table as usize].as_raw_fd());
+                let e = opcode::Read::new(fd, buf, u.len).offset(u.offset).build().user_data(slot as u64);
+                // SAFETY: the read writes at most `u.len` ≤ `slot_bytes` bytes into slot `slot`
+                // of `self.buffers`, which no other in-flight read uses (slots come from `free`
+                // and return there only on completion). `self.buffers` and the file outlive the
+                // read: this function drains every submitted read before returning, and on a
+                // ring failure the buffers are leaked rather than unmapped.
+                if unsafe { self.ring.submission().push(&e) }.is_err() {
+                    free.push(slot);
+                    break;
+                }
+                slot_unit[slot] = next;
+                next += 1;
+                in_flight += 1;
+                self.reads += 1;
+            }
+            if in_flight == 0 {
+                break;
+            }
+            if let Err(e) = self.ring.submit_and_wait(1) {
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                let dead = std::mem::replace(&mut self.buffers, MmapMut::map_anon(4096).expect("small mapping"));
+                std::mem::forget(dead); // reads may still land there: never unmap it
+                return Err(Error::io("io_uring", "io_uring_enter", e));
+            }
+            let completed: Vec<(usize, i32)> =
+                self.ring.completion().map(|c| (c.user_data() as usize, c.result())).collect();
+            for (slot, res) in completed {
+                in_flight -= 1;
+                let u = slot_unit[slot];
+                let unit = plan.units[u];
+                if res != unit.len as i32 && failure.is_none() {
+                    let why = if res < 0 {
+                        std::io::Error::from_raw_os_error(-res).to_string()
+                    } else {
+                        format!("short read: {res} of {} bytes", unit.len)
+                    };
+                    failure =
+                        Some(Error::io(format!("table {} at byte {}", unit.table, unit.offset), "O_DIRECT read", why));
+                }
+                if failure.is_none() {
+                    let start = slot * self.slot_bytes;
+                    done(u, &self.buffers[start..start + unit.len as usize]);
+                }
+                free.push(slot);
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,286 @@
+"""`offload recsys bench`: every strategy over one model directory and one trace, side by side in
+one run, in one timing mode. Writes JSON with throughput, latency percentiles, the per-stage
+breakdown of the seed's Fig. 2, I/O bytes, read amplification, the traffic reduction of Table IV
+and the predictions' agreement with the `dram` strategy; `plots.py` draws the paper's figures.
+
+Steady state as the seed measures it: the first `warmup` batches of each strategy run but are not
+recorded (they fill the page cache of ssd-s / ssd-m and RecSSD's host cache).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from offload import __version__
+from offload.recsys import engine as E
+from offload.recsys import memlimit
+from offload.recsys import traces as T
+from offload.rules.bench import machine
+
+# Fig. 2's stages (seconds), plus the host link.
+STAGES = ("bot_mlp", "emb_ssd", "emb_fs", "emb_op", "concat", "top_mlp", "link")
+# The SparseLengthSum operator's share of the stages (Fig. 10 times the SLS alone).
+SLS_STAGES = ("emb_ssd", "emb_fs", "emb_op", "link")
+
+# The seed's Table IV: I/O traffic reduction vs SSD-S (RecSSD, EMB-VectorSum, RM-SSD).
+PAPER_TABLE_IV = {
+    "rmc1": {"recssd": 1989, "emb-vectorsum": 1989, "rm-ssd": 31826},
+    "rmc2": {"recssd": 1071, "emb-vectorsum": 1071, "rm-ssd": 137142},
+    "rmc3": {"recssd": 546, "emb-vectorsum": 546, "rm-ssd": 10914},
+}
+# The seed's headline ratios against SSD-S (§VI): SLS 16× for EMB-VectorSum (Fig. 10), RM-SSD up
+# to 36× throughput (Figs. 12/13), about 100× on NCF and WnD (Fig. 15).
+PAPER_SPEEDUPS = {"sls_vectorsum_vs_ssd_s": 16.0, "rm_ssd_vs_ssd_s_max": 36.0, "mlp_models_vs_ssd_s": 100.0}
+
+
+def traffic_bytes(io: dict[str, int]) -> int:
+    """Bytes between the host and the storage device: the link counter where the strategy talks
+    to a device, else the pages the kernel read for it (ssd-s / ssd-m)."""
+    return int(io.get("link_bytes", 0) or io.get("media_bytes", 0))
+
+
+# Share of the tables' bytes the host keeps in DRAM, for the page-cache strategies.
+DRAM_SHARE = {"ssd-s": 0.25, "ssd-m": 0.5}
+
+
+def run_strategy(
+    model_dir: E.ModelDir,
+    trace: T.Trace,
+    strategy: str,
+    mode: str,
+    *,
+    warmup: int = 1,
+    flash: dict[str, Any] | None = None,
+    queue_depth: int = 64,
+    host_cache_vectors: int = 8192,
+    on_batch: Callable[[], None] | None = None,
+) -> tuple[dict[str, Any], np.ndarray]:
+    """One strategy over every batch of the trace: (summary, predictions of the recorded batches).
+    In `disk` mode ssd-s / ssd-m run inside a memory cgroup of their DRAM share (memlimit.py);
+    the summary's `dram_limit` says how the budget was held, or why it was not."""
+    share = DRAM_SHARE.get(strategy)
+    if mode != "disk" or share is None:
+        return _run_batches(
+            model_dir, trace, strategy, mode, warmup, flash, queue_depth, host_cache_vectors, on_batch
+        )
+    with memlimit.page_cache_budget(int(share * model_dir.table_bytes)) as limit:
+        summary, preds = _run_batches(
+            model_dir, trace, strategy, mode, warmup, flash, queue_depth, host_cache_vectors, on_batch
+        )
+    summary["dram_limit"] = limit
+    return summary, preds
+
+
+def _run_batches(
+    model_dir: E.ModelDir,
+    trace: T.Trace,
+    strategy: str,
+    mode: str,
+    warmup: int,
+    flash: dict[str, Any] | None,
+    queue_depth: int,
+    host_cache_vectors: int,
+    on_batch: Callable[[], None] | None,
+) -> tuple[dict[str, Any], np.ndarray]:
+    eng = E.Engine(
+        model_dir, strategy, mode, flash=flash, queue_depth=queue_depth, host_cache_vectors=host_cache_vectors
+    )
+    batches = list(trace)
+    warmup = min(warmup, max(0, len(batches) - 1))
+    stages = dict.fromkeys(STAGES, 0.0)
+    io: dict[str, int] = {}
+    latencies, intervals, preds = [], [], []
+    wall0 = time.perf_counter()
+    for i, b in enumerate(batches):
+        p, info = eng.infer(b.dense, b.offsets, b.indices)
+        if on_batch:
+            on_batch()
+        if i < warmup:
+            continue
+        preds.append(p)
+        latencies.append(info["latency_s"])
+        intervals.append(info["interval_s"])
+        for k in STAGES:
+            stages[k] += info["stages"][k]
+        for k, v in info["io"].items():
+            io[k] = io.get(k, 0) + int(v)
+    wall = time.perf_counter() - wall0
+    return _summary(strategy, stages, io, latencies, intervals, preds, wall)
+
+
+def _summary(
+    strategy: str,
+    stages: dict[str, float],
+    io: dict[str, int],
+    latencies: list[float],
+    intervals: list[float],
+    preds: list[np.ndarray],
+    wall: float,
+) -> tuple[dict[str, Any], np.ndarray]:
+    samples = int(sum(len(p) for p in preds))
+    busy = float(sum(intervals))
+    lat = np.array(latencies) if latencies else np.zeros(1)
+    looked = io.get("cache_hits", 0) + io.get("cache_misses", 0)
+    summary = {
+        "strategy": strategy,
+        "samples": samples,
+        "batches": len(latencies),
+        "throughput_per_s": samples / busy if busy > 0 else None,
+        "latency_s": {
+            "p50": float(np.percentile(lat, 50)),
+            "p99": float(np.percentile(lat, 99)),
+            "mean": float(lat.mean()),
+        },
+        "stages_s": stages,
+        "sls_s": sum(stages[k] for k in SLS_STAGES) if strategy != "rm-ssd" else None,
+        "io": io,
+        "traffic_bytes": traffic_bytes(io),
+        "traffic_bytes_per_sample": traffic_bytes(io) / samples if samples else 0.0,
+        "read_amplification": io.get("media_bytes", 0) / max(1, io.get("useful_bytes", 0)),
+        "host_cache_hit_rate": io.get("cache_hits", 0) / looked if looked else None,
+        "wall_s": wall,
+    }
+    return summary, np.concatenate(preds) if preds else np.zeros(0, np.float32)
+
+
+def compare(runs: dict[str, dict[str, Any]], base: str = "ssd-s") -> dict[str, dict[str, float | None]]:
+    """Per strategy: throughput, latency, SLS time and traffic against `base` (× better)."""
+    if base not in runs:
+        return {}
+    b = runs[base]
+    out: dict[str, dict[str, float | None]] = {}
+    for name, r in runs.items():
+        tp, btp = r["throughput_per_s"], b["throughput_per_s"]
+        out[name] = {
+            "throughput_x": tp / btp if tp and btp else None,
+            "latency_p50_reduction": 1 - r["latency_s"]["p50"] / b["latency_s"]["p50"]
+            if b["latency_s"]["p50"]
+            else None,
+            "sls_x": b["sls_s"] / r["sls_s"] if r.get("sls_s") and b.get("sls_s") else None,
+            "traffic_reduction_x": b["traffic_bytes"] / r["traffic_bytes"] if r["traffic_bytes"] else None,
+        }
+    return out
+
+
+def run(
+    model_dir: E.ModelDir,
+    trace: T.Trace,
+    strategies: Sequence[str],
+    mode: str,
+    *,
+    warmup: int = 1,
+    flash: dict[str, Any] | None = None,
+    queue_depth: int = 64,
+    host_cache_vectors: int = 8192,
+    progress: Callable[[str], None] | None = None,
+    on_batch: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Every strategy in `strategies` over the same trace, one after the other, in one process."""
+    for s in strategies:
+        if s not in E.STRATEGIES:
+            raise ValueError(f"unknown strategy {s!r}; one of {', '.join(E.STRATEGIES)}")
+    runs: dict[str, dict[str, Any]] = {}
+    reference: np.ndarray | None = None
+    for s in strategies:
+        if progress:
+            progress(s)
+        summary, preds = run_strategy(
+            model_dir,
+            trace,
+            s,
+            mode,
+            warmup=warmup,
+            flash=flash,
+            queue_depth=queue_depth,
+            host_cache_vectors=host_cache_vectors,
+            on_batch=on_batch,
+        )
+        if reference is None:
+            reference = preds
+        summary["max_abs_diff_vs_first"] = float(np.max(np.abs(preds - reference))) if preds.size else 0.0
+        runs[s] = summary
+    spec = model_dir.spec
+    return {
+        "kind": "offload.recsys.bench",
+        "version": __version__,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "model": spec.name,
+        "model_dir": str(model_dir.path),
+        "table_bytes": model_dir.table_bytes,
+        "rows_per_table": model_dir.rows,
+        "trace": {"batches": len(trace), "batch_size": trace.batches[0].batch_size if len(trace) else 0}
+        | (trace.config.to_dict() if trace.config else {}),
+        "mode": mode,
+        "flash": flash,
+        "warmup_batches": warmup,
+        "reference_strategy": strategies[0] if strategies else None,
+        "strategies": runs,
+        "vs_ssd_s": compare(runs),
+        "paper": {"table_iv": PAPER_TABLE_IV.get(spec.name), "speedups": PAPER_SPEEDUPS},
+    }
+
+
+# The seed's Fig. 14 caption: RecSSD's host-cache hit rate for each locality knob K.
+PAPER_LOCALITY_HIT_RATES = {0.0: 0.80, 0.3: 0.65, 1.0: 0.45, 2.0: 0.30}
+
+
+def locality_sweep(
+    model_dir: E.ModelDir,
+    ks: Sequence[float],
+    mode: str,
+    *,
+    batches: int = 8,
+    batch_size: int = 16,
+    warmup: int = 1,
+    flash: dict[str, Any] | None = None,
+    host_cache_vectors: int = 8192,
+    seed: int = 0,
+    on_batch: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Fig. 14: RecSSD and RM-SSD on RecSSD-style traces with locality knob K, each K one trace."""
+    spec = model_dir.spec
+    points = []
+    for k in ks:
+        cfg = T.TraceConfig(
+            rows=model_dir.rows,
+            batch_size=batch_size,
+            lookups=spec.lookups,
+            dense_width=spec.dense_width,
+            seed=seed,
+            kind="recssd",
+            recssd_k=float(k),
+        )
+        trace = T.generate_trace(cfg, batches)
+        point: dict[str, Any] = {"k": float(k), "paper_hit_rate": PAPER_LOCALITY_HIT_RATES.get(float(k))}
+        for s in ("recssd", "rm-ssd"):
+            point[s], _ = run_strategy(
+                model_dir,
+                trace,
+                s,
+                mode,
+                warmup=warmup,
+                flash=flash,
+                host_cache_vectors=host_cache_vectors,
+                on_batch=on_batch,
+            )
+        points.append(point)
+    return {
+        "kind": "offload.recsys.locality",
+        "version": __version__,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "model": spec.name,
+        "table_bytes": model_dir.table_bytes,
+        "mode": mode,
+        "flash": flash,
+        "batches": batches,
+        "batch_size": batch_size,
+        "host_cache_vectors": host_cache_vectors,
+        "points": points,
+    }

@@ -1,0 +1,398 @@
+"""`offload recsys ...`: recommendation inference with embeddings on SSD (RM-SSD, seed 002).
+
+create a model and its tables → synth a trace → infer with any strategy; kernels for the FPGA
+kernel-size search.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from offload.clitools import fail
+from offload.recsys import engine as E
+from offload.recsys import traces as T
+from offload.recsys.models import SPECS
+
+app = typer.Typer(
+    help="Recommendation inference with embedding tables on SSD (RM-SSD): "
+    "create, synth, infer, bench, kernels.",
+    no_args_is_help=True,
+)
+console = Console()
+
+ModelDirOpt = Annotated[
+    Path, typer.Option("--model-dir", "-m", help="Model directory made by `offload recsys create`.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _spec(name: str) -> Any:
+    if name not in SPECS:
+        raise fail(f"unknown model {name!r}; one of {', '.join(SPECS)}")
+    return SPECS[name]
+
+
+def _size(text: str) -> int:
+    """'8G', '512M', '64k' or a plain byte count."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    try:
+        return int(float(t[:-1] if mult > 1 else t) * mult)
+    except ValueError:
+        raise fail(f"size {text!r}: write bytes or a number with K, M, G or T (e.g. 8G)") from None
+
+
+@app.command()
+def create(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Model directory to write.")],
+    model: Annotated[str, typer.Option(help="Model: rmc1, rmc2, rmc3, ncf, wnd.")] = "rmc1",
+    size: Annotated[
+        str, typer.Option(help="Total size of the embedding tables (K/M/G suffixes), split evenly.")
+    ] = "64M",
+    rows: Annotated[
+        int | None, typer.Option(help="Rows per table instead of --size. \\[default: from --size]")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the weights and table values.")] = 0,
+) -> None:
+    """Write a random model (DLRM's initialisation) and its table files (RM_create_table)."""
+    spec = _spec(model)
+    per = [rows] * spec.tables if rows else E.rows_for_bytes(spec, _size(size))
+    total = sum(per)
+    with Progress(
+        TextColumn("writing tables"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeRemainingColumn(),
+    ) as bar:
+        task = bar.add_task("tables", total=total)
+        t0 = time.perf_counter()
+        d = E.create(out, spec, per, seed=seed, progress=lambda k: bar.update(task, completed=k))
+    secs = time.perf_counter() - t0
+    console.print(
+        f"{spec.name}: {spec.tables} tables × {per[0]:,} rows × dim {spec.dim} = "
+        f"{d.table_bytes / 2**30:.2f} GiB in {secs:.1f} s → {out}"
+    )
+
+
+@app.command()
+def synth(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Trace file to write (.npz).")],
+    model_dir: ModelDirOpt,
+    batches: Annotated[int, typer.Option(help="Batches in the trace.")] = 16,
+    batch_size: Annotated[int, typer.Option(help="Samples per batch.")] = 16,
+    kind: Annotated[
+        str,
+        typer.Option(
+            help="Distribution: hotset (the seed's statistics), recssd (locality K), zipf, uniform."
+        ),
+    ] = "hotset",
+    k: Annotated[float, typer.Option("--k", help="RecSSD locality knob K (kind recssd).")] = 0.3,
+    alpha: Annotated[float, typer.Option(help="Zipf exponent (kind zipf).")] = 1.09,
+    lookups: Annotated[
+        int | None, typer.Option(help="Lookups per table per sample. \\[default: the model's]")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+) -> None:
+    """Generate a seeded trace of dense features and EmbeddingBag inputs for a model directory."""
+    d = _open(model_dir)
+    cfg = T.TraceConfig(
+        rows=d.rows,
+        batch_size=batch_size,
+        lookups=lookups if lookups is not None else d.spec.lookups,
+        dense_width=d.spec.dense_width,
+        seed=seed,
+        kind=kind,  # type: ignore[arg-type]
+        recssd_k=k,
+        zipf_alpha=alpha,
+    )
+    trace = T.generate_trace(cfg, batches)
+    T.save_trace(out, trace)
+    stats = T.locality_stats(T.table_streams(trace.batches)[0])
+    console.print(
+        f"{batches} batches × {batch_size} samples ({kind}) → {out}; table 0: "
+        f"{stats['unique_share']:.1%} unique, top-10k share {stats['top_share']:.1%}"
+    )
+
+
+def _open(model_dir: Path) -> E.ModelDir:
+    try:
+        return E.ModelDir.open(model_dir)
+    except (FileNotFoundError, ValueError) as e:
+        raise fail(str(e)) from None
+
+
+@app.command()
+def infer(
+    model_dir: ModelDirOpt,
+    trace: Annotated[Path, typer.Option("--trace", "-t", help="Trace from `offload recsys synth`.")],
+    strategy: Annotated[
+        str, typer.Option("--strategy", "-s", help=f"One of: {', '.join(E.STRATEGIES)}.")
+    ] = "dram",
+    mode: Annotated[
+        str, typer.Option(help="disk: this machine's disk, measured; flash: the seed's Table II model.")
+    ] = "disk",
+    out: Annotated[Path | None, typer.Option(help="Write predictions (.npy). \\[default: none]")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run every batch of a trace through one strategy; print the stage breakdown and I/O."""
+    d = _open(model_dir)
+    try:
+        tr = T.load_trace(trace, rows=d.rows)
+        eng = E.Engine(d, strategy, mode)
+    except (ValueError, E.RecsysError) as e:
+        raise fail(str(e)) from None
+    preds, stages, io = [], {}, {}
+    for b in tr:
+        try:
+            p, info = eng.infer(b.dense, b.offsets, b.indices)
+        except E.RecsysError as e:
+            raise fail(str(e)) from None
+        preds.append(p)
+        for key, v in info["stages"].items():
+            stages[key] = stages.get(key, 0.0) + v
+        for key, v in info["io"].items():
+            io[key] = io.get(key, 0) + v
+    allp = np.concatenate(preds) if preds else np.zeros(0, np.float32)
+    if out:
+        np.save(out, allp)
+    summary = {
+        "strategy": strategy,
+        "mode": mode,
+        "samples": int(allp.size),
+        "mean_prediction": float(allp.mean()) if allp.size else None,
+        "stages_s": stages,
+        "io": io,
+        "read_amplification": io.get("media_bytes", 0) / max(1, io.get("useful_bytes", 0)),
+    }
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    t = Table(title=f"{strategy} ({mode}): {allp.size} samples")
+    t.add_column("stage")
+    t.add_column("seconds", justify="right")
+    for key, v in stages.items():
+        t.add_row(key.replace("_", "-"), f"{v:.6f}")
+    console.print(t)
+    console.print(
+        f"media {io.get('media_bytes', 0):,} B in {io.get('media_reads', 0):,} reads, "
+        f"link {io.get('link_bytes', 0):,} B, read amplification {summary['read_amplification']:.1f}×"
+    )
+
+
+def _flash_params(pairs: list[str] | None) -> dict[str, float] | None:
+    """`--flash key=value` pairs for the Table II model (e.g. t_page_us=60 host_iops_4k=30000)."""
+    if not pairs:
+        return None
+    out: dict[str, float] = {}
+    for p in pairs:
+        key, sep, val = p.partition("=")
+        try:
+            out[key.strip()] = float(val)
+        except ValueError:
+            raise fail(f"--flash {p!r}: write key=number, e.g. t_page_us=20") from None
+        if not sep:
+            raise fail(f"--flash {p!r}: write key=number, e.g. t_page_us=20")
+    return out
+
+
+@app.command()
+def bench(
+    model_dir: ModelDirOpt,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace",
+            "-t",
+            help="Trace from `offload recsys synth`. \\[default: a hotset trace made here]",
+        ),
+    ] = None,
+    strategies: Annotated[
+        str, typer.Option("--strategies", "-s", help="Comma list, first = the reference for the answers.")
+    ] = ",".join(E.STRATEGIES),
+    mode: Annotated[
+        str, typer.Option(help="disk: this machine's disk, measured; flash: the seed's Table II model.")
+    ] = "flash",
+    batches: Annotated[int, typer.Option(help="Batches of the trace made here (without --trace).")] = 8,
+    batch_size: Annotated[int, typer.Option(help="Samples per batch (without --trace).")] = 16,
+    warmup: Annotated[int, typer.Option(help="First batches of each strategy run but not recorded.")] = 1,
+    queue_depth: Annotated[int, typer.Option(help="io_uring queue depth of device reads (disk mode).")] = 64,
+    host_cache: Annotated[int, typer.Option(help="RecSSD's host LRU cache, in vectors.")] = 8192,
+    flash: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A Table II parameter, key=value (repeat): channels, page_bytes, t_page_us, flush_fraction, "
+            "host_iops_4k, clock_mhz, link_bytes_per_s, doorbell_us. \\[default: Table II]"
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the results as JSON here. \\[default: none]",
+        ),
+    ] = None,
+    plots: Annotated[
+        Path | None, typer.Option(help="Directory for the PNG figures (Figs. 2, 3, 10). \\[default: none]")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Every strategy over one trace, side by side in one run: throughput, latency, the stage
+    breakdown (Fig. 2), I/O and read amplification (Fig. 3, Table IV), × over ssd-s."""
+    from offload.recsys import bench as B
+    from offload.recsys import plots as P
+
+    d = _open(model_dir)
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    try:
+        if trace is not None:
+            tr = T.load_trace(trace, rows=d.rows)
+        else:
+            cfg = T.TraceConfig(
+                rows=d.rows, batch_size=batch_size, lookups=d.spec.lookups, dense_width=d.spec.dense_width
+            )
+            tr = T.generate_trace(cfg, batches)
+        with Progress(
+            TextColumn("{task.description:<14}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} batches"),
+        ) as bar:
+            task = bar.add_task("", total=len(tr) * len(names))
+            res = B.run(
+                d,
+                tr,
+                names,
+                mode,
+                warmup=warmup,
+                flash=_flash_params(flash),
+                queue_depth=queue_depth,
+                host_cache_vectors=host_cache,
+                progress=lambda s: bar.update(task, description=s),
+                on_batch=lambda: bar.advance(task),
+            )
+    except (ValueError, E.RecsysError) as e:
+        raise fail(str(e)) from None
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2))
+    if plots:
+        res["plots"] = [str(p) for p in P.per_bench(res, plots)]
+    if as_json:
+        print(json.dumps(res, indent=2))
+        return
+    _print_bench(res)
+
+
+def _print_bench(res: dict[str, Any]) -> None:
+    gib = res["table_bytes"] / 2**30
+    n = res["trace"]["batches"]
+    t = Table(title=f"{res['model']} ({res['mode']}), {gib:.2f} GiB of tables, {n} batches")
+    cols = ("strategy", "inferences/s", "p50 ms", "p99 ms", "SLS µs/inf.", "read ampl.", "B/inference")
+    for c in (*cols, "× ssd-s", "Δ answers"):
+        t.add_column(c, justify="left" if c == "strategy" else "right")
+    vs = res["vs_ssd_s"]
+    for name, r in res["strategies"].items():
+        x = (vs.get(name) or {}).get("throughput_x")
+        sls = r["sls_s"]
+        t.add_row(
+            name,
+            f"{r['throughput_per_s']:,.0f}" if r["throughput_per_s"] else "-",
+            f"{r['latency_s']['p50'] * 1e3:.3f}",
+            f"{r['latency_s']['p99'] * 1e3:.3f}",
+            f"{sls * 1e6 / max(1, r['samples']):.2f}" if sls is not None else "-",
+            f"{r['read_amplification']:.1f}×",
+            f"{r['traffic_bytes_per_sample']:,.0f}",
+            f"{x:.1f}×" if x else "-",
+            f"{r['max_abs_diff_vs_first']:.1e}",
+        )
+    console.print(t)
+    for p in res.get("plots", []):
+        console.print(f"plot: {p}")
+
+
+@app.command()
+def info(model_dir: ModelDirOpt, as_json: JsonOpt = False) -> None:
+    """What a model directory holds: spec, tables, extents (as RM_open_table sees them)."""
+    from offload import _native
+
+    d = _open(model_dir)
+    tables = [_native.recsys_table_info(str(p)) for p in d.table_paths]
+    res = {"spec": d.spec.name, "rows": d.rows, "table_bytes": d.table_bytes, "tables": tables}
+    if as_json:
+        print(json.dumps(res, indent=2))
+        return
+    console.print(
+        f"{d.spec.name}: {len(tables)} tables, {d.table_bytes / 2**20:.1f} MiB; extents: "
+        f"{sum(t['extents'] for t in tables)} ({tables[0]['extents_source'] if tables else '-'})"
+    )
+
+
+@app.command()
+def kernels(
+    composition: Annotated[
+        str,
+        typer.Option(help="How eq. 1b/1c combine paired layers: sum (as printed) or pipelined (max)."),
+    ] = "sum",
+    ii: Annotated[int, typer.Option("--ii", help="Initiation interval of the MLP kernels.")] = 8,
+    as_json: JsonOpt = False,
+) -> None:
+    """The RM-SSD kernel-size search on Table III's models: our Table V beside the paper's, and
+    Table VI's naive / default / optimized designs with the devices each fits."""
+    from offload.recsys import kernels as K
+
+    ours = K.table_v(composition=composition, ii=ii)
+    designs = {name: K.compare(m, ii=ii, composition=composition) for name, m in K.TABLE_III.items()}  # type: ignore[arg-type]
+    if as_json:
+        out = {
+            "table_v": {"ours": ours, "paper": K.PAPER_TABLE_V},
+            "table_vi": {
+                name: [
+                    {
+                        "unit": c.unit,
+                        "resources": c.resources.__dict__,
+                        "overflows": c.overflows,
+                        "cycles_per_sample": c.cycles_per_sample,
+                        "throughput": c.design.throughput,
+                    }
+                    for c in rows
+                ]
+                for name, rows in designs.items()
+            },
+        }
+        print(json.dumps(out, indent=2, default=str))
+        return
+    t = Table(title=f"Table V: kernel sizes (II = {ii}, {composition}); paper in brackets where it differs")
+    t.add_column("model")
+    for c in K.TABLE_V_COLUMNS:
+        t.add_column(c, justify="center")
+    for name, row in ours.items():
+        paper = K.PAPER_TABLE_V[name]
+        t.add_row(
+            name, *[row[c] if row[c] == paper[c] else f"{row[c]} [{paper[c]}]" for c in K.TABLE_V_COLUMNS]
+        )
+    console.print(t)
+    t = Table(title="Table VI: resources of the MLP engine (ours)")
+    for c in ("model", "unit", "LUT", "FF", "BRAM", "DSP", "overflows", "samples/s"):
+        t.add_column(c, justify="right" if c not in ("model", "unit", "overflows") else "left")
+    for name, rows in designs.items():
+        for c in rows:
+            r = c.resources
+            over = "; ".join(f"{d}: {', '.join(x)}" for d, x in c.overflows.items() if x) or "fits both"
+            t.add_row(
+                name,
+                c.unit,
+                f"{r.lut:,}",
+                f"{r.ff:,}",
+                f"{r.bram:g}",
+                f"{r.dsp:,}",
+                over,
+                f"{c.design.throughput:,.0f}",
+            )
+    console.print(t)

@@ -1,0 +1,189 @@
+"""A model directory (MLP weights + embedding table files) and the engine that runs one strategy
+over it. The per-lookup work is `offload._native.RecsysEngine` (crates/recsys).
+
+Layout of a model directory::
+
+    DIR/model.safetensors     MLP weights with DLRM's tensor names, the spec in the metadata
+    DIR/tables/t000.emb ...   one table file per embedding table (crates/recsys/src/table.rs)
+    DIR/manifest.json         spec name, rows per table, seed, bytes
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from offload import _native
+from offload.recsys.models import Model, ModelSpec
+
+STRATEGIES: tuple[str, ...] = tuple(_native.RECSYS_STRATEGIES)
+MODES = ("disk", "flash")
+RecsysError = _native.RecsysError
+
+STRATEGY_HELP = {
+    "dram": "all tables in memory (the ideal)",
+    "ssd-s": "file reads through the page cache, DRAM held to 1/4 of the tables",
+    "ssd-m": "the same with 1/2",
+    "emb-mmio": "page-granular O_DIRECT reads into user space, sums on the host",
+    "emb-pagesum": "page reads, sums in the device",
+    "emb-vectorsum": "vector-granular reads, sums in the device",
+    "recssd": "host LRU cache of hot vectors + in-device page-granular sums of the misses",
+    "rm-ssd": "everything in the device: lookups, sums, bottom and top MLPs",
+}
+
+
+@dataclass(frozen=True)
+class ModelDir:
+    """A model directory on disk."""
+
+    path: Path
+    spec: ModelSpec
+    rows: list[int]
+    seed: int
+
+    @property
+    def table_paths(self) -> list[Path]:
+        return [self.path / "tables" / f"t{t:03d}.emb" for t in range(self.spec.tables)]
+
+    @property
+    def table_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.table_paths)
+
+    def model(self) -> Model:
+        return Model.load(self.path / "model.safetensors")
+
+    @staticmethod
+    def open(path: Path | str) -> ModelDir:
+        path = Path(path)
+        man = path / "manifest.json"
+        if not man.exists():
+            raise FileNotFoundError(f"{man}: no manifest: make one with `offload recsys create --out {path}`")
+        m = json.loads(man.read_text())
+        model = Model.load(path / "model.safetensors")
+        d = ModelDir(path, model.spec, [int(r) for r in m["rows"]], int(m["seed"]))
+        for p in d.table_paths:
+            if not p.exists():
+                raise FileNotFoundError(f"{p}: table file missing")
+        return d
+
+
+def rows_for_bytes(spec: ModelSpec, total_bytes: int) -> list[int]:
+    """Rows per table so that the tables hold about `total_bytes` in all (equal tables)."""
+    row = spec.dim * 4
+    per_table = max(1, total_bytes // (spec.tables * row))
+    return [int(per_table)] * spec.tables
+
+
+def create(
+    out: Path | str,
+    spec: ModelSpec,
+    rows: list[int],
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> ModelDir:
+    """Writes a random model (DLRM's init) and its tables (`RM_create_table`) into `out`.
+    `progress(rows_written_total)` is called as the tables fill."""
+    out = Path(out)
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    if len(rows) != spec.tables:
+        raise ValueError(f"{len(rows)} row counts for {spec.tables} tables")
+    model = Model.random(spec, rows=[1] * spec.tables, seed=seed, with_tables=False)
+    model.save(out / "model.safetensors")
+    done = 0
+    d = ModelDir(out, spec, list(rows), seed)
+    for t, (n, p) in enumerate(zip(rows, d.table_paths, strict=True)):
+        base = done
+
+        def tick(k: int, base: int = base) -> None:
+            if progress:
+                progress(base + k)
+
+        _native.recsys_create_table(str(p), int(n), spec.dim, seed * 1_000_003 + t, tick)
+        done += n
+    (out / "manifest.json").write_text(
+        json.dumps(
+            {"spec": spec.name, "rows": list(rows), "seed": seed, "table_bytes": d.table_bytes}, indent=2
+        )
+    )
+    return d
+
+
+def kernel_design_cycles(spec: ModelSpec, composition: str = "sum") -> tuple[int, int]:
+    """Bottom′ and top′ cycles per sample of the searched kernel design (eq. 1), the device MLP's
+    time in `flash` mode; (0, 0) — measured on the host instead — where no design is feasible."""
+    from offload.recsys import kernels as K
+
+    shape = K.MLPShape(
+        spec.name,
+        (spec.dense_width, *spec.bottom) if spec.bottom else (),
+        tuple(spec.top),
+        spec.dim,
+        spec.tables,
+        spec.lookups,
+    )
+    try:
+        d = K.search(shape, composition=composition)  # type: ignore[arg-type]
+    except (K.InfeasibleError, ValueError):
+        return (0, 0)
+    return (round(d.t_bot / d.n_batch), round(d.t_top / d.n_batch))
+
+
+class Engine:
+    """One strategy in one timing mode over a model directory. In `flash` mode rm-ssd's device
+    MLP takes the kernel search's cycles unless `device_mlp_cycles` says otherwise."""
+
+    def __init__(
+        self,
+        model_dir: ModelDir,
+        strategy: str,
+        mode: str = "disk",
+        *,
+        flash: dict[str, Any] | None = None,
+        queue_depth: int = 64,
+        host_cache_vectors: int = 8192,
+        device_mlp_cycles: tuple[int, int] = (0, 0),
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
+        model = model_dir.model()
+        self.spec = model.spec
+        if strategy == "rm-ssd" and mode == "flash" and device_mlp_cycles == (0, 0):
+            device_mlp_cycles = kernel_design_cycles(self.spec)
+        self.strategy = strategy
+        self.mode = mode
+        self._native = _native.RecsysEngine(
+            strategy,
+            mode,
+            [str(p) for p in model_dir.table_paths],
+            self.spec.dense_width,
+            [(np.ascontiguousarray(w), np.ascontiguousarray(b)) for w, b in model.layers("bot")],
+            [(np.ascontiguousarray(w), np.ascontiguousarray(b)) for w, b in model.layers("top")],
+            self.spec.dim,
+            queue_depth=queue_depth,
+            host_cache_vectors=host_cache_vectors,
+            flash=flash,
+            device_mlp=device_mlp_cycles,
+        )
+
+    def infer(
+        self, dense: np.ndarray, offsets: list[np.ndarray], indices: list[np.ndarray]
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Predictions (B,) and {stages, io, latency_s, interval_s} for one batch. Inputs as
+        PyTorch's EmbeddingBag takes them: per table, offsets (B + 1) and indices."""
+        dense = np.ascontiguousarray(dense, dtype=np.float32)
+        if dense.ndim != 2:
+            raise ValueError(f"dense must be (batch, {self.spec.dense_width}), got shape {dense.shape}")
+        offs = [np.ascontiguousarray(o, dtype=np.int64) for o in offsets]
+        idx = [np.ascontiguousarray(i, dtype=np.int64) for i in indices]
+        return self._native.infer(dense, offs, idx)
+
+    @property
+    def extents_source(self) -> list[str]:
+        return list(self._native.extents_source)

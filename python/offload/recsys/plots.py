@@ -1,0 +1,145 @@
+"""The seed's figures from `offload recsys bench` JSON: Fig. 2 (where the time goes), Fig. 3 (read
+amplification), Fig. 10 (the SLS operator), Figs. 12/13 and 15 (end-to-end throughput and latency)
+and Fig. 14 (RecSSD vs RM-SSD over the locality knob K). PNG, matplotlib's Agg backend."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from offload.recsys.bench import SLS_STAGES, STAGES
+
+COLORS = {
+    "bot_mlp": "#4c72b0",
+    "emb_ssd": "#c44e52",
+    "emb_fs": "#dd8452",
+    "emb_op": "#937860",
+    "concat": "#8172b3",
+    "top_mlp": "#55a868",
+    "link": "#8c8c8c",
+}
+
+
+def _title(b: dict[str, Any]) -> str:
+    gib = b["table_bytes"] / 2**30
+    return f"{b['model']}, {gib:.2f} GiB of tables, {b['mode']} mode"
+
+
+def _save(fig: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def breakdown(b: dict[str, Any], path: Path) -> Path:
+    """Fig. 2: seconds per 1,000 inferences by stage, one stacked bar per strategy."""
+    runs = b["strategies"]
+    names = list(runs)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bottom = [0.0] * len(names)
+    for st in STAGES:
+        vals = [runs[n]["stages_s"][st] * 1000 / max(1, runs[n]["samples"]) for n in names]
+        ax.bar(names, vals, bottom=bottom, label=st.replace("_", "-"), color=COLORS[st])
+        bottom = [x + v for x, v in zip(bottom, vals, strict=True)]
+    ax.set_ylabel("seconds per 1K inferences (sum of stages)")
+    ax.set_title(f"Where the time goes — {_title(b)}")
+    ax.legend(fontsize=8, ncol=4)
+    ax.tick_params(axis="x", rotation=30)
+    return _save(fig, path)
+
+
+def read_amplification(b: dict[str, Any], path: Path) -> Path:
+    """Fig. 3: bytes read from the media over the bytes the lookups need; and traffic per sample."""
+    runs = {n: r for n, r in b["strategies"].items() if n != "dram"}
+    names = list(runs)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    a1.bar(names, [runs[n]["read_amplification"] for n in names], color="#c44e52")
+    a1.axhline(1, color="k", lw=0.8)
+    a1.set_ylabel("read amplification (media / useful bytes)")
+    a2.bar(names, [max(runs[n]["traffic_bytes_per_sample"], 1e-3) for n in names], color="#4c72b0")
+    a2.set_yscale("log")
+    a2.set_ylabel("host↔storage bytes per inference")
+    for a in (a1, a2):
+        a.tick_params(axis="x", rotation=30)
+    fig.suptitle(f"I/O — {_title(b)}")
+    return _save(fig, path)
+
+
+def sls(b: dict[str, Any], path: Path) -> Path:
+    """Fig. 10(a): the SparseLengthSum operator alone, per 1K inferences, with the × over ssd-s."""
+    want = ("ssd-s", "emb-mmio", "emb-pagesum", "emb-vectorsum")
+    runs = {n: b["strategies"][n] for n in want if n in b["strategies"]}
+    names = list(runs)
+    vals = [runs[n]["sls_s"] * 1000 / max(1, runs[n]["samples"]) for n in names]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    bars = ax.bar(names, vals, color=["#c44e52", "#dd8452", "#8172b3", "#55a868"][: len(names)])
+    base = vals[0] if names and names[0] == "ssd-s" else None
+    for bar, v in zip(bars, vals, strict=True):
+        if base and v > 0:
+            ax.annotate(f"{base / v:.1f}×", (bar.get_x() + bar.get_width() / 2, v), ha="center", va="bottom")
+    parts = " + ".join(s.replace("_", "-") for s in SLS_STAGES)
+    ax.set_ylabel(f"SLS seconds per 1K inferences ({parts})")
+    ax.set_title(f"SLS operator — {_title(b)}\n(seed: EMB-VectorSum 16× SSD-S)", fontsize=10)
+    return _save(fig, path)
+
+
+def end_to_end(benches: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
+    """Figs. 12/13 (and 15 for NCF/WnD): throughput and p50 latency per model and strategy."""
+    models = [b["model"] for b in benches]
+    names: list[str] = []
+    for b in benches:
+        names += [n for n in b["strategies"] if n not in names]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    w = 0.8 / max(1, len(names))
+    for i, n in enumerate(names):
+        xs = [m + (i - (len(names) - 1) / 2) * w for m in range(len(models))]
+        tp = [(b["strategies"].get(n) or {}).get("throughput_per_s") or 0 for b in benches]
+        lat = [((b["strategies"].get(n) or {}).get("latency_s") or {}).get("p50", 0) * 1e3 for b in benches]
+        a1.bar(xs, tp, w, label=n)
+        a2.bar(xs, lat, w, label=n)
+    for a, lab in ((a1, "inferences per second"), (a2, "p50 batch latency (ms)")):
+        a.set_xticks(range(len(models)), models)
+        a.set_yscale("log")
+        a.set_ylabel(lab)
+    a1.legend(fontsize=7, ncol=2)
+    mode = benches[0]["mode"] if benches else ""
+    fig.suptitle(f"{title} ({mode} mode)")
+    return _save(fig, path)
+
+
+def locality(points: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Fig. 14: throughput of RecSSD and RM-SSD against RecSSD's locality knob K, with the host
+    cache's hit rate (the seed: K = 0 / 0.3 / 1 / 2 → about 80 / 65 / 45 / 30%)."""
+    ks = [p["k"] for p in points]
+    fig, a1 = plt.subplots(figsize=(6.5, 4))
+    for name, color in (("recssd", "#4c72b0"), ("rm-ssd", "#c44e52")):
+        a1.plot(ks, [p[name]["throughput_per_s"] for p in points], "o-", color=color, label=name)
+    a1.set_xlabel("locality knob K (RecSSD's trace generator)")
+    a1.set_ylabel("inferences per second")
+    a2 = a1.twinx()
+    a2.plot(ks, [100 * (p["recssd"]["host_cache_hit_rate"] or 0) for p in points], "s--", color="#8c8c8c")
+    a2.set_ylabel("RecSSD host-cache hit rate (%)", color="#8c8c8c")
+    a2.set_ylim(0, 100)
+    a1.legend(loc="upper right")
+    a1.set_title("RecSSD's sensitivity to locality (Fig. 14)")
+    return _save(fig, path)
+
+
+def per_bench(b: dict[str, Any], out_dir: Path) -> list[Path]:
+    """The single-run figures of one bench JSON: breakdown, I/O, and the SLS operator."""
+    stem = f"{b['model']}-{b['mode']}"
+    paths = [
+        breakdown(b, out_dir / f"{stem}-breakdown.png"),
+        read_amplification(b, out_dir / f"{stem}-io.png"),
+    ]
+    if "ssd-s" in b["strategies"] and b["strategies"]["ssd-s"].get("sls_s"):
+        paths.append(sls(b, out_dir / f"{stem}-sls.png"))
+    return paths
