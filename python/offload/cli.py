@@ -80,9 +80,15 @@ def report(
     cost: Annotated[
         str | None, typer.Option(help="`offload plan cost --out` JSON. \\[default: none]")
     ] = None,
+    recsys: Annotated[
+        str | None,
+        typer.Option(
+            help="`offload recsys bench --out` JSON (its --plots in the same directory). \\[default: none]"
+        ),
+    ] = None,
 ) -> None:
-    """One static HTML report of the benchmark, probe, sweep, calibration, recommendation and
-    cost results, with plots; opens from disk. Sections not given say how to produce them."""
+    """One static HTML report of the benchmark, probe, sweep, calibration, recommendation, cost and
+    RM-SSD results, with plots; opens from disk. Sections not given say how to produce them."""
     from pathlib import Path
 
     from offload import report as rep
@@ -93,7 +99,7 @@ def report(
         return Path(x) if x else None
 
     try:
-        inputs = [path(x) for x in (bench, probe, sweep, calibration, recommend, cost)]
+        inputs = [path(x) for x in (bench, probe, sweep, calibration, recommend, cost, recsys)]
         written = rep.build(Path(out), *inputs)
     except (KeyError, ValueError, TypeError) as e:
         print(f"error: an input is not what its option expects: {e!r}")

@@ -1,7 +1,7 @@
 """`offload report`: one static HTML page that gathers what the other commands wrote — the rule
 engine benchmark, the probe profile, the service sweep, the simulator's calibration, the
-recommendation and the deployment cost — with their plots. Images are embedded (data URIs),
-so the single file opens from disk anywhere and can be mailed around.
+recommendation, the deployment cost and the RM-SSD benchmark — with their plots. Images are
+embedded (data URIs), so the single file opens from disk anywhere and can be mailed around.
 
 Every section is optional: what was not given says so instead of disappearing.
 """
@@ -326,6 +326,58 @@ def cost_section(cost: dict[str, Any] | None) -> str:
     return out
 
 
+def recsys_section(b: dict[str, Any] | None, path: Path | None) -> str:
+    """RM-SSD: every strategy side by side (offload recsys bench), with its figures beside it."""
+    if b is None:
+        return _missing("recsys benchmark", "offload recsys bench -m MODEL_DIR --out recsys.json --plots DIR")
+    out = (
+        f"<p class=meta>{_e(b['model'])}, {b['table_bytes'] / 2**30:.2f} GiB of tables, "
+        f"{_e(b['mode'])} mode, "
+        f"{b['trace']['batches']} batches × {b['trace']['batch_size']}, {_e(b['date'])}; "
+        f"{_e(b['machine'].get('cpu', ''))}</p>"
+    )
+    vs = b.get("vs_ssd_s", {})
+    rows = []
+    for name, r in b["strategies"].items():
+        x = vs.get(name, {})
+        rows.append(
+            (
+                name,
+                f"{r['throughput_per_s']:,.0f}" if r["throughput_per_s"] else "-",
+                f"{r['latency_s']['p50'] * 1e3:.3f}",
+                f"{r['read_amplification']:.1f}×",
+                f"{r['traffic_bytes_per_sample']:,.0f}",
+                f"{x['throughput_x']:.1f}×" if x.get("throughput_x") else "-",
+                f"{x['traffic_reduction_x']:,.0f}×" if x.get("traffic_reduction_x") else "-",
+                f"{r['max_abs_diff_vs_first']:.1e}",
+            )
+        )
+    heads = (
+        "strategy",
+        "inferences/s",
+        "p50 ms",
+        "read ampl.",
+        "bytes/inference",
+        "× ssd-s",
+        "traffic ÷",
+        "Δ answers",
+    )
+    out += _table(heads, rows)
+    paper = (b.get("paper") or {}).get("table_iv")
+    if paper:
+        out += (
+            "<p>The seed's Table IV (traffic reduction vs SSD-S): "
+            + ", ".join(f"{_e(k)} {v:,}×" for k, v in paper.items())
+            + "</p>"
+        )
+    stem = f"{b['model']}-{b['mode']}"
+    for fig in ("breakdown", "io", "sls"):
+        png = path.parent / f"{stem}-{fig}.png" if path else None
+        if png is not None and png.exists():
+            out += _img(png, alt=f"recsys {fig}")
+    return out
+
+
 def build(
     out: Path,
     bench: Path | None = None,
@@ -334,6 +386,7 @@ def build(
     calibration: Path | None = None,
     recommend: Path | None = None,
     cost: Path | None = None,
+    recsys: Path | None = None,
 ) -> Path:
     sections = [
         ("Rule engine", rules_section(_load(bench), bench)),
@@ -342,6 +395,7 @@ def build(
         ("Simulator calibration", calibration_section(_load(calibration))),
         ("Recommendation", recommend_section(_load(recommend))),
         ("Deployment cost", cost_section(_load(cost))),
+        ("Recommendation inference on SSD (RM-SSD)", recsys_section(_load(recsys), recsys)),
     ]
     now = datetime.now(UTC).isoformat(timespec="seconds")
     toc = "".join(f'<li><a href="#s{i}">{_e(t)}</a></li>' for i, (t, _) in enumerate(sections))

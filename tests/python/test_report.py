@@ -15,6 +15,11 @@ import pytest
 
 from offload import report
 from offload.plan import cost, recommend
+from offload.recsys import bench as rbench
+from offload.recsys import engine as E
+from offload.recsys import plots as rplots
+from offload.recsys import traces as T
+from offload.recsys.models import SPECS
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benches" / "results"
@@ -37,29 +42,36 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (d / "recommend.json").write_text(json.dumps(rec | {"rows": rows, "plot": str(png)}))
     s = cost.load_scenario(ROOT / "data" / "plans" / "seed-table1.toml")
     (d / "cost.json").write_text(json.dumps(cost.report(s, cost.cost(s))))
+    m = E.create(d / "rmc1", SPECS["rmc1"], [700] * 8)
+    cfg = T.TraceConfig(rows=m.rows, batch_size=2, lookups=4, dense_width=128)
+    rb = rbench.run(m, T.generate_trace(cfg, 2), ["dram", "ssd-s", "emb-vectorsum", "rm-ssd"], "flash")
+    (d / "recsys.json").write_text(json.dumps(rb))
+    rplots.per_bench(rb, d)
     return {
         "bench": RESULTS / "rules-100k.json", "probe": RESULTS / "probe-full.json", "sweep": sweep,
         "calibration": RESULTS / "calibration-100k.json", "recommend": d / "recommend.json",
-        "cost": d / "cost.json",
+        "cost": d / "cost.json", "recsys": d / "recsys.json",
     }  # fmt: skip
 
 
 def test_report_has_every_section_table_and_plot(inputs: dict[str, Path], tmp_path: Path) -> None:
     page = report.build(tmp_path / "r.html", **inputs).read_text()
     titles = ["Rule engine", "Channels (probe)", "Service configurations (sweep)", "Simulator calibration"]
-    for title in [*titles, "Recommendation", "Deployment cost"]:
+    for title in [*titles, "Recommendation", "Deployment cost", "Recommendation inference on SSD (RM-SSD)"]:
         assert f">{title}</h2>" in page
     assert 'class="missing"' not in page  # every input was given and found
-    assert page.count("<table>") == 6
-    # Rules plot, 3 probe plots, sweep, calibration, recommendation: all embedded, none linked.
-    assert page.count('src="data:image/png;base64,') >= 7 and 'src="file:' not in page
+    assert page.count("<table>") == 7
+    # Rules plot, 3 probe plots, sweep, calibration, recommendation, 3 recsys: embedded, none linked.
+    assert page.count('src="data:image/png;base64,') >= 10 and 'src="file:' not in page
+    assert "emb-vectorsum" in page and "31,826×" in page  # recsys table and the seed's Table IV
     assert "1,464" in page and "f1.2xlarge" in page  # the cost table
     assert "each predicted by a model fitted without it" in page
 
 
 def test_missing_sections_say_how_to_make_them(tmp_path: Path) -> None:
     page = report.build(tmp_path / "r.html", cost=None).read_text()
-    assert page.count('class="missing"') == 6 and "offload plan calibrate" in page
+    assert page.count('class="missing"') == 7 and "offload plan calibrate" in page
+    assert "offload recsys bench" in page
 
 
 def test_cli_writes_the_report(inputs: dict[str, Path], tmp_path: Path) -> None:
@@ -84,8 +96,8 @@ def test_headless_chromium_renders_every_plot_and_table(inputs: dict[str, Path],
     body = re.search(r"<body([^>]*)>", dom.stdout)
     assert body, dom.stdout[:500]
     attrs = dict(re.findall(r'data-([a-z-]+)="(\d+)"', body.group(1)))
-    assert int(attrs["images"]) >= 7 and attrs["images-loaded"] == attrs["images"], attrs
-    assert int(attrs["tables"]) == 6
+    assert int(attrs["images"]) >= 10 and attrs["images-loaded"] == attrs["images"], attrs
+    assert int(attrs["tables"]) == 7
     shot = tmp_path / "report.png"
     subprocess.run([*browser, "--window-size=1280,2400", f"--screenshot={shot}", html.as_uri()],
                    capture_output=True, timeout=120, check=True)  # fmt: skip

@@ -287,10 +287,10 @@ def bench(
     if as_json:
         print(json.dumps(res, indent=2))
         return
-    _print_bench(res)
+    print_bench(res)
 
 
-def _print_bench(res: dict[str, Any]) -> None:
+def print_bench(res: dict[str, Any]) -> None:
     gib = res["table_bytes"] / 2**30
     n = res["trace"]["batches"]
     t = Table(title=f"{res['model']} ({res['mode']}), {gib:.2f} GiB of tables, {n} batches")
