@@ -6,7 +6,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(HOME)/.cargo/bin:$(PATH)
 DEMO_DIR ?= build/demo
 
-.PHONY: demo test lint rust-test py-test develop clean bench bench-tools test-tools sys-deps
+.PHONY: demo test lint rust-test py-test develop clean bench bench-recsys bench-tools test-tools sys-deps
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -63,6 +63,12 @@ bench: develop bench-tools
 		--p 1,2,4 --w 1,2 --k 1,2 --batch 0 --duration 2 --out build/bench/sweep-calibration-100k.json
 	offload plan calibrate --sweep build/bench/sweep-calibration-100k.json --trace $(BENCH_DATA) \
 		--profile build/bench/probe-full.json --out build/bench/calibration-100k.json
+
+# The RM-SSD benchmark (docs/recsys.md): 8 GiB of tables per model under build/recsys (40 GiB of
+# disk, written once), every strategy in flash mode, RMC1 in disk mode beside fio, Fig. 14; ~30 min.
+RECSYS_SIZE ?= 8G
+bench-recsys: develop bench-tools
+	python benches/recsys_bench.py --size $(RECSYS_SIZE) --dir build/recsys --out benches/results/recsys
 
 # Reference tools the benchmarks compare against (Debian packages).
 bench-tools:

@@ -18,6 +18,8 @@ from offload.recsys import memlimit
 from offload.recsys import traces as T
 from offload.recsys.models import SPECS
 
+INPROC = B.RunOptions(device="in-process")
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> E.ModelDir:
@@ -31,7 +33,7 @@ def trace(d: E.ModelDir, batches: int = 3, kind: str = "hotset") -> T.Trace:
 
 
 def test_every_strategy_side_by_side_agrees_and_counts(tiny: E.ModelDir) -> None:
-    res = B.run(tiny, trace(tiny), list(E.STRATEGIES), "flash", warmup=1)
+    res = B.run(tiny, trace(tiny), list(E.STRATEGIES), "flash", B.RunOptions(warmup=1))
     runs = res["strategies"]
     assert list(runs) == list(E.STRATEGIES) and res["reference_strategy"] == "dram"
     for name, r in runs.items():
@@ -56,8 +58,8 @@ def test_every_strategy_side_by_side_agrees_and_counts(tiny: E.ModelDir) -> None
 def test_flash_mode_is_reproducible(tiny: E.ModelDir) -> None:
     """The media and the device are modelled: the device's time does not change between runs."""
     tr = trace(tiny)
-    a = B.run(tiny, tr, ["emb-vectorsum"], "flash")["strategies"]["emb-vectorsum"]
-    b = B.run(tiny, tr, ["emb-vectorsum"], "flash")["strategies"]["emb-vectorsum"]
+    a = B.run(tiny, tr, ["emb-vectorsum"], "flash", INPROC)["strategies"]["emb-vectorsum"]
+    b = B.run(tiny, tr, ["emb-vectorsum"], "flash", INPROC)["strategies"]["emb-vectorsum"]
     assert a["stages_s"]["emb_ssd"] == b["stages_s"]["emb_ssd"] and a["io"] == b["io"]
 
 
@@ -94,7 +96,8 @@ def test_cli_bench_writes_json_and_the_figures(tiny: E.ModelDir, tmp_path: Path)
 def test_locality_sweep_hit_rate_falls_with_k(tiny: E.ModelDir, tmp_path: Path) -> None:
     from offload.recsys import plots as P
 
-    res = B.locality_sweep(tiny, [0, 2], "flash", batches=3, batch_size=4, host_cache_vectors=256)
+    opts = B.RunOptions(host_cache_vectors=256, device="in-process")
+    res = B.locality_sweep(tiny, [0, 2], "flash", opts, batches=3, batch_size=4)
     hits = [p["recssd"]["host_cache_hit_rate"] for p in res["points"]]
     assert hits[0] > hits[1], hits
     assert res["points"][0]["paper_hit_rate"] == 0.80
@@ -131,3 +134,29 @@ def test_disk_mode_ssd_s_records_its_dram_limit(tiny: E.ModelDir) -> None:
     lim = r["dram_limit"]
     assert lim["budget_bytes"] == int(0.25 * tiny.table_bytes)
     assert lim["method"] in ("cgroup-v1-memory", "none") and (lim["method"] != "none" or lim["reason"])
+
+
+def test_flash_page_cache_starts_full_and_ssd_m_misses_less(tiny: E.ModelDir) -> None:
+    """Steady state as the seed measures it: the modelled page cache is filled with fresh lookups
+    of the trace's distribution before the recorded batches, so the DRAM share shows."""
+    tr = trace(tiny, batches=4)
+    res = B.run(tiny, tr, ["ssd-s", "ssd-m"], "flash", INPROC)["strategies"]
+    for name in ("ssd-s", "ssd-m"):
+        fill = res[name]["page_cache_fill"]
+        assert fill["pages_held"] == fill["capacity"] > 0 and fill["lookups"] > 0, fill
+    assert res["ssd-m"]["page_cache_fill"]["capacity"] > res["ssd-s"]["page_cache_fill"]["capacity"]
+    assert res["ssd-m"]["io"]["cache_misses"] < res["ssd-s"]["io"]["cache_misses"]
+    assert res["ssd-s"]["io"]["cache_hits"] > 0
+
+
+def test_more_lookups_share_the_hot_set_but_not_the_draws() -> None:
+    cfg = T.TraceConfig(rows=(200_000,), batch_size=64, lookups=32, dense_width=4)
+    trace_rows = T.generate_trace(cfg, 1).batches[0].indices[0]
+    a, b = T.more_lookups(cfg, 0, 4096, stream=1), T.more_lookups(cfg, 0, 4096, stream=2)
+    assert not (a[: len(trace_rows)] == trace_rows).all() and not (a == b).all()
+    other = T.more_lookups(
+        T.TraceConfig(rows=(200_000,), batch_size=64, lookups=32, dense_width=4, seed=9), 0, 4096
+    )
+    seen = set(trace_rows.tolist())
+    # the same hot set (and permutation) as the trace: far more rows in common than another seed's
+    assert len(seen & set(a.tolist())) > 2 * len(seen & set(other.tolist()))

@@ -44,7 +44,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (d / "cost.json").write_text(json.dumps(cost.report(s, cost.cost(s))))
     m = E.create(d / "rmc1", SPECS["rmc1"], [700] * 8)
     cfg = T.TraceConfig(rows=m.rows, batch_size=2, lookups=4, dense_width=128)
-    rb = rbench.run(m, T.generate_trace(cfg, 2), ["dram", "ssd-s", "emb-vectorsum", "rm-ssd"], "flash")
+    strategies = ["dram", "ssd-s", "emb-vectorsum", "rm-ssd"]
+    rb = rbench.run(m, T.generate_trace(cfg, 2), strategies, "flash", rbench.RunOptions(device="in-process"))
     (d / "recsys.json").write_text(json.dumps(rb))
     rplots.per_bench(rb, d)
     return {

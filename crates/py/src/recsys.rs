@@ -2,7 +2,7 @@
 //! flash model. Conversions only; loops run with the GIL released.
 
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
-use offload_recsys::engine::{DeviceMlp, Mode, Options};
+use offload_recsys::engine::{DeviceAt, DeviceMlp, Mode, Options};
 use offload_recsys::{self as recsys, table, Bags, Dlrm, Engine, FlashModel, Linear, Mlp, Strategy};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
@@ -163,7 +163,7 @@ struct RecsysEngine {
 #[pymethods]
 impl RecsysEngine {
     #[new]
-    #[pyo3(signature = (strategy, mode, tables, dense_width, bottom, top, dim, queue_depth=64, host_cache_vectors=8192, flash=None, device_mlp=(0, 0)))]
+    #[pyo3(signature = (strategy, mode, tables, dense_width, bottom, top, dim, queue_depth=64, host_cache_vectors=8192, flash=None, device_mlp=(0, 0), device_command=None, device_cpu=None, device_memory_bytes=None, device_timeout_s=60.0, channel_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -178,6 +178,11 @@ impl RecsysEngine {
         host_cache_vectors: usize,
         flash: Option<&Bound<'_, PyDict>>,
         device_mlp: (u64, u64),
+        device_command: Option<Vec<String>>,
+        device_cpu: Option<usize>,
+        device_memory_bytes: Option<u64>,
+        device_timeout_s: f64,
+        channel_bytes: Option<usize>,
     ) -> PyResult<Self> {
         let s: Strategy = strategy.parse().map_err(PyValueError::new_err)?;
         let mode = match mode {
@@ -190,8 +195,35 @@ impl RecsysEngine {
         opts.queue_depth = queue_depth;
         opts.host_cache_vectors = host_cache_vectors;
         opts.device_mlp = DeviceMlp { bottom_cycles: device_mlp.0, top_cycles: device_mlp.1 };
+        if let Some(command) = device_command {
+            if device_timeout_s.is_nan() || device_timeout_s <= 0.0 {
+                return Err(PyValueError::new_err(format!("device_timeout_s must be > 0, got {device_timeout_s}")));
+            }
+            opts.device = DeviceAt::Process {
+                command,
+                cpu: device_cpu,
+                memory_bytes: device_memory_bytes,
+                timeout_s: device_timeout_s,
+            };
+        }
+        if let Some(b) = channel_bytes {
+            opts.channel_bytes = b;
+        }
         let inner = py.allow_threads(|| Engine::open(model, &tables, opts)).map_err(err)?;
         Ok(RecsysEngine { inner })
+    }
+
+    /// Puts the pages of these lookups of `table` into the modelled page cache (flash mode,
+    /// ssd-s / ssd-m) without reading or timing anything; returns (pages held, capacity).
+    fn warm_page_cache(
+        &mut self,
+        py: Python<'_>,
+        table: usize,
+        rows: PyReadonlyArray1<'_, i64>,
+    ) -> PyResult<(usize, usize)> {
+        let r = rows.as_slice().map_err(|_| PyValueError::new_err("rows must be contiguous int64"))?;
+        let engine = &mut self.inner;
+        py.allow_threads(|| engine.warm_page_cache(table, r)).map_err(err)
     }
 
     /// Predictions for one batch, and a dict with stages, latency, interval and I/O counters.
@@ -232,6 +264,24 @@ impl RecsysEngine {
         Ok((out.predictions.into_pyarray(py), info.into_any()))
     }
 
+    /// Where the device side runs: pid, CPU and memory limit applied (or why not), the channel.
+    #[getter]
+    fn device_info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_dict(py, &self.inner.device_info())
+    }
+
+    /// Payload bytes moved through the device channel by batches: {to_device, from_device}.
+    #[getter]
+    fn channel_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_dict(py, &self.inner.channel_bytes())
+    }
+
+    /// Stops the device process, if any (idempotent); later batches of a device strategy fail.
+    fn close(&mut self, py: Python<'_>) {
+        let engine = &mut self.inner;
+        py.allow_threads(|| engine.close());
+    }
+
     /// Bytes of all table files.
     #[getter]
     fn table_bytes(&self) -> u64 {
@@ -245,6 +295,13 @@ impl RecsysEngine {
     }
 }
 
+/// The device emulator's main loop: serves the shared-memory channel at `shm_path` until the
+/// host closes it or is gone (`python -m offload.recsys.device SHM`). GIL released.
+#[pyfunction]
+fn recsys_device_serve(py: Python<'_>, shm_path: PathBuf) -> PyResult<()> {
+    py.allow_threads(|| offload_recsys::device::serve(&shm_path)).map_err(err)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RecsysError", m.py().get_type::<RecsysError>())?;
     m.add("RECSYS_STRATEGIES", recsys::STRATEGIES.map(Strategy::as_str).to_vec())?;
@@ -254,5 +311,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(recsys_table_info, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_read_rows, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_flash_model, m)?)?;
+    m.add_function(wrap_pyfunction!(recsys_device_serve, m)?)?;
     Ok(())
 }

@@ -8,16 +8,19 @@
 //! kernel design's cycle counts; host work (MLPs, host sums, page-cache hits) is still measured.
 //! In both modes the values come from the table files, so answers never depend on the mode.
 //!
-//! The device side runs in this process for now (same code path the device emulator process
-//! will serve); where each step runs is what the counters and stages attribute.
+//! The device side ([`Device`]) runs in this process by default, or in a device emulator process
+//! behind a shared-memory channel ([`DeviceAt::Process`], `crate::device`): the same functions
+//! either way, so the answers and counters are the same; where each step runs is what the
+//! counters and stages attribute.
 
+pub use crate::device::DeviceAt;
+use crate::device::{ChannelBytes, Device, DeviceInfo, DeviceLink, RmSsdOut};
 use crate::error::{Error, Result};
 use crate::extents::Extents;
-use crate::flash::{FlashModel, ReadKind};
+use crate::flash::FlashModel;
 use crate::mlp::Dlrm;
-use crate::sls::{self, Bags, Granularity, ReadPlan};
+use crate::sls::{self, Bags, Granularity};
 use crate::table::{Table, TableMeta, PAGE};
-use crate::uring::DirectReader;
 use lru::LruCache;
 use serde::Serialize;
 use std::num::NonZeroUsize;
@@ -121,11 +124,23 @@ pub struct Options {
     /// RecSSD's host cache, in vectors (all tables together).
     pub host_cache_vectors: usize,
     pub device_mlp: DeviceMlp,
+    /// Where the device side of emb-pagesum, emb-vectorsum, recssd and rm-ssd runs.
+    pub device: DeviceAt,
+    /// Bytes of each payload area of the device channel (the largest batch message).
+    pub channel_bytes: usize,
 }
 
 impl Options {
     pub fn new(strategy: Strategy, mode: Mode) -> Options {
-        Options { strategy, mode, queue_depth: 64, host_cache_vectors: 8192, device_mlp: DeviceMlp::default() }
+        Options {
+            strategy,
+            mode,
+            queue_depth: 64,
+            host_cache_vectors: 8192,
+            device_mlp: DeviceMlp::default(),
+            device: DeviceAt::InProcess,
+            channel_bytes: crate::device::DEFAULT_AREA_BYTES,
+        }
     }
 }
 
@@ -217,11 +232,16 @@ pub struct Engine {
     pub extents: Vec<Extents>,
     pub opts: Options,
     dram: Vec<Vec<f32>>,
-    direct: Option<DirectReader>,
+    /// The device side in this process (every strategy that reads through the device, and
+    /// emb-mmio's host reads).
+    local: Option<Device>,
+    /// The device side elsewhere (`Options::device`), for the strategies it serves.
+    remote: Option<DeviceLink>,
     /// RecSSD's host cache: (table, row) → vector.
     host_cache: Option<VectorCache>,
     /// `flash`-mode page cache of the ssd strategies: (table, page) of the DRAM budget.
     page_model: Option<LruCache<(u32, u64), ()>>,
+    closed: bool,
 }
 
 fn elapsed(t: Instant) -> f64 {
@@ -259,9 +279,11 @@ impl Engine {
             extents,
             opts,
             dram: Vec::new(),
-            direct: None,
+            local: None,
+            remote: None,
             host_cache: None,
             page_model: None,
+            closed: false,
         };
         e.prepare()?;
         Ok(e)
@@ -290,13 +312,115 @@ impl Engine {
             self.host_cache = Some(LruCache::new(n));
         }
         let device_reads = !matches!(s, Strategy::Dram | Strategy::SsdS | Strategy::SsdM);
-        if device_reads && self.opts.mode == Mode::Disk {
-            let paths: Vec<&std::path::Path> = self.tables.iter().map(|t| t.path.as_path()).collect();
-            let max_row = self.metas.iter().map(|m| m.row_bytes as usize).max().unwrap_or(0);
-            self.direct =
-                Some(DirectReader::open(&paths, self.opts.queue_depth, max_row.div_ceil(4096) * 4096 + 4096)?);
+        let paths: Vec<PathBuf> = self.tables.iter().map(|t| t.path.clone()).collect();
+        let (d, mode, qd) = (self.model.dim, self.opts.mode, self.opts.queue_depth);
+        if device_reads && self.opts.device != DeviceAt::InProcess && self.served_by_device() {
+            let model = (s == Strategy::RmSsd).then_some(&self.model);
+            let at = self.opts.device.clone();
+            self.remote = Some(DeviceLink::start(&at, &paths, d, mode, qd, model, self.opts.channel_bytes)?);
+        } else if device_reads {
+            self.local = Some(Device::open(&paths, d, mode, qd)?);
         }
         Ok(())
+    }
+
+    /// Whether the strategy's sums run in the device (and so in the device process, where one
+    /// is asked for); emb-mmio's host reads and the host strategies stay in this process.
+    fn served_by_device(&self) -> bool {
+        matches!(self.opts.strategy, Strategy::EmbPagesum | Strategy::EmbVectorsum | Strategy::Recssd | Strategy::RmSsd)
+    }
+
+    /// Where the device runs and what it was given (pid, CPU, memory limit, or why not).
+    pub fn device_info(&self) -> DeviceInfo {
+        match &self.remote {
+            Some(r) => r.info.clone(),
+            None => DeviceInfo {
+                at: if self.opts.device == DeviceAt::InProcess {
+                    "in-process".into()
+                } else {
+                    format!("in-process ({} has no device side)", self.opts.strategy.as_str())
+                },
+                pid: Some(std::process::id()),
+                ..DeviceInfo::default()
+            },
+        }
+    }
+
+    /// Payload bytes this engine moved through the device channel (zero in process).
+    pub fn channel_bytes(&self) -> ChannelBytes {
+        self.remote.as_ref().map(|r| r.bytes).unwrap_or_default()
+    }
+
+    /// The device process's id, where there is one.
+    pub fn device_pid(&self) -> Option<u32> {
+        self.remote.as_ref().and_then(DeviceLink::child_pid)
+    }
+
+    /// Stops the device process (if any); later batches of a device strategy fail.
+    pub fn close(&mut self) {
+        if let Some(mut r) = self.remote.take() {
+            r.close();
+            self.closed = true;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn device_sums(
+        &mut self,
+        gran: Granularity,
+        dense: &[f32],
+        bags: &[Bags<'_>],
+        rows: usize,
+        pooled: &mut [f32],
+        st: &mut Stages,
+        io: &mut IoCounters,
+    ) -> Result<()> {
+        let on_host = self.opts.strategy == Strategy::EmbMmio;
+        match (&mut self.remote, &mut self.local) {
+            (Some(r), _) => r.bag_sums(gran, dense, bags, rows, pooled, st, io),
+            (None, Some(l)) => l.bag_sums(gran, on_host, bags, pooled, st, io),
+            (None, None) => Err(self.no_device()),
+        }
+    }
+
+    fn no_device(&self) -> Error {
+        Error::Device(if self.closed { "the engine was closed".into() } else { "no device side opened".into() })
+    }
+
+    fn rm_ssd(
+        &mut self,
+        dense: &[f32],
+        bags: &[Bags<'_>],
+        rows: usize,
+        st: &mut Stages,
+        io: &mut IoCounters,
+    ) -> Result<RmSsdOut> {
+        match (&mut self.remote, &mut self.local) {
+            (Some(r), _) => r.rm_ssd(dense, bags, rows, st, io),
+            (None, Some(l)) => l.rm_ssd(&self.model, dense, bags, rows, st, io),
+            (None, None) => Err(self.no_device()),
+        }
+    }
+
+    /// Steady state before measuring, for the modelled page cache of ssd-s / ssd-m in `flash`
+    /// mode: the pages of these lookups of `table` enter the LRU as reads would put them there,
+    /// but nothing is read or timed (filling a budget of GBs by real reads would take hours).
+    /// Returns (pages held, capacity); (0, 0) where the strategy or mode has no modelled cache.
+    pub fn warm_page_cache(&mut self, table: usize, rows: &[i64]) -> Result<(usize, usize)> {
+        let Some(meta) = self.metas.get(table).copied() else {
+            return Err(Error::Shape(format!("table {table} of {}", self.metas.len())));
+        };
+        let Some(pm) = self.page_model.as_mut() else { return Ok((0, 0)) };
+        for (i, &row) in rows.iter().enumerate() {
+            if row < 0 || row as u64 >= meta.rows {
+                return Err(Error::Shape(format!(
+                    "warm-up lookup {i} of table {table}: row {row} is not in 0..{}",
+                    meta.rows
+                )));
+            }
+            pm.put((table as u32, meta.row_offset(row as u64) / PAGE), ());
+        }
+        Ok((pm.len(), pm.cap().get()))
     }
 
     /// Bytes of all table files.
@@ -318,6 +442,7 @@ impl Engine {
         let input_bytes =
             (dense.len() * 4) as u64 + bags.iter().map(|b| (b.offsets.len() + b.indices.len()) as u64 * 8).sum::<u64>();
         let s = self.opts.strategy;
+        let mut rm: Option<RmSsdOut> = None;
         match s {
             Strategy::Dram => {
                 let t0 = Instant::now();
@@ -325,17 +450,31 @@ impl Engine {
                 st.emb_op = elapsed(t0);
             }
             Strategy::SsdS | Strategy::SsdM => self.page_cache_sums(bags, &mut pooled, &mut st, &mut io)?,
-            Strategy::EmbMmio | Strategy::EmbPagesum | Strategy::EmbVectorsum | Strategy::RmSsd => {
-                let plan = ReadPlan::new(&self.metas, s.granularity(), sls::lookups(bags));
-                let on_host = s == Strategy::EmbMmio;
-                self.device_sums(&plan, &mut pooled, &mut st, &mut io, on_host)?;
+            Strategy::EmbMmio | Strategy::EmbPagesum | Strategy::EmbVectorsum => {
+                self.device_sums(s.granularity(), dense, bags, rows, &mut pooled, &mut st, &mut io)?;
                 io.link_bytes += match s {
                     Strategy::EmbMmio => io.media_bytes,
-                    Strategy::RmSsd => input_bytes + rows as u64 * 4,
                     _ => input_bytes + pooled_bytes,
                 };
             }
-            Strategy::Recssd => self.recssd_sums(bags, &mut pooled, &mut st, &mut io, input_bytes + pooled_bytes)?,
+            Strategy::RmSsd => {
+                rm = Some(self.rm_ssd(dense, bags, rows, &mut st, &mut io)?);
+                io.link_bytes += input_bytes + rows as u64 * 4;
+            }
+            Strategy::Recssd => {
+                self.recssd_sums(bags, rows, &mut pooled, &mut st, &mut io, input_bytes + pooled_bytes)?
+            }
+        }
+        if let Some(out) = rm {
+            // rm-ssd: everything ran in the device; only the times are put together here.
+            let (latency, interval) = self.rm_ssd_times(&mut st, out.bot_s, out.top_s, rows, io.link_bytes);
+            return Ok(Outcome {
+                predictions: out.predictions,
+                stages: st,
+                latency_s: latency,
+                interval_s: interval,
+                io,
+            });
         }
         if s != Strategy::RmSsd {
             if let Mode::Flash(m) = self.opts.mode {
@@ -344,28 +483,17 @@ impl Engine {
                 }
             }
         }
-        // The MLPs. On the host for every strategy but rm-ssd; there, in the device.
+        // The MLPs, on the host (rm-ssd's ran in the device, above).
         let t0 = Instant::now();
         let b = self.model.bottom_forward(dense, rows);
-        let bot = elapsed(t0);
+        st.bot_mlp = elapsed(t0);
         let t0 = Instant::now();
-        let predictions = if s == Strategy::RmSsd {
-            self.model.forward_decomposed(dense, &pooled, rows)?
-        } else {
-            let z = self.model.concat(&b, &pooled, rows);
-            st.concat = elapsed(t0);
-            let t1 = Instant::now();
-            let p = self.model.top_forward(&z, rows);
-            st.top_mlp = elapsed(t1);
-            p
-        };
-        let (latency, interval) = if s == Strategy::RmSsd {
-            self.rm_ssd_times(&mut st, bot, elapsed(t0), rows, io.link_bytes)
-        } else {
-            st.bot_mlp = bot;
-            (st.total(), st.total())
-        };
-        Ok(Outcome { predictions, stages: st, latency_s: latency, interval_s: interval, io })
+        let z = self.model.concat(&b, &pooled, rows);
+        st.concat = elapsed(t0);
+        let t1 = Instant::now();
+        let predictions = self.model.top_forward(&z, rows);
+        st.top_mlp = elapsed(t1);
+        Ok(Outcome { predictions, stages: st, latency_s: st.total(), interval_s: st.total(), io })
     }
 
     /// rm-ssd: bottom MLP ∥ embeddings, then top; pipelined across batches (the next batch's
@@ -467,75 +595,14 @@ impl Engine {
         Ok(())
     }
 
-    /// Device reads of a plan and the pooled sums; `on_host` marks emb-mmio, whose sums the host
-    /// does on the pages shipped to it.
-    fn device_sums(
-        &mut self,
-        plan: &ReadPlan,
-        pooled: &mut [f32],
-        st: &mut Stages,
-        io: &mut IoCounters,
-        on_host: bool,
-    ) -> Result<()> {
-        let d = self.model.dim;
-        io.media_reads += plan.units.len() as u64;
-        match self.opts.mode {
-            Mode::Disk => {
-                io.media_bytes += plan.media_bytes();
-                let t0 = Instant::now();
-                let mut sum_s = 0.0;
-                let reader = self.direct.as_mut().expect("opened in prepare");
-                reader.read_plan(plan, |u, bytes| {
-                    let t1 = Instant::now();
-                    plan.scatter(u, bytes, d, pooled);
-                    sum_s += elapsed(t1);
-                })?;
-                let total = elapsed(t0);
-                st.emb_ssd += total - sum_s;
-                if on_host {
-                    st.emb_op += sum_s;
-                } else {
-                    st.emb_ssd += sum_s;
-                }
-            }
-            Mode::Flash(m) => {
-                let kind = |len: u32| if len as u64 >= PAGE { ReadKind::Page } else { ReadKind::Vector(d as u32 * 4) };
-                let cycles = m.device_read_cycles(
-                    plan.units.iter().map(|u| (self.extents[u.table as usize].translate(u.offset), kind(u.len))),
-                );
-                io.media_bytes += plan
-                    .units
-                    .iter()
-                    .map(|u| if u.len as u64 >= PAGE { u64::from(u.len) } else { d as u64 * 4 })
-                    .sum::<u64>();
-                st.emb_ssd += m.seconds(cycles);
-                // Reading the values is the emulator's bookkeeping, not timed. An FPGA sums as
-                // vectors stream in, so in-device sums add no time; emb-mmio's host sums are
-                // measured.
-                let mut buf = vec![0u8; PAGE as usize * 2];
-                let mut sum_s = 0.0;
-                for (i, u) in plan.units.iter().enumerate() {
-                    let b = &mut buf[..u.len as usize];
-                    let t = &self.tables[u.table as usize];
-                    t.file.read_exact_at(b, u.offset).map_err(|e| Error::io(&t.path, "pread", e))?;
-                    let t1 = Instant::now();
-                    plan.scatter(i, b, d, pooled);
-                    sum_s += elapsed(t1);
-                }
-                if on_host {
-                    st.emb_op += sum_s;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// RecSSD: the host cache answers what it holds; the device sums the misses page-granularly
     /// and returns partial sums and the missed vectors (to keep the LRU current: counted on the
     /// link); the host merges.
+    #[allow(clippy::too_many_arguments)]
     fn recssd_sums(
         &mut self,
         bags: &[Bags<'_>],
+        rows: usize,
         pooled: &mut [f32],
         st: &mut Stages,
         io: &mut IoCounters,
@@ -559,27 +626,21 @@ impl Engine {
             }
         }
         let hit_s = elapsed(t0);
-        let plan = ReadPlan::new(&self.metas, Granularity::Page, misses.iter().copied());
         let mut partial = vec![0f32; pooled.len()];
-        self.device_sums(&plan, &mut partial, st, io, false)?;
-        // Missed vectors for the LRU: unique (table, row) pairs.
-        let mut fresh: Vec<(usize, u64)> = misses.iter().map(|&(t, r, _)| (t, r)).collect();
-        fresh.sort_unstable();
-        fresh.dedup();
+        // The device sums the misses and sends the missed vectors (unique (table, row) pairs)
+        // for the LRU.
+        let vectors = match (&mut self.remote, &mut self.local) {
+            (Some(r), _) => r.recssd_misses(&misses, rows, &mut partial, st, io)?,
+            (None, Some(l)) => l.recssd_misses(&misses, &mut partial, st, io)?,
+            (None, None) => return Err(self.no_device()),
+        };
+        let fresh = crate::device::fresh_of(&misses);
         io.link_bytes += sums_bytes + fresh.len() as u64 * d as u64 * 4;
-        // The missed vectors' values: the device sends them (counted above); the emulator reads
-        // them from the file, which is bookkeeping and not timed.
-        let mut vectors = Vec::with_capacity(fresh.len());
-        for &(t, row) in &fresh {
-            let mut v = vec![0f32; d];
-            self.tables[t].read_row(row, &mut v)?;
-            vectors.push(((t as u32, row), v.into_boxed_slice()));
-        }
         let t1 = Instant::now();
         pooled.iter_mut().zip(&partial).for_each(|(a, p)| *a += p);
         let cache = self.host_cache.as_mut().expect("made in prepare");
-        for (key, v) in vectors {
-            cache.put(key, v);
+        for ((t, row), v) in fresh.into_iter().zip(vectors) {
+            cache.put((t as u32, row), v.into_boxed_slice());
         }
         st.emb_op += hit_s + elapsed(t1);
         Ok(())

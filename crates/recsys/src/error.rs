@@ -16,6 +16,8 @@ pub enum Error {
     Shape(String),
     /// The machine lacks what a strategy needs (O_DIRECT, io_uring, FIEMAP, cgroups).
     Unsupported(String),
+    /// The device process (or its channel) failed: it died, did not answer, or refused a request.
+    Device(String),
 }
 
 impl Error {
@@ -33,6 +35,7 @@ impl Error {
             Error::BadInput { .. } => "bad-input",
             Error::Shape(_) => "shape",
             Error::Unsupported(_) => "unsupported",
+            Error::Device(_) => "device",
         }
     }
 }
@@ -47,7 +50,7 @@ impl fmt::Display for Error {
             Error::BadInput { table, what, position, problem } => {
                 write!(f, "table {table}: {what}[{position}]: {problem}")
             }
-            Error::Shape(m) | Error::Unsupported(m) => f.write_str(m),
+            Error::Shape(m) | Error::Unsupported(m) | Error::Device(m) => f.write_str(m),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! pooled sums, RecSSD's host cache, the seed's flash timing model, fp32 MLPs, and every strategy
 //! of the paper behind one interface ([`engine::Engine`]).
 
+pub mod device;
 pub mod engine;
 pub mod error;
 pub mod extents;

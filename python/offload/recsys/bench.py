@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,6 +47,23 @@ def traffic_bytes(io: dict[str, int]) -> int:
 
 # Share of the tables' bytes the host keeps in DRAM, for the page-cache strategies.
 DRAM_SHARE = {"ssd-s": 0.25, "ssd-m": 0.5}
+# Warm-up traffic for a modelled page cache: rounds of this many lookups per table, at most
+# FILL_LIMIT × its capacity in all.
+FILL_CHUNK = 1 << 16
+FILL_LIMIT = 8
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How each strategy runs: `warmup` first batches unrecorded; `flash` Table II parameters;
+    the device reader's queue depth; RecSSD's host cache in vectors; `device` "process" (the
+    in-storage device in its own process behind shared memory) or "in-process"."""
+
+    warmup: int = 1
+    flash: dict[str, Any] | None = None
+    queue_depth: int = 64
+    host_cache_vectors: int = 8192
+    device: str = "process"
 
 
 def run_strategy(
@@ -53,11 +71,7 @@ def run_strategy(
     trace: T.Trace,
     strategy: str,
     mode: str,
-    *,
-    warmup: int = 1,
-    flash: dict[str, Any] | None = None,
-    queue_depth: int = 64,
-    host_cache_vectors: int = 8192,
+    opts: RunOptions = RunOptions(),
     on_batch: Callable[[], None] | None = None,
 ) -> tuple[dict[str, Any], np.ndarray]:
     """One strategy over every batch of the trace: (summary, predictions of the recorded batches).
@@ -65,15 +79,28 @@ def run_strategy(
     the summary's `dram_limit` says how the budget was held, or why it was not."""
     share = DRAM_SHARE.get(strategy)
     if mode != "disk" or share is None:
-        return _run_batches(
-            model_dir, trace, strategy, mode, warmup, flash, queue_depth, host_cache_vectors, on_batch
-        )
+        return _run_batches(model_dir, trace, strategy, mode, opts, on_batch)
     with memlimit.page_cache_budget(int(share * model_dir.table_bytes)) as limit:
-        summary, preds = _run_batches(
-            model_dir, trace, strategy, mode, warmup, flash, queue_depth, host_cache_vectors, on_batch
-        )
+        summary, preds = _run_batches(model_dir, trace, strategy, mode, opts, on_batch)
     summary["dram_limit"] = limit
     return summary, preds
+
+
+def fill_page_cache(eng: E.Engine, config: T.TraceConfig | None, tables: int) -> dict[str, int] | None:
+    """Steady state for the modelled page cache (flash mode, ssd-s / ssd-m): fresh lookups of the
+    trace's distribution go through it, unread and untimed, until it is full (or FILL_LIMIT × its
+    capacity lookups went in). None where there is no such cache or no config to draw from."""
+    held, cap = eng.warm_page_cache(0, np.zeros(0, np.int64))
+    if cap == 0 or config is None:
+        return None
+    lookups, stream = 0, 1
+    while held < cap and lookups < FILL_LIMIT * cap:
+        for t in range(tables):
+            rows = T.more_lookups(config, t, FILL_CHUNK, stream=stream)
+            held, cap = eng.warm_page_cache(t, rows)
+            lookups += len(rows)
+        stream += 1
+    return {"lookups": lookups, "pages_held": held, "capacity": cap}
 
 
 def _run_batches(
@@ -81,36 +108,44 @@ def _run_batches(
     trace: T.Trace,
     strategy: str,
     mode: str,
-    warmup: int,
-    flash: dict[str, Any] | None,
-    queue_depth: int,
-    host_cache_vectors: int,
+    opts: RunOptions,
     on_batch: Callable[[], None] | None,
 ) -> tuple[dict[str, Any], np.ndarray]:
-    eng = E.Engine(
-        model_dir, strategy, mode, flash=flash, queue_depth=queue_depth, host_cache_vectors=host_cache_vectors
-    )
-    batches = list(trace)
-    warmup = min(warmup, max(0, len(batches) - 1))
-    stages = dict.fromkeys(STAGES, 0.0)
-    io: dict[str, int] = {}
-    latencies, intervals, preds = [], [], []
-    wall0 = time.perf_counter()
-    for i, b in enumerate(batches):
-        p, info = eng.infer(b.dense, b.offsets, b.indices)
-        if on_batch:
-            on_batch()
-        if i < warmup:
-            continue
-        preds.append(p)
-        latencies.append(info["latency_s"])
-        intervals.append(info["interval_s"])
-        for k in STAGES:
-            stages[k] += info["stages"][k]
-        for k, v in info["io"].items():
-            io[k] = io.get(k, 0) + int(v)
-    wall = time.perf_counter() - wall0
-    return _summary(strategy, stages, io, latencies, intervals, preds, wall)
+    with E.Engine(
+        model_dir,
+        strategy,
+        mode,
+        flash=opts.flash,
+        queue_depth=opts.queue_depth,
+        host_cache_vectors=opts.host_cache_vectors,
+        device=opts.device,
+    ) as eng:
+        fill = fill_page_cache(eng, trace.config, model_dir.spec.tables)
+        device = eng.device_info
+        batches = list(trace)
+        warmup = min(opts.warmup, max(0, len(batches) - 1))
+        stages = dict.fromkeys(STAGES, 0.0)
+        io: dict[str, int] = {}
+        latencies, intervals, preds = [], [], []
+        wall0 = time.perf_counter()
+        for i, b in enumerate(batches):
+            p, info = eng.infer(b.dense, b.offsets, b.indices)
+            if on_batch:
+                on_batch()
+            if i < warmup:
+                continue
+            preds.append(p)
+            latencies.append(info["latency_s"])
+            intervals.append(info["interval_s"])
+            for k in STAGES:
+                stages[k] += info["stages"][k]
+            for k, v in info["io"].items():
+                io[k] = io.get(k, 0) + int(v)
+        wall = time.perf_counter() - wall0
+    summary, all_preds = _summary(strategy, stages, io, latencies, intervals, preds, wall)
+    summary["page_cache_fill"] = fill
+    summary["device"] = {k: v for k, v in device.items() if k != "command"}
+    return summary, all_preds
 
 
 def _summary(
@@ -172,11 +207,8 @@ def run(
     trace: T.Trace,
     strategies: Sequence[str],
     mode: str,
+    opts: RunOptions = RunOptions(),
     *,
-    warmup: int = 1,
-    flash: dict[str, Any] | None = None,
-    queue_depth: int = 64,
-    host_cache_vectors: int = 8192,
     progress: Callable[[str], None] | None = None,
     on_batch: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
@@ -189,17 +221,7 @@ def run(
     for s in strategies:
         if progress:
             progress(s)
-        summary, preds = run_strategy(
-            model_dir,
-            trace,
-            s,
-            mode,
-            warmup=warmup,
-            flash=flash,
-            queue_depth=queue_depth,
-            host_cache_vectors=host_cache_vectors,
-            on_batch=on_batch,
-        )
+        summary, preds = run_strategy(model_dir, trace, s, mode, opts, on_batch)
         if reference is None:
             reference = preds
         summary["max_abs_diff_vs_first"] = float(np.max(np.abs(preds - reference))) if preds.size else 0.0
@@ -217,8 +239,9 @@ def run(
         "trace": {"batches": len(trace), "batch_size": trace.batches[0].batch_size if len(trace) else 0}
         | (trace.config.to_dict() if trace.config else {}),
         "mode": mode,
-        "flash": flash,
-        "warmup_batches": warmup,
+        "flash": opts.flash,
+        "warmup_batches": opts.warmup,
+        "options": asdict(opts),
         "reference_strategy": strategies[0] if strategies else None,
         "strategies": runs,
         "vs_ssd_s": compare(runs),
@@ -234,12 +257,10 @@ def locality_sweep(
     model_dir: E.ModelDir,
     ks: Sequence[float],
     mode: str,
+    opts: RunOptions = RunOptions(),
     *,
     batches: int = 8,
     batch_size: int = 16,
-    warmup: int = 1,
-    flash: dict[str, Any] | None = None,
-    host_cache_vectors: int = 8192,
     seed: int = 0,
     on_batch: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
@@ -259,16 +280,7 @@ def locality_sweep(
         trace = T.generate_trace(cfg, batches)
         point: dict[str, Any] = {"k": float(k), "paper_hit_rate": PAPER_LOCALITY_HIT_RATES.get(float(k))}
         for s in ("recssd", "rm-ssd"):
-            point[s], _ = run_strategy(
-                model_dir,
-                trace,
-                s,
-                mode,
-                warmup=warmup,
-                flash=flash,
-                host_cache_vectors=host_cache_vectors,
-                on_batch=on_batch,
-            )
+            point[s], _ = run_strategy(model_dir, trace, s, mode, opts, on_batch)
         points.append(point)
     return {
         "kind": "offload.recsys.locality",
@@ -278,9 +290,8 @@ def locality_sweep(
         "model": spec.name,
         "table_bytes": model_dir.table_bytes,
         "mode": mode,
-        "flash": flash,
+        "options": asdict(opts),
         "batches": batches,
         "batch_size": batch_size,
-        "host_cache_vectors": host_cache_vectors,
         "points": points,
     }

@@ -233,6 +233,13 @@ def bench(
             "host_iops_4k, clock_mhz, link_bytes_per_s, doorbell_us. \\[default: Table II]"
         ),
     ] = None,
+    device: Annotated[
+        str,
+        typer.Option(
+            help="Where the in-storage device runs: process (its own process, pinned to the last CPU, "
+            "behind a shared-memory channel) or in-process."
+        ),
+    ] = "process",
     out: Annotated[
         Path | None,
         typer.Option(
@@ -265,15 +272,13 @@ def bench(
             TextColumn("{task.completed}/{task.total} batches"),
         ) as bar:
             task = bar.add_task("", total=len(tr) * len(names))
+            opts = B.RunOptions(warmup, _flash_params(flash), queue_depth, host_cache, device)
             res = B.run(
                 d,
                 tr,
                 names,
                 mode,
-                warmup=warmup,
-                flash=_flash_params(flash),
-                queue_depth=queue_depth,
-                host_cache_vectors=host_cache,
+                opts,
                 progress=lambda s: bar.update(task, description=s),
                 on_batch=lambda: bar.advance(task),
             )

@@ -23,6 +23,7 @@ from offload.recsys.models import Model, ModelSpec
 
 STRATEGIES: tuple[str, ...] = tuple(_native.RECSYS_STRATEGIES)
 MODES = ("disk", "flash")
+DEVICES = ("in-process", "process")
 RecsysError = _native.RecsysError
 
 STRATEGY_HELP = {
@@ -135,7 +136,13 @@ def kernel_design_cycles(spec: ModelSpec, composition: str = "sum") -> tuple[int
 
 class Engine:
     """One strategy in one timing mode over a model directory. In `flash` mode rm-ssd's device
-    MLP takes the kernel search's cycles unless `device_mlp_cycles` says otherwise."""
+    MLP takes the kernel search's cycles unless `device_mlp_cycles` says otherwise.
+
+    `device="process"` runs the device side of emb-pagesum, emb-vectorsum, recssd and rm-ssd in
+    its own process (``python -m offload.recsys.device``) behind a shared-memory channel, pinned
+    to `device_cpu` (default: the last CPU) and, where cgroup v1 allows, held to
+    `device_memory_bytes`; see `device_info`. Answers and I/O counters are the same as in process.
+    Close the engine (or use it as a context manager) to stop the device process."""
 
     def __init__(
         self,
@@ -147,17 +154,26 @@ class Engine:
         queue_depth: int = 64,
         host_cache_vectors: int = 8192,
         device_mlp_cycles: tuple[int, int] = (0, 0),
+        device: str = "in-process",
+        device_cpu: int | None = None,
+        device_memory_bytes: int | None = None,
+        device_timeout_s: float = 60.0,
     ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
+        if device not in DEVICES:
+            raise ValueError(f"unknown device {device!r}; one of {', '.join(DEVICES)}")
         model = model_dir.model()
         self.spec = model.spec
         if strategy == "rm-ssd" and mode == "flash" and device_mlp_cycles == (0, 0):
             device_mlp_cycles = kernel_design_cycles(self.spec)
         self.strategy = strategy
         self.mode = mode
+        self.device = device
+        from offload.recsys import device as D
+
         self._native = _native.RecsysEngine(
             strategy,
             mode,
@@ -170,6 +186,10 @@ class Engine:
             host_cache_vectors=host_cache_vectors,
             flash=flash,
             device_mlp=device_mlp_cycles,
+            device_command=D.command() if device == "process" else None,
+            device_cpu=device_cpu,
+            device_memory_bytes=device_memory_bytes,
+            device_timeout_s=device_timeout_s,
         )
 
     def infer(
@@ -184,6 +204,33 @@ class Engine:
         idx = [np.ascontiguousarray(i, dtype=np.int64) for i in indices]
         return self._native.infer(dense, offs, idx)
 
+    def warm_page_cache(self, table: int, rows: np.ndarray) -> tuple[int, int]:
+        """Flash mode, ssd-s / ssd-m: the pages of these lookups enter the modelled page cache as
+        reads would put them there, unread and untimed (steady state before measuring). Returns
+        (pages held, capacity); (0, 0) for strategies and modes without that cache."""
+        return tuple(self._native.warm_page_cache(int(table), np.ascontiguousarray(rows, dtype=np.int64)))  # type: ignore[return-value]
+
     @property
     def extents_source(self) -> list[str]:
         return list(self._native.extents_source)
+
+    @property
+    def device_info(self) -> dict[str, Any]:
+        """Where the device side runs: `at`, `pid`, `cpu` (or `cpu_reason`), `memory_limit_bytes`
+        and `memory_cgroup` (or `memory_reason`), the channel and its area size."""
+        return dict(self._native.device_info)
+
+    @property
+    def channel_bytes(self) -> dict[str, int]:
+        """Payload bytes batches moved through the device channel: to_device, from_device."""
+        return dict(self._native.channel_bytes)
+
+    def close(self) -> None:
+        """Stops the device process, if any (idempotent)."""
+        self._native.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

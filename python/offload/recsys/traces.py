@@ -691,6 +691,14 @@ class TraceGenerator:
         return Trace(batches=self.batches(n), rows=self.config.table_rows, config=self.config)
 
 
+def more_lookups(config: TraceConfig, table: int, n: int, stream: int = 1) -> np.ndarray:
+    """`n` further row ids of `table` from the trace's distribution (the same hot set, Zipf ranks
+    and row permutation) but independent draws: warm-up traffic that does not replay the trace."""
+    s = _TableStream(config, table)
+    s.rng = np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(_NS_TABLE, table, stream)))
+    return s.draw(n)
+
+
 def generate_trace(config: TraceConfig, num_batches: int) -> Trace:
     """The first ``num_batches`` batches of the trace of ``config``."""
     return TraceGenerator(config).trace(num_batches)
