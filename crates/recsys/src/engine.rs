@@ -241,6 +241,9 @@ pub struct Engine {
     host_cache: Option<VectorCache>,
     /// `flash`-mode page cache of the ssd strategies: (table, page) of the DRAM budget.
     page_model: Option<LruCache<(u32, u64), ()>>,
+    /// `flash` mode, ssd-s / ssd-m: what one read through the kernel costs when the page is in
+    /// its cache, measured on this machine when the engine opens (the host stack's time).
+    page_hit_s: f64,
     closed: bool,
 }
 
@@ -283,6 +286,7 @@ impl Engine {
             remote: None,
             host_cache: None,
             page_model: None,
+            page_hit_s: 0.0,
             closed: false,
         };
         e.prepare()?;
@@ -303,6 +307,9 @@ impl Engine {
                 if let Mode::Flash(_) = self.opts.mode {
                     let pages = ((table_bytes as f64 * s.dram_share().unwrap_or(1.0)) as u64 / PAGE).max(1);
                     self.page_model = Some(LruCache::new(NonZeroUsize::new(pages as usize).expect("≥ 1")));
+                    if let Some(t) = self.tables.first() {
+                        self.page_hit_s = page_hit_seconds(t, self.model.dim)?;
+                    }
                 }
             }
             _ => {}
@@ -541,10 +548,6 @@ impl Engine {
         let mut buf = vec![0u8; d * 4];
         let before = proc_read_bytes();
         let (mut read_s, mut sum_s) = (0.0, 0.0);
-        // flash mode: the host stack's time is what a read of a page the model holds costs
-        // (that page was read earlier in this run, so it is in the kernel's cache too); a
-        // modelled miss reads the real disk, and that time is not the emulated media's.
-        let mut hit_read_s = 0.0;
         for (t, b) in bags.iter().enumerate() {
             for (s, &row) in sls::bag_of_each(b.offsets).zip(b.indices) {
                 let meta = self.metas[t];
@@ -554,14 +557,12 @@ impl Engine {
                     .file
                     .read_exact_at(&mut buf, at)
                     .map_err(|e| Error::io(&self.tables[t].path, "pread", e))?;
-                let took = elapsed(t0);
-                read_s += took;
+                read_s += elapsed(t0);
                 if let Some(pm) = self.page_model.as_mut() {
                     if pm.put((t as u32, at / PAGE), ()).is_none() {
                         io.cache_misses += 1;
                     } else {
                         io.cache_hits += 1;
-                        hit_read_s += took;
                     }
                 }
                 let t1 = Instant::now();
@@ -577,12 +578,9 @@ impl Engine {
                 io.media_bytes = io.cache_misses * PAGE;
                 st.emb_ssd = io.cache_misses as f64 * m.host_block_read_s();
                 // The host stack's share: what a page-cache hit costs here, for every lookup
-                // (a miss goes through the same system call and cache look-up first).
-                st.emb_fs = if io.cache_hits > 0 {
-                    hit_read_s / io.cache_hits as f64 * io.lookups as f64
-                } else {
-                    read_s.min(1e-6 * io.lookups as f64)
-                };
+                // (a miss goes through the same system call and cache look-up first). Not the
+                // reads above: whether they hit the real page cache says nothing of the model's.
+                st.emb_fs = self.page_hit_s * io.lookups as f64;
             }
             Mode::Disk => {
                 io.media_bytes = proc_read_bytes().saturating_sub(before);
@@ -655,6 +653,23 @@ fn advise_random(t: &Table) -> Result<()> {
         .map_err(|e| Error::io(&t.path, "posix_fadvise", e))?;
     nix::fcntl::posix_fadvise(&t.file, 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM)
         .map_err(|e| Error::io(&t.path, "posix_fadvise", e))
+}
+
+/// Median time of a `pread` of one row whose page is in the kernel's page cache (the first read
+/// brings it in; 63 more are timed).
+fn page_hit_seconds(t: &Table, dim: usize) -> Result<f64> {
+    let mut buf = vec![0u8; dim * 4];
+    let at = t.meta.row_offset(0);
+    let mut times = Vec::with_capacity(64);
+    for i in 0..64 {
+        let t0 = Instant::now();
+        t.file.read_exact_at(&mut buf, at).map_err(|e| Error::io(&t.path, "pread", e))?;
+        if i > 0 {
+            times.push(elapsed(t0));
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 /// Bytes this process caused to be fetched from storage (/proc/self/io read_bytes), 0 where the
