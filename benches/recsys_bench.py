@@ -75,6 +75,18 @@ def run_all(
         )
 
 
+def lookups_sweep(d: E.ModelDir, lookups: list[int], batches: int, batch_size: int) -> list[dict[str, Any]]:
+    """emb-vectorsum in flash mode with L lookups per table, one hotset trace per L."""
+    out = []
+    for n in lookups:
+        cfg = T.TraceConfig(rows=d.rows, batch_size=batch_size, lookups=n, dense_width=d.spec.dense_width)
+        r, _ = B.run_strategy(
+            d, T.generate_trace(cfg, batches), "emb-vectorsum", "flash", B.RunOptions(warmup=2)
+        )
+        out.append({"lookups": n, "sls_us_per_inference": r["sls_s"] * 1e6 / r["samples"], "run": r})
+    return out
+
+
 def fio_iops(path: Path, block: int, depth: int, seconds: int) -> dict[str, Any] | None:
     """fio 4K/512 B random O_DIRECT reads through io_uring on one file: IOPS and mean latency."""
     if shutil.which("fio") is None:
@@ -156,6 +168,10 @@ def main() -> None:
     )
     (a.out / "locality.json").write_text(json.dumps(loc, indent=2))
     P.locality(loc["points"], a.out / "fig14-locality.png")
+    console.print(f"{first} emb-vectorsum against lookups per table (Fig. 10b)")
+    sens = lookups_sweep(d, [10, 20, 40, 80, 120], a.batches, a.batch_size)
+    (a.out / "lookups.json").write_text(json.dumps(sens, indent=2))
+    P.lookups_sensitivity(sens, a.out / "fig10b-lookups.png")
     dlrm = [benches[m] for m in ("rmc1", "rmc2", "rmc3") if m in benches]
     mlp = [benches[m] for m in ("ncf", "wnd") if m in benches]
     if dlrm:

@@ -105,6 +105,20 @@ impl Device {
         io: &mut IoCounters,
         on_host: bool,
     ) -> Result<()> {
+        self.sums_keeping(plan, pooled, st, io, on_host, |_, _| {})
+    }
+
+    /// `sums`, and `keep(unit, bytes)` sees each unit's bytes as they arrive (RecSSD takes the
+    /// missed vectors from the pages it read anyway).
+    fn sums_keeping(
+        &mut self,
+        plan: &ReadPlan,
+        pooled: &mut [f32],
+        st: &mut Stages,
+        io: &mut IoCounters,
+        on_host: bool,
+        mut keep: impl FnMut(usize, &[u8]),
+    ) -> Result<()> {
         let d = self.dim;
         io.media_reads += plan.units.len() as u64;
         match self.mode {
@@ -117,6 +131,7 @@ impl Device {
                     let t1 = Instant::now();
                     plan.scatter(u, bytes, d, pooled);
                     sum_s += elapsed(t1);
+                    keep(u, bytes);
                 })?;
                 let total = elapsed(t0);
                 st.emb_ssd += total - sum_s;
@@ -149,6 +164,7 @@ impl Device {
                     let t1 = Instant::now();
                     plan.scatter(i, b, d, pooled);
                     sum_s += elapsed(t1);
+                    keep(i, b);
                 }
                 if on_host {
                     st.emb_op += sum_s;
@@ -204,15 +220,22 @@ impl Device {
         io: &mut IoCounters,
     ) -> Result<Vec<Vec<f32>>> {
         let plan = ReadPlan::new(&self.metas, Granularity::Page, misses.iter().copied());
-        self.sums(&plan, partial, st, io, false)?;
-        // The missed vectors' values: reading them is the emulator's bookkeeping, not timed.
+        // The missed vectors go back too, cut from the pages read for the sums: for each unit,
+        // which fresh vectors it holds and where.
         let fresh = fresh_of(misses);
-        let mut vectors = Vec::with_capacity(fresh.len());
-        for (t, row) in fresh {
-            let mut v = vec![0f32; self.dim];
-            self.tables[t].read_row(row, &mut v)?;
-            vectors.push(v);
+        let mut by_unit: Vec<Vec<(usize, usize)>> = vec![Vec::new(); plan.units.len()];
+        for (i, &(t, row)) in fresh.iter().enumerate() {
+            let off = self.metas[t].row_offset(row);
+            let u = plan.units.partition_point(|u| (u.table as usize, u.offset) <= (t, off)) - 1;
+            by_unit[u].push((i, (off - plan.units[u].offset) as usize));
         }
+        let d = self.dim;
+        let mut vectors = vec![vec![0f32; d]; fresh.len()];
+        self.sums_keeping(&plan, partial, st, io, false, |u, bytes| {
+            for &(i, at) in &by_unit[u] {
+                crate::table::add_row(&bytes[at..at + d * 4], &mut vectors[i]);
+            }
+        })?;
         Ok(vectors)
     }
 }

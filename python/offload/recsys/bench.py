@@ -278,7 +278,15 @@ def locality_sweep(
             recssd_k=float(k),
         )
         trace = T.generate_trace(cfg, batches)
-        point: dict[str, Any] = {"k": float(k), "paper_hit_rate": PAPER_LOCALITY_HIT_RATES.get(float(k))}
+        per_table = max(1, opts.host_cache_vectors // spec.tables)
+        point: dict[str, Any] = {
+            "k": float(k),
+            "paper_hit_rate": PAPER_LOCALITY_HIT_RATES.get(float(k)),
+            # the trace's own locality: an exact LRU of the same size per lookup, as the seed's
+            # Fig. 14 states it; the host cache below is updated once per batch (misses in
+            # flight are not yet cached), so repeats within a batch are misses there
+            "trace_lru_hit_rate": T.lru_hit_rate(T.table_streams(trace), per_table),
+        }
         for s in ("recssd", "rm-ssd"):
             point[s], _ = run_strategy(model_dir, trace, s, mode, opts, on_batch)
         points.append(point)

@@ -91,6 +91,18 @@ def sls(b: dict[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
+def lookups_sensitivity(points: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Fig. 10(b): the SLS time of emb-vectorsum per inference against lookups per table."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [p["lookups"] for p in points]
+    ax.plot(xs, [p["sls_us_per_inference"] for p in points], "o-", color="#55a868", label="emb-vectorsum")
+    ax.set_xlabel("lookups per table")
+    ax.set_ylabel("SLS µs per inference")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Sensitivity to lookups (Fig. 10b): linear in tables × lookups")
+    return _save(fig, path)
+
+
 def end_to_end(benches: Sequence[dict[str, Any]], path: Path, title: str) -> Path:
     """Figs. 12/13 (and 15 for NCF/WnD): throughput and p50 latency per model and strategy."""
     models = [b["model"] for b in benches]
@@ -125,8 +137,14 @@ def locality(points: Sequence[dict[str, Any]], path: Path) -> Path:
     a1.set_xlabel("locality knob K (RecSSD's trace generator)")
     a1.set_ylabel("inferences per second")
     a2 = a1.twinx()
-    a2.plot(ks, [100 * (p["recssd"]["host_cache_hit_rate"] or 0) for p in points], "s--", color="#8c8c8c")
-    a2.set_ylabel("RecSSD host-cache hit rate (%)", color="#8c8c8c")
+    a2.plot(ks, [100 * (p["recssd"]["host_cache_hit_rate"] or 0) for p in points], "s--", color="#8c8c8c",
+            label="host cache (per batch)")  # fmt: skip
+    if all("trace_lru_hit_rate" in p for p in points):
+        a2.plot(ks, [100 * p["trace_lru_hit_rate"] for p in points], "^:", color="#555555", label="trace LRU")
+    if all(p.get("paper_hit_rate") for p in points):
+        a2.plot(ks, [100 * p["paper_hit_rate"] for p in points], "x", color="k", label="seed")
+    a2.set_ylabel("hit rate (%)", color="#8c8c8c")
+    a2.legend(loc="center right", fontsize=8)
     a2.set_ylim(0, 100)
     a1.legend(loc="upper right")
     a1.set_title("RecSSD's sensitivity to locality (Fig. 14)")
