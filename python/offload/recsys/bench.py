@@ -183,6 +183,18 @@ def _summary(
     return summary, np.concatenate(preds) if preds else np.zeros(0, np.float32)
 
 
+def _header(kind: str, model_dir: E.ModelDir) -> dict[str, Any]:
+    """What every result file starts with: what it is, when, on what, for which tables."""
+    return {
+        "kind": kind,
+        "version": __version__,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "model": model_dir.spec.name,
+        "table_bytes": model_dir.table_bytes,
+    }
+
+
 def compare(runs: dict[str, dict[str, Any]], base: str = "ssd-s") -> dict[str, dict[str, float | None]]:
     """Per strategy: throughput, latency, SLS time and traffic against `base` (× better)."""
     if base not in runs:
@@ -227,14 +239,8 @@ def run(
         summary["max_abs_diff_vs_first"] = float(np.max(np.abs(preds - reference))) if preds.size else 0.0
         runs[s] = summary
     spec = model_dir.spec
-    return {
-        "kind": "offload.recsys.bench",
-        "version": __version__,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "model": spec.name,
+    return _header("offload.recsys.bench", model_dir) | {
         "model_dir": str(model_dir.path),
-        "table_bytes": model_dir.table_bytes,
         "rows_per_table": model_dir.rows,
         "trace": {"batches": len(trace), "batch_size": trace.batches[0].batch_size if len(trace) else 0}
         | (trace.config.to_dict() if trace.config else {}),
@@ -290,13 +296,7 @@ def locality_sweep(
         for s in ("recssd", "rm-ssd"):
             point[s], _ = run_strategy(model_dir, trace, s, mode, opts, on_batch)
         points.append(point)
-    return {
-        "kind": "offload.recsys.locality",
-        "version": __version__,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "model": spec.name,
-        "table_bytes": model_dir.table_bytes,
+    return _header("offload.recsys.locality", model_dir) | {
         "mode": mode,
         "options": asdict(opts),
         "batches": batches,
