@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -295,13 +296,25 @@ def bench(
     print_bench(res)
 
 
+def _compact(x: float) -> str:
+    """1,946,453 → 1.9M; 83,032 → 83k; small numbers as they are."""
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e4, "k")):
+        if x >= scale:
+            return f"{x / scale:.1f}{unit}" if unit != "k" else f"{x / 1e3:.0f}k"
+    return f"{x:,.0f}"
+
+
 def print_bench(res: dict[str, Any]) -> None:
     gib = res["table_bytes"] / 2**30
     n = res["trace"]["batches"]
     t = Table(title=f"{res['model']} ({res['mode']}), {gib:.2f} GiB of tables, {n} batches")
-    cols = ("strategy", "inferences/s", "p50 ms", "p99 ms", "SLS µs/inf.", "read ampl.", "B/inference")
-    for c in (*cols, "× ssd-s", "Δ answers"):
-        t.add_column(c, justify="left" if c == "strategy" else "right")
+    t.box, t.pad_edge = box.SIMPLE_HEAD, False
+    t.caption = (
+        "inf/s: inferences per second; p50/p99: batch latency (ms); SLS: µs per inference; ampl.: read "
+        "amplification; B/inf: host↔storage bytes per inference"
+    )
+    for c in ("strategy", "inf/s", "p50", "p99", "SLS", "ampl.", "B/inf", "×ssd-s"):
+        t.add_column(c, justify="left" if c == "strategy" else "right", no_wrap=True)
     vs = res["vs_ssd_s"]
     for name, r in res["strategies"].items():
         x = (vs.get(name) or {}).get("throughput_x")
@@ -309,15 +322,16 @@ def print_bench(res: dict[str, Any]) -> None:
         t.add_row(
             name,
             f"{r['throughput_per_s']:,.0f}" if r["throughput_per_s"] else "-",
-            f"{r['latency_s']['p50'] * 1e3:.3f}",
-            f"{r['latency_s']['p99'] * 1e3:.3f}",
-            f"{sls * 1e6 / max(1, r['samples']):.2f}" if sls is not None else "-",
+            f"{r['latency_s']['p50'] * 1e3:.2f}",
+            f"{r['latency_s']['p99'] * 1e3:.2f}",
+            f"{sls * 1e6 / max(1, r['samples']):,.0f}" if sls is not None else "-",
             f"{r['read_amplification']:.1f}×",
-            f"{r['traffic_bytes_per_sample']:,.0f}",
+            _compact(r["traffic_bytes_per_sample"]),
             f"{x:.1f}×" if x else "-",
-            f"{r['max_abs_diff_vs_first']:.1e}",
         )
     console.print(t)
+    worst = max((r["max_abs_diff_vs_first"] for r in res["strategies"].values()), default=0.0)
+    console.print(f"answers: every strategy within {worst:.1e} of {res['reference_strategy']}'s predictions")
     for p in res.get("plots", []):
         console.print(f"plot: {p}")
 
