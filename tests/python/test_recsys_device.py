@@ -134,3 +134,23 @@ def test_a_killed_device_is_a_clear_error(tiny: E.ModelDir) -> None:
         eng.infer(dense, offs, idx)
     eng.close()
     assert not alive(pid)
+
+
+def test_rm_ssd_pipelines_send_inputs_and_read_outputs(tiny: E.ModelDir) -> None:
+    """RM_send_inputs / RM_read_outputs: the next batch is in the device before this one's outputs
+    are read; the answers are infer's, in order; a third batch waits for a read."""
+    batches = [batch(tiny.rows, 4, seed) for seed in (1, 2, 3)]
+    with E.Engine(tiny, "rm-ssd", "flash") as ref:
+        want = [ref.infer(*b)[0] for b in batches]
+    with E.Engine(tiny, "rm-ssd", "flash", device="process") as eng:
+        eng.send_inputs(*batches[0])
+        eng.send_inputs(*batches[1])
+        with pytest.raises(E.RecsysError, match="in flight"):
+            eng.send_inputs(*batches[2])
+        got = [eng.read_outputs()[0]]
+        eng.send_inputs(*batches[2])
+        got += [eng.read_outputs()[0], eng.read_outputs()[0]]
+        with pytest.raises(E.RecsysError, match="no batch"):
+            eng.read_outputs()
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)

@@ -109,6 +109,43 @@ fn recsys_read_rows<'py>(
     flat.into_pyarray(py).reshape([n, dim])
 }
 
+type BatchSlices<'a> = (&'a [f32], Vec<&'a [i64]>, Vec<&'a [i64]>);
+
+fn batch_slices<'a>(
+    dense: &'a PyReadonlyArray2<'_, f32>,
+    offsets: &'a [PyReadonlyArray1<'_, i64>],
+    indices: &'a [PyReadonlyArray1<'_, i64>],
+) -> PyResult<BatchSlices<'a>> {
+    if offsets.len() != indices.len() {
+        return Err(PyValueError::new_err(format!(
+            "{} offsets arrays but {} indices arrays",
+            offsets.len(),
+            indices.len()
+        )));
+    }
+    let d = dense.as_slice().map_err(|_| PyValueError::new_err("dense must be C-contiguous float32"))?;
+    let contiguous = |a: &'a [PyReadonlyArray1<'_, i64>], what: &str| {
+        a.iter()
+            .map(|o| o.as_slice())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| PyValueError::new_err(format!("{what} must be contiguous int64")))
+    };
+    Ok((d, contiguous(offsets, "offsets")?, contiguous(indices, "indices")?))
+}
+
+/// (predictions, {stages, io, latency_s, interval_s}) of one batch.
+fn outcome(
+    py: Python<'_>,
+    out: offload_recsys::engine::Outcome,
+) -> PyResult<(Bound<'_, PyArray1<f32>>, Bound<'_, PyAny>)> {
+    let info = PyDict::new(py);
+    info.set_item("stages", to_dict(py, &out.stages)?)?;
+    info.set_item("io", to_dict(py, &out.io)?)?;
+    info.set_item("latency_s", out.latency_s)?;
+    info.set_item("interval_s", out.interval_s)?;
+    Ok((out.predictions.into_pyarray(py), info.into_any()))
+}
+
 /// The seed's Table II flash model, as a dict (defaults) — or the one given, checked.
 #[pyfunction]
 #[pyo3(signature = (params=None))]
@@ -235,33 +272,34 @@ impl RecsysEngine {
         indices: Vec<PyReadonlyArray1<'py, i64>>,
     ) -> PyResult<(Bound<'py, PyArray1<f32>>, Bound<'py, PyAny>)> {
         let rows = dense.shape()[0];
-        if offsets.len() != indices.len() {
-            return Err(PyValueError::new_err(format!(
-                "{} offsets arrays but {} indices arrays",
-                offsets.len(),
-                indices.len()
-            )));
-        }
-        let d = dense.as_slice().map_err(|_| PyValueError::new_err("dense must be C-contiguous float32"))?;
-        let os: Vec<&[i64]> = offsets
-            .iter()
-            .map(|o| o.as_slice())
-            .collect::<Result<_, _>>()
-            .map_err(|_| PyValueError::new_err("offsets must be contiguous int64"))?;
-        let is: Vec<&[i64]> = indices
-            .iter()
-            .map(|o| o.as_slice())
-            .collect::<Result<_, _>>()
-            .map_err(|_| PyValueError::new_err("indices must be contiguous int64"))?;
+        let (d, os, is) = batch_slices(&dense, &offsets, &indices)?;
         let bags: Vec<Bags> = os.iter().zip(&is).map(|(o, i)| Bags { offsets: o, indices: i }).collect();
         let engine = &mut self.inner;
         let out = py.allow_threads(|| engine.infer(d, &bags, rows)).map_err(err)?;
-        let info = PyDict::new(py);
-        info.set_item("stages", to_dict(py, &out.stages)?)?;
-        info.set_item("io", to_dict(py, &out.io)?)?;
-        info.set_item("latency_s", out.latency_s)?;
-        info.set_item("interval_s", out.interval_s)?;
-        Ok((out.predictions.into_pyarray(py), info.into_any()))
+        outcome(py, out)
+    }
+
+    /// RM_send_inputs (rm-ssd): the batch goes to the device; read its outputs later, after
+    /// sending the next batch (up to two in flight).
+    fn send_inputs<'py>(
+        &mut self,
+        py: Python<'py>,
+        dense: PyReadonlyArray2<'py, f32>,
+        offsets: Vec<PyReadonlyArray1<'py, i64>>,
+        indices: Vec<PyReadonlyArray1<'py, i64>>,
+    ) -> PyResult<()> {
+        let rows = dense.shape()[0];
+        let (d, os, is) = batch_slices(&dense, &offsets, &indices)?;
+        let bags: Vec<Bags> = os.iter().zip(&is).map(|(o, i)| Bags { offsets: o, indices: i }).collect();
+        let engine = &mut self.inner;
+        py.allow_threads(|| engine.send_inputs(d, &bags, rows)).map_err(err)
+    }
+
+    /// RM_read_outputs: predictions and info of the oldest batch sent.
+    fn read_outputs<'py>(&mut self, py: Python<'py>) -> PyResult<(Bound<'py, PyArray1<f32>>, Bound<'py, PyAny>)> {
+        let engine = &mut self.inner;
+        let out = py.allow_threads(|| engine.read_outputs()).map_err(err)?;
+        outcome(py, out)
     }
 
     /// Where the device side runs: pid, CPU and memory limit applied (or why not), the channel.

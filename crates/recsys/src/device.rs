@@ -282,8 +282,18 @@ struct Channel {
     /// Keeps the mapping alive; every access goes through `base`.
     _map: MmapMut,
     base: *mut u8,
+    /// Bytes of one slot's payload area (each direction).
     area: usize,
+    /// The slot (0 or 1) that per-slot registers and the payload areas refer to. Two requests
+    /// may be in flight — rm-ssd sends the next batch's inputs before reading this one's
+    /// outputs — so each has its own registers and areas; request n uses slot n mod 2.
+    slot: usize,
 }
+
+/// Per-slot registers lie in [SLOT_FIRST, SLOT_END); slot 1's copies are SLOT_STRIDE above.
+const SLOT_FIRST: usize = 24;
+const SLOT_END: usize = 128;
+const SLOT_STRIDE: usize = 2048;
 
 // SAFETY: `Channel` owns its mapping (`_map`); `base` points into it and is only dereferenced
 // through `&self` (atomic registers) or `&mut self` (the payload areas), so moving the channel
@@ -303,11 +313,12 @@ impl Channel {
             return Err(Error::Device(format!("the channel is {} bytes, smaller than its registers", map.len())));
         }
         let base = map.as_mut_ptr();
-        let area = (map.len() - HEADER) / 2;
-        Ok(Channel { _map: map, base, area })
+        let area = (map.len() - HEADER) / 4;
+        Ok(Channel { _map: map, base, area, slot: 0 })
     }
 
     fn u64_at(&self, off: usize) -> &AtomicU64 {
+        let off = if (SLOT_FIRST..SLOT_END).contains(&off) { off + self.slot * SLOT_STRIDE } else { off };
         debug_assert!(off.is_multiple_of(8) && off + 8 <= HEADER);
         // SAFETY: `off` is a register offset below HEADER, 8-aligned within a page-aligned
         // mapping, which lives as long as `self`. Every access to registers, in both processes,
@@ -334,18 +345,20 @@ impl Channel {
         self.set(off, v.to_bits())
     }
 
-    /// (request area, response area). The host writes the first and reads the second, the
-    /// device the other way round, each only while the protocol hands the area to it.
+    /// The current slot's (request area, response area). The host writes the first and reads
+    /// the second, the device the other way round, each only while the protocol hands the area
+    /// to it. Layout after the registers: request areas of slots 0 and 1, then response areas.
     fn areas(&mut self) -> (&mut [u8], &mut [u8]) {
-        // SAFETY: both areas lie inside the mapping (HEADER + 2·area ≤ its length) and do not
-        // overlap. `&mut self` makes these the only references in this process; the other side
+        let (req, resp) = (HEADER + self.slot * self.area, HEADER + (2 + self.slot) * self.area);
+        // SAFETY: both areas lie inside the mapping (HEADER + 4·area ≤ its length) and do not
+        // overlap (distinct quarters). `&mut self` makes these the only references in this process; the other side
         // touches an area only when the sequence protocol hands it over (the host writes the
         // request and reads the response only between its release of the request sequence and
         // its acquire of the response sequence, the device the other way round).
         unsafe {
             (
-                std::slice::from_raw_parts_mut(self.base.add(HEADER), self.area),
-                std::slice::from_raw_parts_mut(self.base.add(HEADER + self.area), self.area),
+                std::slice::from_raw_parts_mut(self.base.add(req), self.area),
+                std::slice::from_raw_parts_mut(self.base.add(resp), self.area),
             )
         }
     }
@@ -728,10 +741,10 @@ pub fn serve(path: &Path) -> Result<()> {
     loop {
         // Wait for the next request.
         let mut spins = 0u32;
-        let seq = loop {
+        loop {
             let cur = chan.u32_at(R_REQ_SEQ).load(Ordering::Acquire);
             if cur != last {
-                break cur;
+                break;
             }
             if spins < SPINS {
                 spins += 1;
@@ -742,8 +755,11 @@ pub fn serve(path: &Path) -> Result<()> {
                 return Ok(());
             }
             futex_wait(chan.u32_at(R_REQ_SEQ), cur, Duration::from_millis(500));
-        };
+        }
+        // Requests are served in order, one slot after the other (a second may already wait).
+        let seq = last.wrapping_add(1);
         last = seq;
+        chan.slot = (seq & 1) as usize;
         let kind = chan.get(R_KIND);
         let regs = [chan.get(R_ROWS), chan.get(R_ARG), chan.get(R_DENSE)];
         let req_len = (chan.get(R_REQ_LEN) as usize).min(chan.area);
@@ -839,6 +855,15 @@ pub struct DeviceLink {
     link_measured: bool,
     /// Wall time of the last request, from ringing the doorbell to the answer.
     last_call_s: f64,
+    /// The last request whose answer was taken (`seq` is the last sent; at most 2 apart).
+    done: u32,
+    /// When each slot's request was sent.
+    sent_at: [Option<Instant>; 2],
+    /// When the last answer was taken: a request sent while another was in the device waits
+    /// for it there, and that wait is not the channel's time.
+    last_done_at: Option<Instant>,
+    /// rm-ssd batches sent and not yet read: (request, input bytes, rows).
+    pending: std::collections::VecDeque<(u32, usize, usize)>,
 }
 
 fn memfd(bytes: usize) -> Result<File> {
@@ -921,7 +946,7 @@ impl DeviceLink {
         model: Option<&Dlrm>,
         area_bytes: usize,
     ) -> Result<DeviceLink> {
-        let file = memfd(HEADER + 2 * area_bytes)?;
+        let file = memfd(HEADER + 4 * area_bytes)?;
         let chan = Channel::map(&file)?;
         chan.set(R_MAGIC, MAGIC);
         chan.set(R_AREA, area_bytes as u64);
@@ -1005,8 +1030,13 @@ impl DeviceLink {
             dim,
             link_measured: mode == Mode::Disk,
             last_call_s: 0.0,
+            done: 0,
+            sent_at: [None, None],
+            last_done_at: None,
+            pending: std::collections::VecDeque::new(),
         };
         let cfg = OpenConfig { paths: paths.to_vec(), dim, mode, queue_depth, model: model.cloned() };
+        link.use_next_slot()?;
         let (req, _) = link.chan.areas();
         let mut w = Writer { buf: req, at: 0 };
         write_open(&mut w, &cfg)?;
@@ -1019,25 +1049,60 @@ impl DeviceLink {
     }
 
     /// Sends the request already written (`len` bytes) and waits for the answer; returns the
-    /// response's length.
+    /// response's length (the channel is left on the answer's slot).
     fn call(&mut self, kind: u64, regs: [u64; 3], len: usize) -> Result<usize> {
+        let seq = self.submit(kind, regs, len)?;
+        self.complete(seq)
+    }
+
+    /// Points the channel at the slot the next request will use (write its payload there).
+    fn use_next_slot(&mut self) -> Result<()> {
+        if self.seq.wrapping_sub(self.done) >= 2 {
+            return Err(Error::Device("two requests are in flight: read an answer before sending more".into()));
+        }
+        self.chan.slot = (self.seq.wrapping_add(1) & 1) as usize;
+        Ok(())
+    }
+
+    /// Rings the doorbell for the request written in the next slot; returns its number.
+    fn submit(&mut self, kind: u64, regs: [u64; 3], len: usize) -> Result<u32> {
         if let Some(why) = &self.dead {
             return Err(Error::Device(why.clone()));
         }
+        self.use_next_slot()?;
         self.chan.set(R_KIND, kind);
         self.chan.set(R_ROWS, regs[0]);
         self.chan.set(R_ARG, regs[1]);
         self.chan.set(R_DENSE, regs[2]);
         self.chan.set(R_REQ_LEN, len as u64);
         self.seq = self.seq.wrapping_add(1);
-        let t0 = Instant::now();
+        self.sent_at[self.chan.slot] = Some(Instant::now());
         self.chan.u32_at(R_REQ_SEQ).store(self.seq, Ordering::Release);
         futex_wake(self.chan.u32_at(R_REQ_SEQ));
-        if let Err(e) = self.wait(self.seq) {
+        Ok(self.seq)
+    }
+
+    /// Waits for the answer to request `seq` (the oldest in flight) and points the channel at
+    /// its slot; returns the response's length.
+    fn complete(&mut self, seq: u32) -> Result<usize> {
+        if let Some(why) = &self.dead {
+            return Err(Error::Device(why.clone()));
+        }
+        debug_assert_eq!(seq, self.done.wrapping_add(1), "answers are taken in order");
+        if let Err(e) = self.wait(seq) {
             self.dead = Some(e.to_string());
             return Err(e);
         }
-        self.last_call_s = t0.elapsed().as_secs_f64();
+        self.done = seq;
+        self.chan.slot = (seq & 1) as usize;
+        let now = Instant::now();
+        let start = match (self.sent_at[self.chan.slot].take(), self.last_done_at) {
+            (Some(sent), Some(prev)) => sent.max(prev),
+            (Some(sent), None) => sent,
+            (None, _) => now,
+        };
+        self.last_call_s = now.duration_since(start).as_secs_f64();
+        self.last_done_at = Some(now);
         let n = (self.chan.get(R_RESP_LEN) as usize).min(self.chan.area);
         if self.chan.get(R_STATUS) != 0 {
             let (_, resp) = self.chan.areas();
@@ -1051,7 +1116,7 @@ impl DeviceLink {
         let mut spins = 0u32;
         loop {
             let cur = self.chan.u32_at(R_RESP_SEQ).load(Ordering::Acquire);
-            if cur == seq {
+            if cur.wrapping_sub(seq) as i32 >= 0 {
                 return Ok(());
             }
             if spins < SPINS {
@@ -1094,6 +1159,7 @@ impl DeviceLink {
     }
 
     fn send_inputs(&mut self, dense: &[f32], bags: &[Bags<'_>]) -> Result<usize> {
+        self.use_next_slot()?;
         let (req, _) = self.chan.areas();
         let mut w = Writer { buf: req, at: 0 };
         write_inputs(&mut w, dense, bags)?;
@@ -1138,8 +1204,25 @@ impl DeviceLink {
         st: &mut Stages,
         io: &mut IoCounters,
     ) -> Result<RmSsdOut> {
+        self.rm_ssd_send(dense, bags, rows)?;
+        self.rm_ssd_read(st, io)
+    }
+
+    /// `RM_send_inputs`: the batch goes to the device, which starts on it at once; up to two
+    /// batches may be in flight (the next one's inputs are sent before this one's outputs are
+    /// read).
+    pub fn rm_ssd_send(&mut self, dense: &[f32], bags: &[Bags<'_>], rows: usize) -> Result<()> {
         let n = self.send_inputs(dense, bags)?;
-        let m = self.call(K_RMSSD, [rows as u64, 1, dense.len() as u64], n)?;
+        let seq = self.submit(K_RMSSD, [rows as u64, 1, dense.len() as u64], n)?;
+        self.pending.push_back((seq, n, rows));
+        Ok(())
+    }
+
+    /// `RM_read_outputs`: the predictions of the oldest batch sent.
+    pub fn rm_ssd_read(&mut self, st: &mut Stages, io: &mut IoCounters) -> Result<RmSsdOut> {
+        let (seq, n, rows) =
+            self.pending.pop_front().ok_or_else(|| Error::Device("no batch was sent to read outputs of".into()))?;
+        let m = self.complete(seq)?;
         if m != rows * 4 {
             return Err(Error::Device(format!("the device sent {m} B of predictions, {} expected", rows * 4)));
         }
@@ -1160,6 +1243,7 @@ impl DeviceLink {
         st: &mut Stages,
         io: &mut IoCounters,
     ) -> Result<Vec<Vec<f32>>> {
+        self.use_next_slot()?;
         let (req, _) = self.chan.areas();
         let mut w = Writer { buf: req, at: 0 };
         for &(t, row, slot) in misses {
@@ -1186,6 +1270,7 @@ impl DeviceLink {
 
     /// Sends a raw request (tests: malformed requests must get a clear error, not a hang).
     pub fn raw_request(&mut self, kind: u64, regs: [u64; 3], payload: &[u8]) -> Result<Vec<u8>> {
+        self.use_next_slot()?;
         let (req, _) = self.chan.areas();
         Writer { buf: req, at: 0 }.bytes(payload)?;
         let m = self.call(kind, regs, payload.len())?;
@@ -1199,6 +1284,10 @@ impl DeviceLink {
         if self.dead.is_none() {
             let short = Duration::from_secs(2).min(self.timeout);
             let keep = std::mem::replace(&mut self.timeout, short);
+            // Batches sent and never read: take their answers first (their slots are busy).
+            while let Some((seq, _, _)) = self.pending.pop_front() {
+                let _ = self.complete(seq);
+            }
             answered = self.call(K_CLOSE, [0, 0, 0], 0).is_ok();
             self.timeout = keep;
             self.dead = Some("the engine was closed".into());

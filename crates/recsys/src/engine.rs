@@ -244,7 +244,16 @@ pub struct Engine {
     /// `flash` mode, ssd-s / ssd-m: what one read through the kernel costs when the page is in
     /// its cache, measured on this machine when the engine opens (the host stack's time).
     page_hit_s: f64,
+    /// Batches given to `send_inputs` and not yet to `read_outputs`: with the device in this
+    /// process their outcome is ready; with a device elsewhere only their counters are.
+    sent: std::collections::VecDeque<Sent>,
     closed: bool,
+}
+
+/// One batch in flight between `send_inputs` and `read_outputs`.
+enum Sent {
+    Done(Outcome),
+    InDevice { rows: usize, io: IoCounters, input_bytes: u64 },
 }
 
 fn elapsed(t: Instant) -> f64 {
@@ -287,6 +296,7 @@ impl Engine {
             host_cache: None,
             page_model: None,
             page_hit_s: 0.0,
+            sent: std::collections::VecDeque::new(),
             closed: false,
         };
         e.prepare()?;
@@ -430,6 +440,50 @@ impl Engine {
         Ok((pm.len(), pm.cap().get()))
     }
 
+    /// `RM_send_inputs` (rm-ssd): the batch goes to the device, which starts on it while the
+    /// host goes on; send the next batch before reading this one's outputs to overlap them (up
+    /// to two in flight with a device process). Answers and counters are `infer`'s.
+    pub fn send_inputs(&mut self, dense: &[f32], bags: &[Bags<'_>], rows: usize) -> Result<()> {
+        if self.opts.strategy != Strategy::RmSsd {
+            return Err(Error::Shape(format!(
+                "send_inputs / read_outputs pipeline rm-ssd; {} runs with infer",
+                self.opts.strategy.as_str()
+            )));
+        }
+        let Some(link) = self.remote.as_mut() else {
+            let out = self.infer(dense, bags, rows)?;
+            self.sent.push_back(Sent::Done(out));
+            return Ok(());
+        };
+        sls::validate_all(&self.metas, rows, bags)?;
+        let pooled = vec![0f32; rows * self.model.tables * self.model.dim];
+        self.model.check_batch(dense, &pooled, rows)?;
+        let lookups: u64 = bags.iter().map(|b| b.indices.len() as u64).sum();
+        let io = IoCounters { lookups, useful_bytes: lookups * self.model.dim as u64 * 4, ..IoCounters::default() };
+        let input_bytes =
+            (dense.len() * 4) as u64 + bags.iter().map(|b| (b.offsets.len() + b.indices.len()) as u64 * 8).sum::<u64>();
+        link.rm_ssd_send(dense, bags, rows)?;
+        self.sent.push_back(Sent::InDevice { rows, io, input_bytes });
+        Ok(())
+    }
+
+    /// `RM_read_outputs`: the outcome of the oldest batch sent.
+    pub fn read_outputs(&mut self) -> Result<Outcome> {
+        let Some(sent) = self.sent.pop_front() else {
+            return Err(Error::Shape("read_outputs: no batch was sent".into()));
+        };
+        let (rows, mut io, input_bytes) = match sent {
+            Sent::Done(out) => return Ok(out),
+            Sent::InDevice { rows, io, input_bytes } => (rows, io, input_bytes),
+        };
+        let mut st = Stages::default();
+        let link = self.remote.as_mut().ok_or_else(|| Error::Device("the engine was closed".into()))?;
+        let out = link.rm_ssd_read(&mut st, &mut io)?;
+        io.link_bytes += input_bytes + rows as u64 * 4;
+        let (latency_s, interval_s) = self.rm_ssd_times(&mut st, out.bot_s, out.top_s, rows, io.link_bytes);
+        Ok(Outcome { predictions: out.predictions, stages: st, latency_s, interval_s, io })
+    }
+
     /// Bytes of all table files.
     pub fn table_bytes(&self) -> u64 {
         self.metas.iter().map(|m| m.file_bytes()).sum()
@@ -437,6 +491,9 @@ impl Engine {
 
     /// One batch: `dense` is rows × dense_width, `bags` one entry per table.
     pub fn infer(&mut self, dense: &[f32], bags: &[Bags<'_>], rows: usize) -> Result<Outcome> {
+        if self.remote.is_some() && !self.sent.is_empty() {
+            return Err(Error::Shape("infer: read the outputs of the batches sent first".into()));
+        }
         sls::validate_all(&self.metas, rows, bags)?;
         let (t, d) = (self.model.tables, self.model.dim);
         let mut pooled = vec![0f32; rows * t * d];

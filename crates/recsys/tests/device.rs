@@ -206,3 +206,40 @@ fn a_dead_or_silent_device_is_reported_in_bounded_time() {
     assert!(e.contains("did not answer within 0.300 s"), "{e}");
     assert!(t0.elapsed().as_secs_f64() < 5.0);
 }
+
+#[test]
+fn rm_ssd_sends_the_next_batch_before_reading_this_one() {
+    let c = case();
+    let bags: Vec<Bags> = c.offs.iter().zip(&c.idx).map(|(o, i)| Bags { offsets: o, indices: i }).collect();
+    // Three batches that differ in their dense features.
+    let dense: Vec<Vec<f32>> = (0..3).map(|k| c.dense.iter().map(|x| x + k as f32 * 0.25).collect()).collect();
+    for mode in [Mode::Disk, Mode::Flash(FlashModel::default())] {
+        let mut local = Engine::open(c.m.clone(), &c.paths, opts(Strategy::RmSsd, mode, DeviceAt::InProcess)).unwrap();
+        let want: Vec<_> = dense.iter().map(|d| local.infer(d, &bags, c.rows).unwrap()).collect();
+        for at in [DeviceAt::InProcess, DeviceAt::Thread { timeout_s: 20.0 }] {
+            let mut e = Engine::open(c.m.clone(), &c.paths, opts(Strategy::RmSsd, mode, at.clone())).unwrap();
+            e.send_inputs(&dense[0], &bags, c.rows).unwrap();
+            e.send_inputs(&dense[1], &bags, c.rows).unwrap();
+            if at != DeviceAt::InProcess {
+                let third = e.send_inputs(&dense[2], &bags, c.rows);
+                assert!(third.unwrap_err().to_string().contains("in flight"), "a third batch must wait");
+                assert!(e.infer(&dense[2], &bags, c.rows).is_err(), "infer while batches are in flight");
+            }
+            let mut got = vec![e.read_outputs().unwrap()];
+            e.send_inputs(&dense[2], &bags, c.rows).unwrap();
+            got.push(e.read_outputs().unwrap());
+            got.push(e.read_outputs().unwrap());
+            assert!(e.read_outputs().is_err(), "nothing left to read");
+            for (k, (a, b)) in want.iter().zip(&got).enumerate() {
+                assert_eq!(a.predictions, b.predictions, "{mode:?} {at:?} batch {k}");
+                assert_eq!((a.io.lookups, a.io.link_bytes), (b.io.lookups, b.io.link_bytes), "batch {k}");
+            }
+            // Close with a batch still in the device: its answer is taken, nothing hangs.
+            e.send_inputs(&dense[0], &bags, c.rows).unwrap();
+            e.close();
+        }
+    }
+    let mut other =
+        Engine::open(c.m.clone(), &c.paths, opts(Strategy::EmbVectorsum, Mode::Disk, DeviceAt::InProcess)).unwrap();
+    assert!(other.send_inputs(&c.dense, &bags, c.rows).unwrap_err().to_string().contains("rm-ssd"));
+}

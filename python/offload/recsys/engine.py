@@ -197,12 +197,28 @@ class Engine:
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Predictions (B,) and {stages, io, latency_s, interval_s} for one batch. Inputs as
         PyTorch's EmbeddingBag takes them: per table, offsets (B + 1) and indices."""
+        return self._native.infer(*self._batch(dense, offsets, indices))
+
+    def _batch(
+        self, dense: np.ndarray, offsets: list[np.ndarray], indices: list[np.ndarray]
+    ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
         dense = np.ascontiguousarray(dense, dtype=np.float32)
         if dense.ndim != 2:
             raise ValueError(f"dense must be (batch, {self.spec.dense_width}), got shape {dense.shape}")
         offs = [np.ascontiguousarray(o, dtype=np.int64) for o in offsets]
         idx = [np.ascontiguousarray(i, dtype=np.int64) for i in indices]
-        return self._native.infer(dense, offs, idx)
+        return dense, offs, idx
+
+    def send_inputs(self, dense: np.ndarray, offsets: list[np.ndarray], indices: list[np.ndarray]) -> None:
+        """`RM_send_inputs` (rm-ssd): the device starts on this batch while the host goes on.
+        Send the next batch before reading this one's outputs to overlap them (at most two in
+        flight with `device="process"`); `read_outputs` returns them in order."""
+        dense, offs, idx = self._batch(dense, offsets, indices)
+        self._native.send_inputs(dense, offs, idx)
+
+    def read_outputs(self) -> tuple[np.ndarray, dict[str, Any]]:
+        """`RM_read_outputs`: predictions and info of the oldest batch sent, as `infer` gives."""
+        return self._native.read_outputs()
 
     def warm_page_cache(self, table: int, rows: np.ndarray) -> tuple[int, int]:
         """Flash mode, ssd-s / ssd-m: the pages of these lookups enter the modelled page cache as
