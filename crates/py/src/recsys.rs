@@ -109,13 +109,12 @@ fn recsys_read_rows<'py>(
     flat.into_pyarray(py).reshape([n, dim])
 }
 
-type BatchSlices<'a> = (&'a [f32], Vec<&'a [i64]>, Vec<&'a [i64]>);
-
-fn batch_slices<'a>(
+/// A batch as the engine takes it: dense features, one EmbeddingBag per table, rows.
+fn batch<'a>(
     dense: &'a PyReadonlyArray2<'_, f32>,
     offsets: &'a [PyReadonlyArray1<'_, i64>],
     indices: &'a [PyReadonlyArray1<'_, i64>],
-) -> PyResult<BatchSlices<'a>> {
+) -> PyResult<(&'a [f32], Vec<Bags<'a>>, usize)> {
     if offsets.len() != indices.len() {
         return Err(PyValueError::new_err(format!(
             "{} offsets arrays but {} indices arrays",
@@ -124,13 +123,15 @@ fn batch_slices<'a>(
         )));
     }
     let d = dense.as_slice().map_err(|_| PyValueError::new_err("dense must be C-contiguous float32"))?;
-    let contiguous = |a: &'a [PyReadonlyArray1<'_, i64>], what: &str| {
-        a.iter()
-            .map(|o| o.as_slice())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| PyValueError::new_err(format!("{what} must be contiguous int64")))
+    let contiguous = |a: &'a PyReadonlyArray1<'_, i64>, what: &str| {
+        a.as_slice().map_err(|_| PyValueError::new_err(format!("{what} must be contiguous int64")))
     };
-    Ok((d, contiguous(offsets, "offsets")?, contiguous(indices, "indices")?))
+    let bags = offsets
+        .iter()
+        .zip(indices)
+        .map(|(o, i)| Ok(Bags { offsets: contiguous(o, "offsets")?, indices: contiguous(i, "indices")? }))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok((d, bags, dense.shape()[0]))
 }
 
 /// (predictions, {stages, io, latency_s, interval_s}) of one batch.
@@ -271,9 +272,7 @@ impl RecsysEngine {
         offsets: Vec<PyReadonlyArray1<'py, i64>>,
         indices: Vec<PyReadonlyArray1<'py, i64>>,
     ) -> PyResult<(Bound<'py, PyArray1<f32>>, Bound<'py, PyAny>)> {
-        let rows = dense.shape()[0];
-        let (d, os, is) = batch_slices(&dense, &offsets, &indices)?;
-        let bags: Vec<Bags> = os.iter().zip(&is).map(|(o, i)| Bags { offsets: o, indices: i }).collect();
+        let (d, bags, rows) = batch(&dense, &offsets, &indices)?;
         let engine = &mut self.inner;
         let out = py.allow_threads(|| engine.infer(d, &bags, rows)).map_err(err)?;
         outcome(py, out)
@@ -288,9 +287,7 @@ impl RecsysEngine {
         offsets: Vec<PyReadonlyArray1<'py, i64>>,
         indices: Vec<PyReadonlyArray1<'py, i64>>,
     ) -> PyResult<()> {
-        let rows = dense.shape()[0];
-        let (d, os, is) = batch_slices(&dense, &offsets, &indices)?;
-        let bags: Vec<Bags> = os.iter().zip(&is).map(|(o, i)| Bags { offsets: o, indices: i }).collect();
+        let (d, bags, rows) = batch(&dense, &offsets, &indices)?;
         let engine = &mut self.inner;
         py.allow_threads(|| engine.send_inputs(d, &bags, rows)).map_err(err)
     }

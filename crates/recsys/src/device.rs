@@ -426,19 +426,19 @@ impl Writer<'_> {
         self.bytes(&v.to_le_bytes())
     }
     fn f32s(&mut self, v: &[f32]) -> Result<()> {
-        self.room(v.len() * 4)?;
-        for (c, x) in self.buf[self.at..self.at + v.len() * 4].chunks_exact_mut(4).zip(v) {
-            c.copy_from_slice(&x.to_le_bytes());
-        }
-        self.at += v.len() * 4;
-        Ok(())
+        self.words(v.iter().map(|x| x.to_le_bytes()))
     }
     fn i64s(&mut self, v: &[i64]) -> Result<()> {
-        self.room(v.len() * 8)?;
-        for (c, x) in self.buf[self.at..self.at + v.len() * 8].chunks_exact_mut(8).zip(v) {
-            c.copy_from_slice(&x.to_le_bytes());
+        self.words(v.iter().map(|x| x.to_le_bytes()))
+    }
+    /// Fixed-size little-endian words, one after the other.
+    fn words<const N: usize>(&mut self, v: impl ExactSizeIterator<Item = [u8; N]>) -> Result<()> {
+        let n = v.len() * N;
+        self.room(n)?;
+        for (c, x) in self.buf[self.at..self.at + n].chunks_exact_mut(N).zip(v) {
+            c.copy_from_slice(&x);
         }
-        self.at += v.len() * 8;
+        self.at += n;
         Ok(())
     }
     fn room(&self, n: usize) -> Result<()> {
@@ -480,12 +480,15 @@ impl<'a> Reader<'a> {
         Ok(f64::from_bits(self.u64()?))
     }
     fn f32s(&mut self, n: usize) -> Result<Vec<f32>> {
-        let b = self.take(n.checked_mul(4).ok_or_else(|| Error::Device("malformed message".into()))?)?;
-        Ok(b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
+        Ok(self.words(n)?.map(f32::from_le_bytes).collect())
     }
     fn i64s(&mut self, n: usize) -> Result<Vec<i64>> {
-        let b = self.take(n.checked_mul(8).ok_or_else(|| Error::Device("malformed message".into()))?)?;
-        Ok(b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect())
+        Ok(self.words(n)?.map(i64::from_le_bytes).collect())
+    }
+    /// `n` fixed-size little-endian words.
+    fn words<const N: usize>(&mut self, n: usize) -> Result<impl Iterator<Item = [u8; N]> + 'a> {
+        let b = self.take(n.checked_mul(N).ok_or_else(|| Error::Device("malformed message".into()))?)?;
+        Ok(b.chunks_exact(N).map(|c| c.try_into().expect("N bytes")))
     }
 }
 

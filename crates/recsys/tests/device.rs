@@ -4,32 +4,12 @@
 
 use offload_recsys::device::DeviceAt;
 use offload_recsys::engine::{DeviceMlp, Mode, Options, Strategy};
-use offload_recsys::{table, Bags, Dlrm, Engine, FlashModel, Linear, Mlp};
+use offload_recsys::{table, Bags, Dlrm, Engine, FlashModel};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f(&mut self) -> f32 {
-        (self.next() % 2001) as f32 / 1000.0 - 1.0
-    }
-}
-
-fn layer(r: &mut Rng, i: usize, o: usize) -> Linear {
-    Linear::new(i, o, (0..i * o).map(|_| r.f() * 0.3).collect(), (0..o).map(|_| r.f() * 0.1).collect()).unwrap()
-}
-
-fn model(r: &mut Rng, dense: usize, tables: usize, dim: usize) -> Dlrm {
-    let bottom = Mlp::new(vec![layer(r, dense, 8), layer(r, 8, dim)]).unwrap();
-    let top = Mlp::new(vec![layer(r, dim + tables * dim, 6), layer(r, 6, 1)]).unwrap();
-    Dlrm::new(dense, bottom, top, tables, dim).unwrap()
-}
+mod common;
+use common::{model, Rng};
 
 fn make_tables(dir: &Path, rows: &[u64], dim: u32) -> Vec<PathBuf> {
     rows.iter()

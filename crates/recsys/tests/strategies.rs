@@ -4,36 +4,12 @@
 
 use offload_recsys::engine::{DeviceMlp, Mode, Options, Strategy, STRATEGIES};
 use offload_recsys::table::{self, HEADER_BYTES};
-use offload_recsys::{Bags, Dlrm, Engine, Error, FlashModel, Linear, Mlp};
+use offload_recsys::{Bags, Dlrm, Engine, Error, FlashModel, Linear};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f(&mut self) -> f32 {
-        (self.next() % 2001) as f32 / 1000.0 - 1.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn layer(r: &mut Rng, i: usize, o: usize) -> Linear {
-    let scale = 1.0 / (i as f32).sqrt();
-    Linear::new(i, o, (0..i * o).map(|_| r.f() * scale).collect(), (0..o).map(|_| r.f() * 0.1).collect()).unwrap()
-}
-
-fn model(r: &mut Rng, dense: usize, tables: usize, dim: usize) -> Dlrm {
-    let bottom = Mlp::new(vec![layer(r, dense, 8), layer(r, 8, dim)]).unwrap();
-    let top = Mlp::new(vec![layer(r, dim + tables * dim, 6), layer(r, 6, 1)]).unwrap();
-    Dlrm::new(dense, bottom, top, tables, dim).unwrap()
-}
+mod common;
+use common::{model, Rng};
 
 /// Rows straight from the file bytes (an independent decoder of the documented layout).
 fn rows_of(path: &Path) -> Vec<Vec<f32>> {
