@@ -69,7 +69,7 @@ def disk_unavailable(tiny: E.ModelDir) -> str | None:
 def test_process_answers_as_in_process(tiny: E.ModelDir, strategy: str, mode: str) -> None:
     if mode == "disk" and (why := disk_unavailable(tiny)):
         pytest.skip(why)
-    kw = {"host_cache_vectors": 4, "device_mlp_cycles": (100, 200)}
+    kw = {"host_cache_vectors": 4, "device_mlp_cycles": (100, 50, 200)}
     local = E.Engine(tiny, strategy, mode, **kw)
     with E.Engine(tiny, strategy, mode, device="process", **kw) as far:
         info = far.device_info

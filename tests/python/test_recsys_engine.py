@@ -93,7 +93,7 @@ def test_every_strategy_matches_the_reference(tiny: E.ModelDir, strategy: str, m
     dense = rng.standard_normal((6, 5)).astype(np.float32)
     offs, idx = awkward_batch(tiny.rows, 6, rng)
     want = reference(tiny, dense, offs, idx)
-    eng = E.Engine(tiny, strategy, mode, host_cache_vectors=4, device_mlp_cycles=(100, 200))
+    eng = E.Engine(tiny, strategy, mode, host_cache_vectors=4, device_mlp_cycles=(100, 50, 200))
     for _ in range(2):
         got, info = eng.infer(dense, offs, idx)
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)

@@ -10,6 +10,7 @@ Table V's columns L_b0 L_b1 L_b2 L_b L_e L_t1 L_t2 and Table III's MLP sizes.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from fractions import Fraction
 
@@ -17,7 +18,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
+from offload.cli import app
 from offload.recsys import kernels as K
 
 RMC1, RMC2, RMC3 = K.TABLE_III["RMC1"], K.TABLE_III["RMC2"], K.TABLE_III["RMC3"]
@@ -220,6 +223,23 @@ def test_rule_three_grows_the_batch() -> None:
     assert _brute_min_sum(model, n_batch=d.n_batch // 2, **kw) is None  # type: ignore[arg-type]
 
 
+def test_mlp_dominated_models_run_at_the_pace_of_their_largest_kernels() -> None:
+    # Rule four's limit. NCF (DeepRecSys' shape: 4 tables of dim 64, top 256-256-128-64-1): the
+    # 16x16 kernels hide the MLP behind the four flash reads, C_EV(256 B) = 2875 cycles on 4 channels.
+    ncf = K.MLPShape("NCF", (), (256, 256, 128, 64, 1), dim=64, tables=4, lookups=1)
+    d = K.search(ncf)
+    assert K.violations(d) == [] and d.n_batch == 1
+    assert d.cycles == d.t_flash == 2875
+    # Wide&Deep (27 x dim 32, 512 dense, top 1024-512-256-1): L_e (864x1024) at 16x16 takes
+    # 54 * 64 * 8 = 27648 cycles, more than the 27 reads (19157): emb' is set by L_e, the rest fits.
+    wnd = K.MLPShape("WnD", (512,), (1024, 512, 256, 1), dim=32, tables=27, lookups=1)
+    d = K.search(wnd)
+    assert d.t_flash == 19157 and d.kernel("L_e").cycles == d.t_emb == d.cycles == 27648
+    assert d.kernel("L_e").size == 256 and K.violations(d) == []
+    # Without the limit eq. 2 alone would take 4x2 kernels: 884736 cycles, 32x slower.
+    assert K.evaluate(wnd, {k: (4, 2) for k in d.kernels}).t_emb == 884736
+
+
 def test_search_rejects_impossible_settings() -> None:
     # Eq. 4 asks kr*kc >= II = 8 but k_max = 1 allows at most 2x2.
     with pytest.raises(K.InfeasibleError):
@@ -243,8 +263,9 @@ def test_models_without_bottom_or_with_one_top_layer() -> None:
 def _brute_min_sum(
     model: K.MLPShape, *, ii: int, k_max: int, b_ev: Fraction, composition: str, n_batch: int
 ) -> int | None:
-    """Smallest sum(kr*kc) over every power-of-two kernel assignment meeting eqs. 3, 4 and the
-    T_bot', T_top' <= T_emb' constraints at ``n_batch`` (an independent re-implementation)."""
+    """Smallest sum(kr*kc) over every power-of-two kernel assignment meeting eqs. 3, 4, the
+    T_bot', T_top' <= T_emb' constraints and rule four's limit at ``n_batch`` (an independent
+    re-implementation)."""
     b, t = model.bottom, model.top
     layers: list[tuple[int, int]] = list(itertools.pairwise(b))
     bot = list(range(len(layers) + (1 if b else 0)))
@@ -280,7 +301,12 @@ def _brute_min_sum(
 
     t_flash = math.ceil(Fraction(n_batch * model.tables * model.lookups) / b_ev)
     t_emb = np.maximum(t_flash, cyc[e])
-    ok &= (chain_time(bot) <= t_emb) & (chain_time(top) <= t_emb)
+    t_bot, t_top = chain_time(bot), chain_time(top)
+    ok &= (t_bot <= t_emb) & (t_top <= t_emb)
+    # Rule four's limit: no slower than the design with every kernel at its largest.
+    pace = np.maximum(np.maximum(t_emb, t_bot), t_top)
+    biggest = np.all((kr == sides[-1]) & (kc == sides[-1]), axis=0)
+    ok &= pace <= pace[biggest].min()
     sums = (kr * kc).sum(axis=0)
     return int(sums[ok].min()) if ok.any() else None
 
@@ -315,3 +341,13 @@ def test_search_is_feasible_and_minimal(
     assert _brute_min_sum(model, n_batch=d.n_batch, **kw) == d.kernel_sum  # type: ignore[arg-type]
     if d.n_batch > 1:  # rule three: the smallest batch that admits a feasible design
         assert _brute_min_sum(model, n_batch=d.n_batch // 2, **kw) is None  # type: ignore[arg-type]
+
+
+def test_cli_kernels_json_has_the_fig15_designs() -> None:
+    r = CliRunner().invoke(app, ["recsys", "kernels", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["fig15_models"]["ncf"]["bound_by"] == "flash"
+    assert out["fig15_models"]["wnd"]["bound_by"] == "L_e"
+    assert out["fig15_models"]["wnd"]["cycles"]["batch"] == 27648
+    assert out["table_v"]["paper"]["RMC1"]["L_e"] == "4×2"

@@ -201,7 +201,7 @@ struct RecsysEngine {
 #[pymethods]
 impl RecsysEngine {
     #[new]
-    #[pyo3(signature = (strategy, mode, tables, dense_width, bottom, top, dim, queue_depth=64, host_cache_vectors=8192, flash=None, device_mlp=(0, 0), device_command=None, device_cpu=None, device_memory_bytes=None, device_timeout_s=60.0, channel_bytes=None))]
+    #[pyo3(signature = (strategy, mode, tables, dense_width, bottom, top, dim, queue_depth=64, host_cache_vectors=8192, flash=None, device_mlp=(0, 0, 0), device_command=None, device_cpu=None, device_memory_bytes=None, device_timeout_s=60.0, channel_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -215,7 +215,7 @@ impl RecsysEngine {
         queue_depth: usize,
         host_cache_vectors: usize,
         flash: Option<&Bound<'_, PyDict>>,
-        device_mlp: (u64, u64),
+        device_mlp: (u64, u64, u64),
         device_command: Option<Vec<String>>,
         device_cpu: Option<usize>,
         device_memory_bytes: Option<u64>,
@@ -232,7 +232,8 @@ impl RecsysEngine {
         let mut opts = Options::new(s, mode);
         opts.queue_depth = queue_depth;
         opts.host_cache_vectors = host_cache_vectors;
-        opts.device_mlp = DeviceMlp { bottom_cycles: device_mlp.0, top_cycles: device_mlp.1 };
+        opts.device_mlp =
+            DeviceMlp { bottom_cycles: device_mlp.0, emb_layer_cycles: device_mlp.1, top_cycles: device_mlp.2 };
         if let Some(command) = device_command {
             if device_timeout_s.is_nan() || device_timeout_s <= 0.0 {
                 return Err(PyValueError::new_err(format!("device_timeout_s must be > 0, got {device_timeout_s}")));

@@ -107,11 +107,13 @@ pub enum Mode {
     Flash(FlashModel),
 }
 
-/// Device MLP cycles per sample from the kernel design (eq. 1): bottom′ and top′ (incl. the
-/// embedding part of the decomposed top layer 0); `flash` mode times the device MLP with them.
+/// Device MLP cycles per sample from the kernel design (eq. 1): bottom′, `L_e` (the embedding
+/// half of the decomposed top layer 0, which runs beside the flash reads: eq. 1a's emb′ stage is
+/// the slower of the two) and top′; `flash` mode times the device MLP with them.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
 pub struct DeviceMlp {
     pub bottom_cycles: u64,
+    pub emb_layer_cycles: u64,
     pub top_cycles: u64,
 }
 
@@ -575,6 +577,9 @@ impl Engine {
                 let dm = self.opts.device_mlp;
                 st.bot_mlp = m.seconds(dm.bottom_cycles * rows as u64);
                 st.top_mlp = m.seconds(dm.top_cycles * rows as u64);
+                // emb′ = max(flash reads, L_e) (eq. 1a): what L_e takes beyond the reads is
+                // charged to emb-op, the in-device work on the pooled vectors.
+                st.emb_op += (m.seconds(dm.emb_layer_cycles * rows as u64) - st.emb_ssd).max(0.0);
                 st.link = m.transfer_s(link_bytes) + m.doorbell_us * 1e-6;
             }
             _ => {

@@ -59,7 +59,7 @@ fn case() -> Case {
 fn opts(s: Strategy, mode: Mode, device: DeviceAt) -> Options {
     let mut o = Options::new(s, mode);
     o.host_cache_vectors = 4;
-    o.device_mlp = DeviceMlp { bottom_cycles: 100, top_cycles: 200 };
+    o.device_mlp = DeviceMlp { bottom_cycles: 100, emb_layer_cycles: 50, top_cycles: 200 };
     o.device = device;
     o.channel_bytes = 1 << 20;
     o

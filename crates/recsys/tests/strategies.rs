@@ -121,7 +121,7 @@ fn check_all(seed: u64, rows: Vec<u64>, dim: usize, nbatch: usize, max_bag: u64)
             let mut opts = Options::new(s, mode);
             opts.host_cache_vectors = 3;
             if s == Strategy::RmSsd {
-                opts.device_mlp = DeviceMlp { bottom_cycles: 100, top_cycles: 200 };
+                opts.device_mlp = DeviceMlp { bottom_cycles: 100, emb_layer_cycles: 50, top_cycles: 200 };
             }
             let mut e = Engine::open(m.clone(), &paths, opts).unwrap();
             for round in 0..2 {
@@ -220,4 +220,33 @@ fn bad_inputs_are_named() {
     let wrong_dim = make_tables(&dir.path().join("d16"), &[10], 16, 1);
     let msg = Engine::open(m, &wrong_dim, Options::new(Strategy::Dram, Mode::Disk)).err().unwrap().to_string();
     assert!(msg.contains("dim 16 but the model's is 8"), "{msg}");
+}
+
+#[test]
+fn rm_ssd_flash_times_follow_the_kernel_design() {
+    // Per-sample cycles of bottom′, L_e and top′ (eq. 1): the MLP stages take them, and the emb′
+    // stage (flash reads ∥ L_e, eq. 1a) is no faster than L_e.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut r = Rng(5);
+    let rows = vec![3000u64, 3000];
+    let m = model(&mut r, 5, 2, 32);
+    let paths = make_tables(dir.path(), &rows, 32, 4);
+    let dense: Vec<f32> = (0..4 * 5).map(|_| r.f()).collect();
+    let (offs, idx) = batch(&mut r, &rows, 4, 6);
+    let bags: Vec<Bags> = offs.iter().zip(&idx).map(|(o, i)| Bags { offsets: o, indices: i }).collect();
+    let fm = FlashModel::default();
+    for emb_layer_cycles in [0u64, 2_000_000] {
+        let mut opts = Options::new(Strategy::RmSsd, Mode::Flash(fm));
+        opts.device_mlp = DeviceMlp { bottom_cycles: 1000, emb_layer_cycles, top_cycles: 3000 };
+        let out = Engine::open(m.clone(), &paths, opts).unwrap().infer(&dense, &bags, 4).unwrap();
+        let st = out.stages;
+        assert!((st.bot_mlp - fm.seconds(4000)).abs() < 1e-12);
+        assert!((st.top_mlp - fm.seconds(12_000)).abs() < 1e-12);
+        let l_e = fm.seconds(4 * emb_layer_cycles);
+        assert!(st.emb_ssd + st.emb_op >= l_e - 1e-12, "{st:?}");
+        assert!(out.interval_s >= l_e && out.interval_s >= st.top_mlp);
+        if emb_layer_cycles > 0 {
+            assert!(st.emb_ssd < l_e, "the flash reads should be faster than L_e here");
+        }
+    }
 }

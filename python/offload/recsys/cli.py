@@ -365,11 +365,15 @@ def kernels(
     """The RM-SSD kernel-size search on Table III's models: our Table V beside the paper's, and
     Table VI's naive / default / optimized designs with the devices each fits."""
     from offload.recsys import kernels as K
+    from offload.recsys.engine import kernel_shape
+    from offload.recsys.models import SPECS
 
     ours = K.table_v(composition=composition, ii=ii)
     designs = {name: K.compare(m, ii=ii, composition=composition) for name, m in K.TABLE_III.items()}  # type: ignore[arg-type]
+    fig15 = {n: K.search(kernel_shape(SPECS[n]), ii=ii, composition=composition) for n in ("ncf", "wnd")}  # type: ignore[arg-type]
     if as_json:
         out = {
+            "fig15_models": {n: _design_json(d) for n, d in fig15.items()},
             "table_v": {"ours": ours, "paper": K.PAPER_TABLE_V},
             "table_vi": {
                 name: [
@@ -415,3 +419,38 @@ def kernels(
                 f"{c.design.throughput:,.0f}",
             )
     console.print(t)
+    t = Table(title="The MLP-dominated models of Fig. 15: searched designs (cycles per batch)")
+    for c in ("model", "N_batch", "flash", "L_e", "bot'", "top'", "samples/s", "bound by"):
+        t.add_column(c, justify="left" if c in ("model", "bound by") else "right")
+    for name, d in fig15.items():
+        j = _design_json(d)
+        c = j["cycles"]
+        t.add_row(
+            name,
+            str(d.n_batch),
+            *(f"{c[k]:,}" for k in ("flash", "L_e", "bottom", "top")),
+            f"{d.throughput:,.0f}",
+            j["bound_by"],
+        )
+    console.print(t)
+    for name, d in fig15.items():
+        console.print(f"  {name} kernels: " + ", ".join(f"{x.name} {x.label}" for x in d.layers))
+
+
+def _design_json(d: Any) -> dict[str, Any]:
+    """A searched kernel design: batch, kernels, the stage cycles of eq. 1 and what sets the pace."""
+    stages = {"flash": d.t_flash, "L_e": d.kernel("L_e").cycles, "bottom'": d.t_bot, "top'": d.t_top}
+    return {
+        "n_batch": d.n_batch,
+        "kernels": d.kernels,
+        "cycles": {
+            "flash": d.t_flash,
+            "L_e": d.kernel("L_e").cycles,
+            "emb": d.t_emb,
+            "bottom": d.t_bot,
+            "top": d.t_top,
+            "batch": d.cycles,
+        },
+        "samples_per_s": d.throughput,
+        "bound_by": max(stages, key=lambda k: stages[k]),
+    }

@@ -114,24 +114,28 @@ def create(
     return d
 
 
-def kernel_design_cycles(spec: ModelSpec, composition: str = "sum") -> tuple[int, int]:
-    """Bottom′ and top′ cycles per sample of the searched kernel design (eq. 1), the device MLP's
-    time in `flash` mode; (0, 0) — measured on the host instead — where no design is feasible."""
+def kernel_shape(spec: ModelSpec) -> Any:
+    """`spec` as the kernel search sees it (a `kernels.MLPShape`): dense features that skip a
+    bottom MLP (Wide&Deep's 512) still feed the decomposed top layer 0 as its L_b."""
     from offload.recsys import kernels as K
 
-    shape = K.MLPShape(
-        spec.name,
-        (spec.dense_width, *spec.bottom) if spec.bottom else (),
-        tuple(spec.top),
-        spec.dim,
-        spec.tables,
-        spec.lookups,
-    )
+    bottom = (spec.dense_width, *spec.bottom) if spec.dense_width else ()
+    return K.MLPShape(spec.name, bottom, tuple(spec.top), spec.dim, spec.tables, spec.lookups)
+
+
+def kernel_design_cycles(spec: ModelSpec, composition: str = "sum") -> tuple[int, int, int]:
+    """Bottom′, L_e and top′ cycles per sample of the searched kernel design (eq. 1), the device
+    MLP's time in `flash` mode; (0, 0, 0) — measured on the host instead — where no design is
+    feasible."""
+    from offload.recsys import kernels as K
+
+    shape = kernel_shape(spec)
     try:
         d = K.search(shape, composition=composition)  # type: ignore[arg-type]
     except (K.InfeasibleError, ValueError):
-        return (0, 0)
-    return (round(d.t_bot / d.n_batch), round(d.t_top / d.n_batch))
+        return (0, 0, 0)
+    per_sample = (d.t_bot, d.kernel("L_e").cycles, d.t_top)
+    return tuple(round(c / d.n_batch) for c in per_sample)  # type: ignore[return-value]
 
 
 class Engine:
@@ -153,7 +157,7 @@ class Engine:
         flash: dict[str, Any] | None = None,
         queue_depth: int = 64,
         host_cache_vectors: int = 8192,
-        device_mlp_cycles: tuple[int, int] = (0, 0),
+        device_mlp_cycles: tuple[int, int, int] = (0, 0, 0),
         device: str = "in-process",
         device_cpu: int | None = None,
         device_memory_bytes: int | None = None,
@@ -167,7 +171,7 @@ class Engine:
             raise ValueError(f"unknown device {device!r}; one of {', '.join(DEVICES)}")
         model = model_dir.model()
         self.spec = model.spec
-        if strategy == "rm-ssd" and mode == "flash" and device_mlp_cycles == (0, 0):
+        if strategy == "rm-ssd" and mode == "flash" and device_mlp_cycles == (0, 0, 0):
             device_mlp_cycles = kernel_design_cycles(self.spec)
         self.strategy = strategy
         self.mode = mode

@@ -64,6 +64,14 @@ Kernel sides are powers of two up to ``2**k_max``. Constraints:
 * Eq. 2: minimise ``sum(kr * kc)`` over all layers (``L_e`` included) subject to
   ``T_bot' <= T_emb'`` and ``T_top' <= T_emb'``; the search is exact (dynamic programming over
   the layer pairs).
+* Rule four's limit: "large kr, kc pair is picked first and reduced to approaching the limit". The
+  limit is the pace of the largest kernels (``2**k_max`` square, rule two's kernel for DRAM layers)
+  at this ``N_batch``: ``T* = max(T_emb', T_bot', T_top')`` of that design, and no design may take
+  more than ``T*`` cycles per batch. Without it eq. 2 could shrink ``L_e`` until ``T_emb'`` — which
+  includes ``L_e`` — is as slow as the smallest kernels everywhere: for the MLP-dominated NCF and
+  Wide&Deep (one lookup per table) that is 23-46x slower than their flash reads, against the seed's
+  "optimal throughput for both embedding-dominated and MLP-dominated models" (§IV-C4) and its
+  Fig. 15, where RM-SSD beats even the all-DRAM host on them.
 * Rule three: ``N_batch`` is the smallest of 1, 2, 4, ... for which a feasible design exists.
 * Eq. 5 (balance) and rule four ("large kr, kc picked first") break ties among designs of equal
   ``sum(kr kc)``, in this order: smaller total pair imbalance ``|log2(t_i / t_{i+1})|``; then, layer
@@ -80,12 +88,10 @@ at least ``512`` for ``(L_b2, L_b)`` at 16x16) exceeds the largest ``T_emb'`` at
 there ``L_b1`` needs only ``kr kc = 8`` (``278528 <= 283800``), not the paper's 8x2 = 16.
 See :data:`PAPER_TABLE_V` and :func:`table_v`.
 
-Eq. 2 only asks the MLP not to be slower than ``T_emb'``, and ``T_emb'`` includes ``L_e``: a small
-``L_e`` kernel raises ``T_emb'`` and so relaxes the other constraints. For RMC3 with
-``composition="pipelined"`` the optimum therefore runs at ``N_batch = 1`` with ``T_emb'`` set by
-``L_e`` (163840 cycles, above the flash's 141900): fewest kernels, but a lower implied throughput
-than the default design, which needs ``N_batch = 2``. That is what eq. 2 asks for; nothing here
-trades kernels for throughput.
+Rule four's limit leaves Table III unchanged (there the largest kernels' pace is the flash's, or
+for RMC3 with ``composition="pipelined"`` the DRAM-bound ``L_b0``, 163840 cycles at ``N_batch = 1``,
+which ``L_e`` at 4x2 matches exactly) and makes NCF and Wide&Deep run at the pace of their flash
+reads or of their largest layer at 16x16.
 
 Resources
 ---------
@@ -762,7 +768,8 @@ def search(
     composition: Composition = "sum",
     max_batch: int = 1 << 20,
 ) -> Design:
-    """The kernel search of §IV-C4 (rules one to four, eqs. 2-5); see the module docstring.
+    """The kernel search of §IV-C4 (rules one to four, eqs. 2-5, rule four's limit on the pace);
+    see the module docstring.
 
     ``b_ev``: flash vector reads per cycle (default from ``flash`` and ``model.dim``); ``device``:
     the FPGA whose BRAM is ``B_max`` for rule one (XCVU9P, the paper's prototype, by default).
@@ -800,12 +807,26 @@ def search(
     empty = [_Partial(0, (0, 0.0, ()), ())]
     rate = _b_ev(model, b_ev, flash)
     s_e = shapes[emb]
+    largest = {s.name: max(opts, key=lambda k: k[0] * k[1]) for s, opts in zip(shapes, options, strict=True)}
     n_batch = 1
     while n_batch <= max_batch:
         t_flash = _flash_cycles(model, n_batch, rate)
+        limit = evaluate(
+            model,
+            largest,
+            n_batch=n_batch,
+            ii=ii,
+            b_ev=rate,
+            flash=flash,
+            device=device,
+            cost=cost,
+            composition=composition,
+        ).cycles  # rule four's limit: the pace of the largest kernels
         best: tuple[_Objective, dict[str, tuple[int, int]]] | None = None
         for kr_e, kc_e in options[emb]:
             t_emb = max(t_flash, layer_cycles(s_e.rows, s_e.cols, kr_e, kc_e, ii))
+            if t_emb > limit:
+                continue
             pb = _best_within(bot_front.get(kc_e, []), t_emb) if bot else empty[0]
             pt = _best_within(top_fronts[kc_e], t_emb)
             if pb is None or pt is None:
