@@ -3,7 +3,7 @@
 
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use offload_recsys::engine::{DeviceAt, DeviceMlp, Mode, Options};
-use offload_recsys::{self as recsys, table, Bags, Dlrm, Engine, FlashModel, Linear, Mlp, Strategy};
+use offload_recsys::{self as recsys, table, uring, Bags, Dlrm, Engine, FlashModel, Linear, Mlp, Strategy};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -145,6 +145,21 @@ fn outcome(
     info.set_item("latency_s", out.latency_s)?;
     info.set_item("interval_s", out.interval_s)?;
     Ok((out.predictions.into_pyarray(py), info.into_any()))
+}
+
+/// The device's io_uring reader on fio's workload (`uring::random_reads`): {reads, seconds, iops}.
+#[pyfunction]
+#[pyo3(signature = (path, block, depth, reads, seed=1))]
+fn recsys_random_reads<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    block: u32,
+    depth: usize,
+    reads: u64,
+    seed: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let rate = py.allow_threads(|| uring::random_reads(&path, block, depth, reads, seed)).map_err(err)?;
+    to_dict(py, &rate)
 }
 
 /// The seed's Table II flash model, as a dict (defaults) — or the one given, checked.
@@ -346,6 +361,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(recsys_write_table, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_table_info, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_read_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(recsys_random_reads, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_flash_model, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_device_serve, m)?)?;
     Ok(())

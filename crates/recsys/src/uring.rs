@@ -4,7 +4,7 @@
 //! `rm-ssd` in `disk` mode.
 
 use crate::error::{Error, Result};
-use crate::sls::ReadPlan;
+use crate::sls::{ReadPlan, Unit};
 use io_uring::{opcode, types, IoUring};
 use memmap2::MmapMut;
 use std::fs::{File, OpenOptions};
@@ -15,11 +15,17 @@ use std::path::Path;
 /// Tables opened with O_DIRECT and a ring to read them.
 pub struct DirectReader {
     files: Vec<File>,
+    /// Declared before `buffers`, so it is dropped (and the buffers unregistered) first.
     ring: IoUring,
     qd: usize,
     /// `qd` slots of `slot_bytes`, page-aligned (an anonymous mapping is).
     buffers: MmapMut,
     slot_bytes: usize,
+    /// `buffers` is registered with the ring as fixed buffer 0 (no page pinning per read), and the
+    /// files as fixed files (no file lookup per read); where the kernel refuses either (old
+    /// kernels, RLIMIT_MEMLOCK), plain reads are used.
+    fixed_buffers: bool,
+    fixed_files: bool,
     /// Reads submitted so far (one per unit).
     pub reads: u64,
 }
@@ -47,12 +53,40 @@ impl DirectReader {
                 Error::Unsupported(format!("io_uring_setup: {e} (io_uring is missing or disabled on this kernel)"))
             })?;
         let slot_bytes = max_unit.div_ceil(4096).max(1) * 4096;
-        let buffers = MmapMut::map_anon(qd * slot_bytes).map_err(|e| Error::io("anonymous memory", "mmap", e))?;
-        Ok(DirectReader { files, ring, qd, buffers, slot_bytes, reads: 0 })
+        let mut buffers = MmapMut::map_anon(qd * slot_bytes).map_err(|e| Error::io("anonymous memory", "mmap", e))?;
+        let iov = libc::iovec { iov_base: buffers.as_mut_ptr().cast(), iov_len: buffers.len() };
+        // SAFETY: the iovec covers exactly the mapping `buffers`, which stays mapped as long as the
+        // ring exists: `ring` is dropped before `buffers` (field order), and `read_plan` leaks the
+        // mapping instead of unmapping it when the ring fails.
+        let fixed_buffers = unsafe { ring.submitter().register_buffers(&[iov]) }.is_ok();
+        let fds: Vec<i32> = files.iter().map(|f| f.as_raw_fd()).collect();
+        let fixed_files = ring.submitter().register_files(&fds).is_ok();
+        Ok(DirectReader { files, ring, qd, buffers, slot_bytes, fixed_buffers, fixed_files, reads: 0 })
     }
 
     pub fn queue_depth(&self) -> usize {
         self.qd
+    }
+
+    /// (fixed buffers, fixed files): what the kernel accepted at `open`.
+    pub fn registered(&self) -> (bool, bool) {
+        (self.fixed_buffers, self.fixed_files)
+    }
+
+    /// The submission entry reading `u` into `buf` (inside `buffers`), through the fixed buffer
+    /// and file where they are registered.
+    fn read_entry(&self, u: Unit, buf: *mut u8) -> io_uring::squeue::Entry {
+        let t = u.table as usize;
+        match (self.fixed_files, self.fixed_buffers) {
+            (true, true) => opcode::ReadFixed::new(types::Fixed(t as u32), buf, u.len, 0).offset(u.offset).build(),
+            (true, false) => opcode::Read::new(types::Fixed(t as u32), buf, u.len).offset(u.offset).build(),
+            (false, true) => {
+                opcode::ReadFixed::new(types::Fd(self.files[t].as_raw_fd()), buf, u.len, 0).offset(u.offset).build()
+            }
+            (false, false) => {
+                opcode::Read::new(types::Fd(self.files[t].as_raw_fd()), buf, u.len).offset(u.offset).build()
+            }
+        }
     }
 
     /// Reads every unit of `plan` once, calling `done(unit, bytes)` as each completes (in
@@ -74,8 +108,7 @@ impl DirectReader {
                     break;
                 }
                 let buf = self.buffers[slot * self.slot_bytes..].as_mut_ptr();
-                let fd = types::Fd(self.files[u.table as usize].as_raw_fd());
-                let e = opcode::Read::new(fd, buf, u.len).offset(u.offset).build().user_data(slot as u64);
+                let e = self.read_entry(u, buf).user_data(slot as u64);
                 // SAFETY: the read writes at most `u.len` ≤ `slot_bytes` bytes into slot `slot`
                 // of `self.buffers`, which no other in-flight read uses (slots come from `free`
                 // and return there only on completion). `self.buffers` and the file outlive the
@@ -125,4 +158,45 @@ impl DirectReader {
         }
         failure.map_or(Ok(()), Err)
     }
+}
+
+/// What [`random_reads`] measured: reads done and the seconds they took.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct ReadRate {
+    pub reads: u64,
+    pub seconds: f64,
+    pub iops: f64,
+    /// Whether the kernel took the buffers and the file as registered (fixed) ones.
+    pub fixed_buffers: bool,
+    pub fixed_files: bool,
+}
+
+/// The device's reader on fio's workload: `reads` random `block`-aligned reads of `block` bytes
+/// over the whole of `path` (header included, as fio reads the file), `depth` in flight, one
+/// plan so the queue never drains before the end. Uniform offsets from `seed` (splitmix64).
+pub fn random_reads(path: &Path, block: u32, depth: usize, reads: u64, seed: u64) -> Result<ReadRate> {
+    if block == 0 || !block.is_multiple_of(crate::table::SECTOR as u32) {
+        return Err(Error::Shape(format!("block {block} B is not a multiple of the 512 B sector")));
+    }
+    let len = std::fs::metadata(path).map_err(|e| Error::io(path, "stat", e))?.len();
+    let blocks = len / block as u64;
+    if blocks == 0 {
+        return Err(Error::Shape(format!("{}: {len} B holds no {block} B block", path.display())));
+    }
+    let mut s = seed;
+    let mut next = || {
+        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let units = (0..reads).map(|_| Unit { table: 0, offset: next() % blocks * block as u64, len: block }).collect();
+    let plan = ReadPlan { units, uses: Vec::new(), first_use: Vec::new(), lookups: 0 };
+    let mut reader = DirectReader::open(&[path], depth, block as usize)?;
+    let t0 = std::time::Instant::now();
+    reader.read_plan(&plan, |_, _| {})?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let (fixed_buffers, fixed_files) = reader.registered();
+    Ok(ReadRate { reads, seconds, iops: reads as f64 / seconds.max(1e-12), fixed_buffers, fixed_files })
 }

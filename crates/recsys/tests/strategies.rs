@@ -250,3 +250,21 @@ fn rm_ssd_flash_times_follow_the_kernel_design() {
         }
     }
 }
+
+#[test]
+fn random_reads_cover_the_file_and_name_bad_blocks() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let paths = make_tables(dir.path(), &[20_000], 32, 9);
+    match offload_recsys::uring::random_reads(&paths[0], 4096, 8, 500, 3) {
+        Ok(r) => {
+            assert!(r.reads == 500 && r.seconds > 0.0 && r.iops > 0.0, "{r:?}");
+            eprintln!("fixed buffers {}, fixed files {}", r.fixed_buffers, r.fixed_files);
+        }
+        Err(Error::Unsupported(why)) => eprintln!("skipped: {why}"),
+        Err(e) => panic!("{e}"),
+    }
+    let bad = offload_recsys::uring::random_reads(&paths[0], 1000, 8, 10, 3).unwrap_err();
+    assert!(bad.to_string().contains("512 B"), "{bad}");
+    let huge = offload_recsys::uring::random_reads(&paths[0], 1 << 30, 8, 10, 3).unwrap_err();
+    assert!(huge.to_string().contains("holds no"), "{huge}");
+}
