@@ -129,6 +129,7 @@ def reader_vs_fio(path: Path, block: int, depth: int, rounds: int, seconds: int)
         "median_ratio": statistics.median(ratios),
         "fio_iops_median": statistics.median(p["fio_iops"] for p in pairs),
         "reader_iops_median": statistics.median(p["reader_iops"] for p in pairs),
+        "registered": {"buffers": ours["fixed_buffers"], "files": ours["fixed_files"]},
     }
 
 
