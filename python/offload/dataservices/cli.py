@@ -1,0 +1,242 @@
+"""`offload node ...`: near-data query nodes (seed 003) — serve a node, load data, query it.
+
+serve a node → make particles → load them → query with SQL, offloaded or pushed back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from offload.clitools import fail
+
+app = typer.Typer(
+    help="Near-data query nodes (Arrow Flight + Substrait): serve, particles, load, list, query.",
+    no_args_is_help=True,
+)
+console = Console()
+
+DEFAULT_PORT = 8815
+NodeOpt = Annotated[str, typer.Option("--node", "-n", help="The node's host:port.")]
+TokenFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--token-file",
+        help="File holding the node's token. \\[default: $OFFLOAD_NODE_TOKEN, else "
+        "~/.offload/node-PORT.token, which `serve` writes]",
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def default_token_file(port: int) -> Path:
+    return Path.home() / ".offload" / f"node-{port}.token"
+
+
+def _token(node: str, token_file: Path | None) -> str:
+    if token_file is None and os.environ.get("OFFLOAD_NODE_TOKEN"):
+        return os.environ["OFFLOAD_NODE_TOKEN"]
+    path = token_file or default_token_file(int(node.rsplit(":", 1)[-1]))
+    try:
+        return path.read_text().strip()
+    except OSError as e:
+        raise fail(f"cannot read the node token from {path}: {e.strerror}; pass --token-file") from None
+
+
+def _client(node: str, token_file: Path | None) -> Any:
+    from offload.dataservices.client import NodeClient
+
+    return NodeClient(node, _token(node, token_file))
+
+
+@app.command()
+def serve(
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free one).")] = DEFAULT_PORT,
+    host: Annotated[
+        str, typer.Option(help="Address to bind; off loopback needs --allow-remote.")
+    ] = "127.0.0.1",
+    threads: Annotated[int, typer.Option(help="Query engine threads on this node.")] = 1,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Directory whose files `load --path` may register. \\[default: none]")
+    ] = None,
+    token_file: TokenFileOpt = None,
+    name: Annotated[str, typer.Option(help="The node's name in answers and errors.")] = "node",
+    allow_remote: Annotated[
+        bool, typer.Option(help="Allow a non-loopback --host (the token then travels in clear text).")
+    ] = False,
+    max_seconds: Annotated[
+        float, typer.Option(help="Stop after this many seconds (0: run until Ctrl-C / SIGTERM).")
+    ] = 0.0,
+) -> None:
+    """Serve a node: an Arrow Flight server that owns data sets and runs Substrait plans sent to
+    it, or ships the columns they read back to the host. Every call needs the node's token,
+    written (mode 0600) to --token-file unless $OFFLOAD_NODE_TOKEN gives it."""
+    if threads < 1:
+        raise fail("--threads must be at least 1")
+    os.environ["TOKIO_WORKER_THREADS"] = str(threads)  # before DataFusion starts its runtime
+    from offload.dataservices.node import Node, NodeConfig
+
+    token = os.environ.get("OFFLOAD_NODE_TOKEN") or secrets.token_urlsafe(24)
+    cfg = NodeConfig(token, host, port, threads, data_dir, allow_remote, name)
+    try:
+        node = Node(cfg)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    where = token_file or default_token_file(node.port)
+    if not os.environ.get("OFFLOAD_NODE_TOKEN"):
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.touch(mode=0o600)
+        where.chmod(0o600)
+        where.write_text(token + "\n")
+    console.print(f"{name} serving on grpc://{host}:{node.port}, {threads} thread(s); token in {where}")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait(max_seconds or None)
+    node.shutdown()
+    console.print(f"{name} stopped")
+
+
+@app.command()
+def particles(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Parquet file to write.")],
+    rows: Annotated[int, typer.Option(help="Particles (the seed's case studies: 6,177,731).")] = 6_177_731,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    correlation: Annotated[float, typer.Option(help="How much y follows x, 0 (independent) to 1.")] = 0.0,
+) -> None:
+    """Generate a particle table (id, x, y, z, vx, vy, vz, t; positions uniform in [0, 1))."""
+    from offload.dataservices import particles as P
+
+    try:
+        t = P.generate(rows, seed=seed, correlation=correlation)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    P.write(t, out)
+    console.print(f"wrote {out}: {t.num_rows:,} particles, {t.nbytes / 2**20:.1f} MiB in memory")
+
+
+@app.command()
+def load(
+    name: Annotated[str, typer.Argument(help="Data set name on the node.")],
+    node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
+    file: Annotated[Path | None, typer.Option(help="Local Parquet/Arrow file to upload.")] = None,
+    path: Annotated[str | None, typer.Option(help="File in the node's --data-dir to register.")] = None,
+    token_file: TokenFileOpt = None,
+) -> None:
+    """Give a node a data set: upload a local file (--file) or register one of its own (--path)."""
+    from offload.dataservices.client import NodeError
+
+    if (file is None) == (path is None):
+        raise fail("give exactly one of --file (upload) or --path (a file on the node)")
+    with _client(node, token_file) as c:
+        try:
+            if file is not None:
+                import pyarrow.dataset as pads
+
+                fmt = "parquet" if file.suffix == ".parquet" else "ipc"
+                d = c.upload(name, pads.dataset(file, format=fmt).to_table())
+            else:
+                d = c.register(name, str(path))
+        except NodeError as e:
+            raise fail(str(e)) from None
+        except (OSError, ValueError) as e:
+            raise fail(f"{file}: {e}") from None
+    console.print(
+        f"{d['name']}: {d['rows']:,} rows, {d['bytes'] / 2**20:.1f} MiB, columns {', '.join(d['columns'])}"
+    )
+
+
+@app.command(name="list")
+def list_(
+    node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}", token_file: TokenFileOpt = None, as_json: JsonOpt = False
+) -> None:
+    """The node's data sets."""
+    from offload.dataservices.client import NodeError
+
+    with _client(node, token_file) as c:
+        try:
+            st = c.status()
+        except NodeError as e:
+            raise fail(str(e)) from None
+    if as_json:
+        print(json.dumps(st, indent=2))
+        return
+    t = Table(title=f"{st['name']}: {st['threads']} thread(s)")
+    for col in ("data set", "rows", "MiB", "columns", "source"):
+        t.add_column(col, justify="right" if col in ("rows", "MiB") else "left")
+    for d in st["datasets"]:
+        t.add_row(
+            d["name"], f"{d['rows']:,}", f"{d['bytes'] / 2**20:.1f}", ", ".join(d["columns"]), d["source"]
+        )
+    console.print(t)
+
+
+@app.command()
+def query(
+    sql: Annotated[str, typer.Argument(help="SQL over the node's data sets.")],
+    node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
+    way: Annotated[
+        str, typer.Option(help="offload (run on the node), pushback (run here) or both.")
+    ] = "both",
+    compression: Annotated[str, typer.Option(help="IPC compression on the wire: none, lz4, zstd.")] = "none",
+    show: Annotated[int, typer.Option(help="Result rows to print.")] = 5,
+    token_file: TokenFileOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a query on a node: offloaded (the node runs the plan and ships the result), pushed
+    back (the node ships the columns it reads and this host runs the plan), or both, side by
+    side, with where the time went."""
+    from offload.dataservices import plans
+    from offload.dataservices.client import NodeError
+    from offload.dataservices.plans import PlanError
+
+    ways = ("offload", "pushback") if way == "both" else (way,)
+    if any(w not in ("offload", "pushback") for w in ways):
+        raise fail(f"--way must be offload, pushback or both, got {way!r}")
+    comp = None if compression == "none" else compression
+    runs = {}
+    with _client(node, token_file) as c:
+        try:
+            plan = c.plan(sql)
+            for w in ways:
+                runs[w] = c.query(plan, w, comp)
+        except (NodeError, PlanError, ValueError) as e:
+            raise fail(str(e)) from None
+    same = plans.same_answer(*(r[0] for r in runs.values())) if len(runs) == 2 else None
+    if as_json:
+        out = {"sql": sql, "runs": {w: t.as_dict() for w, (_, t) in runs.items()}, "same_answer": same}
+        print(json.dumps(out, indent=2))
+        return
+    result = next(iter(runs.values()))[0]
+    console.print(result.slice(0, show).to_pandas().to_string(index=False) if show else "")
+    _timing_table(runs, same)
+
+
+def _timing_table(runs: dict[str, Any], same: bool | None) -> None:
+    """Stages as rows, ways as columns (ms), so the table fits a terminal."""
+    t = Table(title="where the time went (ms)" + ("" if same is None else f"; same answer: {same}"))
+    t.add_column("stage")
+    for w in runs:
+        t.add_column(w, justify="right")
+    stages = (
+        ("check (get_flight_info)", "info"),
+        ("node: engine", "node_engine"),
+        ("node: whole stream", "node"),
+        ("fetch (host side)", "fetch"),
+        ("host: run the plan", "host"),
+        ("total", "total"),
+    )
+    for label, key in stages:
+        t.add_row(label, *(f"{1e3 * getattr(tm, key):.1f}" for _, tm in runs.values()))
+    t.add_row("rows", *(f"{tm.rows:,}" for _, tm in runs.values()))
+    t.add_row("Arrow MiB received", *(f"{tm.arrow_bytes / 2**20:.2f}" for _, tm in runs.values()))
+    console.print(t)

@@ -1,0 +1,185 @@
+"""The host side: talk to a node, turn SQL into Substrait, run a query either way and time it.
+
+``pushback`` fetches the scanned columns (one stream per table, in parallel) and runs the plan
+here; ``offload`` fetches the node's result. Both give the same table, and a :class:`Timing`
+of where the time went.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from offload.dataservices import node as N
+from offload.dataservices import plans
+
+
+class NodeError(RuntimeError):
+    """A node refused or failed a call; the message is the node's."""
+
+
+@dataclass
+class Timing:
+    """Where one query's time went, in seconds. ``plan``: SQL to Substrait here; ``info``: the
+    node's check of the query (get_flight_info); ``fetch``: the streams, first byte to last;
+    ``node_engine``: the node producing batches (its query engine, or the scan); ``node``: the
+    node's whole stream (engine, serialization, sending); ``host``: the plan run here (pushback);
+    ``arrow_bytes``: the Arrow bytes received, decoded (the wire carries less when compressed)."""
+
+    way: str
+    plan: float = 0.0
+    info: float = 0.0
+    fetch: float = 0.0
+    node_engine: float = 0.0
+    node: float = 0.0
+    host: float = 0.0
+    total: float = 0.0
+    arrow_bytes: int = 0
+    rows: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Bearer(flight.ClientMiddlewareFactory):
+    def __init__(self, token: str) -> None:
+        self.header = {"authorization": f"Bearer {token}"}
+
+    def start_call(self, info: flight.CallInfo) -> flight.ClientMiddleware:
+        header = self.header
+
+        class _Send(flight.ClientMiddleware):
+            def sending_headers(self) -> dict[str, str]:
+                return header
+
+        return _Send()
+
+
+class NodeClient:
+    """A connection to one node at ``endpoint`` (``host:port`` or ``grpc://host:port``)."""
+
+    def __init__(self, endpoint: str, token: str, timeout_s: float = 60.0) -> None:
+        self.location = endpoint if "://" in endpoint else f"grpc://{endpoint}"
+        self._client = flight.FlightClient(self.location, middleware=[_Bearer(token)])
+        self._opts = flight.FlightCallOptions(timeout=timeout_s)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> NodeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------------------- data sets
+
+    def upload(self, name: str, table: pa.Table, compression: str | None = None) -> dict[str, Any]:
+        """Sends ``table`` to the node as data set ``name``; returns its description."""
+        opts = flight.FlightCallOptions(
+            timeout=self._opts.timeout, write_options=pa.ipc.IpcWriteOptions(compression=compression)
+        )
+        desc = flight.FlightDescriptor.for_path(name)
+        with _errors():
+            writer, meta = self._client.do_put(desc, table.schema, options=opts)
+            writer.write_table(table, max_chunksize=1 << 16)
+            writer.done_writing()
+            ack = meta.read()
+            writer.close()
+        return json.loads(ack.to_pybytes()) if ack is not None else {}
+
+    def register(self, name: str, path: str) -> dict[str, Any]:
+        """Loads a file of the node's data directory as data set ``name``."""
+        return self._action("register", json.dumps({"name": name, "path": path}).encode())
+
+    def drop(self, name: str) -> bool:
+        return bool(self._action("drop", name.encode())["dropped"])
+
+    def describe(self, name: str) -> dict[str, Any]:
+        return self._action("describe", name.encode())
+
+    def status(self) -> dict[str, Any]:
+        return self._action("status", b"")
+
+    def schemas(self) -> dict[str, pa.Schema]:
+        """Every data set's schema."""
+        with _errors():
+            infos = list(self._client.list_flights(options=self._opts))
+        return {i.descriptor.path[0].decode(): i.schema for i in infos}
+
+    def _action(self, kind: str, body: bytes) -> dict[str, Any]:
+        with _errors():
+            results = list(self._client.do_action(flight.Action(kind, body), options=self._opts))
+        return json.loads(results[0].body.to_pybytes())
+
+    # ------------------------------------------------------------------------------ queries
+
+    def plan(self, sql: str) -> bytes:
+        """``sql`` as a Substrait plan over the node's data sets."""
+        return plans.to_substrait(sql, self.schemas())
+
+    def query(
+        self, sql_or_plan: str | bytes, way: str = "offload", compression: str | None = None
+    ) -> tuple[pa.Table, Timing]:
+        """Runs a query (SQL, or a Substrait plan's bytes) ``way`` = offload | pushback."""
+        timing = Timing(way)
+        t0 = time.perf_counter()
+        plan = self.plan(sql_or_plan) if isinstance(sql_or_plan, str) else sql_or_plan
+        timing.plan = time.perf_counter() - t0
+        desc = flight.FlightDescriptor.for_command(N.request(plan, way, compression))
+        t1 = time.perf_counter()
+        with _errors():
+            info = self._client.get_flight_info(desc, options=self._opts)
+        timing.info = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        with ThreadPoolExecutor(max(1, len(info.endpoints))) as pool:
+            streams = list(pool.map(self._fetch, info.endpoints))
+        timing.fetch = time.perf_counter() - t2
+        for _, meta, nbytes in streams:
+            timing.node_engine = max(timing.node_engine, meta.get("engine_s", 0.0))
+            timing.node = max(timing.node, meta.get("node_s", 0.0))
+            timing.arrow_bytes += nbytes
+        if way == "offload":
+            result = streams[0][0]
+        else:
+            t3 = time.perf_counter()
+            names = [json.loads(ep.ticket.ticket)["scan"] for ep in info.endpoints]
+            tables = {n: s[0] for n, s in zip(names, streams, strict=True)}
+            result = plans.execute(plans.narrow(plan), tables)
+            timing.host = time.perf_counter() - t3
+        timing.total = time.perf_counter() - t0
+        timing.rows = result.num_rows
+        return result, timing
+
+    def _fetch(self, ep: flight.FlightEndpoint) -> tuple[pa.Table, dict[str, Any], int]:
+        """One stream: its table, the node's timings (last chunk's app_metadata), its IPC bytes."""
+        batches, meta, nbytes = [], {}, 0
+        with _errors():
+            reader = self._client.do_get(ep.ticket, options=self._opts)
+            schema = reader.schema
+            for chunk in reader:
+                if chunk.data is not None and chunk.data.num_rows:
+                    batches.append(chunk.data)
+                    nbytes += chunk.data.nbytes
+                if chunk.app_metadata is not None:
+                    meta = json.loads(chunk.app_metadata.to_pybytes())
+        return pa.Table.from_batches(batches, schema=schema), meta, nbytes
+
+
+class _errors:
+    """Turns Flight errors into NodeError with the node's message (gRPC detail stripped)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, e: BaseException | None, tb: object) -> bool:
+        if e is None or not isinstance(e, flight.FlightError | pa.ArrowException):
+            return False
+        msg = str(e).split(". Detail:")[0].strip()
+        raise NodeError(msg) from None

@@ -1,0 +1,352 @@
+"""A near-data node: an Arrow Flight server that owns data sets and answers queries given as
+Substrait plans, in one of two ways (seed 003, slides 26-31):
+
+* ``offload``: the node runs the plan and ships only the result;
+* ``pushback``: the node ships the columns the plan reads, and the host runs the plan.
+
+The protocol is Flight's own. A query is a ``FlightDescriptor.for_command`` holding a JSON
+request (:func:`request`); ``get_flight_info`` checks it and answers with one endpoint per
+stream to fetch (one for ``offload``, one per table read for ``pushback``), each ticket a JSON
+request the node can run without remembering anything. The last chunk of every stream carries
+the node's timings as app_metadata. Data sets are uploaded with ``do_put`` or registered from
+files under the node's data directory (action ``register``); ``list_flights`` lists them and
+``get_flight_info`` on a path describes one.
+
+Safe by default: the node binds loopback unless told otherwise, and every call must carry the
+node's bearer token (``authorization: Bearer <token>``). Errors sent to a peer name the problem
+(unknown data set, unreadable plan, path outside the data directory) and never include file
+contents.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import ipaddress
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.flight as flight
+
+from offload.dataservices import plans
+
+WAYS = ("offload", "pushback")
+COMPRESSIONS = (None, "lz4", "zstd")
+PROTOCOL = 1
+
+
+def request(plan: bytes, way: str, compression: str | None = None) -> bytes:
+    """The JSON command of a query (a FlightDescriptor command or, for offload, a ticket)."""
+    if way not in WAYS:
+        raise ValueError(f"way must be one of {', '.join(WAYS)}, got {way!r}")
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be none, lz4 or zstd, got {compression!r}")
+    body = {"v": PROTOCOL, "way": way, "plan": base64.b64encode(plan).decode(), "compression": compression}
+    return json.dumps(body).encode()
+
+
+@dataclass
+class Dataset:
+    """A data set the node owns: its table and where it came from."""
+
+    name: str
+    table: pa.Table
+    source: str
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "rows": self.table.num_rows,
+            "bytes": self.table.nbytes,
+            "columns": self.table.schema.names,
+            "source": self.source,
+        }
+
+
+@dataclass
+class NodeConfig:
+    """How a node runs. ``host``: bind address (loopback unless ``allow_remote``); ``threads``:
+    DataFusion partitions for offloaded queries; ``data_dir``: the only place ``register`` reads."""
+
+    token: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    threads: int = 1
+    data_dir: Path | None = None
+    allow_remote: bool = False
+    name: str = "node"
+    stats: dict[str, int] = field(default_factory=lambda: {"queries": 0, "errors": 0})
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _TokenCheck(flight.ServerMiddlewareFactory):
+    def __init__(self, token: str) -> None:
+        self._want = f"Bearer {token}".encode()
+
+    def start_call(self, info: flight.CallInfo, headers: dict[str, list[Any]]) -> None:
+        for v in headers.get("authorization", []):
+            if hmac.compare_digest(v.encode() if isinstance(v, str) else bytes(v), self._want):
+                return None
+        raise flight.FlightUnauthenticatedError("this node needs its bearer token (authorization header)")
+
+
+class Node(flight.FlightServerBase):
+    """The Flight server of one node; it serves from construction until :meth:`shutdown`."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        if not config.token:
+            raise ValueError("a node needs a token")
+        if not is_loopback(config.host) and not config.allow_remote:
+            raise ValueError(
+                f"refusing to listen on {config.host}: a node binds loopback unless allow_remote is set "
+                "(the token then travels in clear text; put it behind TLS or a private network)"
+            )
+        super().__init__(
+            f"grpc://{config.host}:{config.port}", middleware={"auth": _TokenCheck(config.token)}
+        )
+        self.config = config
+        self._datasets: dict[str, Dataset] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------ data sets
+
+    def add(self, name: str, table: pa.Table, source: str = "upload") -> Dataset:
+        """Adds (or replaces) a data set."""
+        _check_name(name)
+        ds = Dataset(name, table.combine_chunks(), source)
+        with self._lock:
+            self._datasets[name] = ds
+        return ds
+
+    def dataset(self, name: str) -> Dataset:
+        with self._lock:
+            ds = self._datasets.get(name)
+            known = sorted(self._datasets)
+        if ds is None:
+            raise flight.FlightServerError(
+                f"unknown data set {name!r} on {self.config.name}; known: {', '.join(known) or 'none'}"
+            )
+        return ds
+
+    def datasets(self) -> list[Dataset]:
+        with self._lock:
+            return list(self._datasets.values())
+
+    def register_file(self, name: str, relative: str) -> Dataset:
+        """Loads a Parquet or Arrow IPC file under the data directory as data set ``name``."""
+        root = self.config.data_dir
+        if root is None:
+            raise flight.FlightServerError("this node has no data directory: upload with do_put instead")
+        path = (root / relative).resolve()
+        if not path.is_relative_to(root.resolve()):
+            raise flight.FlightServerError(f"{relative!r} is outside the node's data directory")
+        if not path.is_file():
+            raise flight.FlightServerError(f"{relative!r}: no such file in the node's data directory")
+        fmt = (
+            "parquet"
+            if path.suffix == ".parquet"
+            else "ipc"
+            if path.suffix in (".arrow", ".feather")
+            else None
+        )
+        if fmt is None:
+            raise flight.FlightServerError(f"{relative!r}: give a .parquet, .arrow or .feather file")
+        try:
+            table = pads.dataset(path, format=fmt).to_table()
+        except (pa.ArrowInvalid, OSError):
+            raise flight.FlightServerError(f"{relative!r} is not a readable {fmt} file") from None
+        return self.add(name, table, source=str(relative))
+
+    # ------------------------------------------------------------------------------- Flight
+
+    def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Iterator[flight.FlightInfo]:
+        for ds in self.datasets():
+            yield self._describe(ds)
+
+    def _describe(self, ds: Dataset) -> flight.FlightInfo:
+        desc = flight.FlightDescriptor.for_path(ds.name)
+        return flight.FlightInfo(ds.table.schema, desc, [], ds.table.num_rows, ds.table.nbytes)
+
+    def get_flight_info(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> flight.FlightInfo:
+        if descriptor.descriptor_type == flight.DescriptorType.PATH:
+            return self._describe(self.dataset(descriptor.path[0].decode()))
+        req = self._parse(descriptor.command)
+        info = self._check_plan(req["plan"])
+        if req["way"] == "offload":
+            tables = {t: self.dataset(t).table for t in info.reads}
+            endpoints = [flight.FlightEndpoint(descriptor.command, [])]
+            return flight.FlightInfo(_result_schema(req["plan"], tables), descriptor, endpoints, -1, -1)
+        endpoints = []
+        for t, cols in info.reads.items():
+            ticket = json.dumps(
+                {"v": PROTOCOL, "scan": t, "columns": cols, "compression": req["compression"]}
+            )
+            endpoints.append(flight.FlightEndpoint(ticket.encode(), []))
+        first, cols = next(iter(info.reads.items()))
+        schema = self.dataset(first).table.select(cols).schema if len(info.reads) == 1 else pa.schema([])
+        return flight.FlightInfo(schema, descriptor, endpoints, -1, -1)
+
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
+        req = self._parse(ticket.ticket)
+        opts = pa.ipc.IpcWriteOptions(compression=req.get("compression"))
+        self.config.stats["queries"] += 1
+        if "scan" in req:
+            table = self.dataset(req["scan"]).table
+            missing = [c for c in req["columns"] if c not in table.schema.names]
+            if missing:
+                raise flight.FlightServerError(f"data set {req['scan']!r} has no column {', '.join(missing)}")
+            t0 = time.perf_counter()
+            scanned = table.select(req["columns"])
+            return _stream(scanned.schema, iter(scanned.to_batches()), t0, opts, way="pushback")
+        info = self._check_plan(req["plan"])
+        tables = {t: self.dataset(t).table for t in info.reads}
+        t0 = time.perf_counter()
+        try:
+            schema, batches = plans.execute_batches(req["plan"], tables, self.config.threads)
+        except plans.PlanError as e:
+            self.config.stats["errors"] += 1
+            raise flight.FlightServerError(str(e)) from None
+        return _stream(schema, batches, t0, opts, way="offload")
+
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        return [
+            ("register", 'load a file of the data directory: {"name": ..., "path": ...}'),
+            ("drop", "drop a data set: its name"),
+            ("describe", "a data set's rows, bytes, columns and source: its name"),
+            ("status", "the node's name, threads, data sets and counters"),
+        ]
+
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
+        body = action.body.to_pybytes() if action.body is not None else b""
+        if action.type == "register":
+            args = _json(body, "register")
+            ds = self.register_file(str(args.get("name", "")), str(args.get("path", "")))
+            yield json.dumps(ds.describe()).encode()
+        elif action.type == "drop":
+            with self._lock:
+                gone = self._datasets.pop(body.decode(), None)
+            yield json.dumps({"dropped": gone is not None}).encode()
+        elif action.type == "describe":
+            yield json.dumps(self.dataset(body.decode()).describe()).encode()
+        elif action.type == "status":
+            yield json.dumps(self.status()).encode()
+        else:
+            raise flight.FlightServerError(f"unknown action {action.type!r}; see list_actions")
+
+    def do_put(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+    ) -> None:
+        if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
+            raise flight.FlightServerError("upload to a path descriptor naming the data set")
+        ds = self.add(descriptor.path[0].decode(), reader.read_all())
+        writer.write(json.dumps(ds.describe()).encode())
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "name": self.config.name,
+            "threads": self.config.threads,
+            "datasets": [d.describe() for d in self.datasets()],
+            "counters": dict(self.config.stats),
+        }
+
+    # ------------------------------------------------------------------------------ helpers
+
+    def _parse(self, raw: bytes) -> dict[str, Any]:
+        req = _json(raw, "request")
+        if req.get("v") != PROTOCOL:
+            raise flight.FlightServerError(f"request version {req.get('v')!r}; this node speaks {PROTOCOL}")
+        if "scan" in req:
+            return req
+        if req.get("way") not in WAYS:
+            raise flight.FlightServerError(f"way must be one of {', '.join(WAYS)}, got {req.get('way')!r}")
+        if req.get("compression") not in COMPRESSIONS:
+            raise flight.FlightServerError(
+                f"compression must be none, lz4 or zstd, got {req.get('compression')!r}"
+            )
+        try:
+            req["plan"] = base64.b64decode(req.get("plan", ""), validate=True)
+        except ValueError:
+            raise flight.FlightServerError("the plan is not base64") from None
+        return req
+
+    def _check_plan(self, plan: bytes) -> plans.PlanInfo:
+        try:
+            info = plans.inspect(plan)
+        except plans.PlanError as e:
+            self.config.stats["errors"] += 1
+            raise flight.FlightServerError(str(e)) from None
+        for t, cols in info.reads.items():
+            have = self.dataset(t).table.schema.names
+            missing = [c for c in cols if c not in have]
+            if missing:
+                raise flight.FlightServerError(f"data set {t!r} has no column {', '.join(missing)}")
+        return info
+
+
+def _result_schema(plan: bytes, tables: dict[str, pa.Table]) -> pa.Schema:
+    """The schema of ``plan``'s result, planned over empty tables of the same schemas."""
+    try:
+        schema, _ = plans.execute_batches(plan, {n: t.schema.empty_table() for n, t in tables.items()}, 1)
+    except plans.PlanError as e:
+        raise flight.FlightServerError(str(e)) from None
+    return schema
+
+
+def _stream(
+    schema: pa.Schema, batches: Iterator[pa.RecordBatch], t0: float, opts: pa.ipc.IpcWriteOptions, way: str
+) -> flight.GeneratorStream:
+    """The batches, then an empty batch whose app_metadata holds the node's timings: seconds in
+    the engine (producing batches) and in all (producing, serializing and sending)."""
+
+    def gen() -> Iterator[Any]:
+        engine = 0.0
+        rows = 0
+        it = iter(batches)
+        while True:
+            t = time.perf_counter()
+            b = next(it, None)
+            engine += time.perf_counter() - t
+            if b is None:
+                break
+            rows += b.num_rows
+            yield b
+        meta = {"way": way, "engine_s": engine, "node_s": time.perf_counter() - t0, "rows": rows}
+        yield pa.RecordBatch.from_pylist([], schema=schema), json.dumps(meta).encode()
+
+    return flight.GeneratorStream(schema, gen(), options=opts)
+
+
+def _json(raw: bytes, what: str) -> dict[str, Any]:
+    try:
+        v = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise flight.FlightServerError(f"the {what} is not JSON") from None
+    if not isinstance(v, dict):
+        raise flight.FlightServerError(f"the {what} must be a JSON object")
+    return v
+
+
+def _check_name(name: str) -> None:
+    if not name or len(name) > 128 or not all(c.isalnum() or c in "_-." for c in name):
+        raise flight.FlightServerError(f"bad data set name {name[:40]!r}: use 1-128 letters, digits, _ - .")

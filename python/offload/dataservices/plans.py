@@ -1,0 +1,188 @@
+"""Queries as Substrait plans: SQL turned into a plan on the client, plans read and executed on a
+node or on the host. DataFusion produces and consumes the plans (one version on both sides:
+pyproject pins it); the `substrait` protobuf classes let us read them.
+
+One home for everything DataFusion here: nothing else in the part imports it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+class PlanError(ValueError):
+    """A query that cannot be planned, read or executed; the message says what and where."""
+
+
+def session(threads: int | None = None):  # -> datafusion.SessionContext
+    """A DataFusion session. ``threads`` bounds its partitions (one thread per partition); the
+    engine's own worker pool follows TOKIO_WORKER_THREADS, which a node sets before its first
+    query (see `offload node serve`)."""
+    from datafusion import SessionConfig, SessionContext
+
+    n = threads or os.cpu_count() or 1
+    return SessionContext(SessionConfig().with_target_partitions(max(1, n)))
+
+
+def _register(ctx, tables: Mapping[str, pa.Table]) -> None:
+    for name, t in tables.items():
+        batches = t.to_batches() or [pa.RecordBatch.from_pylist([], schema=t.schema)]
+        ctx.register_record_batches(name, [batches])
+
+
+def to_substrait(sql: str, schemas: Mapping[str, pa.Schema]) -> bytes:
+    """The optimized Substrait plan of ``sql`` over tables with these schemas (no data needed)."""
+    from datafusion.substrait import Serde
+
+    ctx = session(1)
+    _register(ctx, {n: s.empty_table() for n, s in schemas.items()})
+    try:
+        return Serde.serialize_bytes(sql, ctx)
+    except Exception as e:  # DataFusion raises plain Exception subclasses
+        raise PlanError(f"cannot plan {sql!r}: {_first_line(e)}") from None
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """What a plan reads: for each table, its columns in the order the plan's read asks."""
+
+    reads: dict[str, list[str]]
+    output: list[str]
+
+
+def inspect(plan: bytes) -> PlanInfo:
+    """Reads a Substrait plan's tables and output names; PlanError if the bytes are not a plan
+    or the plan reads something other than named tables."""
+    from google.protobuf.message import DecodeError
+    from substrait.plan_pb2 import Plan
+
+    p = Plan()
+    try:
+        p.ParseFromString(plan)
+    except DecodeError as e:
+        raise PlanError(f"not a Substrait plan ({len(plan)} bytes): {e}") from None
+    if len(p.relations) != 1 or not p.relations[0].HasField("root"):
+        raise PlanError(f"a plan must have exactly one root relation, this one has {len(p.relations)}")
+    reads: dict[str, list[str]] = {}
+    for read in _find(p.relations[0].root, "ReadRel"):
+        if not read.HasField("named_table") or not read.named_table.names:
+            raise PlanError("only reads of named tables are supported (no virtual tables or files)")
+        name = read.named_table.names[-1]
+        names = list(read.base_schema.names)
+        cols = (
+            [names[i.field] for i in read.projection.select.struct_items]
+            if read.HasField("projection")
+            else names
+        )
+        reads[name] = list(dict.fromkeys(reads.get(name, []) + cols))
+    if not reads:
+        raise PlanError("the plan reads no table")
+    return PlanInfo(reads, list(p.relations[0].root.names))
+
+
+def narrow(plan: bytes) -> bytes:
+    """``plan`` with each read's base schema cut to the columns it reads, so that it runs over
+    tables that hold only those columns (what a node ships back in ``pushback``). Field
+    references above a read point into its output, which does not change."""
+    from substrait.plan_pb2 import Plan
+
+    p = Plan()
+    p.ParseFromString(plan)
+    for read in _find(p.relations[0].root, "ReadRel"):
+        if not read.HasField("projection"):
+            continue
+        if read.HasField("filter") or read.HasField("best_effort_filter"):
+            raise PlanError("reads with a pushed-down filter cannot be narrowed yet")
+        keep = [i.field for i in read.projection.select.struct_items]
+        names, types = list(read.base_schema.names), list(read.base_schema.struct.types)
+        if len(names) != len(types):
+            raise PlanError("nested columns are not supported")
+        kept_types = [type(types[i])() for i in keep]
+        for t, i in zip(kept_types, keep, strict=True):
+            t.CopyFrom(types[i])
+        del read.base_schema.names[:]
+        read.base_schema.names.extend(names[i] for i in keep)
+        del read.base_schema.struct.types[:]
+        read.base_schema.struct.types.extend(kept_types)
+        for j, item in enumerate(read.projection.select.struct_items):
+            item.field = j
+    return p.SerializeToString()
+
+
+def _find(msg, type_name: str) -> list:
+    """Every sub-message of type ``type_name`` under ``msg`` (joins, subqueries included)."""
+    out = []
+    for fd, val in msg.ListFields():
+        if fd.message_type is None:
+            continue
+        for v in val if not hasattr(val, "ListFields") else [val]:
+            if fd.message_type.name == type_name:
+                out.append(v)
+            else:
+                out += _find(v, type_name)
+    return out
+
+
+def execute(plan: bytes, tables: Mapping[str, pa.Table], threads: int | None = None) -> pa.Table:
+    """Runs ``plan`` over ``tables`` (name -> table) with DataFusion."""
+    return _dataframe(plan, tables, threads).to_arrow_table()
+
+
+def execute_batches(plan: bytes, tables: Mapping[str, pa.Table], threads: int | None = None):
+    """(schema, iterator of pyarrow RecordBatches) of ``plan`` over ``tables``, streamed."""
+    df = _dataframe(plan, tables, threads)
+    schema = df.schema()
+    return schema, (b.to_pyarrow() for b in df.execute_stream())
+
+
+def explain(plan: bytes, tables: Mapping[str, pa.Table]) -> str:
+    """DataFusion's physical plan for ``plan`` over ``tables``, as indented text."""
+    return _dataframe(plan, tables, 1).execution_plan().display_indent()
+
+
+def _dataframe(plan: bytes, tables: Mapping[str, pa.Table], threads: int | None):
+    from datafusion.substrait import Consumer, Serde
+
+    ctx = session(threads)
+    _register(ctx, tables)
+    try:
+        lp = Consumer.from_substrait_plan(ctx, Serde.deserialize_bytes(plan))
+        return ctx.create_dataframe_from_logical_plan(lp)
+    except Exception as e:
+        raise PlanError(f"cannot execute the plan: {_first_line(e)}") from None
+
+
+def same_answer(a: pa.Table, b: pa.Table, rel: float = 1e-9) -> bool:
+    """Whether two results hold the same rows in any order: exact for all but floating-point
+    columns, which may differ by ``rel`` (sums in another order round differently)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if a.schema.names != b.schema.names or a.num_rows != b.num_rows:
+        return False
+    if a.num_rows == 0:
+        return True
+    exact = [n for n, t in zip(a.schema.names, a.schema.types, strict=True) if not pa.types.is_floating(t)]
+    keys = [(n, "ascending") for n in exact + [n for n in a.schema.names if n not in exact]]
+    a, b = a.sort_by(keys), b.sort_by(keys)
+    for n in a.schema.names:
+        x, y = a.column(n), b.column(n)
+        if n in exact:
+            if not x.equals(y):
+                return False
+            continue
+        if not pc.equal(pc.is_null(x), pc.is_null(y)).to_numpy(zero_copy_only=False).all():
+            return False
+        fx, fy = (c.to_numpy(zero_copy_only=False).astype(float) for c in (x, y))
+        if not np.allclose(fx, fy, rtol=rel, atol=0, equal_nan=True):
+            return False
+    return True
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
