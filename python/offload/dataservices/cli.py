@@ -52,19 +52,54 @@ def _token(node: str, token_file: Path | None) -> str:
         raise fail(f"cannot read the node token from {path}: {e.strerror}; pass --token-file") from None
 
 
-def _client(node: str, token_file: Path | None) -> Any:
+def _client(node: str, token_file: Path | None, netns: str | None = None) -> Any:
     from offload.dataservices.client import NodeClient
 
+    if netns is not None:
+        from offload.dataservices import link as L
+
+        why = L.unavailable_reason()
+        if why:
+            raise fail(f"--netns: {why}")
+        L.reexec_inside(netns)
+
     return NodeClient(node, _token(node, token_file))
+
+
+NetnsOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Run inside this network namespace (made if missing; `offload-` is prefixed), over its "
+        "loopback: nodes and their clients must share it. \\[default: the host's loopback]"
+    ),
+]
 
 
 @app.command()
 def serve(
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free one).")] = DEFAULT_PORT,
-    host: Annotated[
-        str, typer.Option(help="Address to bind; off loopback needs --allow-remote.")
-    ] = "127.0.0.1",
-    threads: Annotated[int, typer.Option(help="Query engine threads on this node.")] = 1,
+    host: Annotated[str, typer.Option(help="Address to bind; off loopback needs --allow-remote.")] = (
+        "127.0.0.1"
+    ),
+    profile: Annotated[
+        str, typer.Option(help="Resource budget: host (no limits) or bluefield2 (a SmartNIC, seed 003).")
+    ] = "host",
+    threads: Annotated[
+        int | None, typer.Option(help="Query engine threads. \\[default: the profile's]")
+    ] = None,
+    cpu_per_thread: Annotated[
+        float | None, typer.Option(help="Share of a core per thread, 0-1. \\[default: the profile's]")
+    ] = None,
+    memory: Annotated[
+        str | None, typer.Option(help="Memory limit, e.g. 2G (none: no limit). \\[default: the profile's]")
+    ] = None,
+    link: Annotated[
+        str | None,
+        typer.Option(
+            help="Link RATE[,DELAY], e.g. 1000mbit,0.5ms (needs --netns). \\[default: the profile's]"
+        ),
+    ] = None,
+    netns: NetnsOpt = None,
     data_dir: Annotated[
         Path | None, typer.Option(help="Directory whose files `load --path` may register. \\[default: none]")
     ] = None,
@@ -78,32 +113,106 @@ def serve(
     ] = 0.0,
 ) -> None:
     """Serve a node: an Arrow Flight server that owns data sets and runs Substrait plans sent to
-    it, or ships the columns they read back to the host. Every call needs the node's token,
-    written (mode 0600) to --token-file unless $OFFLOAD_NODE_TOKEN gives it."""
-    if threads < 1:
-        raise fail("--threads must be at least 1")
-    os.environ["TOKIO_WORKER_THREADS"] = str(threads)  # before DataFusion starts its runtime
+    it, or ships the columns they read back to the host, under a resource budget (CPU quota,
+    memory limit, shaped link). Every call needs the node's token, written (mode 0600) to
+    --token-file unless $OFFLOAD_NODE_TOKEN gives it."""
+    from offload.dataservices import budget as B
+    from offload.dataservices import link as L
+
+    try:
+        prof = _profile(B.profile(profile), threads, cpu_per_thread, memory, link)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    if prof.link.shaped and netns is None:
+        if link is not None:
+            raise fail("a shaped link needs --netns (tc shapes that namespace's loopback, never the host's)")
+        console.print(f"the {prof.name} profile's link is not shaped: give --netns to shape it")
+    if netns is not None:
+        why = L.unavailable_reason()
+        if why:
+            raise fail(f"--netns: {why}")
+        L.reexec_inside(netns)
+    os.environ["TOKIO_WORKER_THREADS"] = str(prof.threads)  # before DataFusion starts its runtime
     from offload.dataservices.node import Node, NodeConfig
 
     token = os.environ.get("OFFLOAD_NODE_TOKEN") or secrets.token_urlsafe(24)
-    cfg = NodeConfig(token, host, port, threads, data_dir, allow_remote, name)
+    cfg = NodeConfig(token, host, port, prof.threads, data_dir, allow_remote, name)
     try:
         node = Node(cfg)
     except ValueError as e:
         raise fail(str(e)) from None
-    where = token_file or default_token_file(node.port)
-    if not os.environ.get("OFFLOAD_NODE_TOKEN"):
-        where.parent.mkdir(parents=True, exist_ok=True)
-        where.touch(mode=0o600)
-        where.chmod(0o600)
-        where.write_text(token + "\n")
-    console.print(f"{name} serving on grpc://{host}:{node.port}, {threads} thread(s); token in {where}")
+    applied = B.apply(prof, f"{name}-{node.port}")
+    if netns is not None:
+        applied["link"] = L.shape(L.namespace_name(netns), node.port, prof.link)
+    cfg.budget = applied
+    _write_token(token_file or default_token_file(node.port), token)
+    console.print(
+        f"{name} serving on grpc://{host}:{node.port}" + (f" in {L.namespace_name(netns)}" if netns else "")
+    )
+    console.print(_budget_line(applied))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     stop.wait(max_seconds or None)
     node.shutdown()
+    if netns is not None:
+        L.unshape(L.namespace_name(netns), node.port)
+    B.release(applied)
     console.print(f"{name} stopped")
+
+
+def _profile(base: Any, threads: int | None, cpu: float | None, memory: str | None, link: str | None) -> Any:
+    from offload.dataservices.budget import Link
+
+    changes: dict[str, Any] = {}
+    if threads is not None:
+        changes["threads"] = threads
+    if cpu is not None:
+        changes["cpu_per_thread"] = cpu
+    if memory is not None:
+        changes["memory_bytes"] = None if memory.lower() == "none" else _bytes(memory)
+    if link is not None:
+        changes["link"] = Link.parse(link)
+    return base.with_(**changes)
+
+
+def _bytes(text: str) -> int:
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    try:
+        return int(float(t[:-1] if mult > 1 else t) * mult)
+    except ValueError:
+        raise ValueError(f"size {text!r}: write bytes or a number with K, M, G or T (e.g. 2G)") from None
+
+
+def _write_token(path: Path, token: str) -> None:
+    if os.environ.get("OFFLOAD_NODE_TOKEN"):
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(token + "\n")
+    console.print(f"token in {path}")
+
+
+def _budget_line(applied: dict[str, Any]) -> str:
+    cpu, mem, link = applied["cpu"], applied["memory"], applied.get("link")
+    parts = [f"profile {applied['profile']}, {applied['threads']} thread(s)"]
+    if cpu["method"] == "cgroup-v1-cpu":
+        parts.append(f"CPU quota {cpu['quota_us'] / cpu['period_us']:.2f} core")
+    elif cpu["method"] == "pinned":
+        parts.append(f"pinned to CPU {cpu['cpus']} ({cpu['reason']})")
+    if mem["method"] == "cgroup-v1-memory":
+        parts.append(f"memory {mem['limit_bytes'] / 2**30:.1f} GiB")
+    elif "reason" in mem and "sets no" not in mem["reason"]:
+        parts.append(f"memory unlimited ({mem['reason']})")
+    if link:
+        rate = f"{link['rate_mbit']:g} Mbit/s" if link["rate_mbit"] else "unlimited rate"
+        parts.append(
+            f"link {rate}, delay {link['delay_ms']:g} ms"
+            + (f" ({link['delay_reason']})" if "delay_reason" in link else "")
+        )
+    return "; ".join(parts)
 
 
 @app.command()
@@ -131,13 +240,14 @@ def load(
     file: Annotated[Path | None, typer.Option(help="Local Parquet/Arrow file to upload.")] = None,
     path: Annotated[str | None, typer.Option(help="File in the node's --data-dir to register.")] = None,
     token_file: TokenFileOpt = None,
+    netns: NetnsOpt = None,
 ) -> None:
     """Give a node a data set: upload a local file (--file) or register one of its own (--path)."""
     from offload.dataservices.client import NodeError
 
     if (file is None) == (path is None):
         raise fail("give exactly one of --file (upload) or --path (a file on the node)")
-    with _client(node, token_file) as c:
+    with _client(node, token_file, netns) as c:
         try:
             if file is not None:
                 import pyarrow.dataset as pads
@@ -157,12 +267,15 @@ def load(
 
 @app.command(name="list")
 def list_(
-    node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}", token_file: TokenFileOpt = None, as_json: JsonOpt = False
+    node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
+    token_file: TokenFileOpt = None,
+    netns: NetnsOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """The node's data sets."""
     from offload.dataservices.client import NodeError
 
-    with _client(node, token_file) as c:
+    with _client(node, token_file, netns) as c:
         try:
             st = c.status()
         except NodeError as e:
@@ -190,6 +303,7 @@ def query(
     compression: Annotated[str, typer.Option(help="IPC compression on the wire: none, lz4, zstd.")] = "none",
     show: Annotated[int, typer.Option(help="Result rows to print.")] = 5,
     token_file: TokenFileOpt = None,
+    netns: NetnsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a query on a node: offloaded (the node runs the plan and ships the result), pushed
@@ -204,7 +318,7 @@ def query(
         raise fail(f"--way must be offload, pushback or both, got {way!r}")
     comp = None if compression == "none" else compression
     runs = {}
-    with _client(node, token_file) as c:
+    with _client(node, token_file, netns) as c:
         try:
             plan = c.plan(sql)
             for w in ways:

@@ -83,6 +83,8 @@ class NodeConfig:
     allow_remote: bool = False
     name: str = "node"
     stats: dict[str, int] = field(default_factory=lambda: {"queries": 0, "errors": 0})
+    budget: dict[str, Any] = field(default_factory=dict)
+    """What the node's budget (budget.apply, link.shape) did: reported by ``status``."""
 
 
 def is_loopback(host: str) -> bool:
@@ -266,6 +268,7 @@ class Node(flight.FlightServerBase):
         return {
             "name": self.config.name,
             "threads": self.config.threads,
+            "budget": self.config.budget,
             "datasets": [d.describe() for d in self.datasets()],
             "counters": dict(self.config.stats),
         }

@@ -1,0 +1,141 @@
+"""A node's resource budget — what makes a process on this machine a believable SmartNIC: a CPU
+quota and a thread count, a memory limit, and a link (:mod:`~offload.dataservices.link`).
+
+A budget is a named profile or explicit numbers. ``bluefield2`` follows the seed (003): the
+host is about 4x faster than a BlueField-2 at the same thread count, so the node gets a quarter
+of a core per thread; 16 GB of DRAM on the card (a 4 GiB share here, the machine is small);
+its 100 GbE port shaped to 10 Gbit/s and 50 µs here, as loopback cannot carry more reliably.
+
+CPU and memory limits are cgroup v1 children (:mod:`offload.cgroups`) where the controllers
+are writable; else the node pins itself to its thread count of CPUs and says the quota is
+missing. :func:`apply` reports what was done.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from offload import cgroups
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link's shape: rate in Mbit/s (None: unshaped) and one-way delay in ms."""
+
+    rate_mbit: float | None = None
+    delay_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.rate_mbit is not None and self.rate_mbit <= 0:
+            raise ValueError(f"link rate must be > 0 Mbit/s, got {self.rate_mbit}")
+        if self.delay_ms < 0:
+            raise ValueError(f"link delay must be >= 0 ms, got {self.delay_ms}")
+
+    @property
+    def shaped(self) -> bool:
+        return self.rate_mbit is not None or self.delay_ms > 0
+
+    @staticmethod
+    def parse(text: str) -> Link:
+        """``RATE[,DELAY]``: ``1000mbit,0.5ms``, ``10gbit``, ``none``."""
+        if text.strip().lower() in ("", "none"):
+            return Link()
+        rate, _, delay = text.lower().partition(",")
+        units = {"gbit": 1000.0, "mbit": 1.0, "kbit": 0.001}
+        for u, mult in units.items():
+            if rate.endswith(u):
+                try:
+                    r = float(rate[: -len(u)]) * mult
+                    d = float(delay.removesuffix("ms")) if delay else 0.0
+                except ValueError:
+                    break
+                return Link(r, d)
+        raise ValueError(f"link {text!r}: write RATE[,DELAY] like 1000mbit,0.5ms or 10gbit")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A node's budget. ``cpu_per_thread``: the share of one core each thread gets (1.0: a whole
+    core; None: no quota); ``memory_bytes``: None for no limit."""
+
+    name: str
+    threads: int
+    cpu_per_thread: float | None
+    memory_bytes: int | None
+    link: Link
+
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        if self.cpu_per_thread is not None and not 0 < self.cpu_per_thread <= 1:
+            raise ValueError(f"cpu per thread must be in (0, 1], got {self.cpu_per_thread}")
+
+    def with_(self, **changes: Any) -> Profile:
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PROFILES: dict[str, Profile] = {
+    "host": Profile("host", threads=os.cpu_count() or 1, cpu_per_thread=None, memory_bytes=None, link=Link()),
+    "bluefield2": Profile("bluefield2", 1, 0.25, 4 << 30, Link(10_000, 0.05)),
+}
+"""Named budgets. ``bluefield2``'s figures and their sources are in the module docstring."""
+
+
+def profile(name: str) -> Profile:
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; one of {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+def apply(p: Profile, tag: str) -> dict[str, Any]:
+    """Holds this process to ``p``'s CPU and memory (for good: a node keeps its budget until it
+    exits). Returns what was done: ``cpu`` and ``memory`` each a method and details or a reason.
+    ``tag`` names the cgroups (``offload-node-<tag>``)."""
+    out: dict[str, Any] = {"profile": p.name, "threads": p.threads}
+    name = f"offload-node-{tag}"
+    out["cpu"] = _cpu(p, name)
+    out["memory"] = _memory(p, name)
+    return out
+
+
+def _cpu(p: Profile, name: str) -> dict[str, Any]:
+    if p.cpu_per_thread is None:
+        return {"method": "none", "reason": "the profile sets no CPU quota"}
+    quota = max(1000, round(p.threads * p.cpu_per_thread * cgroups.PERIOD_US))
+    why = cgroups.unavailable_reason("cpu", "cpu.cfs_quota_us")
+    if why is None:
+        settings = {"cpu.cfs_period_us": str(cgroups.PERIOD_US), "cpu.cfs_quota_us": str(quota)}
+        child = cgroups.make_child("cpu", name, settings)
+        return {
+            "method": "cgroup-v1-cpu",
+            "cgroup": str(child),
+            "quota_us": quota,
+            "period_us": cgroups.PERIOD_US,
+        }
+    cpus = sorted(os.sched_getaffinity(0))[-p.threads :]
+    os.sched_setaffinity(0, cpus)
+    return {"method": "pinned", "cpus": cpus, "reason": f"no CPU quota: {why}"}
+
+
+def _memory(p: Profile, name: str) -> dict[str, Any]:
+    if p.memory_bytes is None:
+        return {"method": "none", "reason": "the profile sets no memory limit"}
+    why = cgroups.unavailable_reason("memory", "memory.limit_in_bytes")
+    if why is not None:
+        return {"method": "none", "reason": why}
+    child = cgroups.make_child("memory", name, {"memory.limit_in_bytes": str(p.memory_bytes)})
+    return {"method": "cgroup-v1-memory", "cgroup": str(child), "limit_bytes": p.memory_bytes}
+
+
+def release(applied: dict[str, Any]) -> None:
+    """Leaves the cgroups :func:`apply` made (at node shutdown)."""
+    for controller in ("cpu", "memory"):
+        info = applied.get(controller, {})
+        if "cgroup" in info:
+            cgroups.leave_child(controller, Path(info["cgroup"]))

@@ -1,0 +1,112 @@
+"""The link between a node and the host, shaped for real: nodes and their clients run inside one
+private network namespace that this tool creates, talk over its loopback, and each node's port
+gets its own tc class on that loopback (htb for the rate; netem for the delay where the kernel
+has it). Every byte stays on the namespace's loopback.
+
+Both directions of a node's traffic (``sport`` or ``dport`` = its port) go through its class,
+so the rate is shared by requests and answers and the delay applies each way.
+
+Where the kernel has no netem (this project's VMs: only htb, tbf and pfifo), the delay is not
+shaped and :func:`shape` says so; the decision's transfer model then uses the link's measured
+latency instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from offload.dataservices.budget import Link
+
+PREFIX = "offload-"
+ENV = "OFFLOAD_NETNS"
+"""Set in a process re-executed inside a namespace (so it does not re-execute again)."""
+
+
+def unavailable_reason() -> str | None:
+    """Why namespaces and tc cannot be used here, or None where they can."""
+    if os.geteuid() != 0:
+        return "network namespaces and tc need root"
+    for tool, package in (("ip", "iproute2"), ("tc", "iproute2"), ("nsenter", "util-linux")):
+        if shutil.which(tool) is None:
+            return f"`{tool}` ({package}) is not installed"
+    return None
+
+
+def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+
+
+def _check(*cmd: str) -> None:
+    r = _run(*cmd)
+    if r.returncode != 0:
+        raise OSError(f"{' '.join(cmd)}: {r.stderr.strip() or r.returncode}")
+
+
+def namespace_name(name: str) -> str:
+    if not name or not all(c.isalnum() or c in "_-" for c in name) or len(name) > 40:
+        raise ValueError(f"bad namespace name {name!r}: letters, digits, _ and - only")
+    return name if name.startswith(PREFIX) else PREFIX + name
+
+
+def ensure_namespace(name: str) -> str:
+    """Creates the namespace (if missing) with its loopback up and an htb root; returns its name."""
+    ns = namespace_name(name)
+    if not Path(f"/run/netns/{ns}").exists():
+        _check("ip", "netns", "add", ns)
+    _check("ip", "-n", ns, "link", "set", "lo", "up")
+    if "htb 1:" not in _run("tc", "-n", ns, "qdisc", "show", "dev", "lo").stdout:
+        _check("tc", "-n", ns, "qdisc", "replace", "dev", "lo", "root", "handle", "1:", "htb")
+    return ns
+
+
+def remove_namespace(name: str) -> None:
+    ns = namespace_name(name)
+    if Path(f"/run/netns/{ns}").exists():
+        _check("ip", "netns", "del", ns)
+
+
+def shape(ns: str, port: int, link: Link) -> dict[str, Any]:
+    """Gives ``port``'s traffic in namespace ``ns`` the rate and delay of ``link``; returns what
+    was shaped (and why the delay was not, where netem is missing)."""
+    if not 0 < port < 65536:
+        raise ValueError(f"port {port} out of range")
+    cls = f"1:{port:x}"
+    rate = f"{link.rate_mbit}mbit" if link.rate_mbit is not None else "100gbit"
+    _check("tc", "-n", ns, "class", "replace", "dev", "lo", "parent", "1:", "classid", cls, "htb",
+           "rate", rate, "ceil", rate, "quantum", "65536")  # fmt: skip
+    out: dict[str, Any] = {"namespace": ns, "port": port, "rate_mbit": link.rate_mbit, "delay_ms": 0.0}
+    if link.delay_ms > 0:
+        r = _run("tc", "-n", ns, "qdisc", "replace", "dev", "lo", "parent", cls, "handle", f"{port:x}:",
+                 "netem", "delay", f"{link.delay_ms}ms", "limit", "100000")  # fmt: skip
+        if r.returncode == 0:
+            out["delay_ms"] = link.delay_ms
+        else:
+            out["delay_reason"] = f"netem is missing in this kernel ({r.stderr.strip()}): delay not shaped"
+    _run("tc", "-n", ns, "filter", "del", "dev", "lo", "parent", "1:", "prio", str(port))
+    for direction in ("sport", "dport"):
+        _check("tc", "-n", ns, "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio",
+               str(port), "u32", "match", "ip", direction, str(port), "0xffff", "flowid", cls)  # fmt: skip
+    return out
+
+
+def unshape(ns: str, port: int) -> None:
+    """Removes ``port``'s filters and class (best effort)."""
+    _run("tc", "-n", ns, "filter", "del", "dev", "lo", "parent", "1:", "prio", str(port))
+    _run("tc", "-n", ns, "class", "del", "dev", "lo", "classid", f"1:{port:x}")
+
+
+def reexec_inside(name: str) -> None:
+    """Re-runs this command inside namespace ``name`` (created if missing) unless it already
+    runs there; does not return when it re-executes. nsenter enters the network namespace only
+    (``ip netns exec`` would also remount /sys and hide the cgroup controllers)."""
+    ns = ensure_namespace(name)
+    if os.environ.get(ENV) == ns:
+        return
+    os.environ[ENV] = ns
+    argv = ["nsenter", f"--net=/run/netns/{ns}", sys.executable, "-m", "offload.cli", *sys.argv[1:]]
+    os.execvp("nsenter", argv)

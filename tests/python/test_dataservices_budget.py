@@ -1,0 +1,125 @@
+"""Node budgets for real: a node process under its profile's CPU quota and memory limit (cgroup v1)
+and a shaped link in a network namespace of its own, checked from a client in that namespace.
+Skipped, with the reason, where the machine has no cgroups, namespaces or tc."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from offload.dataservices import budget as B
+from offload.dataservices import link as L
+
+pytest.importorskip("datafusion")
+
+
+def test_links_parse_and_refuse_nonsense() -> None:
+    assert B.Link.parse("1000mbit,0.5ms") == B.Link(1000.0, 0.5)
+    assert B.Link.parse("10gbit") == B.Link(10_000.0, 0.0)
+    assert B.Link.parse("none") == B.Link() and not B.Link().shaped
+    for bad in ("fast", "10parsecs", "100mbit,soon"):
+        with pytest.raises(ValueError, match="RATE"):
+            B.Link.parse(bad)
+    with pytest.raises(ValueError, match="> 0"):
+        B.Link(0)
+    with pytest.raises(ValueError, match="cpu per thread"):
+        B.profile("bluefield2").with_(cpu_per_thread=1.5)
+    with pytest.raises(ValueError, match=r"unknown profile 'dpu9'.*bluefield2"):
+        B.profile("dpu9")
+    assert B.profile("bluefield2").cpu_per_thread == 0.25  # the seed: hosts ~4x faster per thread
+
+
+def _serve(tmp: Path, *args: str) -> tuple[subprocess.Popen[str], int, Path]:
+    tf = tmp / "token"
+    env = {**os.environ, "HOME": str(tmp)}
+    cmd = [sys.executable, "-m", "offload.cli", "node", "serve", "--port", "0", "--token-file", str(tf)]
+    out = subprocess.PIPE
+    p = subprocess.Popen(
+        [*cmd, "--max-seconds", "60", *args], stdout=out, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    assert p.stdout is not None
+    deadline = time.monotonic() + 30
+    out = ""
+    while time.monotonic() < deadline:
+        line = p.stdout.readline()
+        out += line
+        if "serving on grpc://127.0.0.1:" in line:
+            port = int(line.split("127.0.0.1:")[1].split()[0])
+            while "profile" not in line and time.monotonic() < deadline:
+                line = p.stdout.readline()
+                out += line
+            return p, port, tf
+        if p.poll() is not None:
+            break
+    p.kill()
+    raise AssertionError(f"node did not start: {out}")
+
+
+def _cli(tmp: Path, port: int, tf: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "offload.cli",
+        "node",
+        *args,
+        "--node",
+        f"127.0.0.1:{port}",
+        "--token-file",
+        str(tf),
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": str(tmp)}
+    )
+
+
+def test_a_bluefield2_node_runs_under_its_cpu_quota_and_memory_limit(tmp_path: Path) -> None:
+    p, port, tf = _serve(tmp_path, "--profile", "bluefield2")
+    try:
+        st = json.loads(_cli(tmp_path, port, tf, "list", "--json").stdout)
+        cpu, mem = st["budget"]["cpu"], st["budget"]["memory"]
+        if cpu["method"] == "cgroup-v1-cpu":
+            assert cpu["quota_us"] == 25_000 and cpu["period_us"] == 100_000
+            assert Path(cpu["cgroup"], "cgroup.procs").read_text().split()[0] == str(p.pid)
+        else:
+            assert cpu["method"] == "pinned" and cpu["reason"]
+        if mem["method"] == "cgroup-v1-memory":
+            assert int(Path(mem["cgroup"], "memory.limit_in_bytes").read_text()) == 4 << 30
+        else:
+            assert mem["reason"]
+    finally:
+        p.terminate()
+        p.wait(20)
+    for c in (cpu, mem):
+        if "cgroup" in c:
+            assert not Path(c["cgroup"]).exists()  # released at exit
+
+
+@pytest.mark.skipif(L.unavailable_reason() is not None, reason=str(L.unavailable_reason()))
+def test_a_shaped_link_sets_the_transfer_time(tmp_path: Path) -> None:
+    from offload.dataservices import particles as P
+
+    P.write(P.generate(100_000, seed=2), tmp_path / "p.parquet")  # 6.1 MB in memory
+    ns = f"test{os.getpid()}"
+    p, port, tf = _serve(tmp_path, "--netns", ns, "--link", "40mbit", "--data-dir", str(tmp_path))
+    try:
+        assert _cli(tmp_path, port, tf, "load", "p", "--path", "p.parquet", "--netns", ns).returncode == 0
+        r = _cli(tmp_path, port, tf, "query", "select * from p where x < 0.001", "--netns", ns, "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        runs = json.loads(r.stdout)["runs"]
+        back, off = runs["pushback"], runs["offload"]
+        wire_s = back["arrow_bytes"] * 8 / 40e6  # 6.4 MB at 40 Mbit/s: ~1.3 s
+        assert back["fetch"] >= 0.8 * wire_s, back
+        assert off["fetch"] < 0.3 * back["fetch"], off  # ~100 rows come back
+        # The host's own loopback is not shaped: the node is not even reachable there.
+        outside = _cli(tmp_path, port, tf, "list")
+        assert outside.returncode != 0
+    finally:
+        p.terminate()
+        p.wait(20)
+        L.remove_namespace(ns)
