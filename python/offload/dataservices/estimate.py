@@ -1,0 +1,472 @@
+"""Cardinality of a Substrait plan from the data sets' statistics (:mod:`.stats`): how many rows
+and bytes the query's result will have, and why — without running it.
+
+Per relation, in the plan's own tree:
+
+* read: the data set's rows;
+* filter: rows times the condition's selectivity. A condition is taken apart into and / or / not
+  of comparisons ``column op literal``. Comparisons on one column are reduced to one interval
+  (``x > 0.5 and x > 0.7`` is ``x > 0.7``) priced with the column's KLL sketch; equalities with
+  its frequent items or distinct count. Columns are independent unless the sample says
+  otherwise: for a conjunction over several columns the sample's joint selectivity over the
+  product of its marginals is a correction factor, applied when it differs from 1 by more than
+  three standard errors. Anything else (compute functions, column against column) is measured
+  on the sample;
+* project, sort: rows unchanged; fetch: at most its count;
+* aggregate: one row without grouping, else the groups' distinct count (HLL, thinned by the
+  rows that reach it: Cardenas' formula), at most the input rows;
+* join (inner, on equal keys): |L| |R| / max(distinct(L key), distinct(R key)).
+
+Bytes are rows times the output row's width: a column's average width where the output is a
+column, 8 bytes for a computed value.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from offload.dataservices import plans
+from offload.dataservices.stats import TableStats
+
+OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<=", "equal": "=", "not_equal": "!="}
+FLIP = {">": "<", "<": ">", ">=": "<=", "<=": ">=", "=": "=", "!=": "!="}
+Z = 3.0  # standard errors before the sample overrides independence
+
+
+@dataclass
+class Estimate:
+    """Estimated result rows and bytes, the steps that led there, and what estimating cost."""
+
+    rows: float
+    bytes: float
+    steps: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "bytes": self.bytes, "steps": self.steps, "seconds": self.seconds}
+
+
+@dataclass
+class _Col:
+    """Where an output column of a relation comes from: a data set's column, or computed."""
+
+    table: str | None
+    name: str | None
+    width: float = 8.0
+
+
+@dataclass
+class _Rel:
+    rows: float
+    cols: list[_Col]
+
+
+def estimate(plan: bytes, stats: Mapping[str, TableStats]) -> Estimate:
+    """The cardinality of ``plan`` over data sets with these statistics."""
+    from substrait.plan_pb2 import Plan
+
+    t0 = time.perf_counter()
+    p = Plan()
+    p.ParseFromString(plan)
+    ctx = _Ctx(p, stats)
+    rel = ctx.rel(p.relations[0].root.input)
+    width = sum(c.width for c in rel.cols)
+    est = Estimate(rel.rows, rel.rows * width, ctx.steps)
+    est.steps.append(f"result: {rel.rows:,.1f} rows x {width:g} B")
+    est.seconds = time.perf_counter() - t0
+    return est
+
+
+class _Ctx:
+    def __init__(self, plan: Any, stats: Mapping[str, TableStats]) -> None:
+        self.plan = plan
+        self.stats = stats
+        self.fns = {
+            e.extension_function.function_anchor: e.extension_function.name.split(":")[0]
+            for e in plan.extensions
+            if e.WhichOneof("mapping_type") == "extension_function"
+        }
+        self.steps: list[str] = []
+
+    # -------------------------------------------------------------------------- relations
+
+    def rel(self, r: Any) -> _Rel:
+        kind = r.WhichOneof("rel_type")
+        node = getattr(r, kind)
+        handler = getattr(self, f"_{kind}", None)
+        if handler is None:
+            raise plans.PlanError(f"cannot estimate a {kind} relation")
+        out: _Rel = handler(node)
+        if node.HasField("common") and node.common.HasField("emit"):
+            out = _Rel(out.rows, [out.cols[i] for i in node.common.emit.output_mapping])
+        return out
+
+    def _read(self, r: Any) -> _Rel:
+        name = r.named_table.names[-1]
+        st = self.stats.get(name)
+        if st is None:
+            raise plans.PlanError(f"no statistics for data set {name!r}")
+        names = list(r.base_schema.names)
+        if r.HasField("projection"):
+            names = [names[i.field] for i in r.projection.select.struct_items]
+        self.steps.append(f"read {name}: {st.rows:,} rows")
+        return _Rel(float(st.rows), [_Col(name, n, st.columns[n].width_bytes) for n in names])
+
+    def _filter(self, r: Any) -> _Rel:
+        inp = self.rel(r.input)
+        sel = self.selectivity(r.condition, inp)
+        self.steps.append(f"filter: selectivity {sel:.5f} -> {inp.rows * sel:,.1f} rows")
+        return _Rel(inp.rows * sel, inp.cols)
+
+    def _project(self, r: Any) -> _Rel:
+        inp = self.rel(r.input)
+        extra = [self._expr_col(e, inp) for e in r.expressions]
+        return _Rel(inp.rows, inp.cols + extra)
+
+    def _sort(self, r: Any) -> _Rel:
+        return self.rel(r.input)
+
+    def _fetch(self, r: Any) -> _Rel:
+        inp = self.rel(r.input)
+        count = _literal_int(r.count_expr) if r.HasField("count_expr") else None
+        offset = _literal_int(r.offset_expr) if r.HasField("offset_expr") else 0
+        rows = max(0.0, inp.rows - (offset or 0))
+        if count is not None and count >= 0:
+            rows = min(rows, float(count))
+        self.steps.append(f"fetch: {rows:,.1f} rows")
+        return _Rel(rows, inp.cols)
+
+    def _aggregate(self, r: Any) -> _Rel:
+        inp = self.rel(r.input)
+        keys = [self._expr_col(e, inp) for e in r.grouping_expressions]  # the groupings refer to these
+        measures = [_Col(None, None, 8.0) for _ in r.measures]
+        if not keys:
+            self.steps.append("aggregate without grouping: 1 row")
+            return _Rel(1.0, measures)
+        groups = 1.0
+        for k in keys:
+            groups *= self._distinct(k, inp.rows)
+        rows = min(groups, inp.rows)
+        self.steps.append(f"aggregate: {rows:,.1f} groups")
+        return _Rel(rows, keys + measures)
+
+    def _join(self, r: Any) -> _Rel:
+        left, right = self.rel(r.left), self.rel(r.right)
+        cols = left.cols + right.cols
+        keys = self._equi_keys(r.expression, len(left.cols)) if r.HasField("expression") else []
+        if r.type not in (1, 0) or not keys:  # JOIN_TYPE_INNER = 1
+            rows = left.rows * right.rows
+            self.steps.append(f"join (type {r.type}, no equal keys): cross product {rows:,.1f}")
+            return _Rel(rows, cols)
+        li, ri = keys[0]
+        d = max(self._distinct(cols[li], left.rows), self._distinct(cols[ri], right.rows), 1.0)
+        rows = left.rows * right.rows / d
+        self.steps.append(f"join: {left.rows:,.1f} x {right.rows:,.1f} / {d:,.1f} distinct keys")
+        return _Rel(rows, cols)
+
+    # ------------------------------------------------------------------------ expressions
+
+    def _expr_col(self, e: Any, inp: _Rel) -> _Col:
+        if e.HasField("selection"):
+            return inp.cols[e.selection.direct_reference.struct_field.field]
+        if e.HasField("cast") and e.cast.input.HasField("selection"):
+            return inp.cols[e.cast.input.selection.direct_reference.struct_field.field]
+        return _Col(None, None, 8.0)
+
+    def _equi_keys(self, e: Any, n_left: int) -> list[tuple[int, int]]:
+        if not e.HasField("scalar_function"):
+            return []
+        f = e.scalar_function
+        name = self.fns.get(f.function_reference)
+        args = [a.value for a in f.arguments]
+        if name == "and":
+            return [k for a in args for k in self._equi_keys(a, n_left)]
+        if name == "equal" and all(a.HasField("selection") for a in args):
+            i, j = (a.selection.direct_reference.struct_field.field for a in args)
+            return [(min(i, j), max(i, j))] if (i < n_left) != (j < n_left) else []
+        return []
+
+    def _distinct(self, c: _Col, rows: float) -> float:
+        """Distinct values of ``c`` among ``rows`` rows of its table (Cardenas)."""
+        if c.table is None or c.name is None:
+            return rows
+        st = self.stats[c.table]
+        d = max(1.0, st.columns[c.name].distinct)
+        if rows >= st.rows:
+            return d
+        return d * (1.0 - (1.0 - 1.0 / d) ** rows) if d > 1 else 1.0
+
+    # ------------------------------------------------------------------------ selectivity
+
+    def selectivity(self, cond: Any, inp: _Rel) -> float:
+        """The condition's selectivity: the sketches' estimate under independence, corrected by
+        the sample where the sample shows the columns are not independent."""
+        tree = _flatten(self._tree(cond, inp))
+        model = self._sel(tree, self._sketch_marginal, inp)
+        cols = _columns(tree)
+        if len({c for c in cols}) >= 2 and len({t for t, _ in cols}) == 1:
+            model *= self._correlation(tree, cond, inp, next(iter(cols))[0])
+        return min(1.0, max(0.0, model))
+
+    def _tree(self, e: Any, inp: _Rel) -> Any:
+        """("and"|"or", [..]), ("not", x), ("cmp", table, column, op, value), or ("other", e)."""
+        if not e.HasField("scalar_function"):
+            return ("other", e)
+        f = e.scalar_function
+        name = self.fns.get(f.function_reference, "?")
+        args = [a.value for a in f.arguments]
+        if name in ("and", "or"):
+            return (name, [self._tree(a, inp) for a in args])
+        if name == "not" and len(args) == 1:
+            return ("not", self._tree(args[0], inp))
+        if name in OPS and len(args) == 2:
+            a, b = args
+            op = OPS[name]
+            if b.HasField("selection") and a.HasField("literal"):
+                a, b, op = b, a, FLIP[op]
+            if a.HasField("selection") and b.HasField("literal"):
+                col = inp.cols[a.selection.direct_reference.struct_field.field]
+                value = _literal(b.literal)
+                if col.table is not None and value is not None:
+                    return ("cmp", col.table, col.name, op, value)
+        return ("other", e)
+
+    def _sel(self, t: Any, marginal: Any, inp: _Rel) -> float:
+        """Selectivity of tree ``t`` with columns independent; ``marginal(table, col, preds)``
+        prices one column's conjunction of comparisons."""
+        kind = t[0]
+        if kind == "not":
+            return 1.0 - self._sel(t[1], marginal, inp)
+        if kind == "or":  # P(A or B) = 1 - P(not A) P(not B), folded over the parts
+            miss = 1.0
+            for part in t[1]:
+                miss *= 1.0 - self._sel(part, marginal, inp)
+            return 1.0 - miss
+        if kind == "cmp":
+            return marginal(t[1], t[2], [(t[3], t[4])])
+        if kind == "other":
+            return self._sample_sel(t[1], inp)
+        by_col: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+        s = 1.0
+        for p in t[1]:
+            if p[0] == "cmp":
+                by_col.setdefault((p[1], p[2]), []).append((p[3], p[4]))
+            else:
+                s *= self._sel(p, marginal, inp)
+        for (table, col), preds in by_col.items():
+            s *= marginal(table, col, preds)
+        return s
+
+    def _sketch_marginal(self, table: str, col: str, preds: list[tuple[str, Any]]) -> float:
+        """Selectivity of the conjunction ``preds`` (op, value) on one column, from its sketches:
+        the comparisons reduced to one interval (KLL) or one value (frequent items, HLL)."""
+        cs = self.stats[table].columns[col]
+        n = max(1, self.stats[table].rows)
+        bounds = _interval(preds)
+        if bounds is None:
+            return 0.0  # contradictory equalities
+        lo, lo_incl, hi, hi_incl, eq, ne = bounds
+        non_null = 1.0 - cs.nulls / n
+        bounded = lo is not None or hi is not None
+        if eq is not None:
+            above = lo is None or lo < eq or (lo == eq and lo_incl)
+            below = hi is None or eq < hi or (eq == hi and hi_incl)
+            return self._eq_sel(table, col, eq) if above and below and eq not in ne else 0.0
+        s = non_null
+        if bounded and cs.kll is None:  # a range over strings: measured on the sample
+            sample = self.stats[table].sample
+            if sample is not None and sample.num_rows:
+                range_preds = [(op, v) for op, v in preds if op not in ("=", "!=")]
+                return (pc.sum(_mask(sample.column(col), range_preds)).as_py() or 0) / sample.num_rows
+        if bounded and cs.kll is not None and not cs.kll.is_empty():
+            upper = cs.kll.get_rank(hi, inclusive=hi_incl) if hi is not None else 1.0
+            lower = cs.kll.get_rank(lo, inclusive=not lo_incl) if lo is not None else 0.0
+            s = max(0.0, upper - lower) * non_null
+        for v in ne:
+            s -= self._eq_sel(table, col, v)
+        return max(0.0, s)
+
+    def _eq_sel(self, table: str, col: str, value: Any) -> float:
+        cs = self.stats[table].columns[col]
+        n = max(1, self.stats[table].rows)
+        f = cs.frequency(value)
+        if f is not None:
+            return f / n
+        if cs.kll is not None and not cs.kll.is_empty():
+            if not cs.kll.get_min_value() <= float(value) <= cs.kll.get_max_value():
+                return 0.0
+        total, k = cs.frequent_total()
+        rest_rows = max(0.0, n - cs.nulls - total)
+        return rest_rows / max(1.0, cs.distinct - k) / n
+
+    def _correlation(self, tree: Any, cond: Any, inp: _Rel, table: str) -> float:
+        """How far the sample's joint selectivity is from what independence predicts on the
+        sample itself (its own marginals): the ratio where it is more than Z standard errors
+        away, else 1."""
+        sample = self.stats[table].sample
+        if sample is None or sample.num_rows == 0:
+            return 1.0
+        n = sample.num_rows
+
+        def sample_marginal(t: str, col: str, preds: list[tuple[str, Any]]) -> float:
+            return (pc.sum(_mask(sample.column(col), preds)).as_py() or 0) / n
+
+        indep = self._sel(tree, sample_marginal, inp)
+        mask = _tree_mask(tree, sample)
+        joint = (pc.sum(mask).as_py() or 0) / n if mask is not None else self._sample_sel(cond, inp)
+        se = math.sqrt(max(indep * (1.0 - indep), 1.0 / n) / n)
+        if abs(joint - indep) <= Z * se:
+            return 1.0
+        factor = joint / indep if indep > 0 else 1.0
+        names = sorted({c for _, c in _columns(tree)})
+        self.steps.append(f"columns {', '.join(names)} are correlated in the sample: factor {factor:.3f}")
+        return factor
+
+    def _sample_sel(self, cond: Any, inp: _Rel) -> float:
+        """The fraction of the sample where ``cond`` holds (run by DataFusion on the sample)."""
+        tables = {c.table for c in inp.cols if c.table is not None}
+        if len(tables) != 1:
+            self.steps.append("condition over several tables: selectivity 1/3 (a guess)")
+            return 1.0 / 3.0
+        table = next(iter(tables))
+        st = self.stats[table]
+        if st.sample is None or st.sample.num_rows == 0:
+            return 1.0 / 3.0
+        frac = _run_on_sample(self.plan, cond, inp, table, st.sample)
+        self.steps.append(f"condition measured on {st.sample.num_rows:,} sampled rows: {frac:.5f}")
+        return frac
+
+
+def _flatten(t: Any) -> Any:
+    """Nested and (or or) merged into one level, so a column's comparisons meet."""
+    if t[0] in ("and", "or"):
+        parts = []
+        for p in (_flatten(x) for x in t[1]):
+            parts += p[1] if p[0] == t[0] else [p]
+        return (t[0], parts)
+    if t[0] == "not":
+        return ("not", _flatten(t[1]))
+    return t
+
+
+def _columns(t: Any) -> set[tuple[str, str]]:
+    if t[0] == "cmp":
+        return {(t[1], t[2])}
+    if t[0] in ("and", "or"):
+        return set().union(*(_columns(p) for p in t[1]))
+    if t[0] == "not":
+        return _columns(t[1])
+    return set()
+
+
+def _interval(preds: list[tuple[str, Any]]) -> tuple[Any, bool, Any, bool, Any, list[Any]] | None:
+    """(lo, lo inclusive, hi, hi inclusive, equal value, not-equal values) of a conjunction of
+    comparisons on one column; None bounds are open, None overall when equalities contradict."""
+    lo, lo_incl, hi, hi_incl = None, True, None, True
+    eq, ne = None, []
+    for op, v in preds:
+        if op in (">", ">="):
+            if lo is None or v > lo or (v == lo and op == ">"):
+                lo, lo_incl = v, op == ">="
+        elif op in ("<", "<="):
+            if hi is None or v < hi or (v == hi and op == "<"):
+                hi, hi_incl = v, op == "<="
+        elif op == "=":
+            if eq is not None and eq != v:
+                return None
+            eq = v
+        else:
+            ne.append(v)
+    return lo, lo_incl, hi, hi_incl, eq, ne
+
+
+_CMP = {">": pc.greater, ">=": pc.greater_equal, "<": pc.less, "<=": pc.less_equal, "=": pc.equal,
+        "!=": pc.not_equal}  # fmt: skip
+
+
+def _mask(col: Any, preds: list[tuple[str, Any]]) -> Any:
+    m = None
+    for op, v in preds:
+        x = pc.fill_null(_CMP[op](col, v), False)
+        m = x if m is None else pc.and_(m, x)
+    return m
+
+
+def _tree_mask(t: Any, sample: pa.Table) -> Any:
+    """The rows of ``sample`` where tree ``t`` holds, or None if it holds an "other" part."""
+    if t[0] == "cmp":
+        return _mask(sample.column(t[2]), [(t[3], t[4])])
+    if t[0] == "not":
+        m = _tree_mask(t[1], sample)
+        return None if m is None else pc.invert(m)
+    if t[0] in ("and", "or"):
+        parts = [_tree_mask(p, sample) for p in t[1]]
+        if any(p is None for p in parts):
+            return None
+        out = parts[0]
+        for p in parts[1:]:
+            out = pc.and_(out, p) if t[0] == "and" else pc.or_(out, p)
+        return out
+    return None
+
+
+def _run_on_sample(plan: Any, cond: Any, inp: _Rel, table: str, sample: pa.Table) -> float:
+    """Builds ``select count(*) from table where cond`` as a Substrait plan (the condition's
+    field references rebased on the table's columns) and runs it on the sample."""
+    from substrait.plan_pb2 import Plan
+
+    names = [c.name for c in inp.cols]
+    if any(c.table != table or c.name is None for c in inp.cols):
+        return 1.0 / 3.0
+    p = Plan()
+    p.CopyFrom(plan)  # extensions, their URNs, the version
+    del p.relations[:]
+    root = p.relations.add().root
+    flt = root.input.filter
+    read = flt.input.read
+    read.named_table.names.append(table)
+    read.base_schema.names.extend(names)
+    for n in names:
+        read.base_schema.struct.types.add().CopyFrom(_type_of(sample.schema.field(n).type))
+    read.base_schema.struct.nullability = 2  # NULLABILITY_REQUIRED
+    flt.condition.CopyFrom(cond)
+    root.names.extend(names)
+    hits = plans.execute(p.SerializeToString(), {table: sample.select(names)}, threads=1).num_rows
+    return hits / sample.num_rows
+
+
+def _type_of(t: pa.DataType) -> Any:
+    from substrait.type_pb2 import Type
+
+    out = Type()
+    nullable = 1  # NULLABILITY_NULLABLE
+    kinds = {
+        pa.int64(): "i64", pa.int32(): "i32", pa.int16(): "i16", pa.int8(): "i8", pa.float64(): "fp64",
+        pa.float32(): "fp32", pa.bool_(): "bool", pa.string(): "string", pa.large_string(): "string",
+    }  # fmt: skip
+    kind = kinds.get(t)
+    if kind is None:
+        raise plans.PlanError(f"cannot sample a condition over a column of type {t}")
+    getattr(out, kind).nullability = nullable
+    return out
+
+
+def _literal(lit: Any) -> Any:
+    kind = lit.WhichOneof("literal_type")
+    if kind in ("fp64", "fp32", "i64", "i32", "i16", "i8", "string", "boolean"):
+        return getattr(lit, kind)
+    return None
+
+
+def _literal_int(e: Any) -> int | None:
+    if e.HasField("literal"):
+        v = _literal(e.literal)
+        return int(v) if isinstance(v, int | float) else None
+    return None
