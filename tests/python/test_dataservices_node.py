@@ -196,3 +196,21 @@ def test_cli_particles_load_list_and_query(node: Node, tmp_path: Path) -> None:
     tf.write_text("wrong\n")
     r = run(app, ["node", "list", *at])
     assert r.exit_code != 0 and "token" in r.output
+
+
+def test_the_node_estimates_and_appends(client: NodeClient, data: dict[str, pa.Table]) -> None:
+    est = client.estimate("select * from particles where x >= 0.7 and y < 0.3 and z <= 0.1")
+    true = client.query("select count(*) as n from particles where x >= 0.7 and y < 0.3 and z <= 0.1")[0]
+    n = true.column("n")[0].as_py()
+    assert abs(est["rows"] - n) <= 0.25 * n and est["bytes"] == pytest.approx(est["rows"] * 64)
+    assert est["steps"][0].startswith("read particles") and est["seconds"] > 0
+    more = P.generate(5_000, seed=9, first_id=ROWS)
+    d = client.upload("particles", more, append=True)
+    assert d["rows"] == ROWS + 5_000
+    assert client.describe("particles")["stats"]["rows"] == ROWS + 5_000
+    got, _ = client.query("select count(*) as n from particles", "offload")
+    assert got.column("n")[0].as_py() == ROWS + 5_000
+    with pytest.raises(NodeError, match="differs"):
+        client.upload("particles", pa.table({"a": [1]}), append=True)
+    with pytest.raises(NodeError, match="unknown data set"):
+        client.upload("nothing", more, append=True)

@@ -52,7 +52,7 @@ def _token(node: str, token_file: Path | None) -> str:
         raise fail(f"cannot read the node token from {path}: {e.strerror}; pass --token-file") from None
 
 
-def _client(node: str, token_file: Path | None, netns: str | None = None) -> Any:
+def _client(node: str, token_file: Path | None, netns: str | None = None, timeout_s: float = 60.0) -> Any:
     from offload.dataservices.client import NodeClient
 
     if netns is not None:
@@ -63,7 +63,7 @@ def _client(node: str, token_file: Path | None, netns: str | None = None) -> Any
             raise fail(f"--netns: {why}")
         L.reexec_inside(netns)
 
-    return NodeClient(node, _token(node, token_file))
+    return NodeClient(node, _token(node, token_file), timeout_s)
 
 
 NetnsOpt = Annotated[
@@ -247,7 +247,7 @@ def load(
 
     if (file is None) == (path is None):
         raise fail("give exactly one of --file (upload) or --path (a file on the node)")
-    with _client(node, token_file, netns) as c:
+    with _client(node, token_file, netns, timeout_s=900) as c:  # loading sketches every column
         try:
             if file is not None:
                 import pyarrow.dataset as pads
@@ -354,3 +354,47 @@ def _timing_table(runs: dict[str, Any], same: bool | None) -> None:
     t.add_row("rows", *(f"{tm.rows:,}" for _, tm in runs.values()))
     t.add_row("Arrow MiB received", *(f"{tm.arrow_bytes / 2**20:.2f}" for _, tm in runs.values()))
     console.print(t)
+
+
+@app.command()
+def explain(
+    sql: Annotated[str, typer.Argument(help="SQL over the node's data sets.")],
+    node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
+    run: Annotated[bool, typer.Option(help="Also run the query both ways and show what happened.")] = True,
+    token_file: TokenFileOpt = None,
+    netns: NetnsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What the node expects of a query before running it: the estimated result rows and bytes,
+    and the steps that led there (sketches, sample corrections, joins); with --run, the measured
+    rows and both ways' times beside them."""
+    from offload.dataservices.client import NodeError
+    from offload.dataservices.plans import PlanError
+
+    with _client(node, token_file, netns) as c:
+        try:
+            plan = c.plan(sql)
+            est = c.estimate(plan)
+            runs = {w: c.query(plan, w)[1] for w in ("offload", "pushback")} if run else {}
+        except (NodeError, PlanError) as e:
+            raise fail(str(e)) from None
+    if as_json:
+        print(
+            json.dumps(
+                {"sql": sql, "estimate": est, "runs": {w: t.as_dict() for w, t in runs.items()}}, indent=2
+            )
+        )
+        return
+    console.print(f"[bold]estimate[/]: {est['rows']:,.1f} rows, {est['bytes'] / 2**20:.2f} MiB "
+                  f"({1e3 * est['seconds']:.2f} ms to estimate)")  # fmt: skip
+    for step in est["steps"]:
+        console.print(f"  {step}")
+    if runs:
+        rows = runs["offload"].rows
+        err = abs(est["rows"] - rows) / max(rows, 1)
+        console.print(f"[bold]measured[/]: {rows:,} rows (estimate off by {100 * err:.2f}%)")
+        _timing_table({w: (None, t) for w, t in runs.items()}, None)
+        faster = min(runs, key=lambda w: runs[w].total)
+        other = max(runs, key=lambda w: runs[w].total)
+        gain = 1 - runs[faster].total / runs[other].total
+        console.print(f"{faster} was faster by {100 * gain:.1f}%")

@@ -80,12 +80,18 @@ class NodeClient:
 
     # ---------------------------------------------------------------------------- data sets
 
-    def upload(self, name: str, table: pa.Table, compression: str | None = None) -> dict[str, Any]:
-        """Sends ``table`` to the node as data set ``name``; returns its description."""
+    def upload(
+        self, name: str, table: pa.Table, compression: str | None = None, append: bool = False
+    ) -> dict[str, Any]:
+        """Sends ``table`` to the node as data set ``name`` (or appends it); returns its description."""
         opts = flight.FlightCallOptions(
             timeout=self._opts.timeout, write_options=pa.ipc.IpcWriteOptions(compression=compression)
         )
-        desc = flight.FlightDescriptor.for_path(name)
+        desc = (
+            flight.FlightDescriptor.for_path(name, "append")
+            if append
+            else flight.FlightDescriptor.for_path(name)
+        )
         with _errors():
             writer, meta = self._client.do_put(desc, table.schema, options=opts)
             writer.write_table(table, max_chunksize=1 << 16)
@@ -106,6 +112,11 @@ class NodeClient:
 
     def status(self) -> dict[str, Any]:
         return self._action("status", b"")
+
+    def estimate(self, sql_or_plan: str | bytes) -> dict[str, Any]:
+        """The node's estimate of a query's result: rows, bytes, the steps, the time it took."""
+        plan = self.plan(sql_or_plan) if isinstance(sql_or_plan, str) else sql_or_plan
+        return self._action("estimate", plan)
 
     def schemas(self) -> dict[str, pa.Schema]:
         """Every data set's schema."""

@@ -198,7 +198,7 @@ class _Ctx:
         if c.table is None or c.name is None:
             return rows
         st = self.stats[c.table]
-        d = max(1.0, st.columns[c.name].distinct)
+        d = max(1.0, st.distinct(c.name))
         if rows >= st.rows:
             return d
         return d * (1.0 - (1.0 - 1.0 / d) ** rows) if d > 1 else 1.0
@@ -304,7 +304,7 @@ class _Ctx:
                 return 0.0
         total, k = cs.frequent_total()
         rest_rows = max(0.0, n - cs.nulls - total)
-        return rest_rows / max(1.0, cs.distinct - k) / n
+        return rest_rows / max(1.0, self.stats[table].distinct(col) - k) / n
 
     def _correlation(self, tree: Any, cond: Any, inp: _Rel, table: str) -> float:
         """How far the sample's joint selectivity is from what independence predicts on the

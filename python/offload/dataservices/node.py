@@ -36,6 +36,8 @@ import pyarrow.dataset as pads
 import pyarrow.flight as flight
 
 from offload.dataservices import plans
+from offload.dataservices.estimate import estimate
+from offload.dataservices.stats import TableStats
 
 WAYS = ("offload", "pushback")
 COMPRESSIONS = (None, "lz4", "zstd")
@@ -54,20 +56,25 @@ def request(plan: bytes, way: str, compression: str | None = None) -> bytes:
 
 @dataclass
 class Dataset:
-    """A data set the node owns: its table and where it came from."""
+    """A data set the node owns: its table, where it came from, and its column statistics."""
 
     name: str
     table: pa.Table
     source: str
+    stats: TableStats
 
-    def describe(self) -> dict[str, Any]:
-        return {
+    def describe(self, with_stats: bool = False) -> dict[str, Any]:
+        out = {
             "name": self.name,
             "rows": self.table.num_rows,
             "bytes": self.table.nbytes,
             "columns": self.table.schema.names,
             "source": self.source,
+            "stats_s": round(self.stats.seconds, 4),
         }
+        if with_stats:
+            out["stats"] = self.stats.describe()
+        return out
 
 
 @dataclass
@@ -128,12 +135,33 @@ class Node(flight.FlightServerBase):
     # ------------------------------------------------------------------------------ data sets
 
     def add(self, name: str, table: pa.Table, source: str = "upload") -> Dataset:
-        """Adds (or replaces) a data set."""
+        """Adds (or replaces) a data set and sketches its columns."""
         _check_name(name)
-        ds = Dataset(name, table.combine_chunks(), source)
+        ds = Dataset(name, table.combine_chunks(), source, TableStats.of(table))
         with self._lock:
             self._datasets[name] = ds
         return ds
+
+    def append(self, name: str, table: pa.Table) -> Dataset:
+        """Appends rows to a data set; its statistics take them in (no rebuild)."""
+        ds = self.dataset(name)
+        if table.schema != ds.table.schema:
+            raise flight.FlightServerError(
+                f"appended schema {table.schema.names} differs from {name!r}'s {ds.table.schema.names}"
+            )
+        with self._lock:
+            ds.stats.append(table)
+            ds.table = pa.concat_tables([ds.table, table]).combine_chunks()
+        return ds
+
+    def estimate(self, plan: bytes) -> dict[str, Any]:
+        """The plan's estimated result (rows, bytes, the steps, the estimating time)."""
+        info = self._check_plan(plan)
+        stats = {t: self.dataset(t).stats for t in info.reads}
+        try:
+            return estimate(plan, stats).as_dict()
+        except plans.PlanError as e:
+            raise flight.FlightServerError(str(e)) from None
 
     def dataset(self, name: str) -> Dataset:
         with self._lock:
@@ -231,7 +259,8 @@ class Node(flight.FlightServerBase):
         return [
             ("register", 'load a file of the data directory: {"name": ..., "path": ...}'),
             ("drop", "drop a data set: its name"),
-            ("describe", "a data set's rows, bytes, columns and source: its name"),
+            ("describe", "a data set's rows, bytes, columns, source and statistics: its name"),
+            ("estimate", "a plan's estimated result rows and bytes, and why: the plan's bytes"),
             ("status", "the node's name, threads, data sets and counters"),
         ]
 
@@ -246,7 +275,9 @@ class Node(flight.FlightServerBase):
                 gone = self._datasets.pop(body.decode(), None)
             yield json.dumps({"dropped": gone is not None}).encode()
         elif action.type == "describe":
-            yield json.dumps(self.dataset(body.decode()).describe()).encode()
+            yield json.dumps(self.dataset(body.decode()).describe(with_stats=True)).encode()
+        elif action.type == "estimate":
+            yield json.dumps(self.estimate(body)).encode()
         elif action.type == "status":
             yield json.dumps(self.status()).encode()
         else:
@@ -259,9 +290,19 @@ class Node(flight.FlightServerBase):
         reader: flight.MetadataRecordBatchReader,
         writer: flight.FlightMetadataWriter,
     ) -> None:
-        if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
-            raise flight.FlightServerError("upload to a path descriptor naming the data set")
-        ds = self.add(descriptor.path[0].decode(), reader.read_all())
+        path = (
+            [p.decode() for p in descriptor.path]
+            if descriptor.descriptor_type == flight.DescriptorType.PATH
+            else []
+        )
+        if len(path) == 1:
+            ds = self.add(path[0], reader.read_all())
+        elif len(path) == 2 and path[1] == "append":
+            ds = self.append(path[0], reader.read_all())
+        else:
+            raise flight.FlightServerError(
+                "upload to a path descriptor: [name] to replace, [name, 'append'] to append"
+            )
         writer.write(json.dumps(ds.describe()).encode())
 
     def status(self) -> dict[str, Any]:
