@@ -69,3 +69,20 @@ def leave_child(controller: str, child: Path, root: Path = ROOT) -> None:
         child.rmdir()
     except OSError:
         pass
+
+
+def sweep(controller: str, prefix: str, root: Path = ROOT) -> list[Path]:
+    """Removes our children named ``prefix*`` that no process uses any more (left by processes
+    that were killed before they could leave); returns those removed."""
+    parent = own(controller, root)
+    removed: list[Path] = []
+    if parent is None or not parent.exists():
+        return removed
+    for d in parent.glob(f"{prefix}*"):
+        try:
+            if d.is_dir() and not (d / "cgroup.procs").read_text().strip():
+                d.rmdir()
+                removed.append(d)
+        except OSError:
+            continue
+    return removed

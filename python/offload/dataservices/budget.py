@@ -98,7 +98,9 @@ def apply(p: Profile, tag: str) -> dict[str, Any]:
     exits). Returns what was done: ``cpu`` and ``memory`` each a method and details or a reason.
     ``tag`` names the cgroups (``offload-node-<tag>``)."""
     out: dict[str, Any] = {"profile": p.name, "threads": p.threads}
-    name = f"offload-node-{tag}"
+    for controller in ("cpu", "memory"):
+        cgroups.sweep(controller, "offload-node-")
+    name = f"offload-node-{tag}-{os.getpid()}"
     out["cpu"] = _cpu(p, name)
     out["memory"] = _memory(p, name)
     return out
