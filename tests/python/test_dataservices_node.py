@@ -78,7 +78,7 @@ def test_compressed_streams_decode_to_the_same_answer(client: NodeClient) -> Non
     plain, _ = client.query(sql, "pushback")
     for codec in ("lz4", "zstd"):
         got, _ = client.query(sql, "pushback", codec)
-        assert got.equals(plain)
+        assert plans.same_answer(got, plain)  # the host may order rows differently
 
 
 def test_the_node_reports_its_timings_and_lists_its_data(client: NodeClient) -> None:

@@ -42,6 +42,7 @@ class Timing:
     total: float = 0.0
     arrow_bytes: int = 0
     rows: int = 0
+    decision: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,6 +114,11 @@ class NodeClient:
     def status(self) -> dict[str, Any]:
         return self._action("status", b"")
 
+    def explain(self, sql_or_plan: str | bytes) -> dict[str, Any]:
+        """The node's estimate, predicted times both ways and its choice for a query."""
+        plan = self.plan(sql_or_plan) if isinstance(sql_or_plan, str) else sql_or_plan
+        return self._action("explain", plan)
+
     def estimate(self, sql_or_plan: str | bytes) -> dict[str, Any]:
         """The node's estimate of a query's result: rows, bytes, the steps, the time it took."""
         plan = self.plan(sql_or_plan) if isinstance(sql_or_plan, str) else sql_or_plan
@@ -138,7 +144,8 @@ class NodeClient:
     def query(
         self, sql_or_plan: str | bytes, way: str = "offload", compression: str | None = None
     ) -> tuple[pa.Table, Timing]:
-        """Runs a query (SQL, or a Substrait plan's bytes) ``way`` = offload | pushback."""
+        """Runs a query (SQL, or a Substrait plan's bytes) ``way`` = offload | pushback | auto (the
+        node decides; ``Timing.way`` says what it chose and ``Timing.decision`` why)."""
         timing = Timing(way)
         t0 = time.perf_counter()
         plan = self.plan(sql_or_plan) if isinstance(sql_or_plan, str) else sql_or_plan
@@ -148,6 +155,10 @@ class NodeClient:
         with _errors():
             info = self._client.get_flight_info(desc, options=self._opts)
         timing.info = time.perf_counter() - t1
+        if way == "auto":
+            timing.decision = json.loads(info.app_metadata) if info.app_metadata else None
+            scans = info.endpoints and "scan" in json.loads(info.endpoints[0].ticket.ticket)
+            way = timing.way = "pushback" if scans else "offload"
         t2 = time.perf_counter()
         with ThreadPoolExecutor(max(1, len(info.endpoints))) as pool:
             streams = list(pool.map(self._fetch, info.endpoints))

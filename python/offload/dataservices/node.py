@@ -40,14 +40,16 @@ from offload.dataservices.estimate import estimate
 from offload.dataservices.stats import TableStats
 
 WAYS = ("offload", "pushback")
+REQUEST_WAYS = (*WAYS, "auto")
+"""``auto``: the node decides (with its time models; offload where it has none)."""
 COMPRESSIONS = (None, "lz4", "zstd")
 PROTOCOL = 1
 
 
 def request(plan: bytes, way: str, compression: str | None = None) -> bytes:
     """The JSON command of a query (a FlightDescriptor command or, for offload, a ticket)."""
-    if way not in WAYS:
-        raise ValueError(f"way must be one of {', '.join(WAYS)}, got {way!r}")
+    if way not in REQUEST_WAYS:
+        raise ValueError(f"way must be one of {', '.join(REQUEST_WAYS)}, got {way!r}")
     if compression not in COMPRESSIONS:
         raise ValueError(f"compression must be none, lz4 or zstd, got {compression!r}")
     body = {"v": PROTOCOL, "way": way, "plan": base64.b64encode(plan).decode(), "compression": compression}
@@ -92,6 +94,10 @@ class NodeConfig:
     stats: dict[str, int] = field(default_factory=lambda: {"queries": 0, "errors": 0})
     budget: dict[str, Any] = field(default_factory=dict)
     """What the node's budget (budget.apply, link.shape) did: reported by ``status``."""
+    models: Any = None
+    """timemodel.Models for the decision (None: no decision, ``auto`` offloads)."""
+    system: str = "host"
+    """This node's system type in the models (its profile's name)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -153,6 +159,30 @@ class Node(flight.FlightServerBase):
             ds.stats.append(table)
             ds.table = pa.concat_tables([ds.table, table]).combine_chunks()
         return ds
+
+    def explain(self, plan: bytes) -> dict[str, Any]:
+        """What the node expects of ``plan`` and would do: the estimate, the query's features,
+        both ways' predicted stages and the choice (offload where it has no time models)."""
+        from offload.dataservices import timemodel as TM
+
+        est = self.estimate(plan)
+        reads = plans.inspect(plan).reads
+        sizes = {}
+        for t, cols in reads.items():
+            st = self.dataset(t).stats
+            sizes[t] = (st.rows, st.rows * sum(st.columns[c].width_bytes for c in cols))
+        f = TM.features(plan, est["rows"], est["bytes"], sizes)
+        out: dict[str, Any] = {"estimate": est, "features": f.__dict__}
+        models = self.config.models
+        if models is None or self.config.system not in models.systems():
+            out["way"] = "offload"
+            out["why"] = f"no time models for {self.config.system!r} on this node: offload by default"
+            return out
+        t0 = time.perf_counter()
+        d = TM.decide(models, self.config.system, f, TM.Link.of(self.config.budget.get("link")))
+        out["decision"] = d.as_dict() | {"seconds": time.perf_counter() - t0}
+        out["way"], out["why"] = d.way, d.why
+        return out
 
     def estimate(self, plan: bytes) -> dict[str, Any]:
         """The plan's estimated result (rows, bytes, the steps, the estimating time)."""
@@ -219,10 +249,17 @@ class Node(flight.FlightServerBase):
             return self._describe(self.dataset(descriptor.path[0].decode()))
         req = self._parse(descriptor.command)
         info = self._check_plan(req["plan"])
+        meta = b""
+        if req["way"] == "auto":
+            ex = self.explain(req["plan"])
+            req["way"] = ex["way"]
+            meta = json.dumps(ex).encode()
         if req["way"] == "offload":
             tables = {t: self.dataset(t).table for t in info.reads}
-            endpoints = [flight.FlightEndpoint(descriptor.command, [])]
-            return flight.FlightInfo(_result_schema(req["plan"], tables), descriptor, endpoints, -1, -1)
+            ticket = request(req["plan"], "offload", req["compression"])
+            endpoints = [flight.FlightEndpoint(ticket, [])]
+            schema = _result_schema(req["plan"], tables)
+            return flight.FlightInfo(schema, descriptor, endpoints, -1, -1, app_metadata=meta)
         endpoints = []
         for t, cols in info.reads.items():
             ticket = json.dumps(
@@ -231,7 +268,7 @@ class Node(flight.FlightServerBase):
             endpoints.append(flight.FlightEndpoint(ticket.encode(), []))
         first, cols = next(iter(info.reads.items()))
         schema = self.dataset(first).table.select(cols).schema if len(info.reads) == 1 else pa.schema([])
-        return flight.FlightInfo(schema, descriptor, endpoints, -1, -1)
+        return flight.FlightInfo(schema, descriptor, endpoints, -1, -1, app_metadata=meta)
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
         req = self._parse(ticket.ticket)
@@ -261,6 +298,7 @@ class Node(flight.FlightServerBase):
             ("drop", "drop a data set: its name"),
             ("describe", "a data set's rows, bytes, columns, source and statistics: its name"),
             ("estimate", "a plan's estimated result rows and bytes, and why: the plan's bytes"),
+            ("explain", "the estimate, both ways' predicted times and the choice: the plan's bytes"),
             ("status", "the node's name, threads, data sets and counters"),
         ]
 
@@ -278,6 +316,8 @@ class Node(flight.FlightServerBase):
             yield json.dumps(self.dataset(body.decode()).describe(with_stats=True)).encode()
         elif action.type == "estimate":
             yield json.dumps(self.estimate(body)).encode()
+        elif action.type == "explain":
+            yield json.dumps(self.explain(body)).encode()
         elif action.type == "status":
             yield json.dumps(self.status()).encode()
         else:
@@ -322,8 +362,10 @@ class Node(flight.FlightServerBase):
             raise flight.FlightServerError(f"request version {req.get('v')!r}; this node speaks {PROTOCOL}")
         if "scan" in req:
             return req
-        if req.get("way") not in WAYS:
-            raise flight.FlightServerError(f"way must be one of {', '.join(WAYS)}, got {req.get('way')!r}")
+        if req.get("way") not in REQUEST_WAYS:
+            raise flight.FlightServerError(
+                f"way must be one of {', '.join(REQUEST_WAYS)}, got {req.get('way')!r}"
+            )
         if req.get("compression") not in COMPRESSIONS:
             raise flight.FlightServerError(
                 f"compression must be none, lz4 or zstd, got {req.get('compression')!r}"

@@ -1,0 +1,320 @@
+"""Learned time models and the offload decision (seed 003, slides 26-31): how long a query takes
+each way, from the plan's estimated sizes, so the node can choose before running it.
+
+The two ways, in stages:
+
+* ``offload``  = node engine (run the plan) + node stream (serialize and send the result)
+  + transfer of the result over the link + host receive;
+* ``pushback`` = node stream of the scanned columns + their transfer + host receive + host engine.
+
+Engine and stream times are learned per system type (``host``, a node profile) with random
+forests (scikit-learn) from a training suite that runs real queries against a real node under
+its budget (:func:`train`): the node reports its engine and stream seconds, the host its
+receive and engine seconds. Transfer is bytes over the link's rate plus its latency (measured
+on the link, as the probe's fit does). Training samples are kept as JSON and the forests are
+fitted when loaded, so nothing executable is read from disk.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FEATURES = ("in_rows", "in_bytes", "out_rows", "out_bytes", "functions", "aggregate", "join", "sort")
+TARGETS = ("node_engine", "node_stream_out", "node_stream_in", "host_engine", "host_receive_out",
+           "host_receive_in")  # fmt: skip
+"""What is learned. ``node_stream_out``: serializing and sending the offloaded result;
+``node_stream_in``: the scanned columns (pushback); ``host_receive_*``: the host's part of a
+fetch beyond the node's stream (deserializing, buffering)."""
+
+
+@dataclass
+class QueryFeatures:
+    """A query's sizes as the estimator sees them, plus its shape."""
+
+    in_rows: float
+    in_bytes: float
+    out_rows: float
+    out_bytes: float
+    functions: int
+    aggregate: bool
+    join: bool
+    sort: bool
+
+    def vector(self) -> list[float]:
+        return [
+            math.log1p(self.in_rows),
+            math.log1p(self.in_bytes),
+            math.log1p(self.out_rows),
+            math.log1p(self.out_bytes),
+            float(self.functions),
+            float(self.aggregate),
+            float(self.join),
+            float(self.sort),
+        ]
+
+
+def features(
+    plan: bytes, est_rows: float, est_bytes: float, tables: dict[str, tuple[int, float]]
+) -> QueryFeatures:
+    """Features of ``plan``: ``tables`` maps each data set read to (rows, bytes of the columns
+    read); ``est_*``: the estimated result."""
+    from substrait.plan_pb2 import Plan
+
+    from offload.dataservices.plans import _find
+
+    p = Plan()
+    p.ParseFromString(plan)
+    root = p.relations[0].root
+    kinds = {r.DESCRIPTOR.name for r in _rels(root)}
+    return QueryFeatures(
+        in_rows=float(sum(r for r, _ in tables.values())),
+        in_bytes=float(sum(b for _, b in tables.values())),
+        out_rows=float(est_rows),
+        out_bytes=float(est_bytes),
+        functions=len(_find(root, "ScalarFunction")),
+        aggregate="AggregateRel" in kinds,
+        join="JoinRel" in kinds,
+        sort="SortRel" in kinds,
+    )
+
+
+def _rels(msg: Any) -> list[Any]:
+    out = []
+    for fd, val in msg.ListFields():
+        if fd.message_type is None:
+            continue
+        for v in val if not hasattr(val, "ListFields") else [val]:
+            if fd.message_type.name.endswith("Rel"):
+                out.append(v)
+            out += _rels(v)
+    return out
+
+
+@dataclass
+class Sample:
+    """One measured query: its features and the seconds of each stage (None where not run)."""
+
+    system: str
+    features: QueryFeatures
+    times: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"system": self.system, "features": asdict(self.features), "times": self.times}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Sample:
+        return Sample(
+            d["system"], QueryFeatures(**d["features"]), {k: float(v) for k, v in d["times"].items()}
+        )
+
+
+@dataclass
+class Link:
+    """The link in the transfer model: bytes per second (None: not shaped, the stream times
+    already hold the sending) and one-way latency in seconds."""
+
+    bytes_per_s: float | None
+    latency_s: float
+
+    def seconds(self, nbytes: float) -> float:
+        return self.latency_s + (nbytes / self.bytes_per_s if self.bytes_per_s else 0.0)
+
+    @staticmethod
+    def of(shaped: dict[str, Any] | None, latency_s: float = 50e-6) -> Link:
+        """From a node's link report (link.shape): its rate, and its delay or ``latency_s``."""
+        if not shaped or not shaped.get("rate_mbit"):
+            return Link(None, latency_s)
+        delay = float(shaped.get("delay_ms") or 0.0) / 1e3
+        return Link(float(shaped["rate_mbit"]) * 1e6 / 8, delay or latency_s)
+
+
+@dataclass
+class Models:
+    """Random forests per (system, target), fitted from samples."""
+
+    samples: list[Sample]
+    forests: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    @classmethod
+    def fit(cls, samples: Sequence[Sample], seed: int = 0) -> Models:
+        from sklearn.ensemble import RandomForestRegressor
+
+        m = cls(list(samples))
+        for system in {s.system for s in samples}:
+            for target in TARGETS:
+                rows = [s for s in samples if s.system == system and target in s.times]
+                if len(rows) < 4:
+                    continue
+                x = np.array([s.features.vector() for s in rows])
+                y = np.log(np.array([max(s.times[target], 1e-6) for s in rows]))
+                forest = RandomForestRegressor(
+                    n_estimators=100, min_samples_leaf=2, random_state=seed, n_jobs=1
+                )
+                m.forests[(system, target)] = forest.fit(x, y)
+        return m
+
+    def predict(self, system: str, target: str, f: QueryFeatures) -> float:
+        forest = self.forests.get((system, target))
+        if forest is None:
+            raise KeyError(f"no model of {target} on {system}: train with `offload node train`")
+        return float(np.exp(forest.predict(np.array([f.vector()]))[0]))
+
+    def systems(self) -> set[str]:
+        return {s for s, _ in self.forests}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps({"samples": [s.as_dict() for s in self.samples]}, indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Models:
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls.fit([Sample.from_dict(d) for d in data["samples"]])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}: not a training file of `offload node train` ({e})") from None
+
+
+@dataclass
+class Decision:
+    """The predicted stages both ways, the choice and why."""
+
+    way: str
+    offload: dict[str, float]
+    pushback: dict[str, float]
+    why: str
+
+    @property
+    def offload_s(self) -> float:
+        return sum(self.offload.values())
+
+    @property
+    def pushback_s(self) -> float:
+        return sum(self.pushback.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "way": self.way,
+            "offload": self.offload,
+            "pushback": self.pushback,
+            "offload_s": self.offload_s,
+            "pushback_s": self.pushback_s,
+            "why": self.why,
+        }
+
+
+def decide(
+    models: Models, node_system: str, f: QueryFeatures, link: Link, host_system: str = "host"
+) -> Decision:
+    """Predicts both ways' stages for a query with features ``f`` and picks the faster."""
+    scan = QueryFeatures(f.in_rows, f.in_bytes, f.in_rows, f.in_bytes, 0, False, False, False)
+    off = {
+        "node engine": models.predict(node_system, "node_engine", f),
+        "node stream": models.predict(node_system, "node_stream_out", f),
+        "transfer": link.seconds(f.out_bytes),
+        "host receive": models.predict(host_system, "host_receive_out", f),
+    }
+    back = {
+        "node stream": models.predict(node_system, "node_stream_in", scan),
+        "transfer": link.seconds(f.in_bytes),
+        "host receive": models.predict(host_system, "host_receive_in", scan),
+        "host engine": models.predict(host_system, "host_engine", f),
+    }
+    o, b = sum(off.values()), sum(back.values())
+    way = "offload" if o <= b else "pushback"
+    big = max(off, key=lambda k: off[k]) if way == "pushback" else max(back, key=lambda k: back[k])
+    loser = back if way == "offload" else off
+    why = (
+        f"{way}: {min(o, b) * 1e3:.1f} ms against {max(o, b) * 1e3:.1f} ms "
+        f"({100 * (1 - min(o, b) / max(o, b)):.1f}% less); the other way's largest stage is "
+        f"{big} ({loser[big] * 1e3:.1f} ms)"
+    )
+    return Decision(way, off, back, why)
+
+
+# ------------------------------------------------------------------------------------ training
+
+
+TRAINING_SQL = (
+    "select * from {t} where x < {a}",
+    "select * from {t} where x >= {a} and y < {b}",
+    "select * from {t} where x >= {a} and y < {b} and z <= {c}",
+    "select id, vx from {t} where x < {a} or y < {b}",
+    "select id, x * 2 + y as s from {t} where z < {a}",
+    "select t, count(*) as n, avg(vx) as m from {t} where x < {a} group by t",
+    "select count(*) as n, min(vx * vx + vy * vy) as lo, max(vx * vx + vy * vy) as hi from {t} where y < {a}",
+    "select * from {t} where vx * vx + vy * vy > {d}",
+    "select id, t from {t} where x < {a} order by id limit 1000",
+)
+
+
+def training_queries(n: int, seed: int = 0) -> list[str]:
+    """``n`` queries of the training shapes over table ``{t}`` with random thresholds."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        shape = TRAINING_SQL[i % len(TRAINING_SQL)]
+        a, b, c = (float(v) for v in np.round(rng.random(3) ** 2, 4))  # many selective ones
+        out.append(shape.format(t="{t}", a=a, b=b, c=c, d=round(float(rng.uniform(0.1, 6)), 3)))
+    return out
+
+
+def measure(client: Any, table: str, sqls: Sequence[str], node_system: str,
+            progress: Callable[[int], None] | None = None) -> list[Sample]:  # fmt: skip
+    """Runs each query both ways against a node and turns the measurements into samples: the
+    node's engine and stream seconds (system ``node_system``), the host's receive and engine
+    seconds (system ``host``)."""
+    out: list[Sample] = []
+    desc = client.describe(table)
+    width = {n: c["width_bytes"] for n, c in desc["stats"]["columns"].items()}
+    from offload.dataservices import plans
+
+    for i, sql in enumerate(sqls):
+        plan = client.plan(sql.format(t=table))
+        est = client.estimate(plan)
+        cols = plans.inspect(plan).reads[table]
+        read_bytes = desc["rows"] * sum(width[c] for c in cols)
+        f = features(plan, est["rows"], est["bytes"], {table: (desc["rows"], read_bytes)})
+        _, off = client.query(plan, "offload")
+        _, back = client.query(plan, "pushback")
+        node = {
+            "node_engine": off.node_engine,
+            "node_stream_out": max(off.node - off.node_engine, 1e-6),
+            "node_stream_in": max(back.node - back.node_engine, 1e-6),
+        }
+        host = {
+            "host_engine": back.host,
+            "host_receive_out": max(off.fetch - off.node, 1e-6),
+            "host_receive_in": max(back.fetch - back.node, 1e-6),
+        }
+        # the actual sizes, not the estimates, describe what was measured
+        actual = QueryFeatures(
+            **{**asdict(f), "out_rows": float(off.rows), "out_bytes": float(off.arrow_bytes)}
+        )
+        out += [Sample(node_system, actual, node), Sample("host", actual, host)]
+        if progress:
+            progress(i + 1)
+    return out
+
+
+def held_out_error(samples: Sequence[Sample], seed: int = 0, share: float = 0.25) -> dict[str, float]:
+    """Median relative error per (system/target) of forests fitted on the rest, on a random
+    ``share`` of the queries held out."""
+    rng = np.random.default_rng(seed)
+    idx = rng.permutation(len(samples))
+    cut = max(1, int(len(samples) * share))
+    test, train_ = [samples[i] for i in idx[:cut]], [samples[i] for i in idx[cut:]]
+    m = Models.fit(train_, seed)
+    errs: dict[str, list[float]] = {}
+    for s in test:
+        for target, y in s.times.items():
+            if (s.system, target) in m.forests and y > 0:
+                p = m.predict(s.system, target, s.features)
+                errs.setdefault(f"{s.system}/{target}", []).append(abs(p - y) / y)
+    return {k: float(np.median(v)) for k, v in errs.items()}
