@@ -84,7 +84,7 @@ def test_a_bluefield2_node_runs_under_its_cpu_quota_and_memory_limit(tmp_path: P
         st = json.loads(_cli(tmp_path, port, tf, "list", "--json").stdout)
         cpu, mem = st["budget"]["cpu"], st["budget"]["memory"]
         if cpu["method"] == "cgroup-v1-cpu":
-            assert cpu["quota_us"] == 25_000 and cpu["period_us"] == 100_000
+            assert cpu["quota_us"] == 2_500 and cpu["period_us"] == 10_000
             assert Path(cpu["cgroup"], "cgroup.procs").read_text().split()[0] == str(p.pid)
         else:
             assert cpu["method"] == "pinned" and cpu["reason"]

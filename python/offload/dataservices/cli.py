@@ -104,6 +104,12 @@ def serve(
         Path | None, typer.Option(help="Directory whose files `load --path` may register. \\[default: none]")
     ] = None,
     token_file: TokenFileOpt = None,
+    models: Annotated[
+        Path | None,
+        typer.Option(
+            help="Time models from `offload node train` for `auto` queries. \\[default: none: auto offloads]"
+        ),
+    ] = None,
     name: Annotated[str, typer.Option(help="The node's name in answers and errors.")] = "node",
     allow_remote: Annotated[
         bool, typer.Option(help="Allow a non-loopback --host (the token then travels in clear text).")
@@ -136,7 +142,14 @@ def serve(
     from offload.dataservices.node import Node, NodeConfig
 
     token = os.environ.get("OFFLOAD_NODE_TOKEN") or secrets.token_urlsafe(24)
-    cfg = NodeConfig(token, host, port, prof.threads, data_dir, allow_remote, name)
+    cfg = NodeConfig(token, host, port, prof.threads, data_dir, allow_remote, name, system=prof.name)
+    if models is not None:
+        from offload.dataservices.timemodel import Models
+
+        try:
+            cfg.models = Models.load(models)
+        except ValueError as e:
+            raise fail(str(e)) from None
     try:
         node = Node(cfg)
     except ValueError as e:
@@ -398,3 +411,57 @@ def explain(
         other = max(runs, key=lambda w: runs[w].total)
         gain = 1 - runs[faster].total / runs[other].total
         console.print(f"{faster} was faster by {100 * gain:.1f}%")
+
+
+@app.command()
+def train(
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Training file to write (samples are added to it).")
+    ],
+    node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
+    sizes: Annotated[str, typer.Option(help="Particle table sizes to train on, comma-separated.")] = (
+        "100000,400000,1600000"
+    ),
+    queries: Annotated[int, typer.Option(help="Queries per table size (random thresholds).")] = 30,
+    seed: Annotated[int, typer.Option(help="Seed of the tables and thresholds.")] = 0,
+    token_file: TokenFileOpt = None,
+    netns: NetnsOpt = None,
+) -> None:
+    """Train the time models on a running node: upload particle tables of a few sizes, run a
+    suite of queries both ways, and keep the node's engine and stream seconds (its profile's
+    system type) and the host's receive and engine seconds. Train on an unshaped link (the
+    transfer is modelled from the node's link at decision time). Prints the held-out errors."""
+    from rich.progress import Progress
+
+    from offload.dataservices import particles as P
+    from offload.dataservices import timemodel as TM
+    from offload.dataservices.client import NodeError
+
+    try:
+        counts = [int(x) for x in sizes.split(",") if x.strip()]
+    except ValueError:
+        raise fail(f"--sizes {sizes!r}: give row counts like 100000,400000") from None
+    samples = []
+    with _client(node, token_file, netns, timeout_s=900) as c:
+        try:
+            st = c.status()
+            system = st.get("system", "host")
+            if (st.get("budget") or {}).get("link", {}).get("rate_mbit"):
+                console.print("[yellow]the node's link is shaped: its stream times will include the link[/]")
+            with Progress(console=console) as bar:
+                task = bar.add_task(f"training on {system}", total=len(counts) * queries)
+                for i, n in enumerate(counts):
+                    name = f"train_{n}"
+                    c.upload(name, P.generate(n, seed=seed + i))
+                    sqls = TM.training_queries(queries, seed + i)
+                    samples += TM.measure(c, name, sqls, system, lambda _: bar.advance(task))
+                    c.drop(name)
+        except NodeError as e:
+            raise fail(str(e)) from None
+    old = TM.Models.load(out).samples if out.exists() else []
+    TM.Models(old + samples).save(out)
+    console.print(
+        f"{len(samples)} samples from {system} and host added to {out} ({len(old) + len(samples)} in all)"
+    )
+    for k, v in sorted(TM.held_out_error(old + samples).items()):
+        console.print(f"  {k}: median error {100 * v:.1f}% on held-out queries")

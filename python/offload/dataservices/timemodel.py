@@ -97,6 +97,11 @@ def _rels(msg: Any) -> list[Any]:
     return out
 
 
+def scan_features(f: QueryFeatures) -> QueryFeatures:
+    """The features of shipping a query's input as it is (pushback's stream)."""
+    return QueryFeatures(f.in_rows, f.in_bytes, f.in_rows, f.in_bytes, 0, False, False, False)
+
+
 @dataclass
 class Sample:
     """One measured query: its features and the seconds of each stage (None where not run)."""
@@ -213,7 +218,7 @@ def decide(
     models: Models, node_system: str, f: QueryFeatures, link: Link, host_system: str = "host"
 ) -> Decision:
     """Predicts both ways' stages for a query with features ``f`` and picks the faster."""
-    scan = QueryFeatures(f.in_rows, f.in_bytes, f.in_rows, f.in_bytes, 0, False, False, False)
+    scan = scan_features(f)
     off = {
         "node engine": models.predict(node_system, "node_engine", f),
         "node stream": models.predict(node_system, "node_stream_out", f),
@@ -265,42 +270,62 @@ def training_queries(n: int, seed: int = 0) -> list[str]:
     return out
 
 
-def measure(client: Any, table: str, sqls: Sequence[str], node_system: str,
-            progress: Callable[[int], None] | None = None) -> list[Sample]:  # fmt: skip
-    """Runs each query both ways against a node and turns the measurements into samples: the
-    node's engine and stream seconds (system ``node_system``), the host's receive and engine
-    seconds (system ``host``)."""
+def measure(
+    client: Any,
+    table: str,
+    sqls: Sequence[str],
+    node_system: str,
+    progress: Callable[[int], None] | None = None,
+    repeat: int = 3,
+) -> list[Sample]:
+    """Runs each query both ways against a node, ``repeat`` times, and turns the medians into
+    samples: the node's engine and stream seconds (system ``node_system``), the host's receive
+    and engine seconds (system ``host``). A quota-held node's times jitter by its CFS period;
+    the median of a few runs is what a model can learn."""
+    from offload.dataservices import plans
+
     out: list[Sample] = []
     desc = client.describe(table)
     width = {n: c["width_bytes"] for n, c in desc["stats"]["columns"].items()}
-    from offload.dataservices import plans
-
     for i, sql in enumerate(sqls):
         plan = client.plan(sql.format(t=table))
         est = client.estimate(plan)
         cols = plans.inspect(plan).reads[table]
         read_bytes = desc["rows"] * sum(width[c] for c in cols)
         f = features(plan, est["rows"], est["bytes"], {table: (desc["rows"], read_bytes)})
-        _, off = client.query(plan, "offload")
-        _, back = client.query(plan, "pushback")
-        node = {
-            "node_engine": off.node_engine,
-            "node_stream_out": max(off.node - off.node_engine, 1e-6),
-            "node_stream_in": max(back.node - back.node_engine, 1e-6),
-        }
-        host = {
-            "host_engine": back.host,
-            "host_receive_out": max(off.fetch - off.node, 1e-6),
-            "host_receive_in": max(back.fetch - back.node, 1e-6),
-        }
+        runs = [(client.query(plan, "offload")[1], client.query(plan, "pushback")[1]) for _ in range(repeat)]
+        med = _medians(runs)
+        off_rows, off_bytes = runs[0][0].rows, runs[0][0].arrow_bytes
         # the actual sizes, not the estimates, describe what was measured
-        actual = QueryFeatures(
-            **{**asdict(f), "out_rows": float(off.rows), "out_bytes": float(off.arrow_bytes)}
-        )
-        out += [Sample(node_system, actual, node), Sample("host", actual, host)]
+        actual = QueryFeatures(**{**asdict(f), "out_rows": float(off_rows), "out_bytes": float(off_bytes)})
+        scanned = scan_features(actual)
+        node_out = {"node_engine": med["node_engine"], "node_stream_out": med["node_stream_out"]}
+        host_out = {"host_engine": med["host_engine"], "host_receive_out": med["host_receive_out"]}
+        out += [
+            Sample(node_system, actual, node_out),
+            Sample(node_system, scanned, {"node_stream_in": med["node_stream_in"]}),
+            Sample("host", actual, host_out),
+            Sample("host", scanned, {"host_receive_in": med["host_receive_in"]}),
+        ]
         if progress:
             progress(i + 1)
     return out
+
+
+def _medians(runs: Sequence[tuple[Any, Any]]) -> dict[str, float]:
+    """Median seconds of each stage over (offload timing, pushback timing) pairs."""
+    stages: dict[str, list[float]] = {}
+    for off, back in runs:
+        for k, v in {
+            "node_engine": off.node_engine,
+            "node_stream_out": off.node - off.node_engine,
+            "node_stream_in": back.node - back.node_engine,
+            "host_engine": back.host,
+            "host_receive_out": off.fetch - off.node,
+            "host_receive_in": back.fetch - back.node,
+        }.items():
+            stages.setdefault(k, []).append(max(v, 1e-6))
+    return {k: float(np.median(v)) for k, v in stages.items()}
 
 
 def held_out_error(samples: Sequence[Sample], seed: int = 0, share: float = 0.25) -> dict[str, float]:

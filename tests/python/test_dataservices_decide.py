@@ -1,0 +1,109 @@
+"""Time models and the decision: forests fitted from samples predict what they saw, the decision
+takes the faster way where the difference is clear, and a node with models answers `auto` queries
+with its choice and why; `offload node train` against a real node writes a training file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("datafusion")
+pytest.importorskip("sklearn")
+
+from offload.dataservices import particles as P
+from offload.dataservices import timemodel as TM
+from offload.dataservices.client import NodeClient
+from offload.dataservices.node import Node, NodeConfig
+
+TOKEN = "t"
+
+
+def _synthetic() -> list[TM.Sample]:
+    """A node 4x slower than the host at the engine (0.2 us a row on the host); streams cost
+    5 ns a byte on the node, receiving 1 ns on the host."""
+    out = []
+    for rows in (1e4, 1e5, 1e6):
+        for sel in (0.001, 0.01, 0.1, 0.5, 1.0):
+            f = TM.QueryFeatures(rows, rows * 64, rows * sel, rows * sel * 64, 1, False, False, False)
+            scan = TM.scan_features(f)
+            engine = rows * 2e-7
+            node = {"node_engine": 4 * engine, "node_stream_out": f.out_bytes * 5e-9 + 1e-4}
+            host = {"host_engine": engine, "host_receive_out": f.out_bytes * 1e-9 + 1e-4}
+            out += [
+                TM.Sample("nic", f, node),
+                TM.Sample("nic", scan, {"node_stream_in": scan.out_bytes * 5e-9 + 1e-4}),
+                TM.Sample("host", f, host),
+                TM.Sample("host", scan, {"host_receive_in": scan.out_bytes * 1e-9 + 1e-4}),
+            ]
+    return out
+
+
+def test_forests_learn_the_stages_and_the_decision_follows_the_link(tmp_path: Path) -> None:
+    m = TM.Models.fit(_synthetic())
+    f = TM.QueryFeatures(1e6, 64e6, 1e4, 64e4, 1, False, False, False)
+    assert m.predict("nic", "node_engine", f) == pytest.approx(0.8, rel=0.35)
+    slow = TM.Link(bytes_per_s=1e8, latency_s=1e-4)  # 800 Mbit/s: shipping 64 MB costs 0.64 s
+    d = TM.decide(m, "nic", f, slow)
+    assert d.way == "offload" and d.pushback["transfer"] > 0.6 and "offload" in d.why
+    everything = TM.QueryFeatures(1e6, 64e6, 1e6, 64e6, 1, False, False, False)
+    # nothing to save on the link and the node's engine 4x slower: 0.8 s against 0.2 s
+    assert TM.decide(m, "nic", everything, slow).way == "pushback"
+    m.save(tmp_path / "m.json")
+    again = TM.Models.load(tmp_path / "m.json")
+    assert again.predict("nic", "node_engine", f) == pytest.approx(m.predict("nic", "node_engine", f))
+    with pytest.raises(KeyError, match="train"):
+        m.predict("dpu", "node_engine", f)
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="training file"):
+        TM.Models.load(tmp_path / "bad.json")
+    assert set(TM.held_out_error(_synthetic())) >= {"nic/node_engine", "host/host_engine"}
+
+
+def test_links_from_the_node_report() -> None:
+    assert TM.Link.of(None).bytes_per_s is None
+    link = TM.Link.of({"rate_mbit": 800.0, "delay_ms": 0.0})
+    assert link.bytes_per_s == 1e8 and link.seconds(1e8) == pytest.approx(1.0, rel=1e-3)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    n = Node(NodeConfig(TOKEN, name="n", system="nic"))
+    n.add("particles", P.generate(20_000, seed=4))
+    yield n
+    n.shutdown()
+
+
+def test_auto_queries_carry_the_node_decision(node: Node) -> None:
+    with NodeClient(f"127.0.0.1:{node.port}", TOKEN) as c:
+        t, timing = c.query("select * from particles where x < 0.01", "auto")
+        assert timing.way == "offload" and "no time models" in timing.decision["why"]
+        node.config.models = TM.Models.fit(_synthetic())
+        node.config.budget = {"link": {"rate_mbit": 8.0, "delay_ms": 0.0}}  # a slow link
+        t, timing = c.query("select * from particles where x < 0.01", "auto")
+        assert timing.way == "offload" and timing.decision["decision"]["pushback_s"] > 1.0
+        assert t.num_rows == timing.rows > 0
+        ex = c.explain("select * from particles")
+        assert set(ex["decision"]["offload"]) == {"node engine", "node stream", "transfer", "host receive"}
+        assert ex["estimate"]["rows"] == pytest.approx(20_000)
+
+
+def test_train_writes_samples_from_a_real_node(node: Node, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from offload.cli import app
+
+    tf = tmp_path / "token"
+    tf.write_text(TOKEN)
+    out = tmp_path / "models.json"
+    args = ["node", "train", "-o", str(out), "--node", f"127.0.0.1:{node.port}", "--token-file", str(tf),
+            "--sizes", "3000,6000", "--queries", "4"]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    samples = json.loads(out.read_text())["samples"]
+    assert len(samples) == 2 * 4 * 4 and {s["system"] for s in samples} == {"nic", "host"}
+    assert "held-out" in r.output
+    with NodeClient(f"127.0.0.1:{node.port}", TOKEN) as c:
+        assert not any(d["name"].startswith("train_") for d in c.status()["datasets"])
