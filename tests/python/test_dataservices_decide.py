@@ -107,3 +107,22 @@ def test_train_writes_samples_from_a_real_node(node: Node, tmp_path: Path) -> No
     assert "held-out" in r.output
     with NodeClient(f"127.0.0.1:{node.port}", TOKEN) as c:
         assert not any(d["name"].startswith("train_") for d in c.status()["datasets"])
+
+
+def test_case_study_reports_both_cases_beside_the_seed(node: Node, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from offload.cli import app
+
+    tf = tmp_path / "token"
+    tf.write_text(TOKEN)
+    out = tmp_path / "cases.json"
+    at = ["--node", f"127.0.0.1:{node.port}", "--token-file", str(tf)]
+    r = CliRunner().invoke(app, ["node", "case-study", *at, "--repeat", "1", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "[55,036.7]" in r.output and "[offload]" in r.output  # the seed's figures, not eaten as markup
+    res = {c["case"]: c for c in json.loads(out.read_text())}
+    assert set(res) == {"I", "II"}
+    assert res["I"]["actual_rows"] < res["II"]["actual_rows"]
+    assert res["I"]["estimate_error"] < 0.25 and res["I"]["transfer_mib"]["pushback"] > 1.0
+    assert res["II"]["seed"]["decision"] == "pushback"

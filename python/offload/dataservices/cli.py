@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from offload.clitools import fail
@@ -465,3 +466,68 @@ def train(
     )
     for k, v in sorted(TM.held_out_error(old + samples).items()):
         console.print(f"  {k}: median error {100 * v:.1f}% on held-out queries")
+
+
+@app.command(name="case-study")
+def case_study(
+    node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
+    rows: Annotated[int, typer.Option(help="Particles to load when the node has none.")] = 6_177_731,
+    repeat: Annotated[int, typer.Option(help="Runs of each way (medians are shown).")] = 3,
+    out: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
+    token_file: TokenFileOpt = None,
+    netns: NetnsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The seed's Case I (0.9% selective) and Case II (18.4%, the crossover) on a node: its
+    estimate and decision, both ways measured, the transfer sizes, beside the seed's figures.
+    Loads `particles` (--rows) first if the node has no such data set."""
+    from offload.dataservices import cases as C
+    from offload.dataservices import particles as P
+    from offload.dataservices.client import NodeError
+
+    with _client(node, token_file, netns, timeout_s=900) as c:
+        try:
+            if "particles" not in c.schemas():
+                console.print(f"loading {rows:,} particles into the node")
+                c.upload("particles", P.generate(rows))
+            results = [C.run_case(c, name, repeat) for name in C.CASES]
+        except NodeError as e:
+            raise fail(str(e)) from None
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2))
+    if as_json:
+        print(json.dumps(results, indent=2))
+        return
+    t = Table(title=escape("the seed's case studies: ours [seed]"))
+    t.add_column("")
+    for r in results:
+        t.add_column(f"Case {r['case']}", justify="right")
+
+    def seed(r: dict[str, Any], key: str, fmt: str) -> str:
+        v = r["seed"].get(key)
+        return escape(f" [{fmt.format(v)}]") if v is not None else ""
+
+    lines = [
+        ("estimated rows", lambda r: f"{r['estimated_rows']:,.1f}" + seed(r, "estimated_rows", "{:,.1f}")),
+        ("actual rows", lambda r: f"{r['actual_rows']:,}" + seed(r, "actual_rows", "{:,}")),
+        (
+            "estimate off by",
+            lambda r: f"{100 * r['estimate_error']:.2f}%" + seed(r, "estimate_error", "{:.2%}"),
+        ),
+        ("decision", lambda r: r["decision"] + seed(r, "decision", "{}")),
+        ("offload (ms)", lambda r: f"{1e3 * r['measured_s']['offload']:.1f}"),
+        ("pushback (ms)", lambda r: f"{1e3 * r['measured_s']['pushback']:.1f}"),
+        (
+            "offload faster by",
+            lambda r: f"{100 * r['offload_faster_by']:.1f}%" + seed(r, "offload_faster_by", "{:.1%}"),
+        ),
+        ("decision right", lambda r: "yes" if r["decision_right"] else "no"),
+        ("offload MiB", lambda r: f"{r['transfer_mib']['offload']:.2f}"),
+        ("pushback MiB", lambda r: f"{r['transfer_mib']['pushback']:.1f}"),
+    ]
+    for label, f in lines:
+        t.add_row(label, *(f(r) for r in results))
+    console.print(t)
+    for r in results:
+        console.print(f"Case {r['case']}: {r['why']}")
