@@ -531,3 +531,93 @@ def case_study(
     console.print(t)
     for r in results:
         console.print(f"Case {r['case']}: {r['why']}")
+
+
+ClusterOpt = Annotated[
+    Path, typer.Option("--cluster", "-c", help="Cluster file (TOML: [nodes.NAME] endpoint, token_file).")
+]
+
+
+def _cluster(path: Path, netns: str | None) -> Any:
+    from offload.dataservices.cluster import ClusterClient, load_cluster
+
+    if netns is not None:
+        from offload.dataservices import link as L
+
+        why = L.unavailable_reason()
+        if why:
+            raise fail(f"--netns: {why}")
+        L.reexec_inside(netns)
+    try:
+        return ClusterClient(load_cluster(path), timeout_s=900)
+    except ValueError as e:
+        raise fail(str(e)) from None
+
+
+@app.command(name="cluster-load")
+def cluster_load(
+    name: Annotated[str, typer.Argument(help="Data set name on every node.")],
+    cluster: ClusterOpt,
+    file: Annotated[
+        Path | None, typer.Option(help="Parquet/Arrow file to partition. \\[default: particles]")
+    ] = None,
+    rows: Annotated[int, typer.Option(help="Particles to generate when no --file is given.")] = 6_177_731,
+    by: Annotated[
+        str | None, typer.Option(help="Integer column to partition by (modulo). \\[default: slices]")
+    ] = "id",
+    netns: NetnsOpt = None,
+) -> None:
+    """Partition a data set over the nodes of a cluster file."""
+    import pyarrow.dataset as pads
+
+    from offload.dataservices import particles as P
+    from offload.dataservices.client import NodeError
+
+    try:
+        table = (
+            pads.dataset(file, format="parquet" if file.suffix == ".parquet" else "ipc").to_table()
+            if file
+            else P.generate(rows)
+        )
+    except (OSError, ValueError) as e:
+        raise fail(f"{file}: {e}") from None
+    with _cluster(cluster, netns) as cc:
+        try:
+            parts = cc.upload_partitioned(name, table, by if by in table.schema.names else None)
+        except (NodeError, ValueError) as e:
+            raise fail(str(e)) from None
+    console.print(f"{name}: " + ", ".join(f"{n} {r:,} rows" for n, r in parts.items()))
+
+
+@app.command(name="cluster-query")
+def cluster_query(
+    sql: Annotated[str, typer.Argument(help="SQL over the cluster's partitioned data sets.")],
+    cluster: ClusterOpt,
+    way: Annotated[str, typer.Option(help="offload, pushback, or auto (each node decides).")] = "auto",
+    show: Annotated[int, typer.Option(help="Result rows to print.")] = 5,
+    netns: NetnsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a query over a cluster: every node gets the partition-local part of the plan (below
+    its first aggregate, sort or limit) and decides for its partition; this host finishes."""
+    from offload.dataservices.client import NodeError
+    from offload.dataservices.plans import PlanError
+
+    with _cluster(cluster, netns) as cc:
+        try:
+            result, timing = cc.query(sql, way)
+        except (NodeError, PlanError, ValueError) as e:
+            raise fail(str(e)) from None
+    if as_json:
+        print(json.dumps({"sql": sql, "timing": timing.as_dict()}, indent=2))
+        return
+    if show:
+        console.print(result.slice(0, show).to_pandas().to_string(index=False))
+    total, final = 1e3 * timing.total, 1e3 * timing.host_final
+    t = Table(title=f"{timing.rows:,} rows in {total:.1f} ms (host final step {final:.1f} ms)")
+    for col in ("node", "way", "rows", "node engine ms", "fetch ms", "host ms", "Arrow MiB"):
+        t.add_column(col, justify="left" if col in ("node", "way") else "right")
+    for n, d in timing.nodes.items():
+        t.add_row(n, d["way"], f"{d['rows']:,}", f"{1e3 * d['node_engine']:.1f}", f"{1e3 * d['fetch']:.1f}",
+                  f"{1e3 * d['host']:.1f}", f"{d['arrow_bytes'] / 2**20:.2f}")  # fmt: skip
+    console.print(t)

@@ -434,28 +434,12 @@ def _run_on_sample(plan: Any, cond: Any, inp: _Rel, table: str, sample: pa.Table
     read.named_table.names.append(table)
     read.base_schema.names.extend(names)
     for n in names:
-        read.base_schema.struct.types.add().CopyFrom(_type_of(sample.schema.field(n).type))
+        read.base_schema.struct.types.add().CopyFrom(plans.substrait_type(sample.schema.field(n).type))
     read.base_schema.struct.nullability = 2  # NULLABILITY_REQUIRED
     flt.condition.CopyFrom(cond)
     root.names.extend(names)
     hits = plans.execute(p.SerializeToString(), {table: sample.select(names)}, threads=1).num_rows
     return hits / sample.num_rows
-
-
-def _type_of(t: pa.DataType) -> Any:
-    from substrait.type_pb2 import Type
-
-    out = Type()
-    nullable = 1  # NULLABILITY_NULLABLE
-    kinds = {
-        pa.int64(): "i64", pa.int32(): "i32", pa.int16(): "i16", pa.int8(): "i8", pa.float64(): "fp64",
-        pa.float32(): "fp32", pa.bool_(): "bool", pa.string(): "string", pa.large_string(): "string",
-    }  # fmt: skip
-    kind = kinds.get(t)
-    if kind is None:
-        raise plans.PlanError(f"cannot sample a condition over a column of type {t}")
-    getattr(out, kind).nullability = nullable
-    return out
 
 
 def _literal(lit: Any) -> Any:

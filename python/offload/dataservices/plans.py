@@ -113,6 +113,109 @@ def narrow(plan: bytes) -> bytes:
     return p.SerializeToString()
 
 
+PARTIAL = "__partial"
+"""The table name of the nodes' partial results in a split plan's final part."""
+_BLOCKING = ("aggregate", "sort", "fetch")
+_LOCAL = ("read", "filter", "project")
+
+
+def split(plan: bytes) -> tuple[bytes, bytes | None, list[str]]:
+    """(local, final, names): ``local`` is the plan's partition-local part — everything below
+    its lowest blocking operator (aggregate, sort, fetch), or the whole plan — and ``final``
+    the rest, reading the local parts' union as table :data:`PARTIAL` (None without a blocking
+    operator); ``names`` are the local part's output names. Joins are refused."""
+    from substrait.plan_pb2 import Plan
+
+    p = Plan()
+    p.ParseFromString(plan)
+    root = p.relations[0].root
+    lowest, rel = None, root.input
+    while True:
+        kind = rel.WhichOneof("rel_type")
+        if kind in _BLOCKING:
+            lowest = getattr(rel, kind)
+        elif kind not in _LOCAL:
+            raise PlanError(f"a {kind} relation cannot run over partitioned data sets yet")
+        if kind == "read":
+            break
+        rel = getattr(rel, kind).input
+    if lowest is None:
+        return plan, None, list(root.names)
+    width = _width(lowest.input)
+    names = [f"c{i}" for i in range(width)]
+    local = Plan()
+    local.CopyFrom(p)
+    local.relations[0].root.input.CopyFrom(lowest.input)
+    del local.relations[0].root.names[:]
+    local.relations[0].root.names.extend(names)
+    local_bytes = local.SerializeToString()
+    schema = _local_schema(local_bytes, plan)
+    read = lowest.input.__class__()
+    read.read.named_table.names.append(PARTIAL)
+    read.read.base_schema.names.extend(names)
+    for f in schema:
+        read.read.base_schema.struct.types.add().CopyFrom(substrait_type(f.type))
+    read.read.base_schema.struct.nullability = 2  # NULLABILITY_REQUIRED (the struct itself)
+    lowest.input.CopyFrom(read)
+    return local_bytes, p.SerializeToString(), names
+
+
+def _width(rel) -> int:
+    """Output fields of a local relation (read, filter, project; emit mappings applied)."""
+    kind = rel.WhichOneof("rel_type")
+    node = getattr(rel, kind)
+    if node.HasField("common") and node.common.HasField("emit"):
+        return len(node.common.emit.output_mapping)
+    if kind == "read":
+        if node.HasField("projection"):
+            return len(node.projection.select.struct_items)
+        return len(node.base_schema.names)
+    if kind == "filter":
+        return _width(node.input)
+    return _width(node.input) + len(node.expressions)
+
+
+def _local_schema(local: bytes, whole: bytes) -> pa.Schema:
+    """The local part's result schema, planned over empty tables of the plan's reads."""
+    from substrait.plan_pb2 import Plan
+
+    p = Plan()
+    p.ParseFromString(whole)
+    tables = {}
+    for read in _find(p.relations[0].root, "ReadRel"):
+        names = list(read.base_schema.names)
+        types = [arrow_type(t) for t in read.base_schema.struct.types]
+        tables[read.named_table.names[-1]] = pa.schema(list(zip(names, types, strict=True))).empty_table()
+    schema, _ = execute_batches(local, tables, 1)
+    return schema
+
+
+_TYPES = {
+    "i8": pa.int8(), "i16": pa.int16(), "i32": pa.int32(), "i64": pa.int64(), "fp32": pa.float32(),
+    "fp64": pa.float64(), "bool": pa.bool_(), "string": pa.string(), "date": pa.date32(),
+}  # fmt: skip
+
+
+def arrow_type(t) -> pa.DataType:
+    """The Arrow type of a flat Substrait type."""
+    kind = t.WhichOneof("kind")
+    if kind not in _TYPES:
+        raise PlanError(f"Substrait type {kind} is not supported here")
+    return _TYPES[kind]
+
+
+def substrait_type(t: pa.DataType):
+    """The (nullable) Substrait type of a flat Arrow type."""
+    from substrait.type_pb2 import Type
+
+    for kind, at in _TYPES.items():
+        if t == at or (kind == "string" and t == pa.large_string()):
+            out = Type()
+            getattr(out, kind).nullability = 1  # NULLABILITY_NULLABLE
+            return out
+    raise PlanError(f"Arrow type {t} is not supported here")
+
+
 def _find(msg, type_name: str) -> list:
     """Every sub-message of type ``type_name`` under ``msg`` (joins, subqueries included)."""
     out = []
