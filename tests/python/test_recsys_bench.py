@@ -112,7 +112,8 @@ def test_memory_cgroup_holds_the_page_cache_to_the_budget(
         pytest.skip(why)
     monkeypatch.setattr(memlimit, "SLACK_BYTES", 16 << 20)
     f = tmp_path / "big"
-    size = 256 << 20  # well above the process's own memory + slack + budget
+    # well above the process's own memory + slack + budget (what the suite loaded before counts)
+    size = max(256 << 20, (memlimit._anon_bytes() + (16 << 20) + (8 << 20) + (128 << 20)) >> 20 << 20)
     with f.open("wb") as out:
         for _ in range(size >> 20):
             out.write(b"\x5a" * (1 << 20))

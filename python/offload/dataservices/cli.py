@@ -251,8 +251,12 @@ def particles(
 def load(
     name: Annotated[str, typer.Argument(help="Data set name on the node.")],
     node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
-    file: Annotated[Path | None, typer.Option(help="Local Parquet/Arrow file to upload.")] = None,
-    path: Annotated[str | None, typer.Option(help="File in the node's --data-dir to register.")] = None,
+    file: Annotated[
+        Path | None, typer.Option(help="Local Parquet/Arrow file to upload. \\[default: none]")
+    ] = None,
+    path: Annotated[
+        str | None, typer.Option(help="File in the node's --data-dir to register. \\[default: none]")
+    ] = None,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
 ) -> None:
@@ -473,7 +477,9 @@ def case_study(
     node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
     rows: Annotated[int, typer.Option(help="Particles to load when the node has none.")] = 6_177_731,
     repeat: Annotated[int, typer.Option(help="Runs of each way (medians are shown).")] = 3,
-    out: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write the results as JSON here. \\[default: none]")
+    ] = None,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
@@ -563,7 +569,8 @@ def cluster_load(
     ] = None,
     rows: Annotated[int, typer.Option(help="Particles to generate when no --file is given.")] = 6_177_731,
     by: Annotated[
-        str | None, typer.Option(help="Integer column to partition by (modulo). \\[default: slices]")
+        str | None,
+        typer.Option(help="Integer column to partition by (modulo); a missing one: contiguous slices."),
     ] = "id",
     netns: NetnsOpt = None,
 ) -> None:
