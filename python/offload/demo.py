@@ -7,7 +7,7 @@ injector, prints throughput, latency and the per-stage breakdown, shows its cont
 refusing a peer without CURVE keys and answering the operator's, runs a small sweep with its
 Pareto plot, runs the quick probe of the channels (memory, IPC, ZeroMQ, io_uring), calibrates
 the pipeline simulator on the sweep, recommends a configuration, prices the seed's deployments,
-and ends by writing the HTML report.
+runs the seed's near-data case studies on a Flight node, and ends by writing the HTML report.
 Results go to ``<out>/demo.json`` and the plots next to it.
 """
 
@@ -257,6 +257,46 @@ def _recsys_section(out: Path) -> dict[str, Any]:
     return res
 
 
+def _dataservices_section(out: Path) -> dict[str, Any]:
+    """A near-data node in small: a Flight node in this process with 500,000 particles, time
+    models from a small training suite, the seed's two case studies on it (estimate, decision,
+    both ways measured) and one explained query. The budgeted, shaped version needs root:
+    `offload node serve --profile bluefield2 --netns NAME` (docs/dataservices.md)."""
+    import secrets
+
+    from offload.dataservices import cases as C
+    from offload.dataservices import particles as P
+    from offload.dataservices import timemodel as TM
+    from offload.dataservices.cli import print_cases
+    from offload.dataservices.client import NodeClient
+    from offload.dataservices.node import Node, NodeConfig
+
+    console.rule("near-data queries: a Flight node decides offload or push back (offload node)")
+    token = secrets.token_urlsafe(16)
+    node = Node(NodeConfig(token, name="demo-node"))
+    try:
+        with console.status("a node with 500,000 particles, its sketches, a small training suite, the cases"):
+            node.add("particles", P.generate(500_000, seed=0))
+            with NodeClient(f"127.0.0.1:{node.port}", token) as c:
+                samples = []
+                for i, n in enumerate((20_000, 100_000)):  # `offload node train` in small
+                    c.upload(f"train_{n}", P.generate(n, seed=10 + i))
+                    samples += TM.measure(c, f"train_{n}", TM.training_queries(9, i), "host", repeat=1)
+                    c.drop(f"train_{n}")
+                node.config.models = TM.Models.fit(samples)
+                results = [C.run_case(c, name, repeat=1) for name in C.CASES]
+                explain = c.explain(
+                    "select t, count(*) as n from particles where x < 0.3 and y > 0.6 group by t"
+                )
+    finally:
+        node.shutdown()
+    print_cases(results)
+    console.print(f"explain: {explain['estimate']['rows']:,.1f} groups expected; {explain['why']}")
+    res = {"cases": results, "explain": explain}
+    (out / "dataservices-cases.json").write_text(json.dumps(res, indent=2))
+    return res
+
+
 def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dict[str, Any]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -319,10 +359,11 @@ def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dic
     service = _serve_section(out, paths, rs)
     probe = _probe_section(out)
     recsys = _recsys_section(out)
+    dataservices = _dataservices_section(out)
     plan = _plan_section(out, paths)
     result = {
         "synth": summary, "load_s": load_s, "bench": report, "matchers_agree": agree, "serve": service,
-        "probe": probe, "plan": plan, "recsys": recsys,
+        "probe": probe, "plan": plan, "recsys": recsys, "dataservices": dataservices,
     }  # fmt: skip
     (out / "demo.json").write_text(json.dumps(result, indent=2, default=str))
     console.print(f"wrote {out / 'demo.json'}, {png} and the service plots in {out}")

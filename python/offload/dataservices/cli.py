@@ -505,38 +505,7 @@ def case_study(
     if as_json:
         print(json.dumps(results, indent=2))
         return
-    t = Table(title=escape("the seed's case studies: ours [seed]"))
-    t.add_column("")
-    for r in results:
-        t.add_column(f"Case {r['case']}", justify="right")
-
-    def seed(r: dict[str, Any], key: str, fmt: str) -> str:
-        v = r["seed"].get(key)
-        return escape(f" [{fmt.format(v)}]") if v is not None else ""
-
-    lines = [
-        ("estimated rows", lambda r: f"{r['estimated_rows']:,.1f}" + seed(r, "estimated_rows", "{:,.1f}")),
-        ("actual rows", lambda r: f"{r['actual_rows']:,}" + seed(r, "actual_rows", "{:,}")),
-        (
-            "estimate off by",
-            lambda r: f"{100 * r['estimate_error']:.2f}%" + seed(r, "estimate_error", "{:.2%}"),
-        ),
-        ("decision", lambda r: r["decision"] + seed(r, "decision", "{}")),
-        ("offload (ms)", lambda r: f"{1e3 * r['measured_s']['offload']:.1f}"),
-        ("pushback (ms)", lambda r: f"{1e3 * r['measured_s']['pushback']:.1f}"),
-        (
-            "offload faster by",
-            lambda r: f"{100 * r['offload_faster_by']:.1f}%" + seed(r, "offload_faster_by", "{:.1%}"),
-        ),
-        ("decision right", lambda r: "yes" if r["decision_right"] else "no"),
-        ("offload MiB", lambda r: f"{r['transfer_mib']['offload']:.2f}"),
-        ("pushback MiB", lambda r: f"{r['transfer_mib']['pushback']:.1f}"),
-    ]
-    for label, f in lines:
-        t.add_row(label, *(f(r) for r in results))
-    console.print(t)
-    for r in results:
-        console.print(f"Case {r['case']}: {r['why']}")
+    print_cases(results)
 
 
 ClusterOpt = Annotated[
@@ -628,3 +597,39 @@ def cluster_query(
         t.add_row(n, d["way"], f"{d['rows']:,}", f"{1e3 * d['node_engine']:.1f}", f"{1e3 * d['fetch']:.1f}",
                   f"{1e3 * d['host']:.1f}", f"{d['arrow_bytes'] / 2**20:.2f}")  # fmt: skip
     console.print(t)
+
+
+def print_cases(results: list[dict[str, Any]]) -> None:
+    """The case studies side by side, the seed's figures in brackets."""
+    t = Table(title=escape("the seed's case studies: ours [seed]"))
+    t.add_column("")
+    for r in results:
+        t.add_column(f"Case {r['case']}", justify="right")
+
+    def seed(r: dict[str, Any], key: str, fmt: str) -> str:
+        v = r["seed"].get(key)
+        return escape(f" [{fmt.format(v)}]") if v is not None else ""
+
+    lines = [
+        ("estimated rows", lambda r: f"{r['estimated_rows']:,.1f}" + seed(r, "estimated_rows", "{:,.1f}")),
+        ("actual rows", lambda r: f"{r['actual_rows']:,}" + seed(r, "actual_rows", "{:,}")),
+        (
+            "estimate off by",
+            lambda r: f"{100 * r['estimate_error']:.2f}%" + seed(r, "estimate_error", "{:.2%}"),
+        ),
+        ("decision", lambda r: r["decision"] + seed(r, "decision", "{}")),
+        ("offload (ms)", lambda r: f"{1e3 * r['measured_s']['offload']:.1f}"),
+        ("pushback (ms)", lambda r: f"{1e3 * r['measured_s']['pushback']:.1f}"),
+        (
+            "offload faster by",
+            lambda r: f"{100 * r['offload_faster_by']:.1f}%" + seed(r, "offload_faster_by", "{:.1%}"),
+        ),
+        ("decision right", lambda r: "yes" if r["decision_right"] else "no"),
+        ("offload MiB", lambda r: f"{r['transfer_mib']['offload']:.2f}"),
+        ("pushback MiB", lambda r: f"{r['transfer_mib']['pushback']:.1f}"),
+    ]
+    for label, f in lines:
+        t.add_row(label, *(f(r) for r in results))
+    console.print(t)
+    for r in results:
+        console.print(f"Case {r['case']}: {r['why']}")
