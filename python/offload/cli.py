@@ -88,9 +88,13 @@ def report(
             help="`offload recsys bench --out` JSON (its --plots in the same directory). \\[default: none]"
         ),
     ] = None,
+    dataservices: Annotated[
+        str | None, typer.Option(help="`offload node case-study --out` JSON. \\[default: none]")
+    ] = None,
 ) -> None:
-    """One static HTML report of the benchmark, probe, sweep, calibration, recommendation, cost and
-    RM-SSD results, with plots; opens from disk. Sections not given say how to produce them."""
+    """One static HTML report of the benchmark, probe, sweep, calibration, recommendation, cost,
+    RM-SSD and near-data results, with plots; opens from disk. Sections not given say how to
+    produce them."""
     from pathlib import Path
 
     from offload import report as rep
@@ -101,7 +105,7 @@ def report(
         return Path(x) if x else None
 
     try:
-        inputs = [path(x) for x in (bench, probe, sweep, calibration, recommend, cost, recsys)]
+        inputs = [path(x) for x in (bench, probe, sweep, calibration, recommend, cost, recsys, dataservices)]
         written = rep.build(Path(out), *inputs)
     except (KeyError, ValueError, TypeError) as e:
         print(f"error: an input is not what its option expects: {e!r}")

@@ -224,7 +224,8 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
     )
     html = report.build(out / "report.html", out / "rules-bench.json", out / "probe-quick.json",
                         out / "serve-sweep.json", out / "calibration.json", out / "recommend.json",
-                        out / "cost.json", out / "recsys-bench.json")  # fmt: skip
+                        out / "cost.json", out / "recsys-bench.json",
+                        out / "dataservices-cases.json")  # fmt: skip
     console.print(f"wrote {html} (open it in a browser)")
     return {"calibration": cal, "recommend": rec}
 

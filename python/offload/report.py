@@ -378,6 +378,38 @@ def recsys_section(b: dict[str, Any] | None, path: Path | None) -> str:
     return out
 
 
+def dataservices_section(d: Any) -> str:
+    """Near-data queries: the seed's case studies on a node (offload node case-study), ours beside
+    the seed's figures."""
+    if d is None:
+        return _missing("case studies", "offload node case-study --out cases.json (docs/dataservices.md)")
+    cases = d["cases"] if isinstance(d, dict) else d
+    rows = []
+    for r in cases:
+        seed = r.get("seed", {})
+        ms = r["measured_s"]
+        rows.append(
+            (
+                f"Case {r['case']}",
+                f"{r['estimated_rows']:,.1f}"
+                + (f" [{seed['estimated_rows']:,.1f}]" if "estimated_rows" in seed else ""),
+                f"{r['actual_rows']:,}" + (f" [{seed['actual_rows']:,}]" if "actual_rows" in seed else ""),
+                f"{100 * r['estimate_error']:.2f}%",
+                r["decision"] + (f" [{seed['decision']}]" if "decision" in seed else ""),
+                f"{1e3 * ms['offload']:.1f}",
+                f"{1e3 * ms['pushback']:.1f}",
+                f"{100 * r['offload_faster_by']:.1f}%"
+                + (f" [{100 * seed['offload_faster_by']:.1f}%]" if "offload_faster_by" in seed else ""),
+                f"{r['transfer_mib']['offload']:.2f} / {r['transfer_mib']['pushback']:.1f}",
+            )
+        )
+    heads = ("case", "estimated rows", "actual rows", "off by", "decision", "offload ms", "pushback ms",
+             "offload faster by", "MiB offload / pushback")  # fmt: skip
+    out = "<p class=meta>the seed's figures in brackets</p>" + _table(heads, rows, numeric_from=1)
+    why = "".join(f"<li>Case {_e(r['case'])}: {_e(r['why'])}</li>" for r in cases)
+    return out + f"<ul>{why}</ul>"
+
+
 def build(
     out: Path,
     bench: Path | None = None,
@@ -387,6 +419,7 @@ def build(
     recommend: Path | None = None,
     cost: Path | None = None,
     recsys: Path | None = None,
+    dataservices: Path | None = None,
 ) -> Path:
     sections = [
         ("Rule engine", rules_section(_load(bench), bench)),
@@ -396,6 +429,7 @@ def build(
         ("Recommendation", recommend_section(_load(recommend))),
         ("Deployment cost", cost_section(_load(cost))),
         ("Recommendation inference on SSD (RM-SSD)", recsys_section(_load(recsys), recsys)),
+        ("Near-data queries (offload or push back)", dataservices_section(_load(dataservices))),
     ]
     now = datetime.now(UTC).isoformat(timespec="seconds")
     toc = "".join(f'<li><a href="#s{i}">{_e(t)}</a></li>' for i, (t, _) in enumerate(sections))

@@ -14,6 +14,10 @@ from pathlib import Path
 import pytest
 
 from offload import report
+from offload.dataservices import cases as C
+from offload.dataservices import particles as P
+from offload.dataservices.client import NodeClient
+from offload.dataservices.node import Node, NodeConfig
 from offload.plan import cost, recommend
 from offload.recsys import bench as rbench
 from offload.recsys import engine as E
@@ -48,20 +52,29 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     rb = rbench.run(m, T.generate_trace(cfg, 2), strategies, "flash", rbench.RunOptions(device="in-process"))
     (d / "recsys.json").write_text(json.dumps(rb))
     rplots.per_bench(rb, d)
+    node = Node(NodeConfig("t"))
+    try:
+        node.add("particles", P.generate(30_000, seed=1))
+        with NodeClient(f"127.0.0.1:{node.port}", "t") as c:
+            (d / "cases.json").write_text(json.dumps([C.run_case(c, n, repeat=1) for n in C.CASES]))
+    finally:
+        node.shutdown()
     return {
         "bench": RESULTS / "rules-100k.json", "probe": RESULTS / "probe-full.json", "sweep": sweep,
         "calibration": RESULTS / "calibration-100k.json", "recommend": d / "recommend.json",
-        "cost": d / "cost.json", "recsys": d / "recsys.json",
+        "cost": d / "cost.json", "recsys": d / "recsys.json", "dataservices": d / "cases.json",
     }  # fmt: skip
 
 
 def test_report_has_every_section_table_and_plot(inputs: dict[str, Path], tmp_path: Path) -> None:
     page = report.build(tmp_path / "r.html", **inputs).read_text()
     titles = ["Rule engine", "Channels (probe)", "Service configurations (sweep)", "Simulator calibration"]
-    for title in [*titles, "Recommendation", "Deployment cost", "Recommendation inference on SSD (RM-SSD)"]:
+    more = ["Recommendation", "Deployment cost", "Recommendation inference on SSD (RM-SSD)"]
+    for title in [*titles, *more, "Near-data queries (offload or push back)"]:
         assert f">{title}</h2>" in page
     assert 'class="missing"' not in page  # every input was given and found
-    assert page.count("<table>") == 7
+    assert page.count("<table>") == 8
+    assert "[55,036.7]" in page and "Case II" in page  # the case studies beside the seed
     # Rules plot, 3 probe plots, sweep, calibration, recommendation, 3 recsys: embedded, none linked.
     assert page.count('src="data:image/png;base64,') >= 10 and 'src="file:' not in page
     assert "emb-vectorsum" in page and "31,826×" in page  # recsys table and the seed's Table IV
@@ -71,7 +84,8 @@ def test_report_has_every_section_table_and_plot(inputs: dict[str, Path], tmp_pa
 
 def test_missing_sections_say_how_to_make_them(tmp_path: Path) -> None:
     page = report.build(tmp_path / "r.html", cost=None).read_text()
-    assert page.count('class="missing"') == 7 and "offload plan calibrate" in page
+    assert page.count('class="missing"') == 8 and "offload plan calibrate" in page
+    assert "offload node case-study" in page
     assert "offload recsys bench" in page
 
 
@@ -98,7 +112,7 @@ def test_headless_chromium_renders_every_plot_and_table(inputs: dict[str, Path],
     assert body, dom.stdout[:500]
     attrs = dict(re.findall(r'data-([a-z-]+)="(\d+)"', body.group(1)))
     assert int(attrs["images"]) >= 10 and attrs["images-loaded"] == attrs["images"], attrs
-    assert int(attrs["tables"]) == 7
+    assert int(attrs["tables"]) == 8
     shot = tmp_path / "report.png"
     subprocess.run([*browser, "--window-size=1280,2400", f"--screenshot={shot}", html.as_uri()],
                    capture_output=True, timeout=120, check=True)  # fmt: skip
