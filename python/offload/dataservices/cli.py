@@ -21,7 +21,8 @@ from rich.table import Table
 from offload.clitools import fail
 
 app = typer.Typer(
-    help="Near-data query nodes (Arrow Flight + Substrait): serve, particles, load, list, query.",
+    help="Near-data query nodes (Arrow Flight + Substrait): serve, particles, load, list, query, "
+    "explain, train, case-study, cluster-load, cluster-query.",
     no_args_is_help=True,
 )
 console = Console()
