@@ -7,8 +7,12 @@
 
     python benches/dataservices_bench.py --parts cardinality --rows 6177731 --out benches/results/dataservices
 
-The decision suite (two node profiles x three links) and the case studies run against live
-nodes: `offload node case-study` (see docs/dataservices.md).
+* ``decisions`` (root: namespaces, cgroups, tc): for two node profiles, time models trained on
+  an unshaped link, then for three link rates a suite of queries (selectivities from 0.1% to all
+  rows, projections, aggregates) run ``auto`` (the node's decision) and both ways (medians):
+  how often the decision took the faster way, and the time lost on the others.
+
+    python benches/dataservices_bench.py --parts decisions --decision-rows 1000000
 """
 
 from __future__ import annotations
@@ -132,13 +136,144 @@ def cardinality(rows: int, queries: int) -> dict[str, Any]:
     }
 
 
+DECISION_SQL = (
+    "select * from particles where x < {a}",
+    "select id, x, y from particles where x < {a} and y < {b}",
+    "select * from particles where vx * vx + vy * vy > {d}",
+    "select t, count(*) as n, avg(x) as m from particles where y < {a} group by t",
+    "select id from particles where x >= {a} and y < {b} and z <= {c}",
+)
+PROFILES = {
+    "bluefield2": ["--profile", "bluefield2"],
+    "core": ["--profile", "core"],
+}
+LINKS = ("100mbit", "1000mbit", "10000mbit")
+
+
+def decision_suite(n: int, seed: int = 3) -> list[str]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        a, b, c = (round(float(v), 4) for v in 10 ** rng.uniform(-3, 0, 3))  # 0.1% .. 100%
+        out.append(
+            DECISION_SQL[i % len(DECISION_SQL)].format(a=a, b=b, c=c, d=round(float(rng.uniform(0.1, 8)), 2))
+        )
+    return out
+
+
+def worker(node: str, token_file: Path, out: Path, queries: int, repeat: int) -> None:
+    """Runs inside the namespace: the suite against one node, auto and both ways."""
+    from offload.dataservices.client import NodeClient
+
+    token = token_file.read_text().strip()
+    rows = []
+    with NodeClient(node, token, timeout_s=600) as c:
+        if "particles" not in c.schemas():
+            c.register("particles", "particles.parquet")
+        for sql in decision_suite(queries):
+            plan = c.plan(sql)
+            _, auto = c.query(plan, "auto")
+            med = {}
+            for way in ("offload", "pushback"):
+                med[way] = statistics.median(c.query(plan, way)[1].total for _ in range(repeat))
+            best = min(med, key=lambda w: med[w])
+            rows.append({"sql": sql, "decision": auto.way, "measured_s": med, "best": best,
+                         "right": auto.way == best, "lost_s": med[auto.way] - med[best],
+                         "predicted": (auto.decision or {}).get("decision")})  # fmt: skip
+    out.write_text(json.dumps(rows, indent=2))
+
+
+def decisions(rows: int, queries: int, repeat: int) -> dict[str, Any]:
+    import os
+    import subprocess
+    import sys
+
+    from offload.dataservices import link as L
+
+    why = L.unavailable_reason()
+    if why:
+        return {"skipped": why}
+    work = Path("build/dsbench").resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    if not (work / "particles.parquet").exists():
+        P.write(P.generate(rows, seed=7), work / "particles.parquet")
+    ns = L.ensure_namespace("dsbench")
+    inside = ["nsenter", f"--net=/run/netns/{ns}", sys.executable]
+    env = {**os.environ, "HOME": str(work)}
+    results: dict[str, Any] = {"rows": rows, "queries": queries, "repeat": repeat, "profiles": {}}
+    port = 9301
+    for prof, args in PROFILES.items():
+        models = work / f"models-{prof}.json"
+        models.unlink(missing_ok=True)
+        with _node(inside, env, port, args, work, []):
+            console.print(f"{prof}: training on an unshaped link")
+            subprocess.run([*inside, "-m", "offload.cli", "node", "train", "-o", str(models), "--node",
+                            f"127.0.0.1:{port}", "--token-file", str(work / f"t{port}"),
+                            "--sizes", "200000,1000000", "--queries", "18"], env=env, check=True)  # fmt: skip
+        port += 1
+        results["profiles"][prof] = {}
+        for link in LINKS:
+            console.print(f"{prof} over {link}: {queries} queries, auto and both ways x {repeat}")
+            with _node(inside, env, port, [*args, "--link", link], work, ["--models", str(models)]):
+                res = work / f"decisions-{prof}-{link}.json"
+                subprocess.run([*inside, __file__, "--worker", f"127.0.0.1:{port}", "--token-file",
+                                str(work / f"t{port}"), "--worker-out", str(res), "--decision-queries",
+                                str(queries), "--repeat", str(repeat)], env=env, check=True)  # fmt: skip
+            runs = json.loads(res.read_text())
+            best = sum(r["measured_s"][r["best"]] for r in runs)
+            results["profiles"][prof][link] = {
+                "right": sum(r["right"] for r in runs) / len(runs),
+                "time_lost_share": sum(r["lost_s"] for r in runs) / best,
+                "offloaded_share": sum(r["decision"] == "offload" for r in runs) / len(runs),
+                "runs": runs,
+            }
+            port += 1
+    all_runs = [r for p in results["profiles"].values() for v in p.values() for r in v["runs"]]
+    results["right"] = sum(r["right"] for r in all_runs) / len(all_runs)
+    return results
+
+
+class _node:
+    """A node process in the benchmark's namespace, stopped on exit."""
+
+    def __init__(self, inside: list[str], env: dict[str, str], port: int, args: list[str], work: Path,
+                 extra: list[str]) -> None:  # fmt: skip
+        import subprocess
+
+        cmd = [*inside, "-m", "offload.cli", "node", "serve", "--port", str(port), "--netns", "dsbench",
+               "--data-dir", str(work), "--token-file", str(work / f"t{port}"), "--max-seconds", "3000",
+               *args, *extra]  # fmt: skip
+        self.p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.p.stdout is not None
+        for _ in range(50):
+            line = self.p.stdout.readline()
+            if "profile" in line or not line:
+                break
+
+    def __enter__(self) -> _node:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.p.terminate()
+        self.p.wait(30)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", default="cardinality", help="cardinality (default)")
     ap.add_argument("--rows", type=int, default=P.SEED_ROWS, help="rows per table (default 6,177,731)")
     ap.add_argument("--queries", type=int, default=60, help="queries in the cardinality suite (default 60)")
     ap.add_argument("--out", type=Path, default=Path("benches/results/dataservices"))
+    ap.add_argument("--decision-rows", type=int, default=1_000_000, help="particles for the decisions")
+    ap.add_argument("--decision-queries", type=int, default=20, help="queries per profile and link")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each way per query (medians)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--token-file", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.worker:
+        worker(a.worker, a.token_file, a.worker_out, a.decision_queries, a.repeat)
+        return
     a.out.mkdir(parents=True, exist_ok=True)
     if "cardinality" in a.parts.split(","):
         r = cardinality(a.rows, a.queries)
@@ -151,6 +286,17 @@ def main() -> None:
             f"{100 * r['decide_cost_median']:.2f}% of executing (median), "
             f"{r['estimate_cpu_ms_median']:.2f} ms"
         )
+    if "decisions" in a.parts.split(","):
+        r = decisions(a.decision_rows, a.decision_queries, a.repeat)
+        r |= {"date": time.strftime("%Y-%m-%d"), "machine": _machine()}
+        (a.out / "decisions.json").write_text(json.dumps(r, indent=2))
+        for prof, links in r.get("profiles", {}).items():
+            for link, v in links.items():
+                right, lost, off = v["right"], v["time_lost_share"], v["offloaded_share"]
+                console.print(
+                    f"{prof} over {link}: right {100 * right:.0f}%, time lost {100 * lost:.1f}%, "
+                    f"offloaded {100 * off:.0f}%"
+                )
 
 
 def _machine() -> str:

@@ -123,3 +123,11 @@ def test_a_shaped_link_sets_the_transfer_time(tmp_path: Path) -> None:
         p.terminate()
         p.wait(20)
         L.remove_namespace(ns)
+
+
+def test_the_models_know_a_node_by_its_profile_and_compute() -> None:
+    bf = B.profile("bluefield2")
+    assert bf.system(bf) == "bluefield2"
+    assert bf.with_(link=B.Link(100.0), memory_bytes=1 << 30).system(bf) == "bluefield2"
+    assert bf.with_(threads=2).system(bf) == "bluefield2-2x0.25"
+    assert B.profile("core").cpu_per_thread == 1.0

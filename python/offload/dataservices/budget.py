@@ -1,7 +1,8 @@
 """A node's resource budget — what makes a process on this machine a believable SmartNIC: a CPU
 quota and a thread count, a memory limit, and a link (:mod:`~offload.dataservices.link`).
 
-A budget is a named profile or explicit numbers. ``bluefield2`` follows the seed (003): the
+A budget is a named profile or explicit numbers. ``core`` is one whole core of this machine.
+``bluefield2`` follows the seed (003): the
 host is about 4x faster than a BlueField-2 at the same thread count, so the node gets a quarter
 of a core per thread; 16 GB of DRAM on the card (a 4 GiB share here, the machine is small);
 its 100 GbE port shaped to 10 Gbit/s and 50 µs here, as loopback cannot carry more reliably.
@@ -76,6 +77,13 @@ class Profile:
     def with_(self, **changes: Any) -> Profile:
         return replace(self, **changes)
 
+    def system(self, base: Profile) -> str:
+        """The system type the time models know this node by: the profile's name, or with the
+        compute it was given where that differs from ``base`` (links and memory do not count)."""
+        if (self.threads, self.cpu_per_thread) == (base.threads, base.cpu_per_thread):
+            return self.name
+        return f"{self.name}-{self.threads}x{self.cpu_per_thread or 1:g}"
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -83,6 +91,7 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     "host": Profile("host", threads=os.cpu_count() or 1, cpu_per_thread=None, memory_bytes=None, link=Link()),
     "bluefield2": Profile("bluefield2", 1, 0.25, 4 << 30, Link(10_000, 0.05)),
+    "core": Profile("core", 1, 1.0, 4 << 30, Link()),
 }
 """Named budgets. ``bluefield2``'s figures and their sources are in the module docstring."""
 

@@ -84,7 +84,7 @@ def serve(
         "127.0.0.1"
     ),
     profile: Annotated[
-        str, typer.Option(help="Resource budget: host (no limits) or bluefield2 (a SmartNIC, seed 003).")
+        str, typer.Option(help="Resource budget: host (no limits), core (one core) or bluefield2 (seed 003).")
     ] = "host",
     threads: Annotated[
         int | None, typer.Option(help="Query engine threads. \\[default: the profile's]")
@@ -144,7 +144,8 @@ def serve(
     from offload.dataservices.node import Node, NodeConfig
 
     token = os.environ.get("OFFLOAD_NODE_TOKEN") or secrets.token_urlsafe(24)
-    cfg = NodeConfig(token, host, port, prof.threads, data_dir, allow_remote, name, system=prof.name)
+    system = prof.system(B.profile(profile))
+    cfg = NodeConfig(token, host, port, prof.threads, data_dir, allow_remote, name, system=system)
     if models is not None:
         from offload.dataservices.timemodel import Models
 
