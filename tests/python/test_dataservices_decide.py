@@ -31,10 +31,12 @@ def _synthetic() -> list[TM.Sample]:
             scan = TM.scan_features(f)
             engine = rows * 2e-7
             node = {"node_engine": 4 * engine, "node_stream_out": f.out_bytes * 5e-9 + 1e-4}
+            node["node_offload"] = node["node_engine"] + node["node_stream_out"]
+            ship = scan.out_bytes * 5e-9 + 1e-4
             host = {"host_engine": engine, "host_receive_out": f.out_bytes * 1e-9 + 1e-4}
             out += [
                 TM.Sample("nic", f, node),
-                TM.Sample("nic", scan, {"node_stream_in": scan.out_bytes * 5e-9 + 1e-4}),
+                TM.Sample("nic", scan, {"node_stream_in": ship, "node_pushback": ship}),
                 TM.Sample("host", f, host),
                 TM.Sample("host", scan, {"host_receive_in": scan.out_bytes * 1e-9 + 1e-4}),
             ]
@@ -86,7 +88,7 @@ def test_auto_queries_carry_the_node_decision(node: Node) -> None:
         assert timing.way == "offload" and timing.decision["decision"]["pushback_s"] > 1.0
         assert t.num_rows == timing.rows > 0
         ex = c.explain("select * from particles")
-        assert set(ex["decision"]["offload"]) == {"node engine", "node stream", "transfer", "host receive"}
+        assert set(ex["decision"]["offload"]) == {"node (engine, stream)", "transfer", "host receive"}
         assert ex["estimate"]["rows"] == pytest.approx(20_000)
 
 

@@ -27,11 +27,13 @@ from typing import Any
 import numpy as np
 
 FEATURES = ("in_rows", "in_bytes", "out_rows", "out_bytes", "functions", "aggregate", "join", "sort")
-TARGETS = ("node_engine", "node_stream_out", "node_stream_in", "host_engine", "host_receive_out",
-           "host_receive_in")  # fmt: skip
+TARGETS = ("node_engine", "node_stream_out", "node_stream_in", "node_offload", "node_pushback", "host_engine",
+           "host_receive_out", "host_receive_in")  # fmt: skip
 """What is learned. ``node_stream_out``: serializing and sending the offloaded result;
-``node_stream_in``: the scanned columns (pushback); ``host_receive_*``: the host's part of a
-fetch beyond the node's stream (deserializing, buffering)."""
+``node_stream_in``: the scanned columns (pushback); ``node_offload`` / ``node_pushback``: the
+node's whole stream each way, which the decision uses (on a node held to a CPU quota the engine
+and the serializer share it, so their sum is not the whole); ``host_receive_*``: the host's part
+of a fetch beyond the node's stream (deserializing, buffering)."""
 
 
 @dataclass
@@ -220,13 +222,14 @@ def decide(
     """Predicts both ways' stages for a query with features ``f`` and picks the faster."""
     scan = scan_features(f)
     off = {
-        "node engine": models.predict(node_system, "node_engine", f),
-        "node stream": models.predict(node_system, "node_stream_out", f),
+        "node (engine, stream)": _node_total(
+            models, node_system, f, "node_offload", ("node_engine", "node_stream_out")
+        ),
         "transfer": link.seconds(f.out_bytes),
         "host receive": models.predict(host_system, "host_receive_out", f),
     }
     back = {
-        "node stream": models.predict(node_system, "node_stream_in", scan),
+        "node stream": _node_total(models, node_system, scan, "node_pushback", ("node_stream_in",)),
         "transfer": link.seconds(f.in_bytes),
         "host receive": models.predict(host_system, "host_receive_in", scan),
         "host engine": models.predict(host_system, "host_engine", f),
@@ -241,6 +244,13 @@ def decide(
         f"{big} ({loser[big] * 1e3:.1f} ms)"
     )
     return Decision(way, off, back, why)
+
+
+def _node_total(models: Models, system: str, f: QueryFeatures, total: str, parts: tuple[str, ...]) -> float:
+    """The node's whole stream one way: its own model, or (older training files) the parts' sum."""
+    if (system, total) in models.forests:
+        return models.predict(system, total, f)
+    return sum(models.predict(system, p, f) for p in parts)
 
 
 # ------------------------------------------------------------------------------------ training
@@ -299,11 +309,11 @@ def measure(
         # the actual sizes, not the estimates, describe what was measured
         actual = QueryFeatures(**{**asdict(f), "out_rows": float(off_rows), "out_bytes": float(off_bytes)})
         scanned = scan_features(actual)
-        node_out = {"node_engine": med["node_engine"], "node_stream_out": med["node_stream_out"]}
+        node_out = {k: med[k] for k in ("node_engine", "node_stream_out", "node_offload")}
         host_out = {"host_engine": med["host_engine"], "host_receive_out": med["host_receive_out"]}
         out += [
             Sample(node_system, actual, node_out),
-            Sample(node_system, scanned, {"node_stream_in": med["node_stream_in"]}),
+            Sample(node_system, scanned, {k: med[k] for k in ("node_stream_in", "node_pushback")}),
             Sample("host", actual, host_out),
             Sample("host", scanned, {"host_receive_in": med["host_receive_in"]}),
         ]
@@ -320,6 +330,8 @@ def _medians(runs: Sequence[tuple[Any, Any]]) -> dict[str, float]:
             "node_engine": off.node_engine,
             "node_stream_out": off.node - off.node_engine,
             "node_stream_in": back.node - back.node_engine,
+            "node_offload": off.node,
+            "node_pushback": back.node,
             "host_engine": back.host,
             "host_receive_out": off.fetch - off.node,
             "host_receive_in": back.fetch - back.node,
