@@ -1,5 +1,5 @@
 """What every `offload` subcommand shares: the error console, located-error exits, comma lists,
-and how a duration is printed."""
+sizes with K/M/G/T, and how a duration is printed."""
 
 from __future__ import annotations
 
@@ -28,6 +28,16 @@ def floats(text: str) -> list[float]:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise typer.BadParameter(f"{text!r}: expected numbers separated by commas, e.g. 0,5000") from None
+
+
+def size_bytes(text: str) -> int:
+    """'8G', '512M', '64k' or a plain byte count (binary multiples); ValueError if neither."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    try:
+        return int(float(t[:-1] if mult > 1 else t) * mult)
+    except ValueError:
+        raise ValueError(f"size {text!r}: write bytes or a number with K, M, G or T (e.g. 8G)") from None
 
 
 def seconds(s: float | None) -> str:

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from offload.clitools import fail
+from offload.clitools import fail, size_bytes
 
 app = typer.Typer(
     help="Near-data query nodes (Arrow Flight + Substrait): serve, particles, load, list, query, "
@@ -54,16 +54,22 @@ def _token(node: str, token_file: Path | None) -> str:
         raise fail(f"cannot read the node token from {path}: {e.strerror}; pass --token-file") from None
 
 
+def _enter_netns(netns: str | None) -> None:
+    """Re-runs this command inside the namespace (made if missing) unless it runs there already."""
+    if netns is None:
+        return
+    from offload.dataservices import link as L
+
+    why = L.unavailable_reason()
+    if why:
+        raise fail(f"--netns: {why}")
+    L.reexec_inside(netns)
+
+
 def _client(node: str, token_file: Path | None, netns: str | None = None, timeout_s: float = 60.0) -> Any:
     from offload.dataservices.client import NodeClient
 
-    if netns is not None:
-        from offload.dataservices import link as L
-
-        why = L.unavailable_reason()
-        if why:
-            raise fail(f"--netns: {why}")
-        L.reexec_inside(netns)
+    _enter_netns(netns)
 
     return NodeClient(node, _token(node, token_file), timeout_s)
 
@@ -135,11 +141,7 @@ def serve(
         if link is not None:
             raise fail("a shaped link needs --netns (tc shapes that namespace's loopback, never the host's)")
         console.print(f"the {prof.name} profile's link is not shaped: give --netns to shape it")
-    if netns is not None:
-        why = L.unavailable_reason()
-        if why:
-            raise fail(f"--netns: {why}")
-        L.reexec_inside(netns)
+    _enter_netns(netns)
     os.environ["TOKIO_WORKER_THREADS"] = str(prof.threads)  # before DataFusion starts its runtime
     from offload.dataservices.node import Node, NodeConfig
 
@@ -186,19 +188,10 @@ def _profile(base: Any, threads: int | None, cpu: float | None, memory: str | No
     if cpu is not None:
         changes["cpu_per_thread"] = cpu
     if memory is not None:
-        changes["memory_bytes"] = None if memory.lower() == "none" else _bytes(memory)
+        changes["memory_bytes"] = None if memory.lower() == "none" else size_bytes(memory)
     if link is not None:
         changes["link"] = Link.parse(link)
     return base.with_(**changes)
-
-
-def _bytes(text: str) -> int:
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-    try:
-        return int(float(t[:-1] if mult > 1 else t) * mult)
-    except ValueError:
-        raise ValueError(f"size {text!r}: write bytes or a number with K, M, G or T (e.g. 2G)") from None
 
 
 def _write_token(path: Path, token: str) -> None:
@@ -518,13 +511,7 @@ ClusterOpt = Annotated[
 def _cluster(path: Path, netns: str | None) -> Any:
     from offload.dataservices.cluster import ClusterClient, load_cluster
 
-    if netns is not None:
-        from offload.dataservices import link as L
-
-        why = L.unavailable_reason()
-        if why:
-            raise fail(f"--netns: {why}")
-        L.reexec_inside(netns)
+    _enter_netns(netns)
     try:
         return ClusterClient(load_cluster(path), timeout_s=900)
     except ValueError as e:

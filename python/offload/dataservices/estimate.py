@@ -94,6 +94,9 @@ class _Ctx:
             if e.WhichOneof("mapping_type") == "extension_function"
         }
         self.steps: list[str] = []
+        self._sampled: dict[tuple[str, bytes], float] = {}
+        """Conditions already run on a sample: the independent and the corrected estimate of
+        one condition both need them."""
 
     # -------------------------------------------------------------------------- relations
 
@@ -339,9 +342,13 @@ class _Ctx:
         st = self.stats[table]
         if st.sample is None or st.sample.num_rows == 0:
             return 1.0 / 3.0
-        frac = _run_on_sample(self.plan, cond, inp, table, st.sample)
-        self.steps.append(f"condition measured on {st.sample.num_rows:,} sampled rows: {frac:.5f}")
-        return frac
+        key = (table, cond.SerializeToString())
+        if key not in self._sampled:
+            self._sampled[key] = _run_on_sample(self.plan, cond, inp, table, st.sample)
+            self.steps.append(
+                f"condition measured on {st.sample.num_rows:,} sampled rows: {self._sampled[key]:.5f}"
+            )
+        return self._sampled[key]
 
 
 def _flatten(t: Any) -> Any:

@@ -68,7 +68,7 @@ def inspect(plan: bytes) -> PlanInfo:
     if len(p.relations) != 1 or not p.relations[0].HasField("root"):
         raise PlanError(f"a plan must have exactly one root relation, this one has {len(p.relations)}")
     reads: dict[str, list[str]] = {}
-    for read in _find(p.relations[0].root, "ReadRel"):
+    for read in find(p.relations[0].root, "ReadRel"):
         if not read.HasField("named_table") or not read.named_table.names:
             raise PlanError("only reads of named tables are supported (no virtual tables or files)")
         name = read.named_table.names[-1]
@@ -92,7 +92,7 @@ def narrow(plan: bytes) -> bytes:
 
     p = Plan()
     p.ParseFromString(plan)
-    for read in _find(p.relations[0].root, "ReadRel"):
+    for read in find(p.relations[0].root, "ReadRel"):
         if not read.HasField("projection"):
             continue
         if read.HasField("filter") or read.HasField("best_effort_filter"):
@@ -182,7 +182,7 @@ def _local_schema(local: bytes, whole: bytes) -> pa.Schema:
     p = Plan()
     p.ParseFromString(whole)
     tables = {}
-    for read in _find(p.relations[0].root, "ReadRel"):
+    for read in find(p.relations[0].root, "ReadRel"):
         names = list(read.base_schema.names)
         types = [arrow_type(t) for t in read.base_schema.struct.types]
         tables[read.named_table.names[-1]] = pa.schema(list(zip(names, types, strict=True))).empty_table()
@@ -216,17 +216,29 @@ def substrait_type(t: pa.DataType):
     raise PlanError(f"Arrow type {t} is not supported here")
 
 
-def _find(msg, type_name: str) -> list:
-    """Every sub-message of type ``type_name`` under ``msg`` (joins, subqueries included)."""
-    out = []
+def _children(msg):
+    """The sub-messages one level under ``msg``."""
     for fd, val in msg.ListFields():
-        if fd.message_type is None:
-            continue
-        for v in val if not hasattr(val, "ListFields") else [val]:
-            if fd.message_type.name == type_name:
-                out.append(v)
-            else:
-                out += _find(v, type_name)
+        if fd.message_type is not None:
+            yield from (val if not hasattr(val, "ListFields") else [val])
+
+
+def walk(msg):
+    """Every sub-message under ``msg``, depth first."""
+    for v in _children(msg):
+        yield v
+        yield from walk(v)
+
+
+def find(msg, type_name: str) -> list:
+    """Every sub-message of type ``type_name`` under ``msg`` (joins, subqueries included), not
+    looking inside the ones found."""
+    out = []
+    for v in _children(msg):
+        if v.DESCRIPTOR.name == type_name:
+            out.append(v)
+        else:
+            out += find(v, type_name)
     return out
 
 

@@ -69,34 +69,22 @@ def features(
     read); ``est_*``: the estimated result."""
     from substrait.plan_pb2 import Plan
 
-    from offload.dataservices.plans import _find
+    from offload.dataservices.plans import find, walk
 
     p = Plan()
     p.ParseFromString(plan)
     root = p.relations[0].root
-    kinds = {r.DESCRIPTOR.name for r in _rels(root)}
+    kinds = {r.DESCRIPTOR.name for r in walk(root) if r.DESCRIPTOR.name.endswith("Rel")}
     return QueryFeatures(
         in_rows=float(sum(r for r, _ in tables.values())),
         in_bytes=float(sum(b for _, b in tables.values())),
         out_rows=float(est_rows),
         out_bytes=float(est_bytes),
-        functions=len(_find(root, "ScalarFunction")),
+        functions=len(find(root, "ScalarFunction")),
         aggregate="AggregateRel" in kinds,
         join="JoinRel" in kinds,
         sort="SortRel" in kinds,
     )
-
-
-def _rels(msg: Any) -> list[Any]:
-    out = []
-    for fd, val in msg.ListFields():
-        if fd.message_type is None:
-            continue
-        for v in val if not hasattr(val, "ListFields") else [val]:
-            if fd.message_type.name.endswith("Rel"):
-                out.append(v)
-            out += _rels(v)
-    return out
 
 
 def scan_features(f: QueryFeatures) -> QueryFeatures:

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from offload.clitools import fail
+from offload.clitools import fail, size_bytes
 from offload.recsys import engine as E
 from offload.recsys import traces as T
 from offload.recsys.models import SPECS
@@ -43,13 +43,11 @@ def _spec(name: str) -> Any:
 
 
 def _size(text: str) -> int:
-    """'8G', '512M', '64k' or a plain byte count."""
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    """'8G', '512M', '64k' or a plain byte count; a clear exit otherwise."""
     try:
-        return int(float(t[:-1] if mult > 1 else t) * mult)
-    except ValueError:
-        raise fail(f"size {text!r}: write bytes or a number with K, M, G or T (e.g. 8G)") from None
+        return size_bytes(text)
+    except ValueError as e:
+        raise fail(str(e)) from None
 
 
 @app.command()
