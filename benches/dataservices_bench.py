@@ -13,6 +13,13 @@
   how often the decision took the faster way, and the time lost on the others.
 
     python benches/dataservices_bench.py --parts decisions --decision-rows 1000000
+
+* ``crossover`` (root; after ``decisions``, whose bluefield2 models it uses): Case II and two
+  queries heavy in functions on the bluefield2 node over link rates from 250 Mbit/s to 10 Gbit/s,
+  both ways measured at each: where the faster way changes, against the crossover the decision
+  predicts.
+
+    python benches/dataservices_bench.py --parts crossover --decision-rows 1000000
 """
 
 from __future__ import annotations
@@ -142,7 +149,18 @@ DECISION_SQL = (
     "select * from particles where vx * vx + vy * vy > {d}",
     "select t, count(*) as n, avg(x) as m from particles where y < {a} group by t",
     "select id from particles where x >= {a} and y < {b} and z <= {c}",
+    # heavy in functions (none of these shapes is in the training suite)
+    "select t, avg(sin(x) + sin(2 * x) + cos(x) + cos(2 * x)) as s, max(sqrt(y)) as r from particles "
+    "where x < {a} group by t",
+    "select id, atan2(vy, vx) as heading, sqrt(vx * vx + vy * vy) as speed from particles where z < {a}",
 )
+CROSSOVER_SQL = (
+    "select * from particles where x >= 0.5 and y < 0.55 and z <= 0.67",  # Case II
+    "select t, avg(sin(x) + sin(2 * x) + cos(x) + cos(2 * x)) as s, max(sqrt(y)) as r from particles "
+    "where x < 0.9 group by t",
+    "select id, atan2(vy, vx) as heading, sqrt(vx * vx + vy * vy) as speed from particles where z < 0.5",
+)
+CROSSOVER_LINKS = ("250mbit", "500mbit", "1000mbit", "2500mbit", "5000mbit", "10000mbit")
 PROFILES = {
     "bluefield2": ["--profile", "bluefield2"],
     "core": ["--profile", "core"],
@@ -161,8 +179,8 @@ def decision_suite(n: int, seed: int = 3) -> list[str]:
     return out
 
 
-def worker(node: str, token_file: Path, out: Path, queries: int, repeat: int) -> None:
-    """Runs inside the namespace: the suite against one node, auto and both ways."""
+def worker(node: str, token_file: Path, out: Path, sqls: list[str], repeat: int) -> None:
+    """Runs inside the namespace: the queries against one node, auto and both ways."""
     from offload.dataservices.client import NodeClient
 
     token = token_file.read_text().strip()
@@ -170,7 +188,7 @@ def worker(node: str, token_file: Path, out: Path, queries: int, repeat: int) ->
     with NodeClient(node, token, timeout_s=600) as c:
         if "particles" not in c.schemas():
             c.register("particles", "particles.parquet")
-        for sql in decision_suite(queries):
+        for sql in sqls:
             plan = c.plan(sql)
             _, auto = c.query(plan, "auto")
             med = {}
@@ -209,7 +227,8 @@ def decisions(rows: int, queries: int, repeat: int) -> dict[str, Any]:
             console.print(f"{prof}: training on an unshaped link")
             subprocess.run([*inside, "-m", "offload.cli", "node", "train", "-o", str(models), "--node",
                             f"127.0.0.1:{port}", "--token-file", str(work / f"t{port}"),
-                            "--sizes", "200000,1000000", "--queries", "18"], env=env, check=True)  # fmt: skip
+                            "--sizes", "100000,300000,1000000", "--queries", "36"],
+                           env=env, check=True)  # fmt: skip
         port += 1
         results["profiles"][prof] = {}
         for link in LINKS:
@@ -225,12 +244,84 @@ def decisions(rows: int, queries: int, repeat: int) -> dict[str, Any]:
                 "right": sum(r["right"] for r in runs) / len(runs),
                 "time_lost_share": sum(r["lost_s"] for r in runs) / best,
                 "offloaded_share": sum(r["decision"] == "offload" for r in runs) / len(runs),
+                "prediction_error": prediction_error(runs),
                 "runs": runs,
             }
             port += 1
     all_runs = [r for p in results["profiles"].values() for v in p.values() for r in v["runs"]]
     results["right"] = sum(r["right"] for r in all_runs) / len(all_runs)
     return results
+
+
+def prediction_error(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Median relative error of the decision's predicted time each way against the measured
+    median (these queries are held out: none of their shapes is trained on)."""
+    errs: dict[str, list[float]] = {"offload": [], "pushback": []}
+    for r in runs:
+        if r["predicted"]:
+            for w, e in errs.items():
+                e.append(abs(r["predicted"][f"{w}_s"] - r["measured_s"][w]) / r["measured_s"][w])
+    return {w: float(np.median(e)) for w, e in errs.items() if e}
+
+
+def crossover(rows: int, repeat: int) -> dict[str, Any]:
+    """CROSSOVER_SQL on a bluefield2 node at each of CROSSOVER_LINKS: the measured winner per
+    rate, the measured crossover (interpolated in 1/rate, where times are linear) and the
+    predicted one."""
+    import os
+    import subprocess
+    import sys
+
+    from offload.dataservices import link as L
+
+    why = L.unavailable_reason()
+    work = Path("build/dsbench").resolve()
+    models = work / "models-bluefield2.json"
+    if why or not models.exists():
+        return {"skipped": why or f"{models} missing: run --parts decisions first"}
+    ns = L.ensure_namespace("dsbench")
+    inside = ["nsenter", f"--net=/run/netns/{ns}", sys.executable]
+    env = {**os.environ, "HOME": str(work)}
+    per_rate: dict[str, list[dict[str, Any]]] = {}
+    for i, link in enumerate(CROSSOVER_LINKS):
+        port = 9401 + i
+        console.print(f"crossover: bluefield2 over {link}")
+        with _node(
+            inside, env, port, ["--profile", "bluefield2", "--link", link], work, ["--models", str(models)]
+        ):
+            res = work / f"crossover-{link}.json"
+            subprocess.run([*inside, __file__, "--worker", f"127.0.0.1:{port}", "--token-file",
+                            str(work / f"t{port}"), "--worker-out", str(res), "--worker-crossover",
+                            "--repeat", str(repeat)], env=env, check=True)  # fmt: skip
+        per_rate[link] = json.loads(res.read_text())
+    out = []
+    mbit = [float(link.removesuffix("mbit")) for link in CROSSOVER_LINKS]
+    for q, sql in enumerate(CROSSOVER_SQL):
+        runs = [per_rate[link][q] for link in CROSSOVER_LINKS]
+        diff = [r["measured_s"]["offload"] - r["measured_s"]["pushback"] for r in runs]
+        measured = None
+        for k in range(len(runs) - 1, 0, -1):  # the fastest change, as the decision reports it
+            if (diff[k] > 0) != (diff[k - 1] > 0):
+                x0, x1 = 1 / mbit[k - 1], 1 / mbit[k]  # times are linear in 1/rate
+                x = x0 + (x1 - x0) * diff[k - 1] / (diff[k - 1] - diff[k])
+                measured = 1 / x
+                break
+        out.append({
+            "sql": sql,
+            "measured_s": {link: r["measured_s"] for link, r in zip(CROSSOVER_LINKS, runs, strict=True)},
+            "decision": {link: r["decision"] for link, r in zip(CROSSOVER_LINKS, runs, strict=True)},
+            "right": {link: r["right"] for link, r in zip(CROSSOVER_LINKS, runs, strict=True)},
+            "measured_crossover_mbit": measured,
+            "predicted_crossover_mbit": (runs[0]["predicted"] or {}).get("crossover_mbit"),
+            "above_crossover": (runs[0]["predicted"] or {}).get("above_crossover"),
+        })  # fmt: skip
+    return {
+        "rows": rows,
+        "repeat": repeat,
+        "profile": "bluefield2",
+        "links": list(CROSSOVER_LINKS),
+        "queries": out,
+    }
 
 
 class _node:
@@ -265,14 +356,16 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=60, help="queries in the cardinality suite (default 60)")
     ap.add_argument("--out", type=Path, default=Path("benches/results/dataservices"))
     ap.add_argument("--decision-rows", type=int, default=1_000_000, help="particles for the decisions")
-    ap.add_argument("--decision-queries", type=int, default=20, help="queries per profile and link")
+    ap.add_argument("--decision-queries", type=int, default=21, help="queries per profile and link")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each way per query (medians)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--token-file", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-crossover", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        worker(a.worker, a.token_file, a.worker_out, a.decision_queries, a.repeat)
+        sqls = list(CROSSOVER_SQL) if a.worker_crossover else decision_suite(a.decision_queries)
+        worker(a.worker, a.token_file, a.worker_out, sqls, a.repeat)
         return
     a.out.mkdir(parents=True, exist_ok=True)
     if "cardinality" in a.parts.split(","):
@@ -293,10 +386,20 @@ def main() -> None:
         for prof, links in r.get("profiles", {}).items():
             for link, v in links.items():
                 right, lost, off = v["right"], v["time_lost_share"], v["offloaded_share"]
+                err = ", ".join(f"{w} {100 * e:.0f}%" for w, e in v["prediction_error"].items())
                 console.print(
                     f"{prof} over {link}: right {100 * right:.0f}%, time lost {100 * lost:.1f}%, "
-                    f"offloaded {100 * off:.0f}%"
+                    f"offloaded {100 * off:.0f}%; predicted time off by {err} (median)"
                 )
+    if "crossover" in a.parts.split(","):
+        r = crossover(a.decision_rows, a.repeat)
+        r |= {"date": time.strftime("%Y-%m-%d"), "machine": _machine()}
+        (a.out / "crossover.json").write_text(json.dumps(r, indent=2))
+        for q in r.get("queries", []):
+            console.print(
+                f"{q['sql'][:60]}: crossover measured {q['measured_crossover_mbit']} Mbit/s, predicted "
+                f"{q['predicted_crossover_mbit']} Mbit/s ({q['above_crossover']} above)"
+            )
 
 
 def _machine() -> str:

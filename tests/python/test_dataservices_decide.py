@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("datafusion")
 pytest.importorskip("sklearn")
@@ -47,9 +49,9 @@ def test_forests_learn_the_stages_and_the_decision_follows_the_link(tmp_path: Pa
     m = TM.Models.fit(_synthetic())
     f = TM.QueryFeatures(1e6, 64e6, 1e4, 64e4, 1, False, False, False)
     assert m.predict("nic", "node_engine", f) == pytest.approx(0.8, rel=0.35)
-    slow = TM.Link(bytes_per_s=1e8, latency_s=1e-4)  # 800 Mbit/s: shipping 64 MB costs 0.64 s
+    slow = TM.Link(bytes_per_s=1e8, latency_s=1e-4)  # 800 Mbit/s: 64 MB take 0.64 s, the stream 0.32
     d = TM.decide(m, "nic", f, slow)
-    assert d.way == "offload" and d.pushback["transfer"] > 0.6 and "offload" in d.why
+    assert d.way == "offload" and d.pushback["link beyond the node"] > 0.25 and "offload" in d.why
     everything = TM.QueryFeatures(1e6, 64e6, 1e6, 64e6, 1, False, False, False)
     # nothing to save on the link and the node's engine 4x slower: 0.8 s against 0.2 s
     assert TM.decide(m, "nic", everything, slow).way == "pushback"
@@ -62,6 +64,59 @@ def test_forests_learn_the_stages_and_the_decision_follows_the_link(tmp_path: Pa
     with pytest.raises(ValueError, match="training file"):
         TM.Models.load(tmp_path / "bad.json")
     assert set(TM.held_out_error(_synthetic())) >= {"nic/node_engine", "host/host_engine"}
+
+
+seconds = st.floats(0.0, 10.0)
+nbytes = st.floats(0.0, 1e10)
+
+
+@given(seconds, nbytes, seconds, nbytes, st.floats(0.0, 1.0), st.integers(0, 120))
+def test_the_crossover_is_where_the_faster_way_changes_for_good(
+    fixed_o: float, bytes_o: float, fixed_b: float, bytes_b: float, node_b: float, at: int
+) -> None:
+    """Against the winner at every rate of the grid: above the crossover one way wins
+    throughout, just below it the other; with no crossover, one way wins everywhere. The
+    pushback stream overlaps its link (max), as in the decision."""
+
+    def both(rate: float) -> tuple[float, float]:
+        return fixed_o + bytes_o / rate, fixed_b + max(node_b, bytes_b / rate)
+
+    def winner(rate: float) -> str:
+        o, b = both(rate)
+        return "offload" if o <= b else "pushback"
+
+    rate, above = TM.crossover(both)
+    grid = [winner(float(r)) for r in TM.RATES]
+    if rate is None:
+        assert above is None and len(set(grid)) == 1
+        return
+    assert TM.RATES[0] <= rate <= TM.RATES[-1] and above == grid[-1]
+    assert all(w == above for r, w in zip(TM.RATES, grid, strict=True) if r > rate * 1.001)
+    assert winner(rate / 1.001) != above
+    probe = float(TM.RATES[at])
+    if probe > rate * 1.001:
+        assert winner(probe) == above
+
+
+def test_the_decision_names_its_crossover_and_heavy_functions_count() -> None:
+    m = TM.Models.fit(_synthetic())
+    f = TM.QueryFeatures(1e6, 64e6, 1e4, 64e4, 1, False, False, False)
+    d = TM.decide(m, "nic", f, TM.Link(bytes_per_s=1e8, latency_s=1e-4))
+    assert d.way == "offload" and d.above == "pushback" and d.crossover_mbit is not None
+    assert d.offload["link beyond the node"] == 0.0  # 640 KB: the link keeps up with the node
+    assert "wins on links above" in d.why and d.as_dict()["crossover_mbit"] == d.crossover_mbit
+    # just above the crossover the decision turns, just below it does not
+    rate = d.crossover_mbit * 1e6 / 8
+    assert TM.decide(m, "nic", f, TM.Link(rate * 1.05, 1e-4)).way == "pushback"
+    assert TM.decide(m, "nic", f, TM.Link(rate / 1.05, 1e-4)).way == "offload"
+    from offload.dataservices import plans
+
+    schema = {"p": P.generate(10, seed=1).schema}
+    plan = plans.to_substrait("select sqrt(x * x + y) as r, ln(abs(z) + 1) from p where sin(x) < 0.5", schema)
+    got = TM.features(plan, 5, 80, {"p": (10, 240)})
+    assert got.heavy == 3 and got.functions >= 2  # sqrt, ln, sin; abs, *, +, < are cheap
+    cheap = plans.to_substrait("select x * 2 + y from p where x < 0.5 and y >= 0.1", schema)
+    assert TM.features(cheap, 5, 40, {"p": (10, 160)}).heavy == 0
 
 
 def test_links_from_the_node_report() -> None:
@@ -88,7 +143,12 @@ def test_auto_queries_carry_the_node_decision(node: Node) -> None:
         assert timing.way == "offload" and timing.decision["decision"]["pushback_s"] > 1.0
         assert t.num_rows == timing.rows > 0
         ex = c.explain("select * from particles")
-        assert set(ex["decision"]["offload"]) == {"node (engine, stream)", "transfer", "host receive"}
+        assert set(ex["decision"]["offload"]) == {
+            "request",
+            "node (engine, stream)",
+            "link beyond the node",
+            "host receive",
+        }
         assert ex["estimate"]["rows"] == pytest.approx(20_000)
 
 

@@ -55,6 +55,8 @@ def run_case(client: Any, name: str, repeat: int = 3) -> dict[str, Any]:
         "decision": ex["way"],
         "why": ex["why"],
         "predicted_s": {w: ex["decision"][f"{w}_s"] for w in runs} if "decision" in ex else None,
+        "predicted_crossover_mbit": ex.get("decision", {}).get("crossover_mbit"),
+        "above_crossover": ex.get("decision", {}).get("above_crossover"),
         "measured_s": med,
         "faster": faster,
         "offload_faster_by": 1 - med["offload"] / med["pushback"],

@@ -88,11 +88,7 @@ class _Ctx:
     def __init__(self, plan: Any, stats: Mapping[str, TableStats]) -> None:
         self.plan = plan
         self.stats = stats
-        self.fns = {
-            e.extension_function.function_anchor: e.extension_function.name.split(":")[0]
-            for e in plan.extensions
-            if e.WhichOneof("mapping_type") == "extension_function"
-        }
+        self.fns = plans.function_names(plan)
         self.steps: list[str] = []
         self._sampled: dict[tuple[str, bytes], float] = {}
         """Conditions already run on a sample: the independent and the corrected estimate of

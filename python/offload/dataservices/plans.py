@@ -230,6 +230,15 @@ def walk(msg):
         yield from walk(v)
 
 
+def function_names(plan) -> dict[int, str]:
+    """The plan's extension functions by anchor, their names without a signature (``lt``, ``sin``)."""
+    return {
+        e.extension_function.function_anchor: e.extension_function.name.split(":")[0]
+        for e in plan.extensions
+        if e.WhichOneof("mapping_type") == "extension_function"
+    }
+
+
 def find(msg, type_name: str) -> list:
     """Every sub-message of type ``type_name`` under ``msg`` (joins, subqueries included), not
     looking inside the ones found."""

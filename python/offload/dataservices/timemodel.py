@@ -26,14 +26,21 @@ from typing import Any
 
 import numpy as np
 
-FEATURES = ("in_rows", "in_bytes", "out_rows", "out_bytes", "functions", "aggregate", "join", "sort")
-TARGETS = ("node_engine", "node_stream_out", "node_stream_in", "node_offload", "node_pushback", "host_engine",
-           "host_receive_out", "host_receive_in")  # fmt: skip
+FEATURES = ("in_rows", "in_bytes", "out_rows", "out_bytes", "functions", "aggregate", "join", "sort", "heavy")
+CHEAP_FUNCTIONS = frozenset(
+    ("equal", "not_equal", "lt", "lte", "gt", "gte", "between", "and", "or", "not", "is_null", "is_not_null",
+     "add", "subtract", "multiply", "divide", "negate", "modulus", "abs", "coalesce")
+)  # fmt: skip
+"""Scalar functions a vectorized engine runs at memory speed; every other one (sqrt, sin, ln,
+string functions, ...) counts as ``heavy``: it costs the CPU per row, so a slow node pays for it."""
+TARGETS = ("node_engine", "node_stream_out", "node_stream_in", "node_offload", "node_pushback",
+           "node_request", "host_engine", "host_receive_out", "host_receive_in")  # fmt: skip
 """What is learned. ``node_stream_out``: serializing and sending the offloaded result;
 ``node_stream_in``: the scanned columns (pushback); ``node_offload`` / ``node_pushback``: the
 node's whole stream each way, which the decision uses (on a node held to a CPU quota the engine
-and the serializer share it, so their sum is not the whole); ``host_receive_*``: the host's part
-of a fetch beyond the node's stream (deserializing, buffering)."""
+and the serializer share it, so their sum is not the whole); ``node_request``: asking the node
+for the query (its checks and estimate, a round trip), the same either way; ``host_receive_*``:
+the host's part of a fetch beyond the node's stream (deserializing, buffering)."""
 
 
 @dataclass
@@ -48,6 +55,8 @@ class QueryFeatures:
     aggregate: bool
     join: bool
     sort: bool
+    heavy: int = 0
+    """Scalar function calls outside CHEAP_FUNCTIONS, nested ones included."""
 
     def vector(self) -> list[float]:
         return [
@@ -59,6 +68,7 @@ class QueryFeatures:
             float(self.aggregate),
             float(self.join),
             float(self.sort),
+            float(self.heavy),
         ]
 
 
@@ -69,12 +79,17 @@ def features(
     read); ``est_*``: the estimated result."""
     from substrait.plan_pb2 import Plan
 
-    from offload.dataservices.plans import find, walk
+    from offload.dataservices.plans import find, function_names, walk
 
     p = Plan()
     p.ParseFromString(plan)
     root = p.relations[0].root
-    kinds = {r.DESCRIPTOR.name for r in walk(root) if r.DESCRIPTOR.name.endswith("Rel")}
+    names = function_names(p)
+    everything = list(walk(root))
+    kinds = {r.DESCRIPTOR.name for r in everything if r.DESCRIPTOR.name.endswith("Rel")}
+    called = [
+        names.get(m.function_reference, "?") for m in everything if m.DESCRIPTOR.name == "ScalarFunction"
+    ]
     return QueryFeatures(
         in_rows=float(sum(r for r, _ in tables.values())),
         in_bytes=float(sum(b for _, b in tables.values())),
@@ -84,6 +99,7 @@ def features(
         aggregate="AggregateRel" in kinds,
         join="JoinRel" in kinds,
         sort="SortRel" in kinds,
+        heavy=sum(name not in CHEAP_FUNCTIONS for name in called),
     )
 
 
@@ -184,6 +200,10 @@ class Decision:
     offload: dict[str, float]
     pushback: dict[str, float]
     why: str
+    crossover_mbit: float | None = None
+    """The link rate at which both ways take as long (None: one way wins at every rate)."""
+    above: str | None = None
+    """The way that wins above ``crossover_mbit`` (the other wins below it)."""
 
     @property
     def offload_s(self) -> float:
@@ -201,6 +221,8 @@ class Decision:
             "offload_s": self.offload_s,
             "pushback_s": self.pushback_s,
             "why": self.why,
+            "crossover_mbit": self.crossover_mbit,
+            "above_crossover": self.above,
         }
 
 
@@ -208,20 +230,8 @@ def decide(
     models: Models, node_system: str, f: QueryFeatures, link: Link, host_system: str = "host"
 ) -> Decision:
     """Predicts both ways' stages for a query with features ``f`` and picks the faster."""
-    scan = scan_features(f)
-    off = {
-        "node (engine, stream)": _node_total(
-            models, node_system, f, "node_offload", ("node_engine", "node_stream_out")
-        ),
-        "transfer": link.seconds(f.out_bytes),
-        "host receive": models.predict(host_system, "host_receive_out", f),
-    }
-    back = {
-        "node stream": _node_total(models, node_system, scan, "node_pushback", ("node_stream_in",)),
-        "transfer": link.seconds(f.in_bytes),
-        "host receive": models.predict(host_system, "host_receive_in", scan),
-        "host engine": models.predict(host_system, "host_engine", f),
-    }
+    parts = _predicted(models, node_system, host_system, f)
+    off, back = _stages(parts, f, link)
     o, b = sum(off.values()), sum(back.values())
     way = "offload" if o <= b else "pushback"
     big = max(off, key=lambda k: off[k]) if way == "pushback" else max(back, key=lambda k: back[k])
@@ -231,7 +241,77 @@ def decide(
         f"({100 * (1 - min(o, b) / max(o, b)):.1f}% less); the other way's largest stage is "
         f"{big} ({loser[big] * 1e3:.1f} ms)"
     )
-    return Decision(way, off, back, why)
+
+    def both(rate: float) -> tuple[float, float]:
+        o_, b_ = _stages(parts, f, Link(rate, link.latency_s))
+        return sum(o_.values()), sum(b_.values())
+
+    rate, above = crossover(both)
+    if rate is not None:
+        why += f"; {above} wins on links above {rate * 8e-6:,.0f} Mbit/s"
+    return Decision(way, off, back, why, None if rate is None else rate * 8e-6, above)
+
+
+def _predicted(models: Models, node_system: str, host_system: str, f: QueryFeatures) -> dict[str, float]:
+    """The learned parts of both ways, which do not depend on the link."""
+    scan = scan_features(f)
+    return {
+        "request": models.predict(node_system, "node_request", f)
+        if (node_system, "node_request") in models.forests
+        else 0.0,
+        "node_offload": _node_total(
+            models, node_system, f, "node_offload", ("node_engine", "node_stream_out")
+        ),
+        "node_pushback": _node_total(models, node_system, scan, "node_pushback", ("node_stream_in",)),
+        "receive_out": models.predict(host_system, "host_receive_out", f),
+        "receive_in": models.predict(host_system, "host_receive_in", scan),
+        "host_engine": models.predict(host_system, "host_engine", f),
+    }
+
+
+def _stages(p: dict[str, float], f: QueryFeatures, link: Link) -> tuple[dict[str, float], dict[str, float]]:
+    """Both ways' stages over ``link``. The node streams batch by batch while the link carries
+    them, so the link adds only what it takes beyond the node's stream (the stream times were
+    learned on an unshaped link and already hold loopback's sending)."""
+    t_o, t_b = link.seconds(f.out_bytes), link.seconds(f.in_bytes)
+    off = {
+        "request": p["request"],
+        "node (engine, stream)": p["node_offload"],
+        "link beyond the node": max(0.0, t_o - p["node_offload"]),
+        "host receive": p["receive_out"],
+    }
+    back = {
+        "request": p["request"],
+        "node stream": p["node_pushback"],
+        "link beyond the node": max(0.0, t_b - p["node_pushback"]),
+        "host receive": p["receive_in"],
+        "host engine": p["host_engine"],
+    }
+    return off, back
+
+
+RATES = np.geomspace(1e5, 1.25e11, 121)
+"""Link rates (bytes/s, 0.8 Mbit/s to 1 Tbit/s) the crossover is looked for over."""
+
+
+def crossover(both: Callable[[float], tuple[float, float]]) -> tuple[float | None, str | None]:
+    """The fastest link rate (bytes/s) where the faster way changes, ``both(rate)`` giving
+    (offload s, pushback s), and the way that wins above it; (None, None) where one way wins
+    over all of RATES."""
+
+    def winner(rate: float) -> str:
+        o, b = both(rate)
+        return "offload" if o <= b else "pushback"
+
+    ways = [winner(float(r)) for r in RATES]
+    changes = [i for i in range(len(ways) - 1) if ways[i] != ways[i + 1]]
+    if not changes:
+        return None, None
+    lo, hi = float(RATES[changes[-1]]), float(RATES[changes[-1] + 1])
+    for _ in range(40):  # bisection in log space
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if winner(mid) == ways[changes[-1]] else (lo, mid)
+    return math.sqrt(lo * hi), ways[-1]
 
 
 def _node_total(models: Models, system: str, f: QueryFeatures, total: str, parts: tuple[str, ...]) -> float:
@@ -254,6 +334,11 @@ TRAINING_SQL = (
     "select count(*) as n, min(vx * vx + vy * vy) as lo, max(vx * vx + vy * vy) as hi from {t} where y < {a}",
     "select * from {t} where vx * vx + vy * vy > {d}",
     "select id, t from {t} where x < {a} order by id limit 1000",
+    # heavy functions: the CPU per row a slow node pays for and a fast host does not
+    "select id, sqrt(x * x + y * y) as r, atan2(y, x) as phi from {t} where x < {a}",
+    "select t, avg(sin(x) * cos(y) + sin(y) * cos(x)) as s, max(exp(x) + ln(y + 1)) as e from {t} "
+    "where z < {a} group by t",
+    "select count(*) as n from {t} where sin(10 * x) * cos(10 * y) + sqrt(z) > {a}",
 )
 
 
@@ -297,7 +382,7 @@ def measure(
         # the actual sizes, not the estimates, describe what was measured
         actual = QueryFeatures(**{**asdict(f), "out_rows": float(off_rows), "out_bytes": float(off_bytes)})
         scanned = scan_features(actual)
-        node_out = {k: med[k] for k in ("node_engine", "node_stream_out", "node_offload")}
+        node_out = {k: med[k] for k in ("node_engine", "node_stream_out", "node_offload", "node_request")}
         host_out = {"host_engine": med["host_engine"], "host_receive_out": med["host_receive_out"]}
         out += [
             Sample(node_system, actual, node_out),
@@ -320,6 +405,7 @@ def _medians(runs: Sequence[tuple[Any, Any]]) -> dict[str, float]:
             "node_stream_in": back.node - back.node_engine,
             "node_offload": off.node,
             "node_pushback": back.node,
+            "node_request": (off.info + back.info) / 2,
             "host_engine": back.host,
             "host_receive_out": off.fetch - off.node,
             "host_receive_in": back.fetch - back.node,
