@@ -149,3 +149,22 @@ def test_one_column_ranges_follow_the_sketch(
     est = E.estimate(plan, stats).rows
     true = plans.execute(plan, tables).num_rows
     assert abs(est - true) <= 0.004 * ROWS + 2, (sql, est, true)  # KLL k=2000: ~0.15% rank error
+
+
+def test_heavy_rows_count_what_the_filters_leave_to_the_functions(
+    tables: dict[str, pa.Table], stats: dict[str, S.TableStats]
+) -> None:
+    """Heavy calls (sqrt, sin...) cost per row they run on: a filter below them cuts their rows,
+    one of them inside the filter runs on every row read."""
+
+    def heavy_rows(sql: str) -> float:
+        plan = plans.to_substrait(sql.format(t="u"), {"u": tables["u"].schema})
+        return E.estimate(plan, stats).heavy_rows
+
+    assert heavy_rows("select * from {t} where x < 0.5") == 0.0
+    after = heavy_rows("select t, avg(sin(x) + cos(y)) as s from {t} where x < 0.25 group by t")
+    assert after == pytest.approx(2 * 0.25 * ROWS, rel=0.05)  # two calls on the quarter left
+    inside = heavy_rows("select count(*) as n from {t} where sqrt(x) < 0.5")
+    assert inside == pytest.approx(ROWS)  # on every row read
+    both = heavy_rows("select sqrt(y) as r from {t} where sqrt(x) < 0.5")
+    assert both == pytest.approx(ROWS + 0.25 * ROWS, rel=0.1)

@@ -48,9 +48,13 @@ class Estimate:
     bytes: float
     steps: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    heavy_rows: float = 0.0
+    """Rows each heavy function call (plans.heavy_calls) runs on, summed over the relations:
+    what the query costs a slow CPU beyond moving its rows."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows, "bytes": self.bytes, "steps": self.steps, "seconds": self.seconds}
+        return {"rows": self.rows, "bytes": self.bytes, "steps": self.steps, "seconds": self.seconds,
+                "heavy_rows": self.heavy_rows}  # fmt: skip
 
 
 @dataclass
@@ -78,7 +82,7 @@ def estimate(plan: bytes, stats: Mapping[str, TableStats]) -> Estimate:
     ctx = _Ctx(p, stats)
     rel = ctx.rel(p.relations[0].root.input)
     width = sum(c.width for c in rel.cols)
-    est = Estimate(rel.rows, rel.rows * width, ctx.steps)
+    est = Estimate(rel.rows, rel.rows * width, ctx.steps, heavy_rows=ctx.heavy_rows)
     est.steps.append(f"result: {rel.rows:,.1f} rows x {width:g} B")
     est.seconds = time.perf_counter() - t0
     return est
@@ -90,6 +94,7 @@ class _Ctx:
         self.stats = stats
         self.fns = plans.function_names(plan)
         self.steps: list[str] = []
+        self.heavy_rows = 0.0
         self._sampled: dict[tuple[str, bytes], float] = {}
         """Conditions already run on a sample: the independent and the corrected estimate of
         one condition both need them."""
@@ -120,12 +125,14 @@ class _Ctx:
 
     def _filter(self, r: Any) -> _Rel:
         inp = self.rel(r.input)
+        self.heavy_rows += inp.rows * plans.heavy_calls(r.condition, self.fns)
         sel = self.selectivity(r.condition, inp)
         self.steps.append(f"filter: selectivity {sel:.5f} -> {inp.rows * sel:,.1f} rows")
         return _Rel(inp.rows * sel, inp.cols)
 
     def _project(self, r: Any) -> _Rel:
         inp = self.rel(r.input)
+        self.heavy_rows += inp.rows * sum(plans.heavy_calls(e, self.fns) for e in r.expressions)
         extra = [self._expr_col(e, inp) for e in r.expressions]
         return _Rel(inp.rows, inp.cols + extra)
 
@@ -144,6 +151,8 @@ class _Ctx:
 
     def _aggregate(self, r: Any) -> _Rel:
         inp = self.rel(r.input)
+        calls = [plans.heavy_calls(e, self.fns) for e in [*r.grouping_expressions, *r.measures]]
+        self.heavy_rows += inp.rows * sum(calls)
         keys = [self._expr_col(e, inp) for e in r.grouping_expressions]  # the groupings refer to these
         measures = [_Col(None, None, 8.0) for _ in r.measures]
         if not keys:

@@ -239,6 +239,24 @@ def function_names(plan) -> dict[int, str]:
     }
 
 
+CHEAP_FUNCTIONS = frozenset(
+    ("equal", "not_equal", "lt", "lte", "gt", "gte", "between", "and", "or", "not", "is_null", "is_not_null",
+     "add", "subtract", "multiply", "divide", "negate", "modulus", "abs", "coalesce")
+)  # fmt: skip
+"""Scalar functions a vectorized engine runs at memory speed; every other one (sqrt, sin, ln,
+string functions, ...) is *heavy*: it costs the CPU per row, so a slow node pays for it."""
+
+
+def heavy_calls(msg, names: dict[int, str]) -> int:
+    """Scalar function calls under ``msg`` (nested ones included) outside CHEAP_FUNCTIONS;
+    ``names``: the plan's :func:`function_names`."""
+    return sum(
+        names.get(m.function_reference, "?") not in CHEAP_FUNCTIONS
+        for m in walk(msg)
+        if m.DESCRIPTOR.name == "ScalarFunction"
+    )
+
+
 def find(msg, type_name: str) -> list:
     """Every sub-message of type ``type_name`` under ``msg`` (joins, subqueries included), not
     looking inside the ones found."""

@@ -26,13 +26,8 @@ from typing import Any
 
 import numpy as np
 
-FEATURES = ("in_rows", "in_bytes", "out_rows", "out_bytes", "functions", "aggregate", "join", "sort", "heavy")
-CHEAP_FUNCTIONS = frozenset(
-    ("equal", "not_equal", "lt", "lte", "gt", "gte", "between", "and", "or", "not", "is_null", "is_not_null",
-     "add", "subtract", "multiply", "divide", "negate", "modulus", "abs", "coalesce")
-)  # fmt: skip
-"""Scalar functions a vectorized engine runs at memory speed; every other one (sqrt, sin, ln,
-string functions, ...) counts as ``heavy``: it costs the CPU per row, so a slow node pays for it."""
+FEATURES = ("in_rows", "in_bytes", "out_rows", "out_bytes", "functions", "aggregate", "join", "sort", "heavy",
+            "heavy_rows")  # fmt: skip
 TARGETS = ("node_engine", "node_stream_out", "node_stream_in", "node_offload", "node_pushback",
            "node_request", "host_engine", "host_receive_out", "host_receive_in")  # fmt: skip
 """What is learned. ``node_stream_out``: serializing and sending the offloaded result;
@@ -56,7 +51,9 @@ class QueryFeatures:
     join: bool
     sort: bool
     heavy: int = 0
-    """Scalar function calls outside CHEAP_FUNCTIONS, nested ones included."""
+    """Heavy scalar function calls in the plan (plans.heavy_calls), nested ones included."""
+    heavy_rows: float = 0.0
+    """Estimated rows each heavy call runs on, summed: a filter below the functions cuts it."""
 
     def vector(self) -> list[float]:
         return [
@@ -69,29 +66,32 @@ class QueryFeatures:
             float(self.join),
             float(self.sort),
             float(self.heavy),
+            math.log1p(self.heavy_rows),
         ]
 
 
 def features(
-    plan: bytes, est_rows: float, est_bytes: float, tables: dict[str, tuple[int, float]]
+    plan: bytes,
+    est_rows: float,
+    est_bytes: float,
+    tables: dict[str, tuple[int, float]],
+    heavy_rows: float | None = None,
 ) -> QueryFeatures:
     """Features of ``plan``: ``tables`` maps each data set read to (rows, bytes of the columns
-    read); ``est_*``: the estimated result."""
+    read); ``est_*``: the estimated result; ``heavy_rows``: the estimator's rows times heavy
+    calls (default: every heavy call on every row read)."""
     from substrait.plan_pb2 import Plan
 
-    from offload.dataservices.plans import find, function_names, walk
+    from offload.dataservices.plans import find, function_names, heavy_calls, walk
 
     p = Plan()
     p.ParseFromString(plan)
     root = p.relations[0].root
-    names = function_names(p)
-    everything = list(walk(root))
-    kinds = {r.DESCRIPTOR.name for r in everything if r.DESCRIPTOR.name.endswith("Rel")}
-    called = [
-        names.get(m.function_reference, "?") for m in everything if m.DESCRIPTOR.name == "ScalarFunction"
-    ]
+    kinds = {r.DESCRIPTOR.name for r in walk(root) if r.DESCRIPTOR.name.endswith("Rel")}
+    heavy = heavy_calls(root, function_names(p))
+    in_rows = float(sum(r for r, _ in tables.values()))
     return QueryFeatures(
-        in_rows=float(sum(r for r, _ in tables.values())),
+        in_rows=in_rows,
         in_bytes=float(sum(b for _, b in tables.values())),
         out_rows=float(est_rows),
         out_bytes=float(est_bytes),
@@ -99,7 +99,8 @@ def features(
         aggregate="AggregateRel" in kinds,
         join="JoinRel" in kinds,
         sort="SortRel" in kinds,
-        heavy=sum(name not in CHEAP_FUNCTIONS for name in called),
+        heavy=heavy,
+        heavy_rows=float(heavy * in_rows if heavy_rows is None else heavy_rows),
     )
 
 
@@ -375,7 +376,9 @@ def measure(
         est = client.estimate(plan)
         cols = plans.inspect(plan).reads[table]
         read_bytes = desc["rows"] * sum(width[c] for c in cols)
-        f = features(plan, est["rows"], est["bytes"], {table: (desc["rows"], read_bytes)})
+        f = features(
+            plan, est["rows"], est["bytes"], {table: (desc["rows"], read_bytes)}, est.get("heavy_rows")
+        )
         runs = [(client.query(plan, "offload")[1], client.query(plan, "pushback")[1]) for _ in range(repeat)]
         med = _medians(runs)
         off_rows, off_bytes = runs[0][0].rows, runs[0][0].arrow_bytes
