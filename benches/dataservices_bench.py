@@ -227,7 +227,7 @@ def decisions(rows: int, queries: int, repeat: int) -> dict[str, Any]:
             console.print(f"{prof}: training on an unshaped link")
             subprocess.run([*inside, "-m", "offload.cli", "node", "train", "-o", str(models), "--node",
                             f"127.0.0.1:{port}", "--token-file", str(work / f"t{port}"),
-                            "--sizes", "100000,300000,1000000", "--queries", "36"],
+                            "--sizes", "300000,1000000", "--queries", "48", "--repeat", "5"],
                            env=env, check=True)  # fmt: skip
         port += 1
         results["profiles"][prof] = {}

@@ -423,6 +423,10 @@ def train(
         "100000,400000,1600000"
     ),
     queries: Annotated[int, typer.Option(help="Queries per table size (random thresholds).")] = 30,
+    repeat: Annotated[
+        int,
+        typer.Option(help="Runs of each query each way; the medians are kept (a quota-held node jitters)."),
+    ] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the tables and thresholds.")] = 0,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
@@ -441,6 +445,8 @@ def train(
         counts = [int(x) for x in sizes.split(",") if x.strip()]
     except ValueError:
         raise fail(f"--sizes {sizes!r}: give row counts like 100000,400000") from None
+    if repeat < 1:
+        raise fail(f"--repeat {repeat}: give at least 1 run")
     samples = []
     with _client(node, token_file, netns, timeout_s=900) as c:
         try:
@@ -454,7 +460,7 @@ def train(
                     name = f"train_{n}"
                     c.upload(name, P.generate(n, seed=seed + i))
                     sqls = TM.training_queries(queries, seed + i)
-                    samples += TM.measure(c, name, sqls, system, lambda _: bar.advance(task))
+                    samples += TM.measure(c, name, sqls, system, lambda _: bar.advance(task), repeat)
                     c.drop(name)
         except NodeError as e:
             raise fail(str(e)) from None
