@@ -90,7 +90,7 @@ def test_overload_answers_busy_and_serves_the_rest() -> None:
 @given(
     p=st.integers(1, 8), w=st.integers(1, 4), k=st.integers(1, 4), e=st.integers(1, 4),
     cpus=st.sampled_from([None, 1, 2, 4]),
-    worker_q=st.floats(1e-6, 1e-4), kernel_q=st.floats(1e-6, 1e-4), client_q=st.floats(0, 1e-4),
+    worker_q=st.floats(1e-5, 1e-4), kernel_q=st.floats(1e-5, 1e-4), client_q=st.floats(0, 1e-4),
     sizes=st.lists(st.integers(1, 64), min_size=1, max_size=4),
 )  # fmt: skip
 def test_throughput_never_beats_the_bottleneck(
@@ -104,8 +104,8 @@ def test_throughput_never_beats_the_bottleneck(
     bounds = [w / worker_q, k * e / kernel_q, p / (client_q + worker_q + kernel_q / e)]
     if cpus:
         bounds.append(cpus / (worker_q + kernel_q + client_q))
-    # 2% slack: requests that straddle the window's edges.
-    assert r.throughput_qps <= min(bounds) * 1.02 + max(sizes) / 0.2
+    # 2% slack, plus the requests that straddle the window's edges: up to one per client.
+    assert r.throughput_qps <= min(bounds) * 1.02 + p * max(sizes) / 0.2
     assert r.requests > 0 and all(x > 0 for x in r.latencies_s)
     assert not math.isnan(r.percentile(99))
 
