@@ -205,23 +205,22 @@ def worker(node: str, token_file: Path, out: Path, sqls: list[str], repeat: int)
     out.write_text(json.dumps(rows, indent=2))
 
 
+WORK = Path("build/dsbench")
+
+
 def decisions(rows: int, queries: int, repeat: int) -> dict[str, Any]:
-    import os
     import subprocess
-    import sys
 
     from offload.dataservices import link as L
 
     why = L.unavailable_reason()
     if why:
         return {"skipped": why}
-    work = Path("build/dsbench").resolve()
+    work = WORK.resolve()
     work.mkdir(parents=True, exist_ok=True)
     if not (work / "particles.parquet").exists():
         P.write(P.generate(rows, seed=7), work / "particles.parquet")
-    ns = L.ensure_namespace("dsbench")
-    inside = ["nsenter", f"--net=/run/netns/{ns}", sys.executable]
-    env = {**os.environ, "HOME": str(work)}
+    inside, env = _inside(work)
     results: dict[str, Any] = {"rows": rows, "queries": queries, "repeat": repeat, "profiles": {}}
     port = 9301
     for prof, args in PROFILES.items():
@@ -238,11 +237,8 @@ def decisions(rows: int, queries: int, repeat: int) -> dict[str, Any]:
         for link in LINKS:
             console.print(f"{prof} over {link}: {queries} queries, auto and both ways x {repeat}")
             with _node(inside, env, port, [*args, "--link", link], work, ["--models", str(models)]):
-                res = work / f"decisions-{prof}-{link}.json"
-                subprocess.run([*inside, __file__, "--worker", f"127.0.0.1:{port}", "--token-file",
-                                str(work / f"t{port}"), "--worker-out", str(res), "--decision-queries",
-                                str(queries), "--repeat", str(repeat)], env=env, check=True)  # fmt: skip
-            runs = json.loads(res.read_text())
+                runs = _worker(inside, env, port, work / f"decisions-{prof}-{link}.json", repeat,
+                               "--decision-queries", str(queries))  # fmt: skip
             best = sum(r["measured_s"][r["best"]] for r in runs)
             results["profiles"][prof][link] = {
                 "right": sum(r["right"] for r in runs) / len(runs),
@@ -274,20 +270,14 @@ def crossover(rows: int, repeat: int) -> dict[str, Any]:
     """CROSSOVER_SQL on a bluefield2 node at each of CROSSOVER_LINKS: the measured winner per
     rate, the measured crossover (interpolated in 1/rate, where times are linear) and the
     predicted one."""
-    import os
-    import subprocess
-    import sys
-
     from offload.dataservices import link as L
 
     why = L.unavailable_reason()
-    work = Path("build/dsbench").resolve()
+    work = WORK.resolve()
     models = work / "models-bluefield2.json"
     if why or not models.exists():
         return {"skipped": why or f"{models} missing: run --parts decisions first"}
-    ns = L.ensure_namespace("dsbench")
-    inside = ["nsenter", f"--net=/run/netns/{ns}", sys.executable]
-    env = {**os.environ, "HOME": str(work)}
+    inside, env = _inside(work)
     per_rate: dict[str, list[dict[str, Any]]] = {}
     for i, link in enumerate(CROSSOVER_LINKS):
         port = 9401 + i
@@ -295,11 +285,8 @@ def crossover(rows: int, repeat: int) -> dict[str, Any]:
         with _node(
             inside, env, port, ["--profile", "bluefield2", "--link", link], work, ["--models", str(models)]
         ):
-            res = work / f"crossover-{link}.json"
-            subprocess.run([*inside, __file__, "--worker", f"127.0.0.1:{port}", "--token-file",
-                            str(work / f"t{port}"), "--worker-out", str(res), "--worker-crossover",
-                            "--repeat", str(repeat)], env=env, check=True)  # fmt: skip
-        per_rate[link] = json.loads(res.read_text())
+            per_rate[link] = _worker(inside, env, port, work / f"crossover-{link}.json", repeat,
+                                     "--worker-crossover")  # fmt: skip
     out = []
     mbit = [float(link.removesuffix("mbit")) for link in CROSSOVER_LINKS]
     for q, sql in enumerate(CROSSOVER_SQL):
@@ -328,6 +315,29 @@ def crossover(rows: int, repeat: int) -> dict[str, Any]:
         "links": list(CROSSOVER_LINKS),
         "queries": out,
     }
+
+
+def _inside(work: Path) -> tuple[list[str], dict[str, str]]:
+    """The command prefix that runs Python in the benchmark's namespace, and its environment
+    (HOME in the work dir, where the nodes write their tokens)."""
+    import os
+    import sys
+
+    from offload.dataservices import link as L
+
+    ns = L.ensure_namespace("dsbench")
+    return ["nsenter", f"--net=/run/netns/{ns}", sys.executable], {**os.environ, "HOME": str(work)}
+
+
+def _worker(inside: list[str], env: dict[str, str], port: int, out: Path, repeat: int, *args: str
+            ) -> list[dict[str, Any]]:  # fmt: skip
+    """Runs this script's worker against the node on ``port`` inside the namespace; its rows."""
+    import subprocess
+
+    subprocess.run([*inside, __file__, "--worker", f"127.0.0.1:{port}", "--token-file",
+                    str(out.parent / f"t{port}"), "--worker-out", str(out), "--repeat", str(repeat), *args],
+                   env=env, check=True)  # fmt: skip
+    return list(json.loads(out.read_text()))
 
 
 class _node:
