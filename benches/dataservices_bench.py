@@ -212,6 +212,7 @@ def decisions(rows: int, queries: int, repeat: int) -> dict[str, Any]:
     import subprocess
 
     from offload.dataservices import link as L
+    from offload.dataservices import timemodel as TM
 
     why = L.unavailable_reason()
     if why:
@@ -221,18 +222,21 @@ def decisions(rows: int, queries: int, repeat: int) -> dict[str, Any]:
     if not (work / "particles.parquet").exists():
         P.write(P.generate(rows, seed=7), work / "particles.parquet")
     inside, env = _inside(work)
-    results: dict[str, Any] = {"rows": rows, "queries": queries, "repeat": repeat, "profiles": {}}
+    results: dict[str, Any] = {"rows": rows, "queries": queries, "repeat": repeat, "profiles": {},
+                               "model_error": {}}  # fmt: skip
     port = 9301
     for prof, args in PROFILES.items():
         models = work / f"models-{prof}.json"
         models.unlink(missing_ok=True)
-        with _node(inside, env, port, args, work, []):
+        with _node(inside, env, port, [*args, "--link", "none"], work, []):
             console.print(f"{prof}: training on an unshaped link")
             subprocess.run([*inside, "-m", "offload.cli", "node", "train", "-o", str(models), "--node",
                             f"127.0.0.1:{port}", "--token-file", str(work / f"t{port}"),
                             "--sizes", "300000,1000000", "--queries", "48", "--repeat", "5"],
                            env=env, check=True)  # fmt: skip
         port += 1
+        samples = TM.Models.load(models).samples
+        results["model_error"][prof] = TM.held_out_error(samples)  # the stages, on a random quarter
         results["profiles"][prof] = {}
         for link in LINKS:
             console.print(f"{prof} over {link}: {queries} queries, auto and both ways x {repeat}")
@@ -252,6 +256,8 @@ def decisions(rows: int, queries: int, repeat: int) -> dict[str, Any]:
     all_runs = [r for p in results["profiles"].values() for v in p.values() for r in v["runs"]]
     results["right"] = sum(r["right"] for r in all_runs) / len(all_runs)
     results["right_or_tie"] = sum(r["right"] or r["tie"] for r in all_runs) / len(all_runs)
+    results["error_by_size"] = error_by_size(results)
+    results["reproducibility"] = reproducibility(results)
     return results
 
 
@@ -264,6 +270,34 @@ def prediction_error(runs: list[dict[str, Any]]) -> dict[str, float]:
             for w, e in errs.items():
                 e.append(abs(r["predicted"][f"{w}_s"] - r["measured_s"][w]) / r["measured_s"][w])
     return {w: float(np.median(e)) for w, e in errs.items() if e}
+
+
+def error_by_size(results: dict[str, Any], cut_s: float = 0.1) -> dict[str, dict[str, float | int]]:
+    """The predicted whole-query time's median relative error each way, over every profile and
+    link, apart for queries that measured at least ``cut_s`` and for quicker ones (where round
+    trips and the CPU quota's period weigh most)."""
+    errs: dict[str, list[float]] = {}
+    for links in results["profiles"].values():
+        for v in links.values():
+            for r in v["runs"]:
+                for w in ("offload", "pushback"):
+                    m = r["measured_s"][w]
+                    key = f"{w} {'>=' if m >= cut_s else '<'} {cut_s * 1e3:g} ms"
+                    errs.setdefault(key, []).append(abs(r["predicted"][f"{w}_s"] - m) / m)
+    return {k: {"median": float(np.median(e)), "queries": len(e)} for k, e in sorted(errs.items())}
+
+
+def reproducibility(results: dict[str, Any]) -> dict[str, float | int]:
+    """How far the same offloaded query measures apart in two runs of the suite minutes apart:
+    the 100 Mbit/s and 1 Gbit/s runs of the queries whose result the link does not slow at either
+    rate (the decision says so). No model can predict these closer than they reproduce."""
+    diffs = []
+    for links in results["profiles"].values():
+        for a, b in zip(links["100mbit"]["runs"], links["1000mbit"]["runs"], strict=True):
+            if all(r["predicted"]["offload"]["link beyond the node"] == 0 for r in (a, b)):
+                ma, mb = a["measured_s"]["offload"], b["measured_s"]["offload"]
+                diffs.append(abs(ma - mb) / min(ma, mb))
+    return {"median_difference": float(np.median(diffs)), "queries": len(diffs)}
 
 
 def crossover(rows: int, repeat: int) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Time models and the decision: forests fitted from samples predict what they saw, the decision
+"""Time models and the decision: models fitted from samples predict what they saw, the decision
 takes the faster way where the difference is clear, and a node with models answers `auto` queries
 with its choice and why; `offload node train` against a real node writes a training file."""
 
@@ -45,7 +45,7 @@ def _synthetic() -> list[TM.Sample]:
     return out
 
 
-def test_forests_learn_the_stages_and_the_decision_follows_the_link(tmp_path: Path) -> None:
+def test_models_learn_the_stages_and_the_decision_follows_the_link(tmp_path: Path) -> None:
     m = TM.Models.fit(_synthetic())
     f = TM.QueryFeatures(1e6, 64e6, 1e4, 64e4, 1, False, False, False)
     assert m.predict("nic", "node_engine", f) == pytest.approx(0.8, rel=0.35)

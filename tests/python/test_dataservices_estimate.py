@@ -168,3 +168,31 @@ def test_heavy_rows_count_what_the_filters_leave_to_the_functions(
     assert inside == pytest.approx(ROWS)  # on every row read
     both = heavy_rows("select sqrt(y) as r from {t} where sqrt(x) < 0.5")
     assert both == pytest.approx(ROWS + 0.25 * ROWS, rel=0.1)
+
+
+def test_work_counts_the_rows_each_operator_runs_on(
+    tables: dict[str, pa.Table], stats: dict[str, S.TableStats]
+) -> None:
+    """Cheap calls run on the rows that reach them, as heavy ones do; aggregates and sorts count
+    the rows entering them. The time models learn from these what sizes alone do not say."""
+
+    def work(sql: str) -> dict[str, float]:
+        plan = plans.to_substrait(sql.format(t="u"), {"u": tables["u"].schema})
+        return E.estimate(plan, stats).work
+
+    one = work("select * from {t} where x < 0.5")
+    three = work("select id from {t} where x >= 0.5 and y < 0.5 and z <= 0.5")
+    assert one == {"cheap_rows": ROWS, "heavy_rows": 0.0, "aggregate_rows": 0.0, "sort_rows": 0.0}
+    # two ands and three comparisons on every row: x >= 0.5 keeps too many for pre-selection
+    assert three["cheap_rows"] == pytest.approx(5 * ROWS)
+    selective = work("select id from {t} where x < 0.1 and y < 0.5 and z <= 0.5")
+    # y only on the tenth x keeps, z only on the twentieth both keep
+    assert selective["cheap_rows"] == pytest.approx((2 + 1 + 0.1 + 0.05) * ROWS, rel=0.05)
+    either = work("select id from {t} where x < 0.1 or y < 0.5")
+    assert either["cheap_rows"] == pytest.approx(3 * ROWS)  # an or's terms see every row
+    grouped = work("select t, count(*) as n from {t} where y < 0.25 group by t")
+    assert grouped["aggregate_rows"] == pytest.approx(0.25 * ROWS, rel=0.05)
+    assert grouped["sort_rows"] == 0.0
+    ordered = work("select id from {t} where x < 0.5 order by id limit 10")
+    assert ordered["sort_rows"] == pytest.approx(0.5 * ROWS, rel=0.05)
+    assert work("select * from {t}") == dict.fromkeys(E.WORK, 0.0)

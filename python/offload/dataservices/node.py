@@ -171,7 +171,7 @@ class Node(flight.FlightServerBase):
         for t, cols in reads.items():
             st = self.dataset(t).stats
             sizes[t] = (st.rows, st.rows * sum(st.columns[c].width_bytes for c in cols))
-        f = TM.features(plan, est["rows"], est["bytes"], sizes, est.get("heavy_rows"))
+        f = TM.features(plan, est["rows"], est["bytes"], sizes, est)
         out: dict[str, Any] = {"estimate": est, "features": f.__dict__}
         models = self.config.models
         if models is None or self.config.system not in models.systems():

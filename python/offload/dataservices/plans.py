@@ -247,6 +247,11 @@ CHEAP_FUNCTIONS = frozenset(
 string functions, ...) is *heavy*: it costs the CPU per row, so a slow node pays for it."""
 
 
+def function_calls(msg) -> int:
+    """Scalar function calls under ``msg``, nested ones included."""
+    return sum(m.DESCRIPTOR.name == "ScalarFunction" for m in walk(msg))
+
+
 def heavy_calls(msg, names: dict[int, str]) -> int:
     """Scalar function calls under ``msg`` (nested ones included) outside CHEAP_FUNCTIONS;
     ``names``: the plan's :func:`function_names`."""
