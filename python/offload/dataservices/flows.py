@@ -1,0 +1,328 @@
+"""Particle data flows (seed 003, slides 20 and 25): producers emit tables sorted by position and
+time, consumers want them by id and time. In between, a service unpacks the producers' Arrow
+data, splits it into 2-16 partitions by id and repacks each (the *partition* step), and a sift
+merges each partition's arrivals into sorted runs with an LSM tree (:mod:`.lsm`).
+
+Three data sets, generated with the shapes of the seed's three (scientific particles, airplanes,
+ships):
+
+* ``particles``: the case studies' particles (:mod:`.particles`), one dump per time step, each
+  sorted by position (x) as a simulation rank writes them;
+* ``airplanes``: ADS-B-like state vectors (24-bit ICAO address, time, position, barometric
+  altitude, ground speed, track, vertical rate, callsign). Each aircraft flies a straight track
+  at cruise speed and reports once a second; a receiver's feed comes sorted by time;
+* ``ships``: AIS-like position reports (9-digit MMSI, time, position, speed and course over
+  ground, heading, navigational status). Ships move slowly, many are moored, and report every
+  2-10 seconds under way and every 3 minutes at anchor.
+
+The partition step's time is broken down as the seed breaks it down: unpack (IPC bytes to a
+table), split (partition of each row, rows grouped by partition), repack (each partition to IPC
+bytes) and, with a codec, compress (the compressed repack's time beyond the plain one).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from offload.dataservices import particles as P
+
+CODECS = (None, "lz4", "zstd")
+"""Arrow IPC's codecs (``lz4`` is LZ4 frame); None ships uncompressed."""
+
+
+# ------------------------------------------------------------------------------ data sets
+
+
+@dataclass(frozen=True)
+class DataSet:
+    """A generated data set: its id column and the ids' domain (partitioning splits it into
+    equal ranges), its time column, and the generator (rows, seed) -> table in producer order."""
+
+    name: str
+    schema: pa.Schema
+    id_column: str
+    id_range: Callable[[int], tuple[int, int]]
+    time_column: str
+    generate: Callable[[int, int], pa.Table]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """The consumers' order: by id, then time."""
+        return (self.id_column, self.time_column)
+
+
+def _particle_dumps(rows: int) -> tuple[int, int]:
+    """(time steps, particles per step) of a ``rows``-row particle flow: up to 16 dumps."""
+    steps = max(1, min(16, rows // 1000))
+    return steps, -(-rows // steps)
+
+
+def _particles(rows: int, seed: int) -> pa.Table:
+    """``rows`` particle rows: dumps of up to 16 steps of the same particles (ids 0 .. n - 1),
+    each dump sorted by x."""
+    steps, per = _particle_dumps(rows)
+    dumps = []
+    for s in range(steps):
+        n = min(per, rows - s * per)
+        t = P.generate(n, seed=seed * 1000 + s, steps=1).set_column(7, "t", pa.array(np.full(n, float(s))))
+        dumps.append(t.take(pc.sort_indices(t, [("x", "ascending")])))
+    return pa.concat_tables(dumps).combine_chunks() if dumps else P.SCHEMA.empty_table()
+
+
+AIRPLANES = pa.schema([
+    ("icao24", pa.int64()), ("time", pa.float64()), ("lat", pa.float64()), ("lon", pa.float64()),
+    ("baroaltitude", pa.float32()), ("velocity", pa.float32()), ("heading", pa.float32()),
+    ("vertrate", pa.float32()), ("callsign", pa.string()),
+])  # fmt: skip
+
+
+def _tracks(rows: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ``counts`` reports per object (summing to ``rows``): each row's object and its report
+    number along the object's track (0, 1, ...)."""
+    who = np.repeat(np.arange(len(counts)), counts)
+    first = np.repeat(np.cumsum(counts) - counts, counts)
+    return who, np.arange(rows) - first
+
+
+def _split(rows: int, weights: np.ndarray) -> np.ndarray:
+    """``rows`` reports shared out in proportion to ``weights`` (counts summing to ``rows``)."""
+    counts = np.floor(rows * weights / weights.sum()).astype(np.int64)
+    counts[: rows - counts.sum()] += 1
+    return counts
+
+
+def _airplanes(rows: int, seed: int) -> pa.Table:
+    """ADS-B-like state vectors: ~``rows`` / 600 aircraft, each reporting once a second (ten
+    minutes each), sorted by time and latitude (a receiver's feed). (icao24, time) is unique."""
+    rng = np.random.default_rng(seed)
+    planes = max(1, rows // 600)
+    icao = rng.choice(1 << 24, planes, replace=False).astype(np.int64)
+    who, k = _tracks(rows, _split(rows, np.ones(planes)))
+    start = rng.integers(0, 600, planes).astype(np.float64)
+    t = start[who] + k
+    speed = rng.normal(230, 20, planes).clip(60, 300)  # m/s
+    track = rng.uniform(0, 360, planes)
+    lat0, lon0 = rng.uniform(35, 60, planes), rng.uniform(-10, 30, planes)
+    dist = speed[who] * k / 111_000  # degrees along the track
+    rad = np.radians(track[who])
+    climbing = rng.random(planes) < 0.2
+    vrate = np.where(climbing, rng.normal(8, 3, planes), 0.0)
+    alt = np.where(climbing, 3000.0, rng.choice([9144.0, 10058.0, 10972.0, 11887.0], planes))
+    airline = rng.choice(["DLH", "AFR", "BAW", "KLM", "RYR", "EZY", "SWR", "IBE"], planes)
+    callsign = np.char.add(airline, rng.integers(100, 9999, planes).astype(str))
+    out = pa.table({
+        "icao24": icao[who], "time": t, "lat": lat0[who] + dist * np.cos(rad),
+        "lon": lon0[who] + dist * np.sin(rad), "baroaltitude": (alt[who] + vrate[who] * k).astype(np.float32),
+        "velocity": speed[who].astype(np.float32), "heading": track[who].astype(np.float32),
+        "vertrate": vrate[who].astype(np.float32), "callsign": callsign[who],
+    }, schema=AIRPLANES)  # fmt: skip
+    return out.take(pc.sort_indices(out, [("time", "ascending"), ("lat", "ascending")]))
+
+
+SHIPS = pa.schema([
+    ("mmsi", pa.int64()), ("time", pa.float64()), ("lat", pa.float64()), ("lon", pa.float64()),
+    ("sog", pa.float32()), ("cog", pa.float32()), ("heading", pa.int16()), ("status", pa.int8()),
+])  # fmt: skip
+
+
+def _ships(rows: int, seed: int) -> pa.Table:
+    """AIS-like position reports: ships under way (status 0) report every 2-10 s at 3-25 knots,
+    anchored or moored ones (status 1, 5) every 3 minutes without moving; sorted by time and
+    latitude (a coastal station's feed). (mmsi, time) is unique."""
+    rng = np.random.default_rng(seed)
+    ships = max(1, rows // 200)
+    mmsi = rng.choice(np.arange(200_000_000, 800_000_000, dtype=np.int64), ships, replace=False)
+    status = rng.choice(np.array([0, 1, 5], dtype=np.int8), ships, p=[0.6, 0.15, 0.25])
+    period = np.where(status == 0, rng.choice([2.0, 6.0, 10.0], ships), 180.0)
+    who, k = _tracks(rows, _split(rows, 1 / period))
+    t = rng.integers(0, 180, ships)[who] + k * period[who]
+    sog = np.where(status == 0, rng.uniform(3, 25, ships), 0.0)
+    cog = rng.uniform(0, 360, ships)
+    lat0, lon0 = rng.uniform(50, 60, ships), rng.uniform(0, 12, ships)
+    dist = sog[who] * 0.514 * k * period[who] / 111_000
+    rad = np.radians(cog[who])
+    out = pa.table({
+        "mmsi": mmsi[who], "time": t.astype(np.float64), "lat": np.round(lat0[who] + dist * np.cos(rad), 5),
+        "lon": np.round(lon0[who] + dist * np.sin(rad), 5), "sog": np.round(sog[who], 1).astype(np.float32),
+        "cog": np.round(cog[who], 1).astype(np.float32), "heading": np.round(cog[who]).astype(np.int16),
+        "status": status[who],
+    }, schema=SHIPS)  # fmt: skip
+    return out.take(pc.sort_indices(out, [("time", "ascending"), ("lat", "ascending")]))
+
+
+DATASETS: dict[str, DataSet] = {
+    "particles": DataSet("particles", P.SCHEMA, "id", lambda n: (0, _particle_dumps(n)[1]), "t", _particles),
+    "airplanes": DataSet("airplanes", AIRPLANES, "icao24", lambda rows: (0, 1 << 24), "time", _airplanes),
+    "ships": DataSet("ships", SHIPS, "mmsi", lambda rows: (200_000_000, 800_000_000), "time", _ships),
+}
+
+
+def dataset(name: str) -> DataSet:
+    if name not in DATASETS:
+        raise ValueError(f"unknown data set {name!r}; one of {', '.join(DATASETS)}")
+    return DATASETS[name]
+
+
+# ------------------------------------------------------------------------------ partition
+
+
+@dataclass
+class Breakdown:
+    """Seconds of each step of the partition service, and the bytes in and out."""
+
+    unpack: float = 0.0
+    split: float = 0.0
+    repack: float = 0.0
+    compress: float = 0.0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    rows: int = 0
+
+    @property
+    def total(self) -> float:
+        return self.unpack + self.split + self.repack + self.compress
+
+    def add(self, other: Breakdown) -> None:
+        for f in ("unpack", "split", "repack", "compress", "bytes_in", "bytes_out", "rows"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+    def as_dict(self) -> dict[str, float]:
+        return {"unpack_s": self.unpack, "split_s": self.split, "repack_s": self.repack,
+                "compress_s": self.compress, "total_s": self.total, "bytes_in": self.bytes_in,
+                "bytes_out": self.bytes_out, "rows": self.rows}  # fmt: skip
+
+
+@dataclass
+class Partitioner:
+    """Splits a data set's tables into ``parts`` partitions by equal ranges of its id domain, so
+    that partition i holds smaller ids than partition i + 1 (the consumers read them in order)."""
+
+    data: DataSet
+    parts: int
+    rows_hint: int = 0
+    """The data set's size, for domains that depend on it (particle ids are 0 .. rows - 1)."""
+    codec: str | None = None
+    breakdown: Breakdown = field(default_factory=Breakdown)
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.parts <= 16:
+            raise ValueError(f"partitions must be 2-16 (the seed's range), got {self.parts}")
+        if self.codec not in CODECS:
+            raise ValueError(f"codec must be one of lz4, zstd or none, got {self.codec!r}")
+        self.lo, self.hi = self.data.id_range(self.rows_hint)
+
+    def partition_of(self, ids: np.ndarray) -> np.ndarray:
+        """Each id's partition (ids outside the domain go to the first or the last)."""
+        span = max(1, self.hi - self.lo)
+        return np.clip((ids - self.lo) * self.parts // span, 0, self.parts - 1)
+
+    def run(self, ipc: bytes) -> list[bytes]:
+        """One producer's IPC stream in, one IPC stream per partition out (empty partitions are
+        empty streams with the schema). Adds the steps' times to :attr:`breakdown`."""
+        b = Breakdown(bytes_in=len(ipc))
+        t0 = time.perf_counter()
+        table = unpack(ipc)
+        t1 = time.perf_counter()
+        if table.schema.remove_metadata() != self.data.schema:
+            raise ValueError(f"batches of schema {table.schema.names} are not {self.data.name} data")
+        ids = table.column(self.data.id_column).to_numpy()
+        part = self.partition_of(ids)
+        order = np.argsort(part, kind="stable")  # producer order is kept inside a partition
+        bounds = np.searchsorted(part[order], np.arange(self.parts + 1))
+        grouped = table.take(pa.array(order))
+        pieces = [grouped.slice(bounds[i], bounds[i + 1] - bounds[i]) for i in range(self.parts)]
+        t2 = time.perf_counter()
+        plain = [pack(p, None) for p in pieces]
+        t3 = time.perf_counter()
+        out = plain if self.codec is None else [pack(p, self.codec) for p in pieces]
+        t4 = time.perf_counter()
+        b.unpack, b.split, b.repack = t1 - t0, t2 - t1, t3 - t2
+        b.compress = max(0.0, (t4 - t3) - (t3 - t2)) if self.codec else 0.0
+        b.bytes_out, b.rows = sum(len(o) for o in out), table.num_rows
+        self.breakdown.add(b)
+        return out
+
+
+def pack(table: pa.Table, codec: str | None = None) -> bytes:
+    """A table as one Arrow IPC stream, its buffers compressed with ``codec``."""
+    sink = pa.BufferOutputStream()
+    opts = pa.ipc.IpcWriteOptions(compression=codec)
+    with pa.ipc.new_stream(sink, table.schema, options=opts) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def unpack(ipc: bytes) -> pa.Table:
+    """An Arrow IPC stream's table; a clear error where the bytes are not one."""
+    try:
+        return pa.ipc.open_stream(pa.py_buffer(ipc)).read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise ValueError(f"not an Arrow IPC stream ({len(ipc)} bytes): {str(e).splitlines()[0]}") from None
+
+
+# ------------------------------------------------------------------------------ sift
+
+
+@dataclass
+class Sift:
+    """One LSM tree per partition (:mod:`.lsm`), sorted by the data set's (id, time): the
+    consumers' order, queryable while partitions keep arriving. Partition i holds smaller ids
+    than partition i + 1, so the trees read in turn are the whole data set in order."""
+
+    data: DataSet
+    parts: int
+    memtable_rows: int = 1 << 16
+    fanout: int = 4
+    merge_s: float = 0.0
+    """Seconds spent unpacking arrivals and merging them into the trees."""
+
+    def __post_init__(self) -> None:
+        from offload.dataservices.lsm import Lsm
+
+        self.trees = [
+            Lsm(self.data.schema, self.data.key, self.memtable_rows, self.fanout) for _ in range(self.parts)
+        ]
+
+    def put(self, part: int, ipc: bytes) -> None:
+        """A partition's IPC stream arrives (from any producer)."""
+        if not 0 <= part < self.parts:
+            raise ValueError(f"partition {part} of {self.parts}")
+        t0 = time.perf_counter()
+        self.trees[part].put(unpack(ipc))
+        self.merge_s += time.perf_counter() - t0
+
+    def sorted(self) -> pa.Table:
+        """The whole data set by (id, time)."""
+        return pa.concat_tables([t.sorted() for t in self.trees])
+
+    def scan(self, where: pc.Expression) -> pa.Table:
+        """The rows matching ``where``, by (id, time)."""
+        return pa.concat_tables([t.scan(where) for t in self.trees])
+
+
+BOX = {
+    "particles": (pc.field("x") < 0.5) & (pc.field("y") < 0.5) & (pc.field("z") < 0.5),
+    "airplanes": (pc.field("lat") < 47.5) & (pc.field("lon") < 10.0) & (pc.field("baroaltitude") < 10000),
+    "ships": (pc.field("lat") < 55.0) & (pc.field("lon") < 6.0) & (pc.field("sog") < 12.5),
+}
+"""The seed's filtering query: rows in an eighth of the data's bounding box (half of each of three
+dimensions)."""
+
+
+def speed_range(table: pa.Table, data: DataSet) -> tuple[float | None, float | None]:
+    """The seed's aggregation query: the smallest and largest squared speed (particles: vx² + vy² +
+    vz²; airplanes and ships: their reported speed squared)."""
+    if data.name == "particles":
+        v2 = pc.add(pc.add(pc.multiply(table["vx"], table["vx"]), pc.multiply(table["vy"], table["vy"])),
+                    pc.multiply(table["vz"], table["vz"]))  # fmt: skip
+    else:
+        speed = table["velocity" if data.name == "airplanes" else "sog"]
+        v2 = pc.multiply(speed, speed)
+    mm = pc.min_max(v2)
+    return mm["min"].as_py(), mm["max"].as_py()

@@ -1,0 +1,105 @@
+"""Particle data flows: the partition service and the sift, on the seed's three kinds of data. Whatever
+the partition count, the codec and the way producers cut their data, the sift reads back the data
+sorted by (id, time) — a plain sort of the same rows — and the seed's two queries answer as they
+would on the plain table."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from offload.dataservices import flows as F
+
+
+@pytest.fixture(scope="module")
+def tables() -> dict[str, pa.Table]:
+    return {name: F.dataset(name).generate(3000, 11) for name in F.DATASETS}
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.sampled_from(sorted(F.DATASETS)),
+    st.integers(2, 16),
+    st.sampled_from(F.CODECS),
+    st.lists(st.integers(0, 3000), max_size=4),
+    st.integers(50, 5000),
+)
+def test_partition_then_sift_is_a_plain_sort(
+    tables: dict[str, pa.Table], name: str, parts: int, codec: str | None, cuts: list[int], memtable: int
+) -> None:
+    data, table = F.dataset(name), tables[name]
+    part = F.Partitioner(data, parts, rows_hint=table.num_rows, codec=codec)
+    sift = F.Sift(data, parts, memtable_rows=memtable, fanout=3)
+    edges = [0, *sorted(cuts), table.num_rows]
+    for a, b in itertools.pairwise(edges):  # producers cut the data anywhere, empty pieces too
+        for i, ipc in enumerate(part.run(F.pack(table.slice(a, b - a)))):
+            sift.put(i, ipc)
+    expected = table.sort_by([(k, "ascending") for k in data.key])
+    assert sift.sorted().equals(expected)
+    assert sift.scan(F.BOX[name]).equals(expected.filter(F.BOX[name]))
+    assert F.speed_range(sift.sorted(), data) == F.speed_range(table, data)
+    assert part.breakdown.rows == table.num_rows
+    per_part = [t.sorted().column(data.id_column).to_numpy() for t in sift.trees]
+    for lo, hi in itertools.pairwise(per_part):  # partition i holds smaller ids than i + 1
+        assert not len(lo) or not len(hi) or lo.max() < hi.min()
+    if name == "particles":  # ids 0 .. n - 1: the ranges share them out evenly
+        assert min(len(ids) for ids in per_part) > 0.5 * table.num_rows / parts
+
+
+def test_the_seeds_queries_on_particles(tables: dict[str, pa.Table]) -> None:
+    t = tables["particles"]
+    inside = t.filter(F.BOX["particles"])
+    assert 0.08 < inside.num_rows / t.num_rows < 0.17  # an eighth of uniform positions
+    v2 = t["vx"].to_numpy() ** 2 + t["vy"].to_numpy() ** 2 + t["vz"].to_numpy() ** 2
+    lo, hi = F.speed_range(t, F.dataset("particles"))
+    assert lo == pytest.approx(v2.min()) and hi == pytest.approx(v2.max())
+
+
+def test_compression_depends_on_the_data(tables: dict[str, pa.Table]) -> None:
+    """Random doubles barely compress; tracks with repeated ids, call signs and slow positions do."""
+    ratio = {n: len(F.pack(t)) / len(F.pack(t, "zstd")) for n, t in tables.items()}
+    assert ratio["particles"] < 1.6 < 2.2 < min(ratio["airplanes"], ratio["ships"])
+
+
+def test_breakdown_counts_every_step() -> None:
+    data = F.dataset("ships")
+    t = data.generate(2000, 3)
+    plain, packed = F.Partitioner(data, 4), F.Partitioner(data, 4, codec="zstd")
+    a, b = plain.run(F.pack(t)), packed.run(F.pack(t))
+    assert plain.breakdown.compress == 0 and plain.breakdown.total > 0
+    assert sum(map(len, b)) < sum(map(len, a)) == plain.breakdown.bytes_out
+    assert set(packed.breakdown.as_dict()) >= {"unpack_s", "split_s", "repack_s", "compress_s", "total_s"}
+
+
+def test_bad_input_gets_a_clear_error() -> None:
+    data = F.dataset("particles")
+    with pytest.raises(ValueError, match="unknown data set 'planes'"):
+        F.dataset("planes")
+    with pytest.raises(ValueError, match="2-16"):
+        F.Partitioner(data, 17, rows_hint=10)
+    with pytest.raises(ValueError, match="codec"):
+        F.Partitioner(data, 2, rows_hint=10, codec="gzip")
+    p = F.Partitioner(data, 2, rows_hint=10)
+    with pytest.raises(ValueError, match="not an Arrow IPC stream"):
+        p.run(b"\x00garbage")
+    with pytest.raises(ValueError, match="not particles data"):
+        p.run(F.pack(F.dataset("ships").generate(10, 0)))
+    with pytest.raises(ValueError, match="partition 2 of 2"):
+        F.Sift(data, 2).put(2, F.pack(data.generate(10, 0)))
+    assert p.breakdown.rows == 0  # nothing half-counted
+
+
+def test_ids_outside_the_domain_go_to_the_edge_partitions() -> None:
+    p = F.Partitioner(F.dataset("ships"), 4)
+    assert p.partition_of(np.array([0, 200_000_000, 499_999_999, 799_999_999, 10**12])).tolist() == [
+        0,
+        0,
+        1,
+        3,
+        3,
+    ]
