@@ -10,6 +10,7 @@ from offload import __version__
 from offload.clitools import floats as _floats
 from offload.clitools import ints as _ints
 from offload.dataservices.cli import app as node_app
+from offload.dataservices.flows_cli import app as flows_app
 from offload.plan.cli import app as plan_app
 from offload.probe.cli import app as probe_app
 from offload.recsys.cli import app as recsys_app
@@ -28,6 +29,7 @@ app.add_typer(probe_app, name="probe")
 app.add_typer(plan_app, name="plan")
 app.add_typer(recsys_app, name="recsys")
 app.add_typer(node_app, name="node")
+app.add_typer(flows_app, name="flows")
 
 
 def _version(value: bool) -> None:

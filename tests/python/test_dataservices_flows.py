@@ -6,6 +6,8 @@ would on the plain table."""
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -103,3 +105,32 @@ def test_ids_outside_the_domain_go_to_the_edge_partitions() -> None:
         3,
         3,
     ]
+
+
+def test_the_partition_service_runs_under_a_node_budget(tmp_path: Path) -> None:
+    """A real child process under the profile's budget (a cgroup quota where the machine has
+    one): the same data and answer sizes as in process, with the budget it ran under."""
+    out = F.partition_under("bluefield2", "ships", 5000, 4, "zstd", tmp_path)
+    here = F.Partitioner(F.dataset("ships"), 4, 5000, "zstd")
+    table = pa.ipc.open_file(F.data_file("ships", 5000, tmp_path)).read_all()
+    for b in table.to_batches(max_chunksize=1 << 16):
+        here.run(F.pack(pa.Table.from_batches([b])))
+    assert out["rows"] == 5000 and out["bytes_out"] == here.breakdown.bytes_out
+    assert out["budget"]["profile"] == "bluefield2"
+    assert out["budget"]["cpu"]["method"] in ("cgroup-v1-cpu", "pinned")
+    assert out["s_per_gb"] > 0
+
+
+def test_the_cli_reports_each_step_as_json(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from offload.cli import app
+
+    args = ["flows", "partition", "--datasets", "particles", "--rows", "3000", "--parts", "2", "--codecs",
+            "none,lz4", "--profiles", "core", "--work", str(tmp_path), "--json"]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    assert [(x["dataset"], x["codec"]) for x in rows] == [("particles", "none"), ("particles", "lz4")]
+    bad = CliRunner().invoke(app, [*args[:3], "planes", *args[4:]])
+    assert bad.exit_code != 0 and "unknown data set planes" in bad.output

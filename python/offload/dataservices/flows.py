@@ -22,9 +22,12 @@ bytes) and, with a codec, compress (the compressed repack's time beyond the plai
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -326,3 +329,68 @@ def speed_range(table: pa.Table, data: DataSet) -> tuple[float | None, float | N
         v2 = pc.multiply(speed, speed)
     mm = pc.min_max(v2)
     return mm["min"].as_py(), mm["max"].as_py()
+
+
+# ------------------------------------------------------------------------- runs under a budget
+
+
+def data_file(name: str, rows: int, work: Path, seed: int = 0, chunk_rows: int = 1 << 16) -> Path:
+    """The data set as an Arrow IPC file of producer messages of ``chunk_rows`` rows, made once
+    under ``work`` and reused."""
+    path = work / f"{name}-{rows}-{seed}-{chunk_rows}.arrow"
+    if not path.exists():
+        table = dataset(name).generate(rows, seed)
+        work.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        with pa.ipc.new_file(tmp, table.schema) as w:
+            for b in table.to_batches(max_chunksize=chunk_rows):
+                w.write_batch(b)
+        tmp.rename(path)
+    return path
+
+
+def partition_under(profile: str, name: str, rows: int, parts: int, codec: str | None, work: Path,
+                    seed: int = 0, timeout_s: float = 1800) -> dict[str, Any]:  # fmt: skip
+    """Runs the partition service over a data set in a child process held to a node budget
+    (:mod:`.budget`: ``host``, ``core``, ``bluefield2``), one producer message at a time, and
+    returns its breakdown with the budget as applied and the seconds per GB."""
+    import subprocess
+    import sys
+
+    dataset(name), Partitioner(dataset(name), parts, rows, codec)  # refuse bad input here
+    path = data_file(name, rows, work, seed)
+    args = {"profile": profile, "name": name, "rows": rows, "parts": parts, "codec": codec, "path": str(path)}
+    done = subprocess.run([sys.executable, "-m", "offload.dataservices.flows", json.dumps(args)],
+                          capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"partition worker ({profile}) failed: {done.stderr.strip().splitlines()[-1:]}")
+    out = json.loads(done.stdout)
+    out["s_per_gb"] = out["total_s"] / (out["bytes_in"] / 1e9) if out["bytes_in"] else 0.0
+    return out | {"dataset": name, "profile": profile, "codec": codec or "none", "parts": parts}
+
+
+def _worker(args: dict[str, Any]) -> dict[str, Any]:
+    """The child of :func:`partition_under`: holds itself to the budget, then times the service
+    over every message of the data file (packed beforehand, outside the timing)."""
+    from offload.dataservices import budget as B
+
+    prof = B.profile(args["profile"])
+    applied = B.apply(prof, "flows")
+    pa.set_cpu_count(prof.threads)  # the codecs compress buffers on Arrow's CPU pool
+    try:
+        reader = pa.ipc.open_file(pa.memory_map(args["path"]))
+        messages = [
+            pack(pa.Table.from_batches([reader.get_batch(i)])) for i in range(reader.num_record_batches)
+        ]
+        p = Partitioner(dataset(args["name"]), args["parts"], args["rows"], args["codec"])
+        for m in messages:
+            p.run(m)
+        return p.breakdown.as_dict() | {"budget": applied}
+    finally:
+        B.release(applied)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(json.dumps(_worker(json.loads(sys.argv[1]))))

@@ -1,0 +1,96 @@
+"""`offload flows`: the seed's particle data flows — partition data by id under a node's budget,
+sift it into id order, and see where the time goes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from offload.clitools import fail
+
+app = typer.Typer(
+    help="Particle data flows (seed 003): partition by id on a node profile, sift into id order.",
+    no_args_is_help=True,
+)
+console = Console()
+
+DataSetsOpt = Annotated[str, typer.Option(help="Data sets, comma-separated: particles, airplanes, ships.")]
+RowsOpt = Annotated[int, typer.Option(help="Rows of each data set.")]
+PartsOpt = Annotated[int, typer.Option(help="Partitions by id, 2-16 (the seed's range).")]
+WorkOpt = Annotated[Path, typer.Option(help="Where generated data sets are kept.")]
+
+
+def _names(text: str, known: tuple[str, ...], what: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise fail(f"unknown {what} {', '.join(bad) or repr(text)}; one of {', '.join(known)}")
+    return names
+
+
+@app.command()
+def partition(
+    datasets: DataSetsOpt = "particles,airplanes,ships",
+    rows: RowsOpt = 1_000_000,
+    parts: PartsOpt = 8,
+    codecs: Annotated[str, typer.Option(help="IPC codecs, comma-separated: none, lz4, zstd.")] = (
+        "none,lz4,zstd"
+    ),
+    profiles: Annotated[
+        str, typer.Option(help="Node budgets to run under, comma-separated: host, core, bluefield2.")
+    ] = "core,bluefield2",
+    work: WorkOpt = Path("build/flows"),
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Run the partition service (unpack, split by id, repack, compress) over each data set, in a
+    process held to each node budget, and break its time down per step. Data sets are generated
+    once under --work and reused; each producer message is 65,536 rows."""
+    from offload.dataservices import budget as B
+    from offload.dataservices import flows as F
+
+    names = _names(datasets, tuple(F.DATASETS), "data set")
+    profs = _names(profiles, tuple(B.PROFILES), "profile")
+    cods = [None if c == "none" else c for c in _names(codecs, ("none", "lz4", "zstd"), "codec")]
+    if not 2 <= parts <= 16 or rows < 1:
+        raise fail(f"need 2-16 partitions and rows >= 1, got {parts} and {rows}")
+    results = []
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("partitioning", total=len(names) * len(profs) * len(cods))
+        for name in names:
+            for prof in profs:
+                for codec in cods:
+                    try:
+                        results.append(F.partition_under(prof, name, rows, parts, codec, work))
+                    except (RuntimeError, ValueError, OSError) as e:
+                        raise fail(str(e)) from None
+                    bar.advance(task)
+    if json_out:
+        print(json.dumps(results, indent=2))
+        return
+    _print(results)
+
+
+def _print(results: list[dict]) -> None:
+    t = Table(title="partition service, seconds per GB of input (steps) and output size")
+    names = ("data set", "profile", "codec")
+    for col in (*names, "unpack", "split", "repack", "compress", "total s/GB", "out/in"):
+        t.add_column(col, justify="left" if col in names else "right")
+    for r in results:
+        gb = r["bytes_in"] / 1e9 or 1.0
+        t.add_row(
+            r["dataset"], r["profile"], r["codec"],
+            *(f"{r[k] / gb:.2f}" for k in ("unpack_s", "split_s", "repack_s", "compress_s")),
+            f"{r['s_per_gb']:.2f}", f"{r['bytes_out'] / r['bytes_in']:.2f}",
+        )  # fmt: skip
+    console.print(t)
+    base = {(r["dataset"], r["codec"]): r["s_per_gb"] for r in results if r["profile"] in ("core", "host")}
+    for r in results:
+        if r["profile"] not in ("core", "host") and (r["dataset"], r["codec"]) in base:
+            ratio = r["s_per_gb"] / base[(r["dataset"], r["codec"])]
+            console.print(f"{r['dataset']} {r['codec']}: {r['profile']} takes {ratio:.1f}x the host's time")
