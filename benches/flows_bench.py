@@ -1,0 +1,80 @@
+"""The particle data flow benchmark behind BENCHMARKS.md (flows), part by part:
+
+* ``partition`` (root for the cgroup quotas; pinned threads otherwise): the partition service
+  (unpack, split by id into 8 partitions, repack, compress) over about ``--gb`` GB of each data
+  set, in a process held to a node budget: ``core`` (one whole core: the host at one thread)
+  and ``bluefield2`` (a quarter core), without a codec and with lz4 and zstd. The seed's figures:
+  the host is ~4x faster than the BlueField-2; software compression dominates the NIC's time.
+
+    python benches/flows_bench.py --parts partition --gb 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+
+from offload.dataservices import flows as F
+
+console = Console(stderr=True)
+
+PROFILES = ("core", "bluefield2")
+CODECS = (None, "lz4", "zstd")
+
+
+def partition(gb: float, parts: int, work: Path) -> dict[str, Any]:
+    """Every data set x profile x codec; rows chosen so that each data set is ``gb`` GB."""
+    runs = []
+    total = len(F.DATASETS) * len(PROFILES) * len(CODECS)
+    with Progress(console=console) as bar:
+        task = bar.add_task("partition", total=total)
+        for name in F.DATASETS:
+            sample = F.dataset(name).generate(10_000, 0)
+            rows = int(gb * 1e9 / (sample.nbytes / sample.num_rows))
+            for prof in PROFILES:
+                for codec in CODECS:
+                    bar.update(task, description=f"{name} on {prof}, {codec or 'no codec'}")
+                    runs.append(F.partition_under(prof, name, rows, parts, codec, work))
+                    bar.advance(task)
+            (work / f"{name}-{rows}-0-65536.arrow").unlink(missing_ok=True)  # 1 GB each: do not keep
+    ratios = {}
+    for r in runs:
+        if r["profile"] == "bluefield2":
+            host = next(h for h in runs if h["profile"] == "core" and (h["dataset"], h["codec"]) == (
+                r["dataset"], r["codec"]))  # fmt: skip
+            ratios[f"{r['dataset']}/{r['codec']}"] = r["total_s"] / host["total_s"]
+    return {"gb": gb, "parts": parts, "runs": runs, "bluefield2_over_core": ratios}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parts", default="partition", help="partition (default)")
+    ap.add_argument("--gb", type=float, default=1.0, help="GB of each data set (default 1)")
+    ap.add_argument("--partitions", type=int, default=8, help="partitions by id (default 8)")
+    ap.add_argument("--work", type=Path, default=Path("build/flows"))
+    ap.add_argument("--out", type=Path, default=Path("benches/results/flows"))
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    stamp = {"date": time.strftime("%Y-%m-%d"), "machine": _machine()}
+    if "partition" in a.parts.split(","):
+        r = partition(a.gb, a.partitions, a.work) | stamp
+        (a.out / "partition.json").write_text(json.dumps(r, indent=2))
+        for key, ratio in r["bluefield2_over_core"].items():
+            console.print(f"{key}: bluefield2 takes {ratio:.2f}x the one-core host's time")
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    return f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"
+
+
+if __name__ == "__main__":
+    main()
