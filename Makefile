@@ -41,10 +41,14 @@ rust-test: sys-deps
 py-test: develop test-tools
 	pytest -q
 
-# What the tests drive for real: headless Chromium renders the HTML report (Debian package).
+# What the tests drive for real (Debian packages): headless Chromium renders the HTML report;
+# stress-ng profiles node budgets (offload metrics rpwu).
 test-tools:
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) \
 		|| echo "could not install chromium: the report rendering test will be skipped"
+	command -v stress-ng >/dev/null || apt-get install -y -qq stress-ng >/dev/null 2>&1 \
+		|| (apt-get update -qq && apt-get install -y -qq stress-ng) \
+		|| echo "could not install stress-ng: the rpwu tests will be skipped"
 
 test: lint rust-test py-test
 

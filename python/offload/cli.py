@@ -11,6 +11,7 @@ from offload.clitools import floats as _floats
 from offload.clitools import ints as _ints
 from offload.dataservices.cli import app as node_app
 from offload.dataservices.flows_cli import app as flows_app
+from offload.metrics.cli import app as metrics_app
 from offload.plan.cli import app as plan_app
 from offload.probe.cli import app as probe_app
 from offload.recsys.cli import app as recsys_app
@@ -30,6 +31,7 @@ app.add_typer(plan_app, name="plan")
 app.add_typer(recsys_app, name="recsys")
 app.add_typer(node_app, name="node")
 app.add_typer(flows_app, name="flows")
+app.add_typer(metrics_app, name="metrics")
 
 
 def _version(value: bool) -> None:

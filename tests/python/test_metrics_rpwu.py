@@ -1,0 +1,49 @@
+"""The relative-performance profile (seed 003's RPWU): stress-ng's output parsed, and real stressors
+run in processes held to node budgets — a quarter-core quota shows as a quarter of the ops."""
+
+from __future__ import annotations
+
+import pytest
+
+from offload.metrics import rpwu as R
+
+YAML = """---
+system-info:
+      cpus: 2
+
+metrics:
+    - stressor: pipe
+      bogo-ops: 10
+      bogo-ops-per-second-real-time: 351015.602984
+      wall-clock-time: 1.0
+    - stressor: matrix
+      bogo-ops: 4826
+      bogo-ops-per-second-usr-sys-time: 2415.685034
+      bogo-ops-per-second-real-time: 2412.792333
+...
+"""
+
+
+def test_stress_ngs_yaml_is_read_per_stressor() -> None:
+    assert R.parse_ops(YAML, "matrix") == pytest.approx(2412.792333)
+    assert R.parse_ops(YAML, "pipe") == pytest.approx(351015.602984)
+    with pytest.raises(ValueError, match="no bogo-ops/s for 'udp'"):
+        R.parse_ops(YAML, "udp")
+
+
+def test_unknown_stressors_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown stressor 'nope'"):
+        R.run_under("core", "nope", 1)
+    with pytest.raises(ValueError, match="whole seconds"):
+        R.run_under("core", "pipe", 0)
+
+
+@pytest.mark.skipif(R.unavailable_reason() is not None, reason=str(R.unavailable_reason()))
+def test_a_quarter_core_node_gets_a_quarter_of_the_cpu_stressors_ops() -> None:
+    r = R.profile(["bluefield2"], ["matrix", "pipe"], seconds=1)
+    assert set(r["relative"]) == {"core", "bluefield2"}
+    assert r["relative"]["core"] == {"matrix": 1.0, "pipe": 1.0}
+    if r["budgets"]["bluefield2"]["cpu"]["method"] != "cgroup-v1-cpu":
+        pytest.skip(f"no CPU quota here: {r['budgets']['bluefield2']['cpu'].get('reason')}")
+    assert 0.1 < r["relative"]["bluefield2"]["matrix"] < 0.5  # a quarter, give or take the period
+    assert 0 < r["summary"]["bluefield2"]["overall"] < 0.6
