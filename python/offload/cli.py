@@ -95,10 +95,17 @@ def report(
     dataservices: Annotated[
         str | None, typer.Option(help="`offload node case-study --out` JSON. \\[default: none]")
     ] = None,
+    flows: Annotated[
+        str | None, typer.Option(help="`offload flows partition --json` output. \\[default: none]")
+    ] = None,
+    rpwu: Annotated[
+        str | None,
+        typer.Option(help="`offload metrics rpwu --json` output (its .png beside). \\[default: none]"),
+    ] = None,
 ) -> None:
     """One static HTML report of the benchmark, probe, sweep, calibration, recommendation, cost,
-    RM-SSD and near-data results, with plots; opens from disk. Sections not given say how to
-    produce them."""
+    RM-SSD, near-data, particle-flow and node-profile results, with plots; opens from disk.
+    Sections not given say how to produce them."""
     from pathlib import Path
 
     from offload import report as rep
@@ -109,7 +116,8 @@ def report(
         return Path(x) if x else None
 
     try:
-        inputs = [path(x) for x in (bench, probe, sweep, calibration, recommend, cost, recsys, dataservices)]
+        given = (bench, probe, sweep, calibration, recommend, cost, recsys, dataservices, flows, rpwu)
+        inputs = [path(x) for x in given]
         written = rep.build(Path(out), *inputs)
     except (KeyError, ValueError, TypeError) as e:
         print(f"error: an input is not what its option expects: {e!r}")

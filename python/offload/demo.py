@@ -7,7 +7,8 @@ injector, prints throughput, latency and the per-stage breakdown, shows its cont
 refusing a peer without CURVE keys and answering the operator's, runs a small sweep with its
 Pareto plot, runs the quick probe of the channels (memory, IPC, ZeroMQ, io_uring), calibrates
 the pipeline simulator on the sweep, recommends a configuration, prices the seed's deployments,
-runs the seed's near-data case studies on a Flight node, and ends by writing the HTML report.
+runs the seed's near-data case studies on a Flight node, partitions particle flows under node
+budgets and profiles them with stress-ng, and ends by writing the HTML report.
 Results go to ``<out>/demo.json`` and the plots next to it.
 """
 
@@ -225,7 +226,8 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
     html = report.build(out / "report.html", out / "rules-bench.json", out / "probe-quick.json",
                         out / "serve-sweep.json", out / "calibration.json", out / "recommend.json",
                         out / "cost.json", out / "recsys-bench.json",
-                        out / "dataservices-cases.json")  # fmt: skip
+                        out / "dataservices-cases.json", out / "flows-partition.json",
+                        out / "rpwu.json" if (out / "rpwu.json").exists() else None)  # fmt: skip
     console.print(f"wrote {html} (open it in a browser)")
     return {"calibration": cal, "recommend": rec}
 
@@ -256,6 +258,39 @@ def _recsys_section(out: Path) -> dict[str, Any]:
         f"the device ran as process {dev.get('pid')} on CPU {dev.get('cpu')}, behind a shared-memory channel"
     )
     return res
+
+
+def _flows_section(out: Path) -> dict[str, Any]:
+    """Particle data flows in small: the partition service over 200,000 rows of each data set in a
+    process held to one core and to a quarter core (bluefield2), without and with zstd; then the
+    node budgets' stress-ng profile on two stressors where stress-ng is installed. The gigabyte
+    version: `python benches/flows_bench.py --parts partition --gb 1` (docs/flows.md)."""
+    from offload.dataservices import flows as F
+    from offload.dataservices.flows_cli import _print
+    from offload.metrics import rpwu as R
+
+    console.rule("particle data flows: partition by id on a quarter-core node (offload flows)")
+    runs = []
+    with console.status("partitioning 200,000 rows of particles, airplanes and ships under two budgets"):
+        for name in F.DATASETS:
+            for prof in ("core", "bluefield2"):
+                for codec in (None, "zstd"):
+                    runs.append(F.partition_under(prof, name, 200_000, 8, codec, out / "flows"))
+    _print(runs)
+    (out / "flows-partition.json").write_text(json.dumps(runs, indent=2))
+    res: dict[str, Any] = {"partition": runs}
+    why = R.unavailable_reason()
+    if why:
+        console.print(f"node profile (offload metrics rpwu) skipped: {why}")
+        return res
+    with console.status("stress-ng: matrix and pipe on one core and on a quarter core"):
+        prof = R.profile(["bluefield2"], ["matrix", "pipe"], seconds=1)
+    (out / "rpwu.json").write_text(json.dumps(prof, indent=2))
+    rel = prof["relative"]["bluefield2"]
+    console.print(
+        f"bluefield2 against one core (the seed's RPWU): matrix {rel['matrix']:.2f}, pipe {rel['pipe']:.2f}"
+    )
+    return res | {"rpwu": prof}
 
 
 def _dataservices_section(out: Path) -> dict[str, Any]:
@@ -361,10 +396,11 @@ def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dic
     probe = _probe_section(out)
     recsys = _recsys_section(out)
     dataservices = _dataservices_section(out)
+    flows = _flows_section(out)
     plan = _plan_section(out, paths)
     result = {
         "synth": summary, "load_s": load_s, "bench": report, "matchers_agree": agree, "serve": service,
-        "probe": probe, "plan": plan, "recsys": recsys, "dataservices": dataservices,
+        "probe": probe, "plan": plan, "recsys": recsys, "dataservices": dataservices, "flows": flows,
     }  # fmt: skip
     (out / "demo.json").write_text(json.dumps(result, indent=2, default=str))
     console.print(f"wrote {out / 'demo.json'}, {png} and the service plots in {out}")

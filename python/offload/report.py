@@ -410,6 +410,36 @@ def dataservices_section(d: Any) -> str:
     return out + f"<ul>{why}</ul>"
 
 
+def flows_section(d: Any) -> str:
+    """Particle data flows: the partition service per data set, node budget and codec (`offload
+    flows partition --json` or the flows benchmark), seconds per GB and bytes out over in."""
+    if d is None:
+        return _missing("partition runs", "offload flows partition --json > partition.json (docs/flows.md)")
+    runs = d["runs"] if isinstance(d, dict) else d
+    rows = []
+    for r in runs:
+        gb = r["bytes_in"] / 1e9 or 1.0
+        steps = [f"{r[k] / gb:.2f}" for k in ("unpack_s", "split_s", "repack_s", "compress_s")]
+        rows.append((r["dataset"], r["profile"], r["codec"], *steps, f"{r['s_per_gb']:.2f}",
+                     f"{r['bytes_out'] / r['bytes_in']:.2f}"))  # fmt: skip
+    heads = ("data set", "budget", "codec", "unpack s/GB", "split", "repack", "compress", "total s/GB")
+    heads += ("out / in",)
+    return "<p class=meta>the seed: the host ≈ 4× faster than a BlueField-2</p>" + _table(heads, rows, 3)
+
+
+def rpwu_section(d: dict[str, Any] | None, path: Path | None) -> str:
+    """Node budgets' relative performance by stress-ng stressor class (`offload metrics rpwu`)."""
+    if d is None:
+        how = "offload metrics rpwu --plot rpwu.png --json > rpwu.json (docs/metrics.md)"
+        return _missing("a profile", how)
+    classes = ["overall", *sorted(set(d["classes"].values()))]
+    rows = [(p, *(f"{d['summary'][p][c]:.2f}" for c in classes)) for p in d["summary"]]
+    out = f"<p class=meta>bogo-ops/s over {_e(d['reference'])}'s, geometric means</p>"
+    out += _table(("budget", *classes), rows)
+    png = path.with_suffix(".png") if path else None
+    return out + (_img(png, alt="rpwu") if png is not None and png.exists() else "")
+
+
 def build(
     out: Path,
     bench: Path | None = None,
@@ -420,6 +450,8 @@ def build(
     cost: Path | None = None,
     recsys: Path | None = None,
     dataservices: Path | None = None,
+    flows: Path | None = None,
+    rpwu: Path | None = None,
 ) -> Path:
     sections = [
         ("Rule engine", rules_section(_load(bench), bench)),
@@ -430,6 +462,8 @@ def build(
         ("Deployment cost", cost_section(_load(cost))),
         ("Recommendation inference on SSD (RM-SSD)", recsys_section(_load(recsys), recsys)),
         ("Near-data queries (offload or push back)", dataservices_section(_load(dataservices))),
+        ("Particle data flows (partition by id)", flows_section(_load(flows))),
+        ("Node budgets' relative performance (RPWU)", rpwu_section(_load(rpwu), rpwu)),
     ]
     now = datetime.now(UTC).isoformat(timespec="seconds")
     toc = "".join(f'<li><a href="#s{i}">{_e(t)}</a></li>' for i, (t, _) in enumerate(sections))
