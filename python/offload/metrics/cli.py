@@ -29,7 +29,7 @@ def rpwu(
     ] = None,
     seconds: Annotated[int, typer.Option(help="Whole seconds each stressor runs.")] = 2,
     plot: Annotated[
-        Path | None, typer.Option(help="Write a bar chart of the ratios here (.png, .svg).")
+        Path | None, typer.Option(help="Write a bar chart of the ratios here (.png, .svg). \\[default: none]")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
