@@ -94,3 +94,62 @@ def _print(results: list[dict]) -> None:
         if r["profile"] not in ("core", "host") and (r["dataset"], r["codec"]) in base:
             ratio = r["s_per_gb"] / base[(r["dataset"], r["codec"])]
             console.print(f"{r['dataset']} {r['codec']}: {r['profile']} takes {ratio:.1f}x the host's time")
+
+
+@app.command()
+def compression(
+    results: Annotated[
+        Path, typer.Option(help="Partition runs (`offload flows partition --json`, or the benchmark's).")
+    ] = Path("benches/results/flows/partition.json"),
+    profile: Annotated[str, typer.Option(help="The node budget whose runs to read.")] = "bluefield2",
+    links: Annotated[str, typer.Option(help="Link rates, comma-separated (100mbit, 10gbit...).")] = (
+        "100mbit,1gbit,10gbit,25gbit"
+    ),
+    engine: Annotated[
+        str | None, typer.Option(help="A compression engine of the presets, or 'none'.")
+    ] = "bitar_bluefield2",
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Where compression pays, per data set: each codec's seconds per GB of input when the node's
+    partitioning and its link overlap, in software as measured and on a hardware engine (the
+    compress step divided by the engine's published speed-up, lowest and highest); the link rate
+    below which each pays; and the fastest way at each rate."""
+    from offload.dataservices import budget as B
+    from offload.dataservices import compression as C
+
+    try:
+        data = json.loads(results.read_text())
+        runs = data["runs"] if isinstance(data, dict) else data
+        rates = [B.Link.parse(x).rate_mbit for x in links.split(",")]
+        if any(r is None for r in rates):
+            raise ValueError("every link needs a rate")
+        bps = [float(r) * 1e6 for r in rates if r is not None]
+        out = C.table(C.ways(runs, profile, None if engine in (None, "none") else engine), bps)
+    except OSError as e:
+        raise fail(f"{results}: {e.strerror}; make it with `offload flows partition --json > FILE`") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise fail(f"{results}: {e}") from None
+    if json_out:
+        doc = {"profile": profile, "links_mbit": rates, "engine": engine, "datasets": out}
+        print(json.dumps(doc, indent=2))
+        return
+    heads = [f"s/GB at {x}" for x in links.split(",")]
+    for d in out:
+        on = f"; engine: {engine}" if engine not in (None, "none") else ""
+        t = Table(title=f"{d['dataset']} on {profile}: seconds per GB of input, node and link overlap{on}")
+        for col in ("way", "node s/GB", "out/in", "pays below", *heads):
+            t.add_column(col, justify="left" if col == "way" else "right")
+        for w in d["ways"]:
+            cell = _pays(w["pays_below_mbit"])
+            t.add_row(w["way"], f"{w['node_s_per_gb']:.2f}", f"{w['out_over_in']:.2f}", cell,
+                      *(f"{s:.2f}" for s in w["s_per_gb"]))  # fmt: skip
+        t.add_row("[bold]fastest[/]", "", "", "", *d["best"])
+        console.print(t)
+
+
+def _pays(below: float | None) -> str:
+    if below is None:
+        return "—"
+    if below == float("inf"):
+        return "always"
+    return "never" if below == 0 else f"{below:,.0f} Mbit/s"

@@ -1,0 +1,82 @@
+"""Where compression pays on a flow: the closed-form rate below which a codec wins, checked against
+trying the rates; the engine what-if from the presets; the CLI on the committed benchmark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from offload.dataservices import compression as C
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITION = ROOT / "benches" / "results" / "flows" / "partition.json"
+
+pos = st.floats(0.01, 100.0)
+
+
+@given(pos, st.floats(0.0, 100.0), pos, st.floats(0.01, 1.0), st.floats(1e6, 1e12))
+def test_pays_below_is_where_the_codec_starts_to_lose(
+    t0: float, extra: float, b0: float, share: float, rate: float
+) -> None:
+    """A codec adds node time (``extra``) and ships a ``share`` of the bytes: it is faster than
+    shipping plain exactly on the links slower than pays_below (ties aside)."""
+    plain = C.Way("d", "none", None, 1.0, t0, b0 * 1e9)
+    way = C.Way("d", "zstd", None, 1.0, t0 + extra, b0 * 1e9 * share)
+    below = C.pays_below(way, plain)
+    diff = way.seconds_per_gb(rate) - plain.seconds_per_gb(rate)
+    if abs(diff) > 1e-9 * plain.seconds_per_gb(rate) and abs(rate - below) > 1e-9 * rate:
+        assert (diff < 0) == (rate < below)
+
+
+def test_a_codec_that_costs_nothing_always_pays_and_one_that_saves_nothing_never() -> None:
+    plain = C.Way("d", "none", None, 1.0, 10.0, 1e9)
+    assert C.pays_below(C.Way("d", "lz4", "e", 8.6, 9.0, 0.5e9), plain) == float("inf")
+    assert C.pays_below(C.Way("d", "lz4", None, 1.0, 12.0, 1e9), plain) == 0.0
+    assert C.pays_below(C.Way("d", "lz4", None, 1.0, 20.0, 0.5e9), plain) == pytest.approx(8e9 / 20.0)
+
+
+def _runs() -> list[dict]:
+    def run(codec: str, total: float, compress: float, out: float) -> dict:
+        return {"dataset": "ships", "profile": "bluefield2", "codec": codec, "total_s": total,
+                "compress_s": compress, "bytes_in": 2e9, "bytes_out": out}  # fmt: skip
+
+    return [run("none", 20.0, 0.0, 2e9), run("zstd", 44.0, 22.0, 1e9)]
+
+
+def test_the_engine_divides_only_the_compress_step() -> None:
+    ways = {w.label: w for w in C.ways(_runs(), "bluefield2", "bitar_bluefield2")}
+    assert set(ways) == {"none", "zstd", "zstd, engine ×1.9", "zstd, engine ×8.6"}
+    assert ways["none"].node_s_per_gb == 10.0
+    assert ways["zstd"].node_s_per_gb == 10.0 + 11.0  # the plain run's work plus compressing
+    assert ways["zstd, engine ×8.6"].node_s_per_gb == pytest.approx(10.0 + 11.0 / 8.6)
+    t = C.table(list(ways.values()), [1e8, 1e11])
+    assert t[0]["best"] == ["zstd, engine ×8.6", "none"]  # a slow link wants fewer bytes
+    assert C.engines()["bitar_bluefield2"]["source_text"].startswith("Bitar")
+
+
+def test_bad_results_are_refused_clearly() -> None:
+    with pytest.raises(ValueError, match="unknown engine 'nope'"):
+        C.ways(_runs(), "bluefield2", "nope")
+    with pytest.raises(ValueError, match="no partition runs on 'core'"):
+        C.ways(_runs(), "core")
+    with pytest.raises(ValueError, match="needs a run without a codec"):
+        C.ways(_runs()[1:], "bluefield2")
+
+
+def test_the_cli_reads_the_benchmark(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from offload.cli import app
+
+    args = ["flows", "compression", "--results", str(PARTITION), "--links", "100mbit,10gbit", "--json"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert [d["dataset"] for d in doc["datasets"]] == ["particles", "airplanes", "ships"]
+    assert all(len(d["best"]) == 2 for d in doc["datasets"])
+    missing = CliRunner().invoke(app, ["flows", "compression", "--results", str(tmp_path / "no.json")])
+    assert missing.exit_code != 0 and "offload flows partition --json" in missing.output
