@@ -121,6 +121,12 @@ def test_the_partition_service_runs_under_a_node_budget(tmp_path: Path) -> None:
     assert out["s_per_gb"] > 0
 
 
+def test_a_node_that_partitions_and_sifts_reads_back_every_row(tmp_path: Path) -> None:
+    out = F.partition_under("core", "airplanes", 6000, 4, None, tmp_path, sift=(256, 3), message_rows=500)
+    assert out["rows_sorted"] == 6000 and out["write_amplification"] > 1.0  # compactions ran
+    assert out["merge_s"] > 0 and out["sift_gb_per_s"] > 0
+
+
 def test_the_cli_reports_each_step_as_json(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

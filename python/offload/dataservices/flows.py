@@ -349,23 +349,40 @@ def data_file(name: str, rows: int, work: Path, seed: int = 0, chunk_rows: int =
     return path
 
 
-def partition_under(profile: str, name: str, rows: int, parts: int, codec: str | None, work: Path,
-                    seed: int = 0, timeout_s: float = 1800) -> dict[str, Any]:  # fmt: skip
+def partition_under(
+    profile: str,
+    name: str,
+    rows: int,
+    parts: int,
+    codec: str | None,
+    work: Path,
+    seed: int = 0,
+    timeout_s: float = 1800,
+    sift: tuple[int, int] | None = None,
+    message_rows: int = 1 << 16,
+) -> dict[str, Any]:
     """Runs the partition service over a data set in a child process held to a node budget
     (:mod:`.budget`: ``host``, ``core``, ``bluefield2``), one producer message at a time, and
-    returns its breakdown with the budget as applied and the seconds per GB."""
+    returns its breakdown with the budget as applied and the seconds per GB. Producer messages
+    have ``message_rows`` rows. Given ``sift`` =
+    (memtable rows, fanout), the same process also sifts every partition into an LSM tree, as a
+    node that both partitions and sifts: ``merge_s`` is that, ``read_s`` the
+    consumers' sorted read, and ``sift_gb_per_s`` the input rate through both."""
     import subprocess
     import sys
 
     dataset(name), Partitioner(dataset(name), parts, rows, codec)  # refuse bad input here
-    path = data_file(name, rows, work, seed)
-    args = {"profile": profile, "name": name, "rows": rows, "parts": parts, "codec": codec, "path": str(path)}
+    path = data_file(name, rows, work, seed, message_rows)
+    args = {"profile": profile, "name": name, "rows": rows, "parts": parts, "codec": codec, "path": str(path),
+            "sift": list(sift) if sift else None}  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "offload.dataservices.flows", json.dumps(args)],
                           capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"partition worker ({profile}) failed: {done.stderr.strip().splitlines()[-1:]}")
     out = json.loads(done.stdout)
     out["s_per_gb"] = out["total_s"] / (out["bytes_in"] / 1e9) if out["bytes_in"] else 0.0
+    if sift and out["bytes_in"]:
+        out["sift_gb_per_s"] = out["bytes_in"] / 1e9 / (out["total_s"] + out["merge_s"])
     return out | {"dataset": name, "profile": profile, "codec": codec or "none", "parts": parts}
 
 
@@ -379,13 +396,24 @@ def _worker(args: dict[str, Any]) -> dict[str, Any]:
     pa.set_cpu_count(prof.threads)  # the codecs compress buffers on Arrow's CPU pool
     try:
         reader = pa.ipc.open_file(pa.memory_map(args["path"]))
-        messages = [
-            pack(pa.Table.from_batches([reader.get_batch(i)])) for i in range(reader.num_record_batches)
-        ]
-        p = Partitioner(dataset(args["name"]), args["parts"], args["rows"], args["codec"])
+        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        messages = [pack(pa.Table.from_batches([b])) for b in batches]
+        del batches, reader
+        data = dataset(args["name"])
+        p = Partitioner(data, args["parts"], args["rows"], args["codec"])
+        sift = Sift(data, args["parts"], *args["sift"]) if args.get("sift") else None
         for m in messages:
-            p.run(m)
-        return p.breakdown.as_dict() | {"budget": applied}
+            for i, part in enumerate(p.run(m)):
+                if sift is not None:
+                    sift.put(i, part)
+        out = p.breakdown.as_dict() | {"budget": applied}
+        if sift is not None:
+            t0 = time.perf_counter()
+            rows = sum(t.sorted().num_rows for t in sift.trees)
+            amp = float(np.mean([t.stats.write_amplification for t in sift.trees]))
+            out |= {"merge_s": sift.merge_s, "read_s": time.perf_counter() - t0, "rows_sorted": rows,
+                    "write_amplification": amp}  # fmt: skip
+        return out
     finally:
         B.release(applied)
 
