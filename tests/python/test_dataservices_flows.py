@@ -140,3 +140,20 @@ def test_the_cli_reports_each_step_as_json(tmp_path: Path) -> None:
     assert [(x["dataset"], x["codec"]) for x in rows] == [("particles", "none"), ("particles", "lz4")]
     bad = CliRunner().invoke(app, [*args[:3], "planes", *args[4:]])
     assert bad.exit_code != 0 and "unknown data set planes" in bad.output
+
+
+def test_the_sift_cli_reads_every_row_back(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from offload.cli import app
+
+    args = ["flows", "sift", "--datasets", "ships", "--rows", "4000", "--parts", "2", "--profiles", "core",
+            "--memtable", "100", "--work", str(tmp_path)]  # fmt: skip
+    r = CliRunner().invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    (run,) = json.loads(r.output)
+    assert run["rows_sorted"] == 4000 and run["profile"] == "core"
+    table = CliRunner().invoke(app, args)
+    assert table.exit_code == 0 and "partition and sift: 2 partitions" in table.output
+    bad = CliRunner().invoke(app, [*args, "--fanout", "1"])
+    assert bad.exit_code != 0 and "fanout >= 2" in bad.output
