@@ -89,6 +89,7 @@ def main() -> None:
     if "partition" in a.parts.split(","):
         r = partition(a.gb, a.partitions, a.work) | stamp
         (a.out / "partition.json").write_text(json.dumps(r, indent=2))
+        F.plot_partition(r["runs"], a.out / "partition.png")
         for key, ratio in r["bluefield2_over_core"].items():
             console.print(f"{key}: bluefield2 takes {ratio:.2f}x the one-core host's time")
     if "sift" in a.parts.split(","):

@@ -278,6 +278,7 @@ def _flows_section(out: Path) -> dict[str, Any]:
                     runs.append(F.partition_under(prof, name, 200_000, 8, codec, out / "flows"))
     _print(runs)
     (out / "flows-partition.json").write_text(json.dumps(runs, indent=2))
+    F.plot_partition(runs, out / "flows-partition.png")
     res: dict[str, Any] = {"partition": runs}
     why = R.unavailable_reason()
     if why:

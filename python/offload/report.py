@@ -410,7 +410,7 @@ def dataservices_section(d: Any) -> str:
     return out + f"<ul>{why}</ul>"
 
 
-def flows_section(d: Any) -> str:
+def flows_section(d: Any, path: Path | None = None) -> str:
     """Particle data flows: the partition service per data set, node budget and codec (`offload
     flows partition --json` or the flows benchmark), seconds per GB and bytes out over in."""
     if d is None:
@@ -424,7 +424,9 @@ def flows_section(d: Any) -> str:
                      f"{r['bytes_out'] / r['bytes_in']:.2f}"))  # fmt: skip
     heads = ("data set", "budget", "codec", "unpack s/GB", "split", "repack", "compress", "total s/GB")
     heads += ("out / in",)
-    return "<p class=meta>the seed: the host ≈ 4× faster than a BlueField-2</p>" + _table(heads, rows, 3)
+    out = "<p class=meta>the seed: the host ≈ 4× faster than a BlueField-2</p>" + _table(heads, rows, 3)
+    png = path.with_suffix(".png") if path else None
+    return out + (_img(png, alt="partition breakdown") if png is not None and png.exists() else "")
 
 
 def rpwu_section(d: dict[str, Any] | None, path: Path | None) -> str:
@@ -462,7 +464,7 @@ def build(
         ("Deployment cost", cost_section(_load(cost))),
         ("Recommendation inference on SSD (RM-SSD)", recsys_section(_load(recsys), recsys)),
         ("Near-data queries (offload or push back)", dataservices_section(_load(dataservices))),
-        ("Particle data flows (partition by id)", flows_section(_load(flows))),
+        ("Particle data flows (partition by id)", flows_section(_load(flows), flows)),
         ("Node budgets' relative performance (RPWU)", rpwu_section(_load(rpwu), rpwu)),
     ]
     now = datetime.now(UTC).isoformat(timespec="seconds")

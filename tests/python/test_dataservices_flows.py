@@ -133,11 +133,13 @@ def test_the_cli_reports_each_step_as_json(tmp_path: Path) -> None:
     from offload.cli import app
 
     args = ["flows", "partition", "--datasets", "particles", "--rows", "3000", "--parts", "2", "--codecs",
-            "none,lz4", "--profiles", "core", "--work", str(tmp_path), "--json"]  # fmt: skip
+            "none,lz4", "--profiles", "core", "--work", str(tmp_path), "--plot", str(tmp_path / "p.png"),
+            "--json"]  # fmt: skip
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     rows = json.loads(r.output)
     assert [(x["dataset"], x["codec"]) for x in rows] == [("particles", "none"), ("particles", "lz4")]
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = CliRunner().invoke(app, [*args[:3], "planes", *args[4:]])
     assert bad.exit_code != 0 and "unknown data set planes" in bad.output
 

@@ -79,7 +79,7 @@ def test_report_has_every_section_table_and_plot(inputs: dict[str, Path], tmp_pa
     assert "ships" in page and "bluefield2" in page and "cpu-cache" in page  # flows and rpwu
     assert "[55,036.7]" in page and "Case II" in page  # the case studies beside the seed
     # Rules plot, 3 probe plots, sweep, calibration, recommendation, 3 recsys: embedded, none linked.
-    assert page.count('src="data:image/png;base64,') >= 11 and 'src="file:' not in page
+    assert page.count('src="data:image/png;base64,') >= 12 and 'src="file:' not in page  # + flows, rpwu
     assert "emb-vectorsum" in page and "31,826×" in page  # recsys table and the seed's Table IV
     assert "1,464" in page and "f1.2xlarge" in page  # the cost table
     assert "each predicted by a model fitted without it" in page
@@ -115,7 +115,7 @@ def test_headless_chromium_renders_every_plot_and_table(inputs: dict[str, Path],
     body = re.search(r"<body([^>]*)>", dom.stdout)
     assert body, dom.stdout[:500]
     attrs = dict(re.findall(r'data-([a-z-]+)="(\d+)"', body.group(1)))
-    assert int(attrs["images"]) >= 11 and attrs["images-loaded"] == attrs["images"], attrs
+    assert int(attrs["images"]) >= 12 and attrs["images-loaded"] == attrs["images"], attrs
     assert int(attrs["tables"]) == 10
     shot = tmp_path / "report.png"
     subprocess.run([*browser, "--window-size=1280,2400", f"--screenshot={shot}", html.as_uri()],

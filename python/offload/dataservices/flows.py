@@ -422,3 +422,31 @@ if __name__ == "__main__":
     import sys
 
     print(json.dumps(_worker(json.loads(sys.argv[1]))))
+
+
+def plot_partition(runs: list[dict[str, Any]], path: Path) -> Path:
+    """The partition runs as stacked bars, seconds per GB of input by step, one bar per data set,
+    budget and codec (the seed's timing breakdown)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = ("unpack_s", "split_s", "repack_s", "compress_s")
+    labels = [f"{r['dataset']}\n{r['profile']}, {r['codec']}" for r in runs]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(runs) + 2), 4.5))
+    bottom = np.zeros(len(runs))
+    for step in steps:
+        v = np.array([r[step] / (r["bytes_in"] / 1e9) for r in runs])
+        ax.bar(range(len(runs)), v, bottom=bottom, label=step.removesuffix("_s"))
+        bottom += v
+    ax.set_xticks(range(len(runs)))
+    ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("seconds per GB of input")
+    ax.set_title("partition service: where the time goes")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -47,6 +47,9 @@ def partition(
         str, typer.Option(help="Node budgets to run under, comma-separated: host, core, bluefield2.")
     ] = "core,bluefield2",
     work: WorkOpt = Path("build/flows"),
+    plot: Annotated[
+        Path | None, typer.Option(help="Write the breakdown as stacked bars here (.png). \\[default: none]")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Run the partition service (unpack, split by id, repack, compress) over each data set, in a
@@ -71,6 +74,8 @@ def partition(
                     except (RuntimeError, ValueError, OSError) as e:
                         raise fail(str(e)) from None
                     bar.advance(task)
+    if plot is not None:
+        F.plot_partition(results, plot)
     if json_out:
         print(json.dumps(results, indent=2))
         return
