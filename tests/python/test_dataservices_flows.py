@@ -125,6 +125,11 @@ def test_a_node_that_partitions_and_sifts_reads_back_every_row(tmp_path: Path) -
     out = F.partition_under("core", "airplanes", 6000, 4, None, tmp_path, sift=(256, 3), message_rows=500)
     assert out["rows_sorted"] == 6000 and out["write_amplification"] > 1.0  # compactions ran
     assert out["merge_s"] > 0 and out["sift_gb_per_s"] > 0
+    table = pa.ipc.open_file(F.data_file("airplanes", 6000, tmp_path, message_rows=500)).read_all()
+    mid, end = out["queries"]["midway"], out["queries"]["end"]
+    assert 0 < mid["rows_stored"] < 6000 and end["rows_stored"] == 6000
+    assert end["box_rows"] == table.filter(F.BOX["airplanes"]).num_rows
+    assert (end["speed2_min"], end["speed2_max"]) == F.speed_range(table, F.dataset("airplanes"))
 
 
 def test_the_cli_reports_each_step_as_json(tmp_path: Path) -> None:

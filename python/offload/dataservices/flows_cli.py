@@ -134,6 +134,15 @@ def _print_sift(results: list[dict], setup: str) -> None:
         rate, amp = f"{1e3 * r['sift_gb_per_s']:.1f}", f"{r['write_amplification']:.2f}"
         t.add_row(r["dataset"], r["profile"], *secs, rate, amp, f"{r['rows_sorted']:,}")
     console.print(t)
+    for r in results:  # the seed's two queries, halfway through the arrivals and at the end
+        said = [_queries(when, q) for when, q in r.get("queries", {}).items()]
+        console.print(f"{r['dataset']} on {r['profile']}: " + "; ".join(said))
+
+
+def _queries(when: str, q: dict) -> str:
+    box = f"{q['box_rows']:,} of {q['rows_stored']:,} rows in the 1/8 box ({1e3 * q['box_s']:.0f} ms)"
+    speed = f"speed² {q['speed2_min']:.3g}-{q['speed2_max']:.3g} ({1e3 * q['speed_s']:.0f} ms)"
+    return f"{when}: {box}, {speed}"
 
 
 def _print(results: list[dict]) -> None:
