@@ -98,13 +98,9 @@ def test_bad_input_gets_a_clear_error() -> None:
 
 def test_ids_outside_the_domain_go_to_the_edge_partitions() -> None:
     p = F.Partitioner(F.dataset("ships"), 4)
-    assert p.partition_of(np.array([0, 200_000_000, 499_999_999, 799_999_999, 10**12])).tolist() == [
-        0,
-        0,
-        1,
-        3,
-        3,
-    ]
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min  # huge ids must not overflow
+    ids = np.array([small, 0, 200_000_000, 499_999_999, 799_999_999, 10**12, big], dtype=np.int64)
+    assert p.partition_of(ids).tolist() == [0, 0, 0, 1, 3, 3, 3]
 
 
 def test_the_partition_service_runs_under_a_node_budget(tmp_path: Path) -> None:

@@ -223,7 +223,8 @@ class Partitioner:
     def partition_of(self, ids: np.ndarray) -> np.ndarray:
         """Each id's partition (ids outside the domain go to the first or the last)."""
         span = max(1, self.hi - self.lo)
-        return np.clip((ids - self.lo) * self.parts // span, 0, self.parts - 1)
+        inside = np.clip(ids, self.lo, self.lo + span - 1)  # first: huge ids would overflow below
+        return (inside - self.lo) * self.parts // span
 
     def run(self, ipc: bytes) -> list[bytes]:
         """One producer's IPC stream in, one IPC stream per partition out (empty partitions are
