@@ -30,6 +30,15 @@ def floats(text: str) -> list[float]:
         raise typer.BadParameter(f"{text!r}: expected numbers separated by commas, e.g. 0,5000") from None
 
 
+def choices(text: str, known: tuple[str, ...] | list[str], what: str) -> list[str]:
+    """Comma-separated names, each one of ``known``; a located error (exit 2) otherwise."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise fail(f"unknown {what} {', '.join(bad) or repr(text)}; one of {', '.join(known)}")
+    return names
+
+
 def size_bytes(text: str) -> int:
     """'8G', '512M', '64k' or a plain byte count (binary multiples); ValueError if neither."""
     t = text.strip().upper().removesuffix("B").removesuffix("I")

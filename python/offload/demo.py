@@ -266,7 +266,7 @@ def _flows_section(out: Path) -> dict[str, Any]:
     node budgets' stress-ng profile on two stressors where stress-ng is installed. The gigabyte
     version: `python benches/flows_bench.py --parts partition --gb 1` (docs/flows.md)."""
     from offload.dataservices import flows as F
-    from offload.dataservices.flows_cli import _print
+    from offload.dataservices.flows_cli import print_partition
     from offload.metrics import rpwu as R
 
     console.rule("particle data flows: partition by id on a quarter-core node (offload flows)")
@@ -276,7 +276,7 @@ def _flows_section(out: Path) -> dict[str, Any]:
             for prof in ("core", "bluefield2"):
                 for codec in (None, "zstd"):
                     runs.append(F.partition_under(prof, name, 200_000, 8, codec, out / "flows"))
-    _print(runs)
+    print_partition(runs)
     (out / "flows-partition.json").write_text(json.dumps(runs, indent=2))
     F.plot_partition(runs, out / "flows-partition.png")
     res: dict[str, Any] = {"partition": runs}

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -192,8 +192,8 @@ class Breakdown:
         return self.unpack + self.split + self.repack + self.compress
 
     def add(self, other: Breakdown) -> None:
-        for f in ("unpack", "split", "repack", "compress", "bytes_in", "bytes_out", "rows"):
-            setattr(self, f, getattr(self, f) + getattr(other, f))
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def as_dict(self) -> dict[str, float]:
         return {"unpack_s": self.unpack, "split_s": self.split, "repack_s": self.repack,

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from offload.clitools import fail
+from offload.clitools import choices, fail
 
 app = typer.Typer(
     help="Particle data flows (seed 003): partition by id on a node profile, sift into id order, and where "
@@ -25,14 +25,6 @@ DataSetsOpt = Annotated[str, typer.Option(help="Data sets, comma-separated: part
 RowsOpt = Annotated[int, typer.Option(help="Rows of each data set.")]
 PartsOpt = Annotated[int, typer.Option(help="Partitions by id, 2-16 (the seed's range).")]
 WorkOpt = Annotated[Path, typer.Option(help="Where generated data sets are kept.")]
-
-
-def _names(text: str, known: tuple[str, ...], what: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in known]
-    if bad or not names:
-        raise fail(f"unknown {what} {', '.join(bad) or repr(text)}; one of {', '.join(known)}")
-    return names
 
 
 @app.command()
@@ -58,9 +50,9 @@ def partition(
     from offload.dataservices import budget as B
     from offload.dataservices import flows as F
 
-    names = _names(datasets, tuple(F.DATASETS), "data set")
-    profs = _names(profiles, tuple(B.PROFILES), "profile")
-    cods = [None if c == "none" else c for c in _names(codecs, ("none", "lz4", "zstd"), "codec")]
+    names = choices(datasets, tuple(F.DATASETS), "data set")
+    profs = choices(profiles, tuple(B.PROFILES), "profile")
+    cods = [None if c == "none" else c for c in choices(codecs, ("none", "lz4", "zstd"), "codec")]
     if not 2 <= parts <= 16 or rows < 1:
         raise fail(f"need 2-16 partitions and rows >= 1, got {parts} and {rows}")
     results = []
@@ -79,7 +71,7 @@ def partition(
     if json_out:
         print(json.dumps(results, indent=2))
         return
-    _print(results)
+    print_partition(results)
 
 
 @app.command()
@@ -102,8 +94,8 @@ def sift(
     from offload.dataservices import budget as B
     from offload.dataservices import flows as F
 
-    names = _names(datasets, tuple(F.DATASETS), "data set")
-    profs = _names(profiles, tuple(B.PROFILES), "profile")
+    names = choices(datasets, tuple(F.DATASETS), "data set")
+    profs = choices(profiles, tuple(B.PROFILES), "profile")
     if not 2 <= parts <= 16 or rows < 1 or memtable < 1 or fanout < 2:
         got = f"{parts}, {rows}, {memtable}, {fanout}"
         raise fail(f"need 2-16 partitions, rows >= 1, memtable >= 1, fanout >= 2; got {got}")
@@ -145,7 +137,7 @@ def _queries(when: str, q: dict) -> str:
     return f"{when}: {box}, {speed}"
 
 
-def _print(results: list[dict]) -> None:
+def print_partition(results: list[dict]) -> None:
     t = Table(title="partition service, seconds per GB of input (steps) and output size")
     names = ("data set", "profile", "codec")
     for col in (*names, "unpack", "split", "repack", "compress", "total s/GB", "out/in"):

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from offload.clitools import fail
+from offload.clitools import choices, fail
 
 app = typer.Typer(help="Offload metrics (seed 003): rpwu.", no_args_is_help=True)
 console = Console()
@@ -39,13 +39,11 @@ def rpwu(
     from offload.dataservices import budget as B
     from offload.metrics import rpwu as R
 
-    profs = [p.strip() for p in profiles.split(",") if p.strip()]
-    names = [s.strip() for s in stressors.split(",")] if stressors else None
-    bad = [p for p in [*profs, reference] if p not in B.PROFILES]
-    bad += [s for s in names or [] if s not in R.STRESSORS]
-    if bad or seconds < 1:
-        raise fail(f"unknown {', '.join(bad) or 'seconds'}: profiles {', '.join(B.PROFILES)}; stressors "
-                   f"{', '.join(R.STRESSORS)}; seconds >= 1")  # fmt: skip
+    profs = choices(profiles, tuple(B.PROFILES), "profile")
+    choices(reference, tuple(B.PROFILES), "reference profile")
+    names = choices(stressors, tuple(R.STRESSORS), "stressor") if stressors else None
+    if seconds < 1:
+        raise fail(f"stress-ng runs whole seconds (>= 1), got {seconds}")
     why = R.unavailable_reason()
     if why:
         raise fail(why)
