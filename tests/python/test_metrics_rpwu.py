@@ -27,7 +27,8 @@ metrics:
 def test_stress_ngs_yaml_is_read_per_stressor() -> None:
     assert R.parse_ops(YAML, "matrix") == pytest.approx(2412.792333)
     assert R.parse_ops(YAML, "pipe") == pytest.approx(351015.602984)
-    with pytest.raises(ValueError, match="no bogo-ops/s for 'udp'"):
+    assert R.parse_metric(YAML, "matrix", "bogo-ops") == 4826
+    with pytest.raises(ValueError, match="no bogo-ops-per-second-real-time for 'udp'"):
         R.parse_ops(YAML, "udp")
 
 
@@ -39,11 +40,14 @@ def test_unknown_stressors_are_refused() -> None:
 
 
 @pytest.mark.skipif(R.unavailable_reason() is not None, reason=str(R.unavailable_reason()))
-def test_a_quarter_core_node_gets_a_quarter_of_the_cpu_stressors_ops() -> None:
+def test_a_quarter_core_node_gets_a_quarter_of_the_cpu() -> None:
+    """Ratios of ops are the profile; but they move with whatever else shares this machine, so the
+    quota itself is checked on stress-ng's own CPU usage, which contention can only lower."""
     r = R.profile(["bluefield2"], ["matrix", "pipe"], seconds=1)
     assert set(r["relative"]) == {"core", "bluefield2"}
     assert r["relative"]["core"] == {"matrix": 1.0, "pipe": 1.0}
-    if r["budgets"]["bluefield2"]["cpu"]["method"] != "cgroup-v1-cpu":
-        pytest.skip(f"no CPU quota here: {r['budgets']['bluefield2']['cpu'].get('reason')}")
-    assert 0.1 < r["relative"]["bluefield2"]["matrix"] < 0.5  # a quarter, give or take the period
-    assert 0 < r["summary"]["bluefield2"]["overall"] < 0.6
+    assert 0 < r["summary"]["bluefield2"]["overall"] < 1.0
+    one = R.run_under("bluefield2", "matrix", 1)
+    if one["budget"]["cpu"]["method"] != "cgroup-v1-cpu":
+        pytest.skip(f"no CPU quota here: {one['budget']['cpu'].get('reason')}")
+    assert 5 < one["cpu_percent"] < 40  # a quarter of a core, give or take the period

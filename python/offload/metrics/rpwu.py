@@ -102,12 +102,16 @@ def _geomean(values: Any) -> float:
 
 def parse_ops(yaml_text: str, stressor: str) -> float:
     """bogo-ops per second of wall time for ``stressor`` from stress-ng's --yaml output."""
-    block = re.search(
-        rf"- stressor: {re.escape(stressor)}\n(.*?)(?:\n    - stressor:|\n\.\.\.|\Z)", yaml_text, re.S
-    )
-    value = block and re.search(r"bogo-ops-per-second-real-time: ([0-9.eE+-]+)", block.group(1))
+    return parse_metric(yaml_text, stressor, "bogo-ops-per-second-real-time")
+
+
+def parse_metric(yaml_text: str, stressor: str, key: str) -> float:
+    """One number of ``stressor``'s block in stress-ng's --yaml output."""
+    end = r"(?:\n    - stressor:|\n\.\.\.|\Z)"
+    block = re.search(rf"- stressor: {re.escape(stressor)}\n(.*?){end}", yaml_text, re.S)
+    value = block and re.search(rf"{re.escape(key)}: ([0-9.eE+-]+)", block.group(1))
     if not value:
-        raise ValueError(f"no bogo-ops/s for {stressor!r} in stress-ng's output")
+        raise ValueError(f"no {key} for {stressor!r} in stress-ng's output")
     return float(value.group(1))
 
 
@@ -123,7 +127,9 @@ def _child(args: dict[str, Any]) -> dict[str, Any]:
             cmd = ["stress-ng", f"--{args['stressor']}", "1", "--timeout", f"{args['seconds']}s",
                    "--metrics-brief", "--yaml", str(out), "--temp-path", d]  # fmt: skip
             subprocess.run(cmd, capture_output=True, check=True, timeout=args["seconds"] + 60, cwd=d)
-            return {"ops_per_s": parse_ops(out.read_text(), args["stressor"]), "budget": applied}
+            text = out.read_text()
+            cpu = parse_metric(text, args["stressor"], "cpu-usage-per-instance")
+            return {"ops_per_s": parse_ops(text, args["stressor"]), "cpu_percent": cpu, "budget": applied}
     finally:
         B.release(applied)
 
