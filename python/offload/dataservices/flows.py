@@ -140,7 +140,8 @@ def _ships(rows: int, seed: int) -> pa.Table:
     latitude (a coastal station's feed). (mmsi, time) is unique."""
     rng = np.random.default_rng(seed)
     ships = max(1, rows // 200)
-    mmsi = rng.choice(np.arange(200_000_000, 800_000_000, dtype=np.int64), ships, replace=False)
+    # an int population: numpy samples it without building (and shuffling) 600M candidates
+    mmsi = 200_000_000 + rng.choice(600_000_000, ships, replace=False).astype(np.int64)
     status = rng.choice(np.array([0, 1, 5], dtype=np.int8), ships, p=[0.6, 0.15, 0.25])
     period = np.where(status == 0, rng.choice([2.0, 6.0, 10.0], ships), 180.0)
     who, k = _tracks(rows, _split(rows, 1 / period))
@@ -212,6 +213,8 @@ class Partitioner:
     """The data set's size, for domains that depend on it (particle ids are 0 .. rows - 1)."""
     codec: str | None = None
     breakdown: Breakdown = field(default_factory=Breakdown)
+    last_rows: list[int] = field(default_factory=list)
+    """The rows of each partition :meth:`run` made last (a flow counts what it forwards)."""
 
     def __post_init__(self) -> None:
         if not 2 <= self.parts <= 16:
@@ -250,6 +253,7 @@ class Partitioner:
         b.compress = max(0.0, (t4 - t3) - (t3 - t2)) if self.codec else 0.0
         b.bytes_out, b.rows = sum(len(o) for o in out), table.num_rows
         self.breakdown.add(b)
+        self.last_rows = np.diff(bounds).tolist()
         return out
 
 
@@ -293,13 +297,15 @@ class Sift:
             Lsm(self.data.schema, self.data.key, self.memtable_rows, self.fanout) for _ in range(self.parts)
         ]
 
-    def put(self, part: int, ipc: bytes) -> None:
-        """A partition's IPC stream arrives (from any producer)."""
+    def put(self, part: int, ipc: bytes) -> int:
+        """A partition's IPC stream arrives (from any producer); returns its rows."""
         if not 0 <= part < self.parts:
             raise ValueError(f"partition {part} of {self.parts}")
         t0 = time.perf_counter()
-        self.trees[part].put(unpack(ipc))
+        table = unpack(ipc)
+        self.trees[part].put(table)
         self.merge_s += time.perf_counter() - t0
+        return table.num_rows
 
     def sorted(self) -> pa.Table:
         """The whole data set by (id, time)."""

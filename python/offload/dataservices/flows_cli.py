@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -114,6 +114,132 @@ def sift(
         print(json.dumps(results, indent=2))
         return
     _print_sift(results, f"{parts} partitions, memtables of {memtable:,} rows, fanout {fanout}")
+
+
+@app.command()
+def run(
+    nodes: Annotated[
+        str, typer.Option(help="Node counts to run, comma-separated (a scaling run).")
+    ] = "1,2,4",
+    dataset: Annotated[str, typer.Option(help="Data set: particles, airplanes or ships.")] = "particles",
+    rows: Annotated[int, typer.Option(help="Rows in all (the producers share them).")] = 1_000_000,
+    parts: Annotated[int, typer.Option(help="Partitions by id, 2-16, at least one per node.")] = 8,
+    codec: Annotated[str, typer.Option(help="Codec of the forwarded partitions: none, lz4, zstd.")] = "none",
+    profile: Annotated[
+        str, typer.Option(help="Each node's budget: host, core or bluefield2 (a quarter core).")
+    ] = "bluefield2",
+    link: Annotated[
+        str | None,
+        typer.Option(
+            help="Each node's link RATE[,DELAY], e.g. 1000mbit (runs in a namespace). \\[default: none]"
+        ),
+    ] = None,
+    message_rows: Annotated[int, typer.Option(help="Rows per producer message.")] = 16_384,
+    memtable: Annotated[int, typer.Option(help="Rows a partition's memtable holds before a flush.")] = 65_536,
+    cluster: Annotated[
+        Path | None,
+        typer.Option(
+            help="Run on the nodes of this cluster file instead of starting them. \\[default: none]"
+        ),
+    ] = None,
+    work: WorkOpt = Path("build/flows"),
+    check: Annotated[
+        bool, typer.Option(help="Compare the sorted read with a plain sort of the data.")
+    ] = True,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write the per-node breakdown as stacked bars here. \\[default: none]")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Run the particle pipeline over several nodes: producers (one per node, as simulation
+    ranks) put packed messages to the nodes' partition services, which forward each partition
+    east-west to the node that sifts it into an LSM tree. Each node is an `offload node serve`
+    process with its own budget (and link, in a private namespace). Shows the input rate, where
+    each node's time goes (unpack, split, repack, compress, transfer, merge), the seed's two
+    queries midway and at the end, and where every row is. A lost node's rows are reported and
+    kept in files, never dropped: the command then fails."""
+    from offload.dataservices import flowrun as R
+    from offload.dataservices import flows as F
+
+    counts = [int(c) for c in choices(nodes, tuple(str(i) for i in range(1, 17)), "node count")]
+    choices(dataset, tuple(F.DATASETS), "data set")
+    choices(codec, ("none", "lz4", "zstd"), "codec")
+    if not 2 <= parts <= 16 or max(counts) > parts or rows < 1 or message_rows < 1:
+        raise fail(
+            f"need 2-16 partitions, at least one per node, rows >= 1; got {parts} for {max(counts)} nodes"
+        )
+    if link is not None and cluster is None:
+        from offload.dataservices.cli import _enter_netns
+
+        _enter_netns("flows")
+    results = []
+    with Progress(console=console, transient=True) as bar:
+        for n in counts:
+            task = bar.add_task(f"{n} node(s)", total=rows)
+            flow = dict(dataset=dataset, rows=rows, parts=parts, codec={"none": None}.get(codec, codec),
+                        message_rows=message_rows, memtable_rows=memtable, work=work)  # fmt: skip
+            flow["progress"] = lambda done, _, t=task: bar.update(t, completed=done)
+            try:
+                r = _run_on(n, cluster, profile, link, flow)
+            except (RuntimeError, ValueError, OSError) as e:
+                raise fail(str(e)) from None
+            table = r.pop("sorted")
+            if check and r["accounting"]["explained"] and not r["accounting"]["lost_nodes"]:
+                d = F.dataset(dataset)
+                want = d.generate(rows, 0).sort_by([(k, "ascending") for k in d.key])
+                r["matches_plain_sort"] = table is not None and table.equals(want)
+            results.append(r | {"profile": profile, "link": link or "none"})
+    if plot is not None:
+        R.plot_nodes(results, plot)
+    if json_out:
+        print(json.dumps(results, indent=2))
+    else:
+        print_run(results)
+    lost = [r for r in results if r["accounting"]["lost_nodes"] or not r["accounting"]["explained"]]
+    if lost or any(r.get("matches_plain_sort") is False for r in results):
+        raise fail("rows were lost or misplaced: see the accounting above")
+
+
+def _run_on(n: int, cluster: Path | None, profile: str, link: str | None, flow: dict[str, Any]) -> dict:
+    """One run on ``n`` nodes: the cluster file's first ``n``, else ``n`` started here."""
+    from offload.dataservices import flowrun as R
+
+    if cluster is not None:
+        from offload.dataservices.cluster import load_cluster
+
+        specs = load_cluster(cluster)[:n]
+        if len(specs) < n:
+            raise ValueError(f"{cluster} has {len(specs)} nodes, fewer than {n}")
+        return R.run(specs, **flow)
+    with R.start_nodes(n, profile, flow["work"], "flows" if link else None, link) as procs:
+        return R.run(procs.specs, **flow)
+
+
+def print_run(results: list[dict]) -> None:
+    t = Table(title="particle pipeline over nodes: input rate and each node's mean seconds by step")
+    cols = ("unpack_s", "split_s", "repack_s", "compress_s", "transfer_s", "merge_s")
+    for col in ("nodes", "MB/s", "wall s", *(c.removesuffix("_s") for c in cols), "rows", "sorted"):
+        t.add_column(col, justify="right")
+    for r in results:
+        per = [n["breakdown"] for n in r["per_node"].values()]
+        means = (f"{sum(b[c] for b in per) / max(1, len(per)):.2f}" for c in cols)
+        ok = {True: "yes", False: "NO"}.get(r.get("matches_plain_sort"), "-")
+        t.add_row(str(r["nodes"]), f"{1e3 * r['gb_per_s']:.1f}", f"{r['wall_s']:.2f}", *means,
+                  f"{r['accounting']['stored']:,}", ok)  # fmt: skip
+    console.print(t)
+    for r in results:
+        said = [f"{when}: {q['box_rows']:,} rows in the 1/8 box, speed² up to {q['speed2_max'] or 0:.3g}"
+                for when, q in (("midway", r["midway"]), ("end", r["end"]))]  # fmt: skip
+        console.print(f"{r['nodes']} node(s): " + "; ".join(said))
+        a = r["accounting"]
+        if a["lost_nodes"]:
+            console.print(
+                f"[red]lost {', '.join(a['lost_nodes'])}[/]: of {a['produced']:,} rows {a['stored']:,} are "
+                f"stored, {a['kept']:,} kept in {', '.join(a['kept_in']) or 'no file'} (they may overlap: "
+                f"sending them again is safe), {a['lost_with_nodes']:,} lost with the node(s), which could "
+                f"have had {a['could_be_on_lost_nodes']:,} "
+                f"({'explained' if a['explained'] else 'NOT explained'})"
+            )
 
 
 def _print_sift(results: list[dict], setup: str) -> None:

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.flight as flight
 
-from offload.dataservices import plans
+from offload.dataservices import flownet, plans
 from offload.dataservices.estimate import estimate
 from offload.dataservices.stats import TableStats
 
@@ -136,6 +136,8 @@ class Node(flight.FlightServerBase):
         )
         self.config = config
         self._datasets: dict[str, Dataset] = {}
+        self._flows: dict[str, Any] = {}
+        """Particle data flows this node takes part in (flownet.Flow by name)."""
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------------------ data sets
@@ -272,6 +274,8 @@ class Node(flight.FlightServerBase):
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
         req = self._parse(ticket.ticket)
+        if "flow" in req:
+            return flight.RecordBatchStream(self._flow_read(req))
         opts = pa.ipc.IpcWriteOptions(compression=req.get("compression"))
         self.config.stats["queries"] += 1
         if "scan" in req:
@@ -301,6 +305,10 @@ class Node(flight.FlightServerBase):
             ("estimate", "a plan's estimated result rows and bytes, and why: the plan's bytes"),
             ("explain", "the estimate, both ways' predicted times and the choice: the plan's bytes"),
             ("status", "the node's name, threads, data sets and counters"),
+            ("flow-setup", "join a particle data flow (flownet.check_setup): JSON with its name"),
+            ("flow-flush", "the producers are done: forward the rest and wait for acks: the flow's name"),
+            ("flow-status", "a flow's breakdown and row accounting: its name"),
+            ("flow-drop", "leave a flow and free its data: its name"),
         ]
 
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
@@ -321,6 +329,8 @@ class Node(flight.FlightServerBase):
             yield json.dumps(self.explain(body)).encode()
         elif action.type == "status":
             yield json.dumps(self.status()).encode()
+        elif action.type.startswith("flow-"):
+            yield json.dumps(self._flow_action(action.type, body)).encode()
         else:
             raise flight.FlightServerError(f"unknown action {action.type!r}; see list_actions")
 
@@ -336,6 +346,9 @@ class Node(flight.FlightServerBase):
             if descriptor.descriptor_type == flight.DescriptorType.PATH
             else []
         )
+        if path and path[0] == flownet.HEAD:
+            self._flow_put(path, reader, writer)
+            return
         if len(path) == 1:
             ds = self.add(path[0], reader.read_all())
         elif len(path) == 2 and path[1] == "append":
@@ -357,13 +370,65 @@ class Node(flight.FlightServerBase):
             "counters": dict(self.config.stats),
         }
 
+    # ------------------------------------------------------------------------------ flows
+
+    def flow(self, name: str) -> Any:
+        with self._lock:
+            if name not in self._flows:
+                raise flight.FlightServerError(
+                    f"no flow {name[:40]!r} on this node; set it up with flow-setup"
+                )
+            return self._flows[name]
+
+    def _flow_action(self, kind: str, body: bytes) -> dict[str, Any]:
+        if kind == "flow-setup":
+            args = _json(body, "flow setup")
+            name = str(args.get("name", ""))
+            _check_name(name)
+            try:
+                f = flownet.Flow(name, args)
+            except (ValueError, TypeError) as e:
+                raise flight.FlightServerError(f"flow {name}: {e}") from None
+            pa.set_cpu_count(self.config.threads)  # the codecs compress on Arrow's pool: the budget's threads
+            with self._lock:
+                self._flows[name] = f
+            return f.status()
+        name = body.decode(errors="replace")
+        if kind == "flow-drop":
+            with self._lock:
+                return {"dropped": self._flows.pop(name, None) is not None}
+        f = self.flow(name)
+        if kind == "flow-flush":
+            f.flush()
+        elif kind != "flow-status":
+            raise flight.FlightServerError(f"unknown action {kind!r}; see list_actions")
+        return f.status()
+
+    def _flow_put(
+        self, path: list[str], reader: flight.MetadataRecordBatchReader, writer: flight.FlightMetadataWriter
+    ) -> None:
+        if len(path) == 2:
+            self.flow(path[1]).produce(reader, writer)
+        elif len(path) == 4 and path[2] == "from" and path[3].isdigit():
+            self.flow(path[1]).receive(int(path[3]), reader, writer)
+        else:
+            raise flight.FlightServerError("a flow put goes to [:flow, NAME] or [:flow, NAME, from, I]")
+
+    def _flow_read(self, req: dict[str, Any]) -> pa.Table:
+        f = self.flow(str(req["flow"]))
+        if req.get("read") == "sorted":
+            return f.sorted()
+        if req.get("read") == "held":
+            return f.held_table()
+        return f.query(str(req.get("query")))
+
     # ------------------------------------------------------------------------------ helpers
 
     def _parse(self, raw: bytes) -> dict[str, Any]:
         req = _json(raw, "request")
         if req.get("v") != PROTOCOL:
             raise flight.FlightServerError(f"request version {req.get('v')!r}; this node speaks {PROTOCOL}")
-        if "scan" in req:
+        if "scan" in req or "flow" in req:
             return req
         if req.get("way") not in REQUEST_WAYS:
             raise flight.FlightServerError(
