@@ -172,6 +172,9 @@ class Flow:
     data: F.DataSet = field(init=False)
     index: int = field(init=False)
     transfer_s: float = 0.0
+    batches_sent: int = 0
+    batches_received: int = 0
+    """East-west batches: one per message and remote owner (each costs a Flight write and an ack)."""
     accepted: int = 0
     """Producer rows this node acknowledged."""
     local: int = 0
@@ -192,6 +195,7 @@ class Flow:
         self.held_rows: dict[int, int] = {}
         self.streams: dict[int, AckedStream] = {}
         self.partition_lock, self.sift_lock, self.lock = threading.Lock(), threading.Lock(), threading.Lock()
+        self.cpu0 = time.process_time()
 
     # ------------------------------------------------------------------------ partition service
 
@@ -240,6 +244,7 @@ class Flow:
             self._stream(peer).send(batch, n)
             with self.lock:
                 self.transfer_s += time.perf_counter() - t0
+                self.batches_sent += 1
 
     def _stream(self, peer: int) -> AckedStream:
         with self.lock:
@@ -306,6 +311,8 @@ class Flow:
             ):
                 self.store(int(part), blob, source)
             seq += 1
+            with self.lock:
+                self.batches_received += 1
             writer.write(str(seq).encode())
 
     def sorted(self) -> pa.Table:
@@ -331,6 +338,9 @@ class Flow:
         return pa.concat_tables(tables) if tables else self.data.schema.empty_table()
 
     def status(self) -> dict[str, Any]:
+        """The breakdown, the node's CPU seconds since the setup (all its threads: Flight's
+        receiving and sending too, which the steps do not time; one flow at a time makes them the
+        flow's), and the row accounting."""
         with self.lock:
             lost = {str(p): s.failed for p, s in self.streams.items() if s.failed}
             return {
@@ -338,6 +348,8 @@ class Flow:
                 "owned": self.owned,
                 "breakdown": self.partitioner.breakdown.as_dict() | {"transfer_s": self.transfer_s,
                                                                    "merge_s": self.sift.merge_s},
+                "cpu_s": time.process_time() - self.cpu0,
+                "batches": {"sent": self.batches_sent, "received": self.batches_received},
                 "accepted_rows": self.accepted,
                 "local_rows": self.local,
                 "delivered_rows": {str(k): v for k, v in self.delivered.items() if k != self.index},

@@ -153,14 +153,16 @@ def run(
     fanout: int = 4,
     name: str = "flow",
     midway: Callable[[], None] | None = None,
+    queries: bool = True,
     progress: Callable[[int, int], None] | None = None,
     timeout_s: float = 120.0,
     keep: bool = False,
 ) -> dict[str, Any]:
     """Runs one flow of ``rows`` rows of ``dataset`` over the nodes and returns the result:
     per node its breakdown and rows; the wall time from the first put to the last ack after the
-    flush; the seed's queries midway and at the end; the sorted read; the accounting. ``midway``
-    runs when half the rows are acknowledged (a test loses a node there). ``keep`` leaves the
+    flush; the seed's queries midway (unless not ``queries``: they take node time from the flow)
+    and at the end; the sorted read; the accounting. ``midway`` runs when half the rows are
+    acknowledged (a test loses a node there). ``keep`` leaves the
     flow on the nodes (else it is dropped)."""
     cfg = setup(specs, name, dataset, rows, parts, codec, memtable_rows, fanout)
     msgs = messages(dataset, rows, work, message_rows)
@@ -171,22 +173,25 @@ def run(
         for i, c in enumerate(clients):
             c._action("flow-setup", json.dumps(cfg | {"index": i}).encode())
         out: dict[str, Any] = {"dataset": dataset, "nodes": len(specs), "parts": parts,
-                               "codec": codec or "none", "rows": rows,
+                               "codec": codec or "none", "rows": rows, "message_rows": message_rows,
                                "bytes_in": sum(len(m) for m, _ in msgs)}  # fmt: skip
         half = threading.Event()
-        t0 = time.perf_counter()
+        t0, cpu0, busy0 = time.perf_counter(), time.process_time(), machine_busy_s()
         with ThreadPoolExecutor(len(specs)) as pool:
             done = [pool.submit(_produce, p, specs[p.node], name, producers, half, progress, timeout_s)
                     for p in producers]  # fmt: skip
             half.wait()
             if midway is not None:
                 midway()
-            out["midway"] = _queries(clients, name, dead)
+            if queries:
+                out["midway"] = _queries(clients, name, dead)
             for d in done:
                 d.result()
         dead |= {p.node for p in producers if p.error}
         _call_all(clients, "flow-flush", name, dead)
         out["wall_s"] = time.perf_counter() - t0
+        out["driver_cpu_s"] = time.process_time() - cpu0  # the producers' and this driver's share of the CPU
+        out["machine_busy_s"] = machine_busy_s() - busy0  # every process's: the rest is other load
         status = _call_all(clients, "flow-status", name, dead)
         out["per_node"] = status
         out["end"] = _queries(clients, name, dead)
@@ -209,6 +214,16 @@ def run(
     finally:
         for c in clients:
             c.close()
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy (all cores, all processes: /proc/stat), or 0."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def _produce(p: Producer, spec: NodeSpec, name: str, producers: list[Producer], half: threading.Event,

@@ -4,6 +4,7 @@ sift it into id order, and see where the time goes."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -146,6 +147,9 @@ def run(
     check: Annotated[
         bool, typer.Option(help="Compare the sorted read with a plain sort of the data.")
     ] = True,
+    midway: Annotated[
+        bool, typer.Option(help="Run the seed's two queries halfway through (they take node time).")
+    ] = True,
     plot: Annotated[
         Path | None, typer.Option(help="Write the per-node breakdown as stacked bars here. \\[default: none]")
     ] = None,
@@ -178,6 +182,7 @@ def run(
             task = bar.add_task(f"{n} node(s)", total=rows)
             flow = dict(dataset=dataset, rows=rows, parts=parts, codec={"none": None}.get(codec, codec),
                         message_rows=message_rows, memtable_rows=memtable, work=work)  # fmt: skip
+            flow["queries"] = midway
             flow["progress"] = lambda done, _, t=task: bar.update(t, completed=done)
             try:
                 r = _run_on(n, cluster, profile, link, flow)
@@ -188,7 +193,7 @@ def run(
                 d = F.dataset(dataset)
                 want = d.generate(rows, 0).sort_by([(k, "ascending") for k in d.key])
                 r["matches_plain_sort"] = table is not None and table.equals(want)
-            results.append(r | {"profile": profile, "link": link or "none"})
+            results.append(r | {"profile": profile, "link": link or "none", "cores": os.cpu_count()})
     if plot is not None:
         R.plot_nodes(results, plot)
     if json_out:
@@ -229,7 +234,7 @@ def print_run(results: list[dict]) -> None:
     console.print(t)
     for r in results:
         said = [f"{when}: {q['box_rows']:,} rows in the 1/8 box, speed² up to {q['speed2_max'] or 0:.3g}"
-                for when, q in (("midway", r["midway"]), ("end", r["end"]))]  # fmt: skip
+                for when, q in (("midway", r.get("midway")), ("end", r["end"])) if q]  # fmt: skip
         console.print(f"{r['nodes']} node(s): " + "; ".join(said))
         a = r["accounting"]
         if a["lost_nodes"]:

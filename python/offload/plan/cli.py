@@ -509,3 +509,84 @@ def fleet(
         f"[dim]node capacity from the calibrated model (validation error ±{v['queries_per_s']:.0%} "
         f"throughput on {calib['cpus']} measured cores; extrapolated to {pipe.cpus} cores)[/]"
     )
+
+
+@app.command()
+def flows(
+    runs: Annotated[
+        Path, typer.Option(help="`offload flows run --json` output: runs over several node counts.")
+    ],
+    predict: Annotated[str, typer.Option(help="Node counts to predict, comma-separated.")] = "100",
+    gb: Annotated[
+        float, typer.Option(help="GB the predicted nodes share (the seed: 64M particles, about 4.1 GB).")
+    ] = 4.1,
+    message_mb: Annotated[
+        float, typer.Option(help="MB per producer message in the prediction. \\[default: the runs']")
+    ] = 0.0,
+    fit_on: Annotated[
+        str | None, typer.Option(help="Node counts to fit on, comma-separated. \\[default: the two smallest]")
+    ] = None,
+    link_gbit: Annotated[
+        float | None,
+        typer.Option(help="Each predicted node's link, Gbit/s. \\[default: the runs' profile's]"),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Fit the particle pipeline model (docs/flows.md) to runs on a few nodes of this machine,
+    show its error on every node count run (those it was not fitted on are the validation), and
+    predict node counts one machine cannot hold, each node with its own cores (SmartNICs):
+
+        offload flows run --nodes 1,2,4,8 --json > nodes.json
+        offload plan flows --runs nodes.json --predict 16,100
+    """
+    import os
+
+    from offload.dataservices import budget as B
+    from offload.plan import flows as fm
+
+    try:
+        data = json.loads(runs.read_text())
+        data = data["runs"] if isinstance(data, dict) else data
+        prof = B.profile(data[0]["profile"])
+        share = prof.threads * (prof.cpu_per_thread or 1.0)
+        counts = sorted({r["nodes"] for r in data})
+        use = _ints(fit_on) if fit_on else counts[:2]
+        cores = float(data[0].get("cores") or os.cpu_count() or 1)
+        model = fm.fit(data, share, cores, use)
+        link = link_gbit if link_gbit is not None else (prof.link.rate_mbit or 0) / 1e3 or None
+        checks = fm.validate(model, data, cores)
+        per_msg = message_mb * 1e6 or data[0]["bytes_in"] / fm.messages(data[0])
+        preds = [model.predict(n, gb, max(1, round(gb * 1e9 / per_msg)), None, link) for n in _ints(predict)]
+    except (OSError, KeyError, IndexError, ValueError, TypeError) as ex:
+        raise _fail(f"{runs}: {ex}") from None
+    held_out = [abs(c["error"]) for c in checks if not c["fitted_on"]]
+    out = {"model": model.as_dict(), "cores": cores, "validation": checks, "predictions": preds,
+           "max_abs_error_held_out": max(held_out) if held_out else None}  # fmt: skip
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return
+    t = Table(
+        title=f"particle pipeline on {prof.name} nodes ({share:g} core each), this machine's {cores:g} cores"
+    )
+    for col in ("nodes", "measured MB/s", "model MB/s", "error", "bound", "role"):
+        t.add_column(col, justify="right")
+    for c in checks:
+        rates = (f"{1e3 * c['measured_gb_per_s']:.1f}", f"{1e3 * c['predicted_gb_per_s']:.1f}")
+        t.add_row(
+            str(c["nodes"]),
+            *rates,
+            f"{c['error']:+.1%}",
+            c["bound"],
+            "fit" if c["fitted_on"] else "validation",
+        )
+    console.print(t)
+    console.print(
+        f"model: {model.a:.1f} CPU s per GB partitioned and sifted, "
+        f"{1e3 * model.b:.2f} ms per east-west batch, "
+        f"{model.o:.2f} s fixed; producers {model.producer:.1f} CPU s per GB"
+    )
+    for p in preds:
+        console.print(
+            f"[bold]{p['nodes']} nodes[/] (own cores{f', {link:g} Gbit/s links' if link else ''}): "
+            f"{p['gb']:g} GB in {p['wall_s']:.2f} s = [bold]{p['gb_per_s']:.2f} GB/s[/] ({p['bound']}-bound)"
+        )

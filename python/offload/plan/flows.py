@@ -1,0 +1,137 @@
+"""A model of the particle pipeline over nodes (seed 003: partition and sift over 100
+BlueField-2), calibrated on `offload flows run` results, to predict node counts that one
+machine cannot run.
+
+Each node partitions its producers' share of the input and sifts the partitions it owns. What
+it costs in CPU seconds is linear in two amounts, fitted over the nodes of the calibration runs
+(non-negative least squares):
+
+    cpu(node) = a · GB it partitions (and as much again it sifts)
+              + b · east-west batches it sends or receives (one per message and remote owner:
+                a Flight write, its acknowledgement, a handler's wake-up)
+
+With N nodes sharing B GB in M producer messages evenly, each partitions B/N and sends and
+receives 2 · (M/N) · (N − 1) batches: the per-batch cost does not shrink as nodes are added, so
+it is what limits scaling once the per-GB work is spread thin. Each node moves
+2 · (B/N) · (N − 1)/N GB east-west over its link. A run
+takes the longest of three bounds, plus the fixed latency ``o`` of a run (setup, the first
+message, the flush's round trips: the 1-node run's wall time less its CPU bound):
+
+* the node's CPU: cpu(node) / share (a node gets ``share`` of a core: its budget);
+* the machine's CPU, where all nodes share one machine (the runs here): (N · cpu(node) +
+  the producers' CPU) / cores;
+* the node's link: its east-west bytes / link rate.
+
+100 SmartNICs each have their own cores, so the machine bound drops out of that prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class FlowModel:
+    a: float
+    """CPU seconds per GB a node partitions and sifts."""
+    b: float
+    """CPU seconds per east-west batch a node sends or receives."""
+    o: float
+    """Seconds of fixed latency per run."""
+    producer: float
+    """The producers' CPU seconds per GB (on the hosts; here, on the same machine)."""
+    share: float
+    """Cores each node gets."""
+    fit_on: list[int]
+
+    def node_cpu(self, nodes: int, gb: float, messages: int) -> float:
+        return self.a * gb / nodes + self.b * 2 * messages / nodes * (nodes - 1)
+
+    def predict(
+        self, nodes: int, gb: float, messages: int, cores: float | None = None, link_gbit: float | None = None
+    ) -> dict:
+        """Wall seconds and GB/s of ``gb`` in ``messages`` producer messages over ``nodes``;
+        ``cores``: the one machine all nodes share (None: each node its own, as SmartNICs);
+        ``link_gbit``: each node's link."""
+        if nodes < 1 or gb <= 0 or messages < 1:
+            raise ValueError(f"need >= 1 node, > 0 GB and >= 1 message, got {nodes}, {gb} and {messages}")
+        cpu = self.node_cpu(nodes, gb, messages)
+        bounds = {"node_cpu": cpu / self.share}
+        if cores is not None:
+            bounds["machine_cpu"] = (nodes * cpu + self.producer * gb) / cores
+        if link_gbit:
+            bounds["link"] = 2 * (gb / nodes) * (nodes - 1) / nodes * 8 / link_gbit
+        bound = max(bounds, key=lambda k: bounds[k])
+        wall = bounds[bound] + self.o
+        return {"nodes": nodes, "gb": gb, "wall_s": wall, "gb_per_s": gb / wall, "bound": bound,
+                "bounds_s": bounds}  # fmt: skip
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def observations(runs: list[dict[str, Any]]) -> np.ndarray:
+    """One row per node of every run: GB partitioned, east-west batches, CPU seconds."""
+    rows = []
+    for r in runs:
+        for n in r["per_node"].values():
+            batches = n["batches"]["sent"] + n["batches"]["received"]
+            rows.append((n["breakdown"]["bytes_in"] / 1e9, batches, n["cpu_s"]))
+    return np.array(rows, dtype=float).reshape(-1, 3)
+
+
+def messages(run: dict[str, Any]) -> int:
+    return -(-run["rows"] // run["message_rows"])
+
+
+def fit(runs: list[dict[str, Any]], share: float, cores: float, fit_on: list[int] | None = None) -> FlowModel:
+    """The model from the runs on ``fit_on`` node counts (all runs if None), made on a machine
+    of ``cores`` with nodes of ``share`` of a core each."""
+    from scipy.optimize import nnls
+
+    use = [r for r in runs if fit_on is None or r["nodes"] in fit_on]
+    if not use:
+        raise ValueError(
+            f"no run on {fit_on} nodes to fit on; runs have {sorted({r['nodes'] for r in runs})}"
+        )
+    obs = observations(use)
+    if len({r["nodes"] for r in use}) < 2 or not obs[:, 1].any():
+        raise ValueError("fitting needs runs on at least two node counts, one of them with east-west traffic")
+    (a, b), _ = nnls(obs[:, :2], obs[:, 2])
+    producer = float(np.median([r.get("driver_cpu_s", 0.0) / (r["bytes_in"] / 1e9) for r in use]))
+    model = FlowModel(float(a), float(b), 0.0, producer, share, sorted({r["nodes"] for r in use}))
+    first = [r for r in use if r["nodes"] == model.fit_on[0]]
+    late = []
+    for r in first:
+        late.append(
+            r["wall_s"]
+            - model.predict(r["nodes"], r["bytes_in"] / 1e9, messages(r), free_cores(r, cores))["wall_s"]
+        )
+    model.o = max(0.0, float(np.median(late)))
+    return model
+
+
+def free_cores(run: dict[str, Any], cores: float) -> float:
+    """The cores the run had: the machine's, less what other processes used meanwhile (the
+    machine's busy CPU seconds less the nodes' and the driver's), which the model cannot know."""
+    if not run.get("machine_busy_s"):
+        return cores
+    ours = sum(n["cpu_s"] for n in run["per_node"].values()) + run.get("driver_cpu_s", 0.0)
+    others = max(0.0, run["machine_busy_s"] - ours) / run["wall_s"]
+    return max(0.25, cores - others)
+
+
+def validate(model: FlowModel, runs: list[dict[str, Any]], cores: float) -> list[dict[str, Any]]:
+    """Predicted against measured GB/s for every run, with the relative error; on one machine
+    the machine bound uses the cores the run had (:func:`free_cores`)."""
+    out = []
+    for r in runs:
+        p = model.predict(r["nodes"], r["bytes_in"] / 1e9, messages(r), free_cores(r, cores))
+        err = p["gb_per_s"] / r["gb_per_s"] - 1
+        out.append({"nodes": r["nodes"], "measured_gb_per_s": r["gb_per_s"],
+                    "predicted_gb_per_s": p["gb_per_s"],
+                    "error": err, "bound": p["bound"], "fitted_on": r["nodes"] in model.fit_on})  # fmt: skip
+    return out
