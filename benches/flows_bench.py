@@ -14,6 +14,14 @@
   sorted read. The seed: 64 M particles at 1.32 GB/s over 100 BlueField-2 (13.2 MB/s a node).
 
     python benches/flows_bench.py --parts sift --sift-gb 0.25
+
+* ``nodes``: the whole pipeline over 1, 2, 4 and 8 quarter-core nodes (``offload flows run``:
+  each node a process with its own budget; producers put to them, they forward partitions
+  east-west and sift them), ``--nodes-rows`` particles, no midway queries; then the pipeline
+  model (``offload plan flows``) fitted on 1 and 2 nodes, its error on 4 and 8, and its
+  prediction for 100 nodes against the seed's 1.32 GB/s.
+
+    python benches/flows_bench.py --parts nodes --nodes-rows 4000000
 """
 
 from __future__ import annotations
@@ -75,12 +83,42 @@ def sift(gb: float, parts: int, work: Path) -> dict[str, Any]:
             "seed_mb_per_s_per_node": 1.32e3 / 100}  # fmt: skip
 
 
+def nodes(rows: int, parts: int, work: Path) -> dict[str, Any]:
+    """The pipeline over 1, 2, 4 and 8 bluefield2 nodes, and the model fitted on 1 and 2."""
+    from offload.dataservices import budget as B
+    from offload.dataservices import flowrun as R
+    from offload.plan import flows as fm
+
+    runs = []
+    for n in (1, 2, 4, 8):
+        console.print(f"nodes: {n} x bluefield2, {rows:,} particles")
+        with R.start_nodes(n, "bluefield2", work) as procs:
+            r = R.run(procs.specs, "particles", rows, work, parts, queries=False)
+        r.pop("sorted")
+        runs.append(r | {"profile": "bluefield2", "cores": os.cpu_count()})
+    prof = B.profile("bluefield2")
+    share, cores = prof.threads * (prof.cpu_per_thread or 1.0), float(os.cpu_count() or 1)
+    model = fm.fit(runs, share, cores, [1, 2])
+    checks = fm.validate(model, runs, cores)
+    per_msg = runs[0]["bytes_in"] / fm.messages(runs[0])
+    link = (prof.link.rate_mbit or 0) / 1e3 or None
+    seed_gb = 64e6 * runs[0]["bytes_in"] / runs[0]["rows"] / 1e9  # the seed's 64M particles
+    predictions = {}
+    for mb in (round(per_msg / 1e6, 2), 16, 64):
+        msgs = max(1, round(seed_gb * 1e9 / (mb * 1e6)))
+        predictions[f"{mb}MB_messages"] = model.predict(100, seed_gb, msgs, None, link)
+    return {"rows": rows, "parts": parts, "runs": runs, "model": model.as_dict(), "validation": checks,
+            "max_abs_error_held_out": max(abs(c["error"]) for c in checks if not c["fitted_on"]),
+            "predict_100": predictions, "seed_gb_per_s_100": 1.32}  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", default="partition", help="partition (default), sift")
+    ap.add_argument("--parts", default="partition", help="partition (default), sift, nodes")
     ap.add_argument("--gb", type=float, default=1.0, help="GB of each data set (default 1)")
     ap.add_argument("--partitions", type=int, default=8, help="partitions by id (default 8)")
     ap.add_argument("--sift-gb", type=float, default=0.25, help="GB of each data set to sift (default 0.25)")
+    ap.add_argument("--nodes-rows", type=int, default=4_000_000, help="particles over the nodes (default 4M)")
     ap.add_argument("--work", type=Path, default=Path("build/flows"))
     ap.add_argument("--out", type=Path, default=Path("benches/results/flows"))
     a = ap.parse_args()
@@ -99,6 +137,18 @@ def main() -> None:
             rate, amp = 1e3 * x["sift_gb_per_s"], x["write_amplification"]
             console.print(f"{x['dataset']} on {x['profile']}: {rate:.1f} MB/s partitioned and sifted, "
                           f"write amplification {amp:.2f}")  # fmt: skip
+    if "nodes" in a.parts.split(","):
+        from offload.dataservices import flowrun as R
+
+        r = nodes(a.nodes_rows, a.partitions, a.work) | stamp
+        (a.out / "nodes.json").write_text(json.dumps(r, indent=2))
+        R.plot_nodes(r["runs"], a.out / "nodes.png")
+        for c in r["validation"]:
+            console.print(f"{c['nodes']} nodes: {1e3 * c['measured_gb_per_s']:.1f} MB/s measured, "
+                          f"{1e3 * c['predicted_gb_per_s']:.1f} model ({c['error']:+.1%}, "
+                          f"{'fit' if c['fitted_on'] else 'validation'})")  # fmt: skip
+        for k, p in r["predict_100"].items():
+            console.print(f"100 nodes, {k}: {p['gb_per_s']:.2f} GB/s ({p['bound']}-bound); seed 1.32 GB/s")
 
 
 def _machine() -> str:

@@ -80,3 +80,21 @@ def test_the_cli_reads_the_benchmark(tmp_path: Path) -> None:
     assert all(len(d["best"]) == 2 for d in doc["datasets"])
     missing = CliRunner().invoke(app, ["flows", "compression", "--results", str(tmp_path / "no.json")])
     assert missing.exit_code != 0 and "offload flows partition --json" in missing.output
+
+
+def test_the_host_reading_back_is_a_third_stage() -> None:
+    """Decompressing on the host overlaps with the node and the link: where it is the slowest
+    stage, it sets the rate below which the codec pays."""
+    runs = _runs() + [
+        {"dataset": "ships", "profile": "core", "codec": c, "total_s": 1.0, "compress_s": 0.0,
+         "bytes_in": 2e9, "bytes_out": 2e9, "decode_s": d} for c, d in (("none", 2.0), ("zstd", 60.0))
+    ]  # fmt: skip
+    ways = {w.label: w for w in C.ways(runs, "bluefield2", None, "core")}
+    assert ways["zstd"].host_s_per_gb == 30.0 and ways["none"].host_s_per_gb == 1.0
+    assert ways["zstd"].busy_s_per_gb == 30.0  # the host, slower than the node's 21
+    assert C.pays_below(ways["zstd"], ways["none"]) == pytest.approx(
+        1e9 * 8 / 30.0
+    )  # bytes out per GB of input, plain
+    assert ways["zstd"].seconds_per_gb(1e12) == 30.0
+    without = {w.label: w for w in C.ways(runs, "bluefield2")}
+    assert without["zstd"].host_s_per_gb == 0.0

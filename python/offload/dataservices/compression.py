@@ -2,11 +2,12 @@
 runs (:func:`offload.dataservices.flows.partition_under`) and a compression engine's published
 speed-up (``data/presets/platforms.toml``, ``[engines]``).
 
-A node partitions its input and ships the partitions over its link. The two overlap message by
-message, so a gigabyte of input takes max(node seconds, link seconds). A codec adds node seconds
-(the compress step) and takes link seconds away (fewer bytes out). It pays on links slower than
+A node partitions its input and ships the partitions over its link to a host that reads them.
+The three overlap message by message, so a gigabyte of input takes max(node seconds, link
+seconds, host seconds). A codec adds node seconds (the compress step) and host seconds
+(decompressing), and takes link seconds away (fewer bytes out). It pays on links slower than
 
-    rate* = bytes out without a codec / node seconds with it
+    rate* = bytes out without a codec / max(node seconds, host seconds) with it
 
 (per gigabyte of input). Below that rate the link is the bottleneck and shrinking what it carries
 wins. Above it, the compressing node is the bottleneck. Where the codec costs the node nothing
@@ -34,14 +35,21 @@ class Way:
     speedup: float
     node_s_per_gb: float
     bytes_out_per_gb: float
+    host_s_per_gb: float = 0.0
+    """The host reading the partitions back (decompressing): 0 where no host run says."""
 
     @property
     def label(self) -> str:
         return self.codec if self.engine is None else f"{self.codec}, engine ×{self.speedup:g}"
 
+    @property
+    def busy_s_per_gb(self) -> float:
+        """The slower of the two ends: the node making the partitions, the host reading them."""
+        return max(self.node_s_per_gb, self.host_s_per_gb)
+
     def seconds_per_gb(self, rate_bps: float) -> float:
-        """Seconds per GB of input over a link of ``rate_bps`` bits/s: node and link overlap."""
-        return max(self.node_s_per_gb, self.bytes_out_per_gb * 8 / rate_bps)
+        """Seconds per GB of input over a link of ``rate_bps`` bits/s: node, link and host overlap."""
+        return max(self.busy_s_per_gb, self.bytes_out_per_gb * 8 / rate_bps)
 
 
 def engines() -> dict[str, dict[str, Any]]:
@@ -51,12 +59,15 @@ def engines() -> dict[str, dict[str, Any]]:
     return {k: v | {"source_text": sources.get(v["source"], v["source"])} for k, v in p["engines"].items()}
 
 
-def ways(runs: Sequence[dict[str, Any]], profile: str, engine: str | None = None) -> list[Way]:
+def ways(
+    runs: Sequence[dict[str, Any]], profile: str, engine: str | None = None, host: str | None = None
+) -> list[Way]:
     """Every way each data set's partition runs on ``profile`` offer: each codec in software, and
     on ``engine`` at its lowest and highest published speed-up. A way's node time is the run
     without a codec plus the codec's compress step (divided by the speed-up): the other steps are
     the same work with a codec or without, and taking them from one run keeps their run-to-run
-    noise out of the comparison."""
+    noise out of the comparison. Given ``host``, the runs on that budget say what reading the
+    partitions back costs the host (their ``decode_s``), codec by codec."""
     speedups: list[float] = []
     if engine is not None:
         known = engines()
@@ -65,13 +76,18 @@ def ways(runs: Sequence[dict[str, Any]], profile: str, engine: str | None = None
         speedups = sorted({min(known[engine]["speedups"]), max(known[engine]["speedups"])})
     mine = [r for r in runs if r["profile"] == profile]
     plain = {r["dataset"]: r for r in mine if r["codec"] == "none"}
+    reading = {}
+    for r in runs:
+        if host is not None and r["profile"] == host and "decode_s" in r and r["bytes_in"]:
+            reading[(r["dataset"], r["codec"])] = r["decode_s"] / (r["bytes_in"] / 1e9)
     out = []
     for r in mine:
         gb = r["bytes_in"] / 1e9
         if gb <= 0 or r["dataset"] not in plain:
             raise ValueError(f"{r['dataset']} on {profile}: needs a run without a codec, of some bytes")
         base = plain[r["dataset"]]["total_s"] / gb  # the work besides compressing, as measured without it
-        common = dict(dataset=r["dataset"], codec=r["codec"], bytes_out_per_gb=r["bytes_out"] / gb)
+        common = dict(dataset=r["dataset"], codec=r["codec"], bytes_out_per_gb=r["bytes_out"] / gb,
+                      host_s_per_gb=reading.get((r["dataset"], r["codec"]), 0.0))  # fmt: skip
         for k in [1.0] + (speedups if r["codec"] != "none" else []):
             node = base + r["compress_s"] / gb / k
             out.append(Way(engine=None if k == 1.0 else engine, speedup=k, node_s_per_gb=node, **common))
@@ -86,9 +102,9 @@ def pays_below(way: Way, plain: Way) -> float:
     (:func:`ways` adds its compress step to the plain run), so it can only win on slow links."""
     if way.bytes_out_per_gb >= plain.bytes_out_per_gb:
         return 0.0
-    if way.node_s_per_gb <= plain.node_s_per_gb:
+    if way.busy_s_per_gb <= plain.busy_s_per_gb:
         return math.inf
-    return plain.bytes_out_per_gb * 8 / way.node_s_per_gb
+    return plain.bytes_out_per_gb * 8 / way.busy_s_per_gb
 
 
 def table(all_ways: Sequence[Way], rates_bps: Sequence[float]) -> list[dict[str, Any]]:
@@ -101,10 +117,11 @@ def table(all_ways: Sequence[Way], rates_bps: Sequence[float]) -> list[dict[str,
         if plain is None:
             raise ValueError(f"{name}: the results have no run without a codec to compare with")
         rows = [{"way": w.label, "codec": w.codec, "engine": w.engine, "speedup": w.speedup,
-                 "node_s_per_gb": w.node_s_per_gb, "out_over_in": w.bytes_out_per_gb / 1e9,
+                 "node_s_per_gb": w.node_s_per_gb, "host_s_per_gb": w.host_s_per_gb,
+                 "out_over_in": w.bytes_out_per_gb / 1e9,
                  "pays_below_mbit": pays_below(w, plain) / 1e6 if w is not plain else None,
                  "s_per_gb": [w.seconds_per_gb(r) for r in rates_bps]} for w in mine]  # fmt: skip
         # on a tie (the link the bottleneck of several), the way that leaves the node most idle
-        best = [min(mine, key=lambda w, r=r: (w.seconds_per_gb(r), w.node_s_per_gb)).label for r in rates_bps]
+        best = [min(mine, key=lambda w, r=r: (w.seconds_per_gb(r), w.busy_s_per_gb)).label for r in rates_bps]
         out.append({"dataset": name, "ways": rows, "best": best})
     return out

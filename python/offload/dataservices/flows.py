@@ -371,7 +371,8 @@ def partition_under(
     """Runs the partition service over a data set in a child process held to a node budget
     (:mod:`.budget`: ``host``, ``core``, ``bluefield2``), one producer message at a time, and
     returns its breakdown with the budget as applied and the seconds per GB. Producer messages
-    have ``message_rows`` rows. Given ``sift`` =
+    have ``message_rows`` rows. ``decode_s`` is the time to read the partitions back (unpack,
+    decompressing), in the same budget: a receiver's cost. Given ``sift`` =
     (memtable rows, fanout), the same process also sifts every partition into an LSM tree, as a
     node that both partitions and sifts: ``merge_s`` is that, ``read_s`` the
     consumers' sorted read, and ``sift_gb_per_s`` the input rate through both."""
@@ -410,13 +411,19 @@ def _worker(args: dict[str, Any]) -> dict[str, Any]:
         p = Partitioner(data, args["parts"], args["rows"], args["codec"])
         sift = Sift(data, args["parts"], *args["sift"]) if args.get("sift") else None
         queries = {}
+        decode_s = 0.0
         for k, m in enumerate(messages):
-            for i, part in enumerate(p.run(m)):
+            pieces = p.run(m)
+            t0 = time.perf_counter()
+            for piece in pieces:  # what the receiving side pays to read them (decompressing)
+                unpack(piece)
+            decode_s += time.perf_counter() - t0
+            for i, part in enumerate(pieces):
                 if sift is not None:
                     sift.put(i, part)
             if sift is not None and k == len(messages) // 2:  # queryable while data keeps arriving
                 queries["midway"] = _seed_queries(sift, data)
-        out = p.breakdown.as_dict() | {"budget": applied}
+        out = p.breakdown.as_dict() | {"budget": applied, "decode_s": decode_s}
         if sift is not None:
             t0 = time.perf_counter()
             rows = sum(t.sorted().num_rows for t in sift.trees)
