@@ -98,3 +98,24 @@ def test_the_host_reading_back_is_a_third_stage() -> None:
     assert ways["zstd"].seconds_per_gb(1e12) == 30.0
     without = {w.label: w for w in C.ways(runs, "bluefield2")}
     assert without["zstd"].host_s_per_gb == 0.0
+
+
+def test_the_gpu_codec_says_why_it_cannot_run_or_gives_the_bytes_back() -> None:
+    import pyarrow as pa
+
+    from offload.dataservices import flows as F
+    from offload.dataservices import gpucodec as G
+
+    table = F.dataset("ships").generate(2000, 0)
+    bufs = G.column_buffers(table)
+    assert set(bufs) == set(table.column_names)
+    assert bufs["mmsi"].nbytes == 8 * 2000 and bufs["status"].nbytes == 2000
+    assert G.column_buffers(pa.table({"x": pa.array([], pa.int64())}))["x"].nbytes == 0
+    why = G.unavailable_reason()
+    if why is not None:
+        assert "GPU" in why or "nvcomp" in why
+        with pytest.raises(RuntimeError, match=why.split(" (")[0]):
+            G.measure(table)
+        pytest.skip(f"the GPU codec's run needs a GPU: {why}")
+    r = G.measure(table, repeats=1)  # on a GPU: every algorithm decodes to the same bytes
+    assert set(r["algorithms"]) == set(G.ALGORITHMS) and r["bytes_in"] == sum(b.nbytes for b in bufs.values())

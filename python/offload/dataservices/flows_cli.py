@@ -352,6 +352,47 @@ def compression(
         )
 
 
+@app.command("gpu-codec")
+def gpu_codec(
+    datasets: DataSetsOpt = "particles,airplanes,ships",
+    rows: RowsOpt = 1_000_000,
+    repeats: Annotated[int, typer.Option(help="Timed repeats; the median is kept.")] = 3,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Compress each data set's column buffers on a GPU with nvCOMP (LZ4, Zstd, Cascaded),
+    transfers included, and check that they decode to the same bytes; beside it, what Arrow's
+    lz4 and zstd make of the same table here. Needs an NVIDIA GPU and `pip install
+    nvidia-nvcomp-cu12`: without them it says which is missing and stops."""
+    from offload.dataservices import flows as F
+    from offload.dataservices import gpucodec as G
+
+    names = choices(datasets, tuple(F.DATASETS), "data set")
+    why = G.unavailable_reason()
+    if why is not None:
+        raise fail(f"no GPU codec here: {why}")
+    results = {}
+    for name in names:
+        table = F.dataset(name).generate(rows, 0)
+        try:
+            results[name] = G.measure(table, repeats=repeats)
+        except RuntimeError as e:
+            raise fail(f"{name}: {e}") from None
+        results[name]["arrow_out_over_in"] = {
+            c: len(F.pack(table, c)) / len(F.pack(table)) for c in ("lz4", "zstd")
+        }
+    if json_out:
+        print(json.dumps(results, indent=2))
+        return
+    t = Table(title="nvCOMP on the GPU, transfers included (GB/s of column buffers)")
+    for col in ("data set", "algorithm", "compress", "decompress", "out/in"):
+        t.add_column(col, justify="left" if col in ("data set", "algorithm") else "right")
+    for name, r in results.items():
+        for algo, a in r["algorithms"].items():
+            t.add_row(name, algo, f"{a['compress_gb_per_s']:.2f}", f"{a['decompress_gb_per_s']:.2f}",
+                      f"{a['out_over_in']:.2f}")  # fmt: skip
+    console.print(t)
+
+
 def _pays(below: float | None) -> str:
     if below is None:
         return "—"
