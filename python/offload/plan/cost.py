@@ -68,6 +68,12 @@ class Item:
     date: str
     source: str
     accelerator: str | None = None
+    # Optional, for the MBWU ratios (kWh/MBWU, m³/MBWU): power draw (W) and volume (m³), with
+    # their own source and date, as specs and prices come from different places.
+    watts: Fraction | None = None
+    volume_m3: Fraction | None = None
+    spec_source: str | None = None
+    spec_date: str | None = None
 
     @property
     def hourly(self) -> bool:
@@ -79,7 +85,7 @@ class Item:
 
 ITEM_KEYS = {
     "id", "name", "kind", "vcpus", "accelerator", "unit_usd", "usd_per_hour",
-    "region", "plan", "date", "source",
+    "region", "plan", "date", "source", "watts", "volume_m3", "spec_source", "spec_date",
 }  # fmt: skip
 
 
@@ -107,9 +113,14 @@ def load_catalog(path: Path | str = CATALOG) -> dict[str, Item]:
         if raw["id"] in items:
             raise doc.error((*where, "id"), f"duplicate item id {raw['id']!r}")
         src = sources.get(raw["source"], raw["source"])
+        spec = raw.get("spec_source")
+        if ("watts" in raw or "volume_m3" in raw) and spec is None:
+            raise doc.error(where, "an item with watts or volume_m3 needs 'spec_source'")
         items[raw["id"]] = Item(
             raw["id"], raw["name"], kind, vcpus, price, raw["region"], raw["plan"], str(raw["date"]), src,
-            raw.get("accelerator"),
+            raw.get("accelerator"), _optional(doc, (*where, "watts"), raw),
+            _optional(doc, (*where, "volume_m3"), raw), None if spec is None else sources.get(spec, spec),
+            None if "spec_date" not in raw else str(raw["spec_date"]),
         )  # fmt: skip
     return items
 

@@ -1,0 +1,327 @@
+"""Relative data availability of embedded storage nodes against general-purpose servers (seed 003,
+slides 53-58; the HotEdge'20 paper "Scale-out edge storage systems with embedded storage nodes to get
+better availability and cost-efficiency at the same time", Liu, Curry, Maltzahn, Kufeldt).
+
+The seed's formulas were images; this model is rebuilt from its stated assumptions:
+
+* both systems keep 3 replicas of every chunk on copysets (Cidon et al., "Copysets", USENIX ATC'13)
+  with scatter width w = 4;
+* node failures are independent, so their number in a window is Poisson;
+* a server aggregates ``c`` compute units and ``n`` storage devices, an embedded node one of each. A
+  device fails ``f`` times as often as a compute unit (HDD f = 2, SSD f = 0.06: the seed's figures).
+  A server's copysets lose their replica on it when its compute or any of its devices fails (chunks
+  lie on any of its devices), so it fails at ``c + n·f`` compute-unit rates; an embedded node at
+  ``1 + f``. The embedded system replaces each of the ``m`` servers by ``c`` nodes.
+
+The relative benefit is P(data loss, servers) / P(data loss, embedded): above 1 embedded is better.
+Rates are in units of one compute unit's failure rate λ; ``window`` is λ·T, the expected failures of
+one compute unit during the exposure window T. No source gives T, so the default is the rare-failure
+limit (T → 0), where the ratio no longer depends on it. docs/metrics.md says which of the seed's
+figures this reproduces (20.7) and which not (7.1, 114.3), and why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+REPLICAS = 3  # the seed: 3-way replication
+SCATTER_WIDTH = 4  # the seed: w = 4, after [cidon2013]
+SERVERS = 10  # the seed: m = 10 servers
+HDD_F = 2.0  # spinning media [vishwanath2010]
+SSD_F = 0.06  # solid-state drives [xu2019lessons]
+
+FPer = Literal["compute-unit", "server"]
+F_PER: tuple[str, ...] = ("compute-unit", "server")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One of the seed's evaluated configurations, with the benefit it published."""
+
+    name: str
+    n: int  # storage aggregation: devices per server
+    c: int  # compute aggregation: embedded nodes per server
+    f: float  # device failure rate over a compute unit's
+    published: float
+
+
+SEED_CASES: tuple[Case, ...] = (
+    Case("slide 58, HDD", 4, 4, HDD_F, 7.1),
+    Case("slide 52, SSD", 4, 4, SSD_F, 20.7),
+    Case("slide 58, HDD", 12, 17, HDD_F, 114.3),
+)
+
+
+def _check_layout(nodes: int, scatter_width: int, replicas: int) -> None:
+    """A copyset layout needs ≥ 2 replicas, a scatter width made of whole permutations (w/(R-1) of
+    them) and enough nodes for each one to have w distinct peers."""
+    if replicas < 2:
+        raise ValueError(f"replicas must be at least 2, got {replicas}")
+    if scatter_width < replicas - 1 or scatter_width % (replicas - 1):
+        raise ValueError(
+            f"scatter width must be a positive multiple of replicas - 1 = {replicas - 1}, got {scatter_width}"
+        )
+    if nodes < replicas or nodes - 1 < scatter_width:
+        raise ValueError(
+            f"{nodes} nodes cannot hold copysets of {replicas} with scatter width {scatter_width} "
+            f"(need at least {max(replicas, scatter_width + 1)})"
+        )
+
+
+def copysets(nodes: int, scatter_width: int = SCATTER_WIDTH, replicas: int = REPLICAS) -> float:
+    """Copysets of a minimal layout: w/(R-1) permutations, each cut into N/R groups (Cidon et al. §4),
+    so every node is in w/(R-1) copysets. The count is N·w/(R·(R-1)), fractional where R does not
+    divide N: it is the average over layouts that keep every node's scatter width at w."""
+    _check_layout(nodes, scatter_width, replicas)
+    return nodes * scatter_width / (replicas * (replicas - 1))
+
+
+def loss_given_failures(
+    nodes: int, failed: int, scatter_width: int = SCATTER_WIDTH, replicas: int = REPLICAS
+) -> float:
+    """P(some copyset lies wholly among ``failed`` distinct failed nodes, chosen uniformly).
+
+    By linearity the expected number of lost copysets is exactly #copysets·C(k,R)/C(N,R); the
+    probability is that, capped at 1 (the union bound). On a layout where every node's scatter width
+    is w, copysets share at most one node, so two of them span 2R-1 nodes and up to 2R-2 failures
+    hold at most one: there it is exact. Beyond, it is an upper bound (and the count an average, see
+    :func:`copysets`); every node failed loses everything."""
+    _check_layout(nodes, scatter_width, replicas)
+    if failed < 0:
+        raise ValueError(f"failed nodes must be >= 0, got {failed}")
+    if failed >= nodes:
+        return 1.0
+    if failed < replicas:
+        return 0.0
+    expected = (
+        copysets(nodes, scatter_width, replicas) * math.comb(failed, replicas) / math.comb(nodes, replicas)
+    )
+    return min(1.0, expected)
+
+
+def node_rates(n: int, c: int, f: float, f_per: FPer = "compute-unit") -> tuple[float, float]:
+    """(server, embedded node) failure rates in compute-unit rates: c + n·f and 1 + f.
+
+    ``f_per="server"`` reads f as a device's rate over a whole server's non-storage part instead
+    (the other reading of the seed's "storage over non-storage components"); a compute unit then
+    fails 1/c as often as that part, so in compute units f becomes c·f."""
+    _check_aggregation(n, c, f)
+    if f_per not in F_PER:
+        raise ValueError(f"f_per must be one of {', '.join(F_PER)}, got {f_per!r}")
+    unit_f = f * c if f_per == "server" else f
+    return c + n * unit_f, 1.0 + unit_f
+
+
+def _check_aggregation(n: int, c: int, f: float) -> None:
+    if n < 1 or c < 1:
+        raise ValueError(f"storage aggregation n and compute aggregation c must be >= 1, got n={n}, c={c}")
+    if not (math.isfinite(f) and f >= 0):
+        raise ValueError(f"failure-rate ratio f must be a finite number >= 0, got {f}")
+
+
+def _check_window(window: float | None) -> None:
+    if window is not None and not (math.isfinite(window) and window > 0):
+        raise ValueError(f"window (expected compute-unit failures in it) must be > 0, got {window}")
+
+
+def _poisson_pmf(k: int, mean: float) -> float:
+    return math.exp(k * math.log(mean) - mean - math.lgamma(k + 1))
+
+
+def loss_probability(
+    nodes: int,
+    rate: float,
+    window: float,
+    scatter_width: int = SCATTER_WIDTH,
+    replicas: int = REPLICAS,
+) -> float:
+    """P(data loss) in a window: the failures K among ``nodes`` nodes of failure rate ``rate`` are
+    Poisson with mean N·rate·window, and K = k loses data with :func:`loss_given_failures`. K ≥ N
+    counts as all nodes failed. Summed as losses, with the tail term by term, while losses are rare
+    and K < N likely (1 - P(K < N) would cancel); otherwise as 1 - P(no loss), which is then exact
+    to rounding where a long sum of near-1 terms would not be."""
+    _check_layout(nodes, scatter_width, replicas)
+    _check_window(window)
+    if not (math.isfinite(rate) and rate > 0):
+        raise ValueError(f"node failure rate must be > 0, got {rate}")
+    mean = nodes * rate * window
+    losses = [loss_given_failures(nodes, k, scatter_width, replicas) for k in range(nodes)]
+    pmf = [_poisson_pmf(k, mean) for k in range(nodes)]
+    p = sum(q * loss for q, loss in zip(pmf, losses, strict=True))
+    if p > 0.5 or sum(pmf) < 0.5:  # losses likely, or most failures in the tail K >= N
+        return max(0.0, 1.0 - sum(q * (1.0 - loss) for q, loss in zip(pmf, losses, strict=True)))
+    k, tail = nodes, 0.0
+    while True:
+        term = _poisson_pmf(k, mean)
+        tail += term
+        if k > mean and term <= 1e-17 * tail:
+            break
+        k += 1
+    return min(1.0, p + tail)
+
+
+def loss_coefficient(
+    nodes: int, rate: float, scatter_width: int = SCATTER_WIDTH, replicas: int = REPLICAS
+) -> float:
+    """The rare-failure limit of :func:`loss_probability`: P → a·window^R with
+    a = (N·rate)^R / R! · #copysets / C(N,R), from P(K = R) alone (larger K are higher powers)."""
+    _check_layout(nodes, scatter_width, replicas)
+    if not (math.isfinite(rate) and rate > 0):
+        raise ValueError(f"node failure rate must be > 0, got {rate}")
+    return (
+        (nodes * rate) ** replicas
+        / math.factorial(replicas)
+        * copysets(nodes, scatter_width, replicas)
+        / math.comb(nodes, replicas)
+    )
+
+
+def relative_benefit(
+    n: int,
+    c: int,
+    f: float,
+    *,
+    servers: int = SERVERS,
+    window: float | None = None,
+    scatter_width: int = SCATTER_WIDTH,
+    replicas: int = REPLICAS,
+    f_per: FPer = "compute-unit",
+) -> float:
+    """P(data loss, m servers) / P(data loss, m·c embedded nodes); ``window=None`` is the rare-failure
+    limit, the ratio of :func:`loss_coefficient` (the window cancels there)."""
+    _check_window(window)
+    rate_s, rate_e = node_rates(n, c, f, f_per)
+    embedded = servers * c
+    if window is None:
+        return loss_coefficient(servers, rate_s, scatter_width, replicas) / loss_coefficient(
+            embedded, rate_e, scatter_width, replicas
+        )
+    return loss_probability(servers, rate_s, window, scatter_width, replicas) / loss_probability(
+        embedded, rate_e, window, scatter_width, replicas
+    )
+
+
+def report(
+    cases: Sequence[Case] = SEED_CASES,
+    *,
+    servers: int = SERVERS,
+    window: float | None = None,
+    scatter_width: int = SCATTER_WIDTH,
+    replicas: int = REPLICAS,
+    f_per: FPer = "compute-unit",
+) -> dict[str, Any]:
+    """The model's benefit for each case beside the figure the seed published (0 where none)."""
+    rows = []
+    for k in cases:
+        rate_s, rate_e = node_rates(k.n, k.c, k.f, f_per)
+        kw: dict[str, Any] = {"servers": servers, "scatter_width": scatter_width, "replicas": replicas}
+        row: dict[str, Any] = {
+            "case": k.name,
+            "n": k.n,
+            "c": k.c,
+            "f": k.f,
+            "servers": servers,
+            "server_devices": servers * k.n,
+            "embedded_nodes": servers * k.c,
+            "server_rate": rate_s,
+            "embedded_rate": rate_e,
+            "benefit_rare_limit": relative_benefit(k.n, k.c, k.f, f_per=f_per, **kw),
+            "published": k.published or None,
+        }
+        if window is not None:
+            row["benefit_window"] = relative_benefit(k.n, k.c, k.f, window=window, f_per=f_per, **kw)
+            row["p_loss_servers"] = loss_probability(servers, rate_s, window, scatter_width, replicas)
+            row["p_loss_embedded"] = loss_probability(servers * k.c, rate_e, window, scatter_width, replicas)
+        rows.append(row)
+    return {
+        "model": "copysets (Cidon et al. ATC'13) with Poisson failures; server rate c + n·f, embedded 1 + f",
+        "replicas": replicas,
+        "scatter_width": scatter_width,
+        "window": window,
+        "f_per": f_per,
+        "cases": rows,
+    }
+
+
+def plot(
+    path: Path,
+    *,
+    servers: int = SERVERS,
+    window: float | None = None,
+    scatter_width: int = SCATTER_WIDTH,
+    replicas: int = REPLICAS,
+    f_per: FPer = "compute-unit",
+) -> None:
+    """Three panels of the benefit (log scale): over storage aggregation n at c = 4, over compute
+    aggregation c at n = 4 and 12, and over the failure-rate ratio f; the seed's published points
+    are drawn hollow where they belong. With a window, its curves are dashed beside the limit's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kw: dict[str, Any] = {
+        "servers": servers,
+        "scatter_width": scatter_width,
+        "replicas": replicas,
+        "f_per": f_per,
+    }
+    windows: list[float | None] = [None] if window is None else [None, window]
+
+    def curve(ax: Any, xs: Sequence[float], point: Any, label: str, color: str) -> None:
+        for w in windows:
+            ys = [relative_benefit(*point(x), window=w, **kw) for x in xs]
+            ax.plot(xs, ys, color=color, ls="-" if w is None else "--", label=label if w is None else None)
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    ns = list(range(1, 25))
+    ax = axes[0]
+    for f, name, color in ((HDD_F, "HDD", "C0"), (SSD_F, "SSD", "C1")):
+        curve(ax, ns, lambda x, f=f: (int(x), 4, f), f"{name} (f = {f:g}), c = 4", color)
+    ax.set_xlabel("storage aggregation n (devices per server)")
+    ax = axes[1]
+    for n, f, name, color in (
+        (4, HDD_F, "HDD", "C0"),
+        (4, SSD_F, "SSD", "C1"),
+        (12, HDD_F, "HDD", "C2"),
+        (12, SSD_F, "SSD", "C3"),
+    ):
+        curve(ax, ns, lambda x, n=n, f=f: (n, int(x), f), f"{name}, n = {n}", color)
+    ax.set_xlabel("compute aggregation c (embedded nodes per server)")
+    ax = axes[2]
+    fs = [10 ** (e / 20) for e in range(-50, 21)]
+    for n, c, color in ((4, 4, "C0"), (12, 12, "C2"), (12, 17, "C3")):
+        curve(ax, fs, lambda x, n=n, c=c: (n, c, x), f"n = {n}, c = {c}", color)
+    ax.set_xscale("log")
+    ax.set_xlabel("failure-rate ratio f (device over compute unit)")
+    for k in SEED_CASES:
+        spots = [(axes[2], k.f)]
+        if k.c == 4:
+            spots.append((axes[0], k.n))
+        if k.f == HDD_F and k.n == 12:
+            spots.append((axes[1], k.c))
+        for a, x in spots:
+            a.scatter([x], [k.published], facecolors="none", edgecolors="black", zorder=3)
+            a.annotate(f"seed {k.published:g}", (x, k.published), textcoords="offset points", xytext=(5, -12))
+    for a in axes:
+        a.set_yscale("log")
+        a.axhline(1.0, color="black", lw=0.8)
+        a.set_ylabel("P(loss, servers) ÷ P(loss, embedded)")
+        a.legend(fontsize=8)
+        a.grid(True, which="major", alpha=0.3)
+    when = (
+        "rare-failure limit"
+        if window is None
+        else f"solid: rare-failure limit, dashed: window λT = {window:g}"
+    )
+    fig.suptitle(
+        f"relative data availability of embedded storage, m = {servers} servers, R = {replicas}, "
+        f"w = {scatter_width} ({when}); hollow: the seed's published figures"
+    )
+    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.12, top=0.9, wspace=0.25)
+    fig.savefig(path)
+    plt.close(fig)
