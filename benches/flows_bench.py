@@ -83,21 +83,24 @@ def sift(gb: float, parts: int, work: Path) -> dict[str, Any]:
             "seed_mb_per_s_per_node": 1.32e3 / 100}  # fmt: skip
 
 
-def nodes(rows: int, parts: int, work: Path) -> dict[str, Any]:
-    """The pipeline over 1, 2, 4 and 8 bluefield2 nodes, and the model fitted on 1 and 2."""
+def nodes(rows: int, parts: int, work: Path, cpu: float | None = None) -> dict[str, Any]:
+    """The pipeline over 1, 2, 4 and 8 bluefield2 nodes (each ``cpu`` of a core if given), and
+    the model fitted on 1 and 2."""
     from offload.dataservices import budget as B
     from offload.dataservices import flowrun as R
     from offload.plan import flows as fm
 
     runs = []
     for n in (1, 2, 4, 8):
-        console.print(f"nodes: {n} x bluefield2, {rows:,} particles")
-        with R.start_nodes(n, "bluefield2", work) as procs:
+        console.print(f"nodes: {n} x bluefield2 ({R.share('bluefield2', cpu)} core each), {rows:,} particles")
+        with R.start_nodes(n, "bluefield2", work, cpu_per_thread=cpu) as procs:
             r = R.run(procs.specs, "particles", rows, work, parts, queries=False)
         r.pop("sorted")
-        runs.append(r | {"profile": "bluefield2", "cores": os.cpu_count()})
+        runs.append(
+            r | {"profile": "bluefield2", "cores": os.cpu_count(), "share": R.share("bluefield2", cpu)}
+        )
     prof = B.profile("bluefield2")
-    share, cores = prof.threads * (prof.cpu_per_thread or 1.0), float(os.cpu_count() or 1)
+    share, cores = R.share("bluefield2", cpu), float(os.cpu_count() or 1)
     model = fm.fit(runs, share, cores, [1, 2])
     checks = fm.validate(model, runs, cores)
     per_msg = runs[0]["bytes_in"] / fm.messages(runs[0])
@@ -119,6 +122,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=8, help="partitions by id (default 8)")
     ap.add_argument("--sift-gb", type=float, default=0.25, help="GB of each data set to sift (default 0.25)")
     ap.add_argument("--nodes-rows", type=int, default=4_000_000, help="particles over the nodes (default 4M)")
+    ap.add_argument(
+        "--nodes-cpu", type=float, default=None, help="each node's share of a core (default 0.25)"
+    )
     ap.add_argument("--work", type=Path, default=Path("build/flows"))
     ap.add_argument("--out", type=Path, default=Path("benches/results/flows"))
     a = ap.parse_args()
@@ -140,9 +146,10 @@ def main() -> None:
     if "nodes" in a.parts.split(","):
         from offload.dataservices import flowrun as R
 
-        r = nodes(a.nodes_rows, a.partitions, a.work) | stamp
-        (a.out / "nodes.json").write_text(json.dumps(r, indent=2))
-        R.plot_nodes(r["runs"], a.out / "nodes.png")
+        r = nodes(a.nodes_rows, a.partitions, a.work, a.nodes_cpu) | stamp
+        name = "nodes" if a.nodes_cpu is None else f"nodes-cpu{a.nodes_cpu:g}"
+        (a.out / f"{name}.json").write_text(json.dumps(r, indent=2))
+        R.plot_nodes(r["runs"], a.out / f"{name}.png")
         for c in r["validation"]:
             console.print(f"{c['nodes']} nodes: {1e3 * c['measured_gb_per_s']:.1f} MB/s measured, "
                           f"{1e3 * c['predicted_gb_per_s']:.1f} model ({c['error']:+.1%}, "

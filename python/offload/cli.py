@@ -102,6 +102,12 @@ def report(
         str | None,
         typer.Option(help="`offload metrics rpwu --json` output (its .png beside). \\[default: none]"),
     ] = None,
+    nodes: Annotated[
+        str | None,
+        typer.Option(
+            help="`offload flows run --json` or the flows bench's nodes.json (.png beside). \\[default: none]"
+        ),
+    ] = None,
 ) -> None:
     """One static HTML report of the benchmark, probe, sweep, calibration, recommendation, cost,
     RM-SSD, near-data, particle-flow and node-profile results, with plots; opens from disk.
@@ -116,7 +122,7 @@ def report(
         return Path(x) if x else None
 
     try:
-        given = (bench, probe, sweep, calibration, recommend, cost, recsys, dataservices, flows, rpwu)
+        given = (bench, probe, sweep, calibration, recommend, cost, recsys, dataservices, flows, rpwu, nodes)
         inputs = [path(x) for x in given]
         written = rep.build(Path(out), *inputs)
     except (KeyError, ValueError, TypeError) as e:

@@ -429,6 +429,37 @@ def flows_section(d: Any, path: Path | None = None) -> str:
     return out + (_img(png, alt="partition breakdown") if png is not None and png.exists() else "")
 
 
+def nodes_section(d: Any, path: Path | None = None) -> str:
+    """The particle pipeline over several nodes (`offload flows run --json`, or the flows
+    benchmark's nodes part with its model): input rate and each node's mean seconds by step, and
+    the pipeline model's error and its prediction for 100 nodes where the benchmark made them."""
+    if d is None:
+        how = "python benches/flows_bench.py --parts nodes (docs/flows.md)"
+        return _missing("runs over several nodes", how)
+    runs = d["runs"] if isinstance(d, dict) else d
+    checks = {c["nodes"]: c for c in d.get("validation", [])} if isinstance(d, dict) else {}
+    steps = ("unpack_s", "split_s", "repack_s", "compress_s", "transfer_s", "merge_s")
+    rows = []
+    for r in runs:
+        per = [n["breakdown"] for n in r["per_node"].values()]
+        means = [f"{sum(b[k] for b in per) / max(1, len(per)):.2f}" for k in steps]
+        c = checks.get(r["nodes"])
+        model = "—"
+        if c:
+            role = "fit" if c["fitted_on"] else "held out"
+            model = f"{1e3 * c['predicted_gb_per_s']:.1f} ({c['error']:+.1%}, {role})"
+        rows.append((str(r["nodes"]), f"{1e3 * r['gb_per_s']:.1f}", model, *means))
+    heads = ("nodes", "MB/s", "model MB/s", *(k.removesuffix("_s") + " s" for k in steps))
+    first = runs[0]
+    out = f"<p class=meta>{_e(first.get('profile', ''))} nodes, {first['rows']:,} {_e(first['dataset'])}</p>"
+    out += _table(heads, rows, numeric_from=1)
+    for k, p in (d.get("predict_100", {}) if isinstance(d, dict) else {}).items():
+        out += (f"<p>100 nodes, {_e(k.replace('_', ' '))}: <b>{p['gb_per_s']:.2f} GB/s</b> "
+                f"({_e(p['bound'])}-bound); the seed: 1.32 GB/s</p>")  # fmt: skip
+    png = path.with_suffix(".png") if path else None
+    return out + (_img(png, alt="nodes breakdown") if png is not None and png.exists() else "")
+
+
 def rpwu_section(d: dict[str, Any] | None, path: Path | None) -> str:
     """Node budgets' relative performance by stress-ng stressor class (`offload metrics rpwu`)."""
     if d is None:
@@ -454,6 +485,7 @@ def build(
     dataservices: Path | None = None,
     flows: Path | None = None,
     rpwu: Path | None = None,
+    nodes: Path | None = None,
 ) -> Path:
     sections = [
         ("Rule engine", rules_section(_load(bench), bench)),
@@ -465,6 +497,7 @@ def build(
         ("Recommendation inference on SSD (RM-SSD)", recsys_section(_load(recsys), recsys)),
         ("Near-data queries (offload or push back)", dataservices_section(_load(dataservices))),
         ("Particle data flows (partition by id)", flows_section(_load(flows), flows)),
+        ("Particle pipeline over several nodes", nodes_section(_load(nodes), nodes)),
         ("Node budgets' relative performance (RPWU)", rpwu_section(_load(rpwu), rpwu)),
     ]
     now = datetime.now(UTC).isoformat(timespec="seconds")

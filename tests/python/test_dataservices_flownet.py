@@ -83,8 +83,9 @@ def test_the_pipeline_over_nodes_is_a_plain_sort(
     moved = sum(sum(s["delivered_rows"].values()) for s in r["per_node"].values())
     local = sum(s["local_rows"] for s in r["per_node"].values())
     assert moved + local == ROWS and (moved > 0) == (k > 1)
-    compress = sum(s["breakdown"]["compress_s"] for s in r["per_node"].values())
-    assert compress > 0 if codec else compress == 0
+    b = [s["breakdown"] for s in r["per_node"].values()]
+    out, into = sum(x["bytes_out"] for x in b), sum(x["bytes_in"] for x in b)
+    assert out < into if codec else sum(x["compress_s"] for x in b) == 0  # the codec ran, or no time for one
 
 
 def test_bad_flows_get_clear_errors(nodes: list[NodeSpec], tmp_path: Path) -> None:

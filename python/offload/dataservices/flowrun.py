@@ -57,10 +57,11 @@ def start_nodes(
     netns: str | None = None,
     link: str | None = None,
     max_seconds: float = 3600,
+    cpu_per_thread: float | None = None,
 ) -> Iterator[NodeProcesses]:
-    """Starts ``n`` nodes under ``profile`` (in ``netns``, its loopback shaped to ``link`` per
-    node), each on a free port with its own token; every node stops itself after
-    ``max_seconds`` at the latest."""
+    """Starts ``n`` nodes under ``profile`` (its CPU share per thread replaced by
+    ``cpu_per_thread`` if given; in ``netns``, its loopback shaped to ``link`` per node), each on
+    a free port with its own token; every node stops itself after ``max_seconds`` at the latest."""
     if not 1 <= n <= 16:
         raise ValueError(f"1-16 nodes on one machine, got {n}")
     out = NodeProcesses()
@@ -72,6 +73,8 @@ def start_nodes(
                    "--max-seconds", str(max_seconds)]  # fmt: skip
             if netns:
                 cmd += ["--netns", netns] + (["--link", link] if link else [])
+            if cpu_per_thread is not None:
+                cmd += ["--cpu-per-thread", str(cpu_per_thread)]
             env = os.environ | {"OFFLOAD_NODE_TOKEN": token, "COLUMNS": "200"}
             work.mkdir(parents=True, exist_ok=True)
             p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -371,6 +374,15 @@ def _distinct_keys(tables: list[pa.Table], key: tuple[str, str]) -> int:
     """Distinct (id, time) keys over the tables."""
     tables = [t.select(list(key)) for t in tables if t.num_rows]
     return pa.concat_tables(tables).group_by(list(key)).aggregate([]).num_rows if tables else 0
+
+
+def share(profile: str, cpu_per_thread: float | None = None) -> float:
+    """The cores one node of ``profile`` gets (all of this machine's where it sets no quota)."""
+    from offload.dataservices import budget as B
+
+    p = B.profile(profile)
+    per = cpu_per_thread if cpu_per_thread is not None else p.cpu_per_thread
+    return p.threads * per if per is not None else float(os.cpu_count() or 1)
 
 
 def plot_nodes(results: list[dict[str, Any]], path: Path) -> Path:

@@ -135,6 +135,9 @@ def run(
             help="Each node's link RATE[,DELAY], e.g. 1000mbit (runs in a namespace). \\[default: none]"
         ),
     ] = None,
+    cpu_per_thread: Annotated[
+        float | None, typer.Option(help="Each node's share of a core, 0-1. \\[default: the profile's]")
+    ] = None,
     message_rows: Annotated[int, typer.Option(help="Rows per producer message.")] = 16_384,
     memtable: Annotated[int, typer.Option(help="Rows a partition's memtable holds before a flush.")] = 65_536,
     cluster: Annotated[
@@ -185,7 +188,7 @@ def run(
             flow["queries"] = midway
             flow["progress"] = lambda done, _, t=task: bar.update(t, completed=done)
             try:
-                r = _run_on(n, cluster, profile, link, flow)
+                r = _run_on(n, cluster, profile, link, flow, cpu_per_thread)
             except (RuntimeError, ValueError, OSError) as e:
                 raise fail(str(e)) from None
             table = r.pop("sorted")
@@ -193,7 +196,15 @@ def run(
                 d = F.dataset(dataset)
                 want = d.generate(rows, 0).sort_by([(k, "ascending") for k in d.key])
                 r["matches_plain_sort"] = table is not None and table.equals(want)
-            results.append(r | {"profile": profile, "link": link or "none", "cores": os.cpu_count()})
+            results.append(
+                r
+                | {
+                    "profile": profile,
+                    "link": link or "none",
+                    "cores": os.cpu_count(),
+                    "share": R.share(profile, cpu_per_thread),
+                }
+            )
     if plot is not None:
         R.plot_nodes(results, plot)
     if json_out:
@@ -205,7 +216,9 @@ def run(
         raise fail("rows were lost or misplaced: see the accounting above")
 
 
-def _run_on(n: int, cluster: Path | None, profile: str, link: str | None, flow: dict[str, Any]) -> dict:
+def _run_on(
+    n: int, cluster: Path | None, profile: str, link: str | None, flow: dict[str, Any], cpu: float | None
+) -> dict:
     """One run on ``n`` nodes: the cluster file's first ``n``, else ``n`` started here."""
     from offload.dataservices import flowrun as R
 
@@ -216,7 +229,9 @@ def _run_on(n: int, cluster: Path | None, profile: str, link: str | None, flow: 
         if len(specs) < n:
             raise ValueError(f"{cluster} has {len(specs)} nodes, fewer than {n}")
         return R.run(specs, **flow)
-    with R.start_nodes(n, profile, flow["work"], "flows" if link else None, link) as procs:
+    with R.start_nodes(
+        n, profile, flow["work"], "flows" if link else None, link, cpu_per_thread=cpu
+    ) as procs:
         return R.run(procs.specs, **flow)
 
 

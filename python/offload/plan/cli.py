@@ -548,7 +548,7 @@ def flows(
         data = json.loads(runs.read_text())
         data = data["runs"] if isinstance(data, dict) else data
         prof = B.profile(data[0]["profile"])
-        share = prof.threads * (prof.cpu_per_thread or 1.0)
+        share = data[0].get("share") or prof.threads * (prof.cpu_per_thread or 1.0)
         counts = sorted({r["nodes"] for r in data})
         use = _ints(fit_on) if fit_on else counts[:2]
         cores = float(data[0].get("cores") or os.cpu_count() or 1)
