@@ -317,11 +317,10 @@ def _flows_over_nodes(out: Path) -> list[dict[str, Any]]:
     (out / "flows-nodes.json").write_text(json.dumps(runs, indent=2))
     R.plot_nodes(runs, out / "flows-nodes.png")
     model = fm.fit(runs, R.share("bluefield2"), float(os.cpu_count() or 1))
-    per_message = runs[0]["bytes_in"] / fm.messages(runs[0])
-    p = model.predict(100, 4.1, round(4.1e9 / per_message), None, 10.0)
+    p = model.predict(100, 4.1, None, 10.0)
     console.print(
-        f"pipeline model (offload plan flows): {model.a:.1f} CPU s per GB, {1e3 * model.b:.2f} ms per "
-        f"east-west batch; 100 such nodes would take the seed's 64M particles (4.1 GB) at "
+        f"pipeline model (offload plan flows): {model.a:.1f} CPU s per GB, {model.b:.1f} per GB "
+        f"moved east-west; 100 such nodes would take the seed's 64M particles (4.1 GB) at "
         f"{p['gb_per_s']:.2f} GB/s (the seed: 1.32 GB/s; fitted on these two short runs, nothing held out)"
     )
     return runs

@@ -437,6 +437,11 @@ def nodes_section(d: Any, path: Path | None = None) -> str:
         how = "python benches/flows_bench.py --parts nodes (docs/flows.md)"
         return _missing("runs over several nodes", how)
     runs = d["runs"] if isinstance(d, dict) else d
+    by_count: dict[int, list[dict[str, Any]]] = {}
+    for r in runs:
+        by_count.setdefault(r["nodes"], []).append(r)
+    # of repeated runs, the one with the median rate stands for its node count
+    runs = [sorted(rs, key=lambda r: r["gb_per_s"])[len(rs) // 2] for _, rs in sorted(by_count.items())]
     checks = {c["nodes"]: c for c in d.get("validation", [])} if isinstance(d, dict) else {}
     steps = ("unpack_s", "split_s", "repack_s", "compress_s", "transfer_s", "merge_s")
     rows = []
@@ -453,8 +458,8 @@ def nodes_section(d: Any, path: Path | None = None) -> str:
     first = runs[0]
     out = f"<p class=meta>{_e(first.get('profile', ''))} nodes, {first['rows']:,} {_e(first['dataset'])}</p>"
     out += _table(heads, rows, numeric_from=1)
-    for k, p in (d.get("predict_100", {}) if isinstance(d, dict) else {}).items():
-        out += (f"<p>100 nodes, {_e(k.replace('_', ' '))}: <b>{p['gb_per_s']:.2f} GB/s</b> "
+    for p in (d.get("predict_100", {}) if isinstance(d, dict) else {}).values():
+        out += (f"<p>100 such nodes, the seed's 64M particles: <b>{p['gb_per_s']:.2f} GB/s</b> "
                 f"({_e(p['bound'])}-bound); the seed: 1.32 GB/s</p>")  # fmt: skip
     png = path.with_suffix(".png") if path else None
     return out + (_img(png, alt="nodes breakdown") if png is not None and png.exists() else "")

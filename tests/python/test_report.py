@@ -78,7 +78,7 @@ def test_report_has_every_section_table_and_plot(inputs: dict[str, Path], tmp_pa
         assert f">{title}</h2>" in page
     assert 'class="missing"' not in page  # every input was given and found
     assert page.count("<table>") == 11
-    assert "100 nodes" in page and "held out" in page  # the pipeline model
+    assert "100 such nodes" in page and "held out" in page  # the pipeline model
     assert "ships" in page and "bluefield2" in page and "cpu-cache" in page  # flows and rpwu
     assert "[55,036.7]" in page and "Case II" in page  # the case studies beside the seed
     # Rules plot, 3 probe plots, sweep, calibration, recommendation, 3 recsys: embedded, none linked.

@@ -520,9 +520,6 @@ def flows(
     gb: Annotated[
         float, typer.Option(help="GB the predicted nodes share (the seed: 64M particles, about 4.1 GB).")
     ] = 4.1,
-    message_mb: Annotated[
-        float, typer.Option(help="MB per producer message in the prediction. \\[default: the runs']")
-    ] = 0.0,
     fit_on: Annotated[
         str | None, typer.Option(help="Node counts to fit on, comma-separated. \\[default: the two smallest]")
     ] = None,
@@ -554,9 +551,8 @@ def flows(
         cores = float(data[0].get("cores") or os.cpu_count() or 1)
         model = fm.fit(data, share, cores, use)
         link = link_gbit if link_gbit is not None else (prof.link.rate_mbit or 0) / 1e3 or None
-        checks = fm.validate(model, data, cores)
-        per_msg = message_mb * 1e6 or data[0]["bytes_in"] / fm.messages(data[0])
-        preds = [model.predict(n, gb, max(1, round(gb * 1e9 / per_msg)), None, link) for n in _ints(predict)]
+        checks = fm.validate_by_count(model, data, cores)
+        preds = [model.predict(n, gb, None, link) for n in _ints(predict)]
     except (OSError, KeyError, IndexError, ValueError, TypeError) as ex:
         raise _fail(f"{runs}: {ex}") from None
     held_out = [abs(c["error"]) for c in checks if not c["fitted_on"]]
@@ -565,10 +561,8 @@ def flows(
     if as_json:
         print(json.dumps(out, indent=2))
         return
-    t = Table(
-        title=f"particle pipeline on {prof.name} nodes ({share:g} core each), this machine's {cores:g} cores"
-    )
-    for col in ("nodes", "measured MB/s", "model MB/s", "error", "bound", "role"):
+    t = Table(title=f"particle pipeline on {prof.name} nodes ({share:g} core each) sharing {cores:g} cores")
+    for col in ("nodes", "runs", "measured MB/s", "model MB/s", "error", "bound", "role"):
         t.add_column(col, justify="right")
     for c in checks:
         rates = (f"{1e3 * c['measured_gb_per_s']:.1f}", f"{1e3 * c['predicted_gb_per_s']:.1f}")
@@ -582,7 +576,7 @@ def flows(
     console.print(t)
     console.print(
         f"model: {model.a:.1f} CPU s per GB partitioned and sifted, "
-        f"{1e3 * model.b:.2f} ms per east-west batch, "
+        f"{model.b:.1f} per GB moved east-west, "
         f"{model.o:.2f} s fixed; producers {model.producer:.1f} CPU s per GB"
     )
     for p in preds:
