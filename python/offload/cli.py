@@ -108,9 +108,20 @@ def report(
             help="`offload flows run --json` or the flows bench's nodes.json (.png beside). \\[default: none]"
         ),
     ] = None,
+    mbwu: Annotated[
+        str | None, typer.Option(help="`offload metrics mbwu --json` output (.png beside). \\[default: none]")
+    ] = None,
+    headroom: Annotated[
+        str | None,
+        typer.Option(help="`offload metrics headroom --json` output (.png beside). \\[default: none]"),
+    ] = None,
+    availability: Annotated[
+        str | None,
+        typer.Option(help="`offload metrics availability --json` output (.png beside). \\[default: none]"),
+    ] = None,
 ) -> None:
     """One static HTML report of the benchmark, probe, sweep, calibration, recommendation, cost,
-    RM-SSD, near-data, particle-flow and node-profile results, with plots; opens from disk.
+    RM-SSD, near-data, particle-flow and metrics results, with plots; opens from disk.
     Sections not given say how to produce them."""
     from pathlib import Path
 
@@ -122,7 +133,8 @@ def report(
         return Path(x) if x else None
 
     try:
-        given = (bench, probe, sweep, calibration, recommend, cost, recsys, dataservices, flows, rpwu, nodes)
+        given = (bench, probe, sweep, calibration, recommend, cost, recsys, dataservices, flows, rpwu, nodes,
+                 mbwu, headroom, availability)  # fmt: skip
         inputs = [path(x) for x in given]
         written = rep.build(Path(out), *inputs)
     except (KeyError, ValueError, TypeError) as e:

@@ -229,7 +229,8 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
                         out / "cost.json", out / "recsys-bench.json",
                         out / "dataservices-cases.json", out / "flows-partition.json",
                         *(out / f if (out / f).exists() else None
-                          for f in ("rpwu.json", "flows-nodes.json")))  # fmt: skip
+                          for f in ("rpwu.json", "flows-nodes.json")),
+                        availability=_if_made(out / "availability.json"))  # fmt: skip
     console.print(f"wrote {html} (open it in a browser)")
     return {"calibration": cal, "recommend": rec}
 
@@ -281,7 +282,7 @@ def _flows_section(out: Path) -> dict[str, Any]:
     print_partition(runs)
     (out / "flows-partition.json").write_text(json.dumps(runs, indent=2))
     F.plot_partition(runs, out / "flows-partition.png")
-    res: dict[str, Any] = {"partition": runs, "nodes": _flows_over_nodes(out)}
+    res: dict[str, Any] = {"partition": runs, "nodes": _flows_over_nodes(out), "metrics": _metrics(out)}
     why = R.unavailable_reason()
     if why:
         console.print(f"node profile (offload metrics rpwu) skipped: {why}")
@@ -294,6 +295,37 @@ def _flows_section(out: Path) -> dict[str, Any]:
         f"bluefield2 against one core (the seed's RPWU): matrix {rel['matrix']:.2f}, pipe {rel['pipe']:.2f}"
     )
     return res | {"rpwu": prof}
+
+
+def _if_made(path: Path) -> Path | None:
+    return path if path.exists() else None
+
+
+def _metrics(out: Path) -> dict[str, Any]:
+    """The metrics that need no long measurement: relative data availability for the seed's
+    three cases, and the MBWU case study's $/kWh/m³ reductions recomputed from the catalog.
+    Measuring this disk's MBWU takes minutes (`offload metrics mbwu`), the network headroom a
+    shaped namespace (`offload metrics headroom`): docs/metrics.md."""
+    from offload.metrics import availability as A
+    from offload.metrics import mbwu as M
+
+    console.rule("metrics (offload metrics availability / mbwu --no-measure)")
+    avail = A.report()
+    (out / "availability.json").write_text(json.dumps(avail, indent=2))
+    for c in avail["cases"]:
+        console.print(
+            f"availability, {c['case']} (n={c['n']}, c={c['c']}, f={c['f']:g}): embedded storage loses data "
+            f"{c['benefit_rare_limit']:.1f}x less often than servers (the seed: {c['published']:g})"
+        )
+    study = M.seed_case_study()
+    for t in study["tests"]:
+        red, rep = t["reduction"], t["reported"]
+        console.print(
+            f"MBWU case study, {t['test']}: $/MBWU {100 * red['usd_per_mbwu']:.1f}% lower on the embedded "
+            f"nodes (the seed: {100 * rep['usd_per_mbwu']:.1f}%), kWh/MBWU {100 * red['kwh_per_mbwu']:.1f}% "
+            f"(the seed: {100 * rep['kwh_per_mbwu']:.1f}%)"
+        )
+    return {"availability": avail, "mbwu_case_study": study}
 
 
 def _flows_over_nodes(out: Path) -> list[dict[str, Any]]:
@@ -317,10 +349,10 @@ def _flows_over_nodes(out: Path) -> list[dict[str, Any]]:
     (out / "flows-nodes.json").write_text(json.dumps(runs, indent=2))
     R.plot_nodes(runs, out / "flows-nodes.png")
     model = fm.fit(runs, R.share("bluefield2"), float(os.cpu_count() or 1))
-    p = model.predict(100, 4.1, None, 10.0)
+    p = model.predict(100, 4.1, round(4.1e9 / (runs[0]["bytes_in"] / fm.messages(runs[0]))), None, 10.0)
     console.print(
-        f"pipeline model (offload plan flows): {model.a:.1f} CPU s per GB, {model.b:.1f} per GB "
-        f"moved east-west; 100 such nodes would take the seed's 64M particles (4.1 GB) at "
+        f"pipeline model (offload plan flows): {model.a:.1f} CPU s per GB, {1e3 * model.b:.2f} ms per "
+        f"east-west batch; 100 such nodes would take the seed's 64M particles (4.1 GB) at "
         f"{p['gb_per_s']:.2f} GB/s (the seed: 1.32 GB/s; fitted on these two short runs, nothing held out)"
     )
     return runs

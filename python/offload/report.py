@@ -458,8 +458,8 @@ def nodes_section(d: Any, path: Path | None = None) -> str:
     first = runs[0]
     out = f"<p class=meta>{_e(first.get('profile', ''))} nodes, {first['rows']:,} {_e(first['dataset'])}</p>"
     out += _table(heads, rows, numeric_from=1)
-    for p in (d.get("predict_100", {}) if isinstance(d, dict) else {}).values():
-        out += (f"<p>100 such nodes, the seed's 64M particles: <b>{p['gb_per_s']:.2f} GB/s</b> "
+    for k, p in (d.get("predict_100", {}) if isinstance(d, dict) else {}).items():
+        out += (f"<p>100 such nodes, the seed's 64M particles, {_e(k)}: <b>{p['gb_per_s']:.2f} GB/s</b> "
                 f"({_e(p['bound'])}-bound); the seed: 1.32 GB/s</p>")  # fmt: skip
     png = path.with_suffix(".png") if path else None
     return out + (_img(png, alt="nodes breakdown") if png is not None and png.exists() else "")
@@ -478,6 +478,61 @@ def rpwu_section(d: dict[str, Any] | None, path: Path | None) -> str:
     return out + (_img(png, alt="rpwu") if png is not None and png.exists() else "")
 
 
+def mbwu_section(d: dict[str, Any] | None, path: Path | None) -> str:
+    """This disk's MBWU per workload and the seed's $/kWh/m³ case study (`offload metrics mbwu`)."""
+    if d is None:
+        return _missing("MBWU runs", "python benches/mbwu_bench.py (docs/metrics.md)")
+    rows = []
+    for w, m in d.get("mbwu", {}).items():
+        unit = m["unit"]
+        lo, hi = min(m["runs"]), max(m["runs"])
+        plateau = f"{sum(m['plateau_reached'])} of {len(m['plateau_reached'])}"
+        emb = f"{m['embedded_mbwus']:.2f}" if m.get("embedded_mbwus") is not None else "—"
+        rows.append((w, f"{m['median']:,.0f} {unit}", f"{lo:,.0f}-{hi:,.0f}", plateau, emb))
+    out = _table(("workload", "MBWU (median)", "runs", "plateau reached", "a quarter core, MBWUs"), rows, 1)
+    tests = (d.get("seed_case_study") or {}).get("tests", [])
+    if tests:
+        cells = []
+        for t in tests:
+            red, rep = t["reduction"], t["reported"]
+            pair = [f"{100 * red[k]:.1f}%" + (f" [{100 * rep[k]:.1f}%]" if rep.get(k) is not None else "")
+                    for k in ("usd_per_mbwu", "kwh_per_mbwu", "m3_per_mbwu")]  # fmt: skip
+            cells.append((t["test"], f"{t['host']['mbwus']:g} / {t['embedded']['mbwus']:g}", *pair))
+        out += "<p class=meta>the seed's case study, host to embedded; the seed's figures in brackets</p>"
+        out += _table(("test", "MBWUs host / emb.", "$/MBWU cut", "kWh/MBWU cut", "m³/MBWU cut"), cells, 1)
+    png = path.with_suffix(".png") if path else None
+    return out + (_img(png, alt="mbwu sweep") if png is not None and png.exists() else "")
+
+
+def headroom_section(d: dict[str, Any] | None, path: Path | None) -> str:
+    """CPU left at line rate per budget (`offload metrics headroom`), beside the seed's."""
+    if d is None:
+        return _missing(
+            "a headroom run", "offload metrics headroom --plot headroom.png --json > headroom.json"
+        )
+    rows = [(p, str(r["min_threads"]), f"{r['saturated_mbit_s']:.0f}", f"{100 * r['headroom']:.1f}%",
+             f"{100 * r['headroom_from_cpu']:.1f}%") for p, r in d["profiles"].items()]  # fmt: skip
+    seed = d.get("seed", {})
+    kernel, dpdk = (100 * seed.get(k, 0) for k in ("bluefield2-kernel", "bluefield2-dpdk"))
+    out = f"<p class=meta>the seed's BlueField-2: {kernel:.1f}% (kernel stack), {dpdk:.1f}% (DPDK)</p>"
+    out += _table(("budget", "senders", "Mbit/s", "headroom", "CPU cross-check"), rows, 1)
+    png = path.with_suffix(".png") if path else None
+    return out + (_img(png, alt="headroom") if png is not None and png.exists() else "")
+
+
+def availability_section(d: dict[str, Any] | None, path: Path | None) -> str:
+    """Relative data availability of embedded storage vs servers (`offload metrics availability`)."""
+    if d is None:
+        how = "offload metrics availability --plot availability.png --json > availability.json"
+        return _missing("the availability model", how)
+    key = next((k for k in ("benefit_rare_limit", "benefit") if k in d["cases"][0]), None)
+    rows = [(c["case"], str(c["n"]), str(c["c"]), f"{c['f']:g}", f"{c[key]:.2f}" if key else "—",
+             f"{c['published']:g}") for c in d["cases"]]  # fmt: skip
+    out = _table(("case", "n", "c", "f", "model", "the seed"), rows, 1)
+    png = path.with_suffix(".png") if path else None
+    return out + (_img(png, alt="availability") if png is not None and png.exists() else "")
+
+
 def build(
     out: Path,
     bench: Path | None = None,
@@ -491,6 +546,9 @@ def build(
     flows: Path | None = None,
     rpwu: Path | None = None,
     nodes: Path | None = None,
+    mbwu: Path | None = None,
+    headroom: Path | None = None,
+    availability: Path | None = None,
 ) -> Path:
     sections = [
         ("Rule engine", rules_section(_load(bench), bench)),
@@ -504,6 +562,9 @@ def build(
         ("Particle data flows (partition by id)", flows_section(_load(flows), flows)),
         ("Particle pipeline over several nodes", nodes_section(_load(nodes), nodes)),
         ("Node budgets' relative performance (RPWU)", rpwu_section(_load(rpwu), rpwu)),
+        ("Media-based work units (MBWU)", mbwu_section(_load(mbwu), mbwu)),
+        ("Network processing headroom", headroom_section(_load(headroom), headroom)),
+        ("Relative data availability", availability_section(_load(availability), availability)),
     ]
     now = datetime.now(UTC).isoformat(timespec="seconds")
     toc = "".join(f'<li><a href="#s{i}">{_e(t)}</a></li>' for i, (t, _) in enumerate(sections))

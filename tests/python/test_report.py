@@ -64,7 +64,9 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "calibration": RESULTS / "calibration-100k.json", "recommend": d / "recommend.json",
         "cost": d / "cost.json", "recsys": d / "recsys.json", "dataservices": d / "cases.json",
         "flows": RESULTS / "flows" / "partition.json", "rpwu": RESULTS / "metrics" / "rpwu.json",
-        "nodes": RESULTS / "flows" / "nodes.json",
+        "nodes": RESULTS / "flows" / "nodes.json", "mbwu": RESULTS / "metrics" / "mbwu.json",
+        "headroom": RESULTS / "metrics" / "headroom.json",
+        "availability": RESULTS / "metrics" / "availability.json",
     }  # fmt: skip
 
 
@@ -73,11 +75,13 @@ def test_report_has_every_section_table_and_plot(inputs: dict[str, Path], tmp_pa
     titles = ["Rule engine", "Channels (probe)", "Service configurations (sweep)", "Simulator calibration"]
     more = ["Recommendation", "Deployment cost", "Recommendation inference on SSD (RM-SSD)"]
     flows = ["Particle data flows (partition by id)", "Node budgets&#x27; relative performance (RPWU)",
-             "Particle pipeline over several nodes"]  # fmt: skip
+             "Particle pipeline over several nodes", "Media-based work units (MBWU)",
+             "Network processing headroom", "Relative data availability"]  # fmt: skip
     for title in [*titles, *more, "Near-data queries (offload or push back)", *flows]:
         assert f">{title}</h2>" in page
     assert 'class="missing"' not in page  # every input was given and found
-    assert page.count("<table>") == 11
+    assert page.count("<table>") == 15  # MBWU has two: this disk, the seed's case study
+    assert "ycsb-a" in page and "[64.0%]" in page and "94" in page and "20.58" in page  # the metrics
     assert "100 such nodes" in page and "held out" in page  # the pipeline model
     assert "ships" in page and "bluefield2" in page and "cpu-cache" in page  # flows and rpwu
     assert "[55,036.7]" in page and "Case II" in page  # the case studies beside the seed
@@ -90,7 +94,7 @@ def test_report_has_every_section_table_and_plot(inputs: dict[str, Path], tmp_pa
 
 def test_missing_sections_say_how_to_make_them(tmp_path: Path) -> None:
     page = report.build(tmp_path / "r.html", cost=None).read_text()
-    assert page.count('class="missing"') == 11 and "offload plan calibrate" in page
+    assert page.count('class="missing"') == 14 and "offload plan calibrate" in page
     assert "flows_bench.py --parts nodes" in page
     assert "offload flows partition" in page and "offload metrics rpwu" in page
     assert "offload node case-study" in page
@@ -119,8 +123,8 @@ def test_headless_chromium_renders_every_plot_and_table(inputs: dict[str, Path],
     body = re.search(r"<body([^>]*)>", dom.stdout)
     assert body, dom.stdout[:500]
     attrs = dict(re.findall(r'data-([a-z-]+)="(\d+)"', body.group(1)))
-    assert int(attrs["images"]) >= 12 and attrs["images-loaded"] == attrs["images"], attrs
-    assert int(attrs["tables"]) == 11
+    assert int(attrs["images"]) >= 16 and attrs["images-loaded"] == attrs["images"], attrs
+    assert int(attrs["tables"]) == 15
     shot = tmp_path / "report.png"
     subprocess.run([*browser, "--window-size=1280,2400", f"--screenshot={shot}", html.as_uri()],
                    capture_output=True, timeout=120, check=True)  # fmt: skip

@@ -521,12 +521,22 @@ def flows(
         float, typer.Option(help="GB the predicted nodes share (the seed: 64M particles, about 4.1 GB).")
     ] = 4.1,
     fit_on: Annotated[
-        str | None, typer.Option(help="Node counts to fit on, comma-separated. \\[default: the two smallest]")
+        str | None,
+        typer.Option(
+            help="Node counts to fit on, comma-separated. \\[default: the smallest and the middle one]"
+        ),
     ] = None,
     link_gbit: Annotated[
         float | None,
         typer.Option(help="Each predicted node's link, Gbit/s. \\[default: the runs' profile's]"),
     ] = None,
+    message_mb: Annotated[
+        float,
+        typer.Option(
+            help="MB per producer message in the predictions (0: the runs' size; the seed's ranks "
+            "each put one dump of about 41 MB)."
+        ),
+    ] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Fit the particle pipeline model (docs/flows.md) to runs on a few nodes of this machine,
@@ -547,12 +557,16 @@ def flows(
         prof = B.profile(data[0]["profile"])
         share = data[0].get("share") or prof.threads * (prof.cpu_per_thread or 1.0)
         counts = sorted({r["nodes"] for r in data})
-        use = _ints(fit_on) if fit_on else counts[:2]
+        use = _ints(fit_on) if fit_on else fm.default_fit_on(counts)
         cores = float(data[0].get("cores") or os.cpu_count() or 1)
         model = fm.fit(data, share, cores, use)
         link = link_gbit if link_gbit is not None else (prof.link.rate_mbit or 0) / 1e3 or None
         checks = fm.validate_by_count(model, data, cores)
-        preds = [model.predict(n, gb, None, link) for n in _ints(predict)]
+        per_msg = message_mb * 1e6 or data[0]["bytes_in"] / fm.messages(data[0])
+        msgs = max(1, round(gb * 1e9 / per_msg))
+        preds = [
+            model.predict(n, gb, msgs, None, link) | {"message_mb": per_msg / 1e6} for n in _ints(predict)
+        ]
     except (OSError, KeyError, IndexError, ValueError, TypeError) as ex:
         raise _fail(f"{runs}: {ex}") from None
     held_out = [abs(c["error"]) for c in checks if not c["fitted_on"]]
@@ -565,9 +579,12 @@ def flows(
     for col in ("nodes", "runs", "measured MB/s", "model MB/s", "error", "bound", "role"):
         t.add_column(col, justify="right")
     for c in checks:
-        rates = (f"{1e3 * c['measured_gb_per_s']:.1f}", f"{1e3 * c['predicted_gb_per_s']:.1f}")
+        lo, hi = (1e3 * x for x in c["measured_range"])
+        spread = f" ({lo:.1f}-{hi:.1f})" if c["repeats"] > 1 else ""
+        rates = (f"{1e3 * c['measured_gb_per_s']:.1f}{spread}", f"{1e3 * c['predicted_gb_per_s']:.1f}")
         t.add_row(
             str(c["nodes"]),
+            str(c["repeats"]),
             *rates,
             f"{c['error']:+.1%}",
             c["bound"],
@@ -576,11 +593,12 @@ def flows(
     console.print(t)
     console.print(
         f"model: {model.a:.1f} CPU s per GB partitioned and sifted, "
-        f"{model.b:.1f} per GB moved east-west, "
+        f"{1e3 * model.b:.2f} ms per east-west batch, "
         f"{model.o:.2f} s fixed; producers {model.producer:.1f} CPU s per GB"
     )
     for p in preds:
         console.print(
-            f"[bold]{p['nodes']} nodes[/] (own cores{f', {link:g} Gbit/s links' if link else ''}): "
+            f"[bold]{p['nodes']} nodes[/] (own cores{f', {link:g} Gbit/s links' if link else ''}, "
+            f"{p['message_mb']:.2g} MB messages): "
             f"{p['gb']:g} GB in {p['wall_s']:.2f} s = [bold]{p['gb_per_s']:.2f} GB/s[/] ({p['bound']}-bound)"
         )

@@ -7,12 +7,13 @@ it costs in CPU seconds is linear in two amounts, fitted over the nodes of the c
 (non-negative least squares):
 
     cpu(node) = a · GB it partitions (and as much again it sifts)
-              + b · GB it moves east-west (sends to peers plus receives from them: Flight's
-                writes, the acknowledgements, and the handler threads that take them in)
+              + b · east-west batches it sends or receives (one per message and remote owner:
+                a Flight write, its acknowledgement, a handler's wake-up)
 
-With N nodes sharing B GB evenly, each partitions B/N and moves 2 · (B/N) · (N − 1)/N. (A
-per-batch cost was tried first: on the runs here, the east-west cost follows the bytes moved,
-not the number of batches; docs/flows.md.) A run
+With N nodes sharing B GB in M producer messages evenly, each partitions B/N and sends and
+receives 2 · (M/N) · (N − 1) batches: the per-batch cost does not shrink as nodes are added, so
+it is what limits scaling once the per-GB work is spread thin. (A cost per GB moved fits the
+runs here worse: docs/flows.md.) Each node moves 2 · (B/N) · (N − 1)/N GB over its link. A run
 takes the longest of three bounds, plus the fixed latency ``o`` of a run (setup, the first
 message, the flush's round trips: the 1-node run's wall time less its CPU bound):
 
@@ -37,7 +38,7 @@ class FlowModel:
     a: float
     """CPU seconds per GB a node partitions and sifts."""
     b: float
-    """CPU seconds per GB a node sends to or receives from its peers."""
+    """CPU seconds per east-west batch a node sends or receives."""
     o: float
     """Seconds of fixed latency per run."""
     producer: float
@@ -46,18 +47,18 @@ class FlowModel:
     """Cores each node gets."""
     fit_on: list[int]
 
-    def node_cpu(self, nodes: int, gb: float) -> float:
-        per = gb / nodes
-        return self.a * per + self.b * 2 * per * (nodes - 1) / nodes
+    def node_cpu(self, nodes: int, gb: float, messages: int) -> float:
+        return self.a * gb / nodes + self.b * 2 * messages / nodes * (nodes - 1)
 
     def predict(
-        self, nodes: int, gb: float, cores: float | None = None, link_gbit: float | None = None
+        self, nodes: int, gb: float, messages: int, cores: float | None = None, link_gbit: float | None = None
     ) -> dict:
-        """Wall seconds and GB/s of ``gb`` over ``nodes``; ``cores``: the one machine all nodes
-        share (None: each node its own, as SmartNICs); ``link_gbit``: each node's link."""
-        if nodes < 1 or gb <= 0:
-            raise ValueError(f"need >= 1 node and > 0 GB, got {nodes} and {gb}")
-        cpu = self.node_cpu(nodes, gb)
+        """Wall seconds and GB/s of ``gb`` in ``messages`` producer messages over ``nodes``;
+        ``cores``: the one machine all nodes share (None: each node its own, as SmartNICs);
+        ``link_gbit``: each node's link."""
+        if nodes < 1 or gb <= 0 or messages < 1:
+            raise ValueError(f"need >= 1 node, > 0 GB and >= 1 message, got {nodes}, {gb} and {messages}")
+        cpu = self.node_cpu(nodes, gb, messages)
         bounds = {"node_cpu": cpu / self.share}
         if cores is not None:
             bounds["machine_cpu"] = (nodes * cpu + self.producer * gb) / cores
@@ -73,23 +74,34 @@ class FlowModel:
 
 
 def observations(runs: list[dict[str, Any]]) -> np.ndarray:
-    """One row per node of every run: GB partitioned, GB moved east-west, CPU seconds."""
+    """One row per node of every run: GB partitioned, east-west batches, CPU seconds."""
     rows = []
     for r in runs:
-        per_row = r["bytes_in"] / r["rows"] / 1e9
         for n in r["per_node"].values():
-            others = sum(v for k, v in n["received_rows"].items() if int(k) != int(n["node"]))
-            moved = sum(n["delivered_rows"].values()) + others
-            rows.append((n["breakdown"]["bytes_in"] / 1e9, moved * per_row, n["cpu_s"]))
+            batches = n["batches"]["sent"] + n["batches"]["received"]
+            rows.append((n["breakdown"]["bytes_in"] / 1e9, batches, n["cpu_s"]))
     return np.array(rows, dtype=float).reshape(-1, 3)
 
 
+def messages(run: dict[str, Any]) -> int:
+    """The producer messages of a run."""
+    return -(-run["rows"] // run["message_rows"])
+
+
+def default_fit_on(counts: list[int]) -> list[int]:
+    """The smallest node count and the middle one: the per-batch cost shows only where most of
+    a message leaves its node (at 2 nodes half of it stays), and the largest stays held out."""
+    counts = sorted(set(counts))
+    return sorted({counts[0], counts[len(counts) // 2]}) if len(counts) > 2 else counts
+
+
 def fit(runs: list[dict[str, Any]], share: float, cores: float, fit_on: list[int] | None = None) -> FlowModel:
-    """The model from the runs on ``fit_on`` node counts (all runs if None), made on a machine
-    of ``cores`` with nodes of ``share`` of a core each."""
+    """The model from the runs on ``fit_on`` node counts (:func:`default_fit_on` if None), made on
+    a machine of ``cores`` with nodes of ``share`` of a core each."""
     from scipy.optimize import nnls
 
-    use = [r for r in runs if fit_on is None or r["nodes"] in fit_on]
+    fit_on = fit_on or default_fit_on([r["nodes"] for r in runs])
+    use = [r for r in runs if r["nodes"] in fit_on]
     if not use:
         raise ValueError(
             f"no run on {fit_on} nodes to fit on; runs have {sorted({r['nodes'] for r in runs})}"
@@ -104,7 +116,8 @@ def fit(runs: list[dict[str, Any]], share: float, cores: float, fit_on: list[int
     late = []
     for r in first:
         late.append(
-            r["wall_s"] - model.predict(r["nodes"], r["bytes_in"] / 1e9, free_cores(r, cores))["wall_s"]
+            r["wall_s"]
+            - model.predict(r["nodes"], r["bytes_in"] / 1e9, messages(r), free_cores(r, cores))["wall_s"]
         )
     model.o = max(0.0, float(np.median(late)))
     return model
@@ -125,7 +138,7 @@ def validate(model: FlowModel, runs: list[dict[str, Any]], cores: float) -> list
     the machine bound uses the cores the run had (:func:`free_cores`)."""
     out = []
     for r in runs:
-        p = model.predict(r["nodes"], r["bytes_in"] / 1e9, free_cores(r, cores))
+        p = model.predict(r["nodes"], r["bytes_in"] / 1e9, messages(r), free_cores(r, cores))
         err = p["gb_per_s"] / r["gb_per_s"] - 1
         out.append({"nodes": r["nodes"], "measured_gb_per_s": r["gb_per_s"],
                     "predicted_gb_per_s": p["gb_per_s"],
