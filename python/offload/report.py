@@ -469,7 +469,7 @@ def rpwu_section(d: dict[str, Any] | None, path: Path | None) -> str:
     """Node budgets' relative performance by stress-ng stressor class (`offload metrics rpwu`)."""
     if d is None:
         how = "offload metrics rpwu --plot rpwu.png --json > rpwu.json (docs/metrics.md)"
-        return _missing("a profile", how)
+        return _missing("stress-ng profile", how)
     classes = ["overall", *sorted(set(d["classes"].values()))]
     rows = [(p, *(f"{d['summary'][p][c]:.2f}" for c in classes)) for p in d["summary"]]
     out = f"<p class=meta>bogo-ops/s over {_e(d['reference'])}'s, geometric means</p>"
@@ -508,7 +508,7 @@ def headroom_section(d: dict[str, Any] | None, path: Path | None) -> str:
     """CPU left at line rate per budget (`offload metrics headroom`), beside the seed's."""
     if d is None:
         return _missing(
-            "a headroom run", "offload metrics headroom --plot headroom.png --json > headroom.json"
+            "headroom results", "offload metrics headroom --plot headroom.png --json > headroom.json"
         )
     rows = [(p, str(r["min_threads"]), f"{r['saturated_mbit_s']:.0f}", f"{100 * r['headroom']:.1f}%",
              f"{100 * r['headroom_from_cpu']:.1f}%") for p, r in d["profiles"].items()]  # fmt: skip
@@ -524,7 +524,7 @@ def availability_section(d: dict[str, Any] | None, path: Path | None) -> str:
     """Relative data availability of embedded storage vs servers (`offload metrics availability`)."""
     if d is None:
         how = "offload metrics availability --plot availability.png --json > availability.json"
-        return _missing("the availability model", how)
+        return _missing("availability results", how)
     key = next((k for k in ("benefit_rare_limit", "benefit") if k in d["cases"][0]), None)
     rows = [(c["case"], str(c["n"]), str(c["c"]), f"{c['f']:g}", f"{c[key]:.2f}" if key else "—",
              f"{c['published']:g}") for c in d["cases"]]  # fmt: skip
