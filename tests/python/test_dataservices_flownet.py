@@ -100,10 +100,10 @@ def test_bad_flows_get_clear_errors(nodes: list[NodeSpec], tmp_path: Path) -> No
         ({"nodes": "n0"}, "nodes"),
     ]:
         with pytest.raises(NodeError, match=says):
-            c._action("flow-setup", json.dumps(good | change).encode())
+            c.action("flow-setup", json.dumps(good | change).encode())
     with pytest.raises(NodeError, match="no flow 'nope'"):
-        c._action("flow-status", b"nope")
-    c._action("flow-setup", json.dumps(good).encode())
+        c.action("flow-status", b"nope")
+    c.action("flow-setup", json.dumps(good).encode())
     bad_put = [
         ([W.HEAD, "bad"], pa.table({"x": [1]}), "one 'blob' column"),
         ([W.HEAD, "bad"], pa.table({"blob": pa.array([b"junk"], pa.binary())}), "not an Arrow IPC stream"),

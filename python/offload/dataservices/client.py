@@ -130,10 +130,26 @@ class NodeClient:
             infos = list(self._client.list_flights(options=self._opts))
         return {i.descriptor.path[0].decode(): i.schema for i in infos}
 
-    def _action(self, kind: str, body: bytes) -> dict[str, Any]:
+    def action(self, kind: str, body: bytes) -> dict[str, Any]:
+        """Any of the node's actions (``list_actions``), its JSON answer decoded."""
         with _errors():
             results = list(self._client.do_action(flight.Action(kind, body), options=self._opts))
         return json.loads(results[0].body.to_pybytes())
+
+    _action = action
+
+    def put_stream(
+        self, path: list[str], schema: pa.Schema
+    ) -> tuple[flight.FlightStreamWriter, flight.FlightMetadataReader]:
+        """A ``do_put`` stream to ``path``: the writer, and the reader of the node's
+        acknowledgements (its app metadata). Flight's errors pass as they are: a stream that
+        fails part-way is the caller's to account for (:class:`.flownet.AckedStream`)."""
+        return self._client.do_put(flight.FlightDescriptor.for_path(*path), schema, options=self._opts)
+
+    def get(self, ticket: bytes) -> pa.Table:
+        """A ``do_get`` of a raw ticket, read whole."""
+        with _errors():
+            return self._client.do_get(flight.Ticket(ticket), options=self._opts).read_all()
 
     # ------------------------------------------------------------------------------ queries
 

@@ -110,8 +110,7 @@ class AckedStream:
         self.seq = 0
         self.failed: str | None = None
         self.lock = threading.Lock()
-        desc = flight.FlightDescriptor.for_path(*path)
-        self.writer, self.acks = self.client._client.do_put(desc, schema, options=self.client._opts)
+        self.writer, self.acks = self.client.put_stream(path, schema)
         self.reader = threading.Thread(target=self._read_acks, daemon=True)
         self.reader.start()
 

@@ -174,7 +174,7 @@ def run(
     dead: set[int] = set()
     try:
         for i, c in enumerate(clients):
-            c._action("flow-setup", json.dumps(cfg | {"index": i}).encode())
+            c.action("flow-setup", json.dumps(cfg | {"index": i}).encode())
         out: dict[str, Any] = {"dataset": dataset, "nodes": len(specs), "parts": parts,
                                "codec": codec or "none", "rows": rows, "message_rows": message_rows,
                                "bytes_in": sum(len(m) for m, _ in msgs)}  # fmt: skip
@@ -269,7 +269,7 @@ def _call_all(clients: list[NodeClient], action: str, name: str, dead: set[int])
 
     def call(i: int) -> Any:
         try:
-            return clients[i]._action(action, name.encode())
+            return clients[i].action(action, name.encode())
         except NodeError as e:
             return e
 
@@ -282,10 +282,7 @@ def _call_all(clients: list[NodeClient], action: str, name: str, dead: set[int])
 
 
 def _get(c: NodeClient, ticket: bytes) -> pa.Table:
-    from offload.dataservices.client import _errors
-
-    with _errors():
-        return c._client.do_get(flight.Ticket(ticket), options=c._opts).read_all()
+    return c.get(ticket)
 
 
 def _queries(clients: list[NodeClient], name: str, dead: set[int]) -> dict[str, Any]:
