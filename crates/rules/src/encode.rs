@@ -12,7 +12,7 @@
 //! the rule's interval. Rows are padded to a multiple of [`LANES`] with always-true columns so
 //! the row test vectorises.
 
-use crate::model::{Column, CriterionKind, RuleSet};
+use crate::model::{Column, CriterionKind, Dictionary, RuleSet};
 use crate::value::{parse_date, parse_int, ValueError};
 use std::sync::Arc;
 
@@ -366,6 +366,59 @@ impl Encoder {
         self.rank(c, v)
     }
 
+    /// Encodes `n` text values of criterion `c` (value `i` from `value(i)`, row `first + i` of
+    /// the batch), handing each code to `put`. The criterion's kind is looked at once, not per
+    /// value, and a value equal to the one before reuses its code: a request's queries share
+    /// most of their values (the same airports, carriers, dates), so most lookups are one
+    /// comparison.
+    fn encode_texts<'v>(
+        &self,
+        c: usize,
+        n: usize,
+        value: impl Fn(usize) -> &'v str,
+        first: usize,
+        out: &mut [u32],
+        put: impl Fn(usize, u32, &mut [u32]),
+    ) -> Result<(), QueryError> {
+        match &self.rules.columns[c] {
+            Column::Equ { dict, .. } => {
+                // Short values compare as packed integers: one comparison when a value repeats,
+                // and the packing is the lookup's own first step anyway.
+                let (mut last_key, mut last_code) = (u64::MAX, 0u32);
+                for i in 0..n {
+                    let v = trim_ascii(value(i));
+                    let code = match Dictionary::short_key(v) {
+                        Some(k) if k == last_key => last_code,
+                        Some(k) => {
+                            (last_key, last_code) = (k, dict.code_of_key(k));
+                            last_code
+                        }
+                        None => dict.code(v),
+                    };
+                    put(i, code, out);
+                }
+            }
+            Column::Range { .. } => {
+                let crit = &self.rules.rule_type.criteria[c];
+                let date = crit.kind == CriterionKind::DateRange;
+                let mut last: Option<(&str, u32)> = None;
+                for i in 0..n {
+                    let v = value(i);
+                    let code = match last {
+                        Some((prev, code)) if prev == v => code,
+                        _ => {
+                            let x = if date { parse_date(v) } else { parse_int(v) };
+                            self.rank(c, x.map_err(|e| value_error(e, first + i, &crit.code, v))?)
+                        }
+                    };
+                    last = Some((v, code));
+                    put(i, code, out);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Encodes a batch given column by column (one column per criterion, in rule-type order)
     /// into row-major codes.
     pub fn encode_columns(&self, cols: &[RawColumn<'_>]) -> Result<Vec<u32>, QueryError> {
@@ -396,19 +449,14 @@ impl Encoder {
         for (b, out_block) in out.chunks_mut(BLOCK * w).enumerate() {
             let rows = b * BLOCK..(b * BLOCK + out_block.len() / w);
             for (c, col) in cols.iter().enumerate() {
+                let put = |i: usize, code: u32, out_block: &mut [u32]| out_block[i * w + c] = code;
                 match col {
                     RawColumn::Str(vals) => {
-                        for (i, v) in vals[rows.clone()].iter().enumerate() {
-                            out_block[i * w + c] =
-                                self.encode_str(c, v).map_err(|e| value_error(e, rows.start + i, &crits[c].code, v))?;
-                        }
+                        let vals = &vals[rows.clone()];
+                        self.encode_texts(c, vals.len(), |i| vals[i], rows.start, out_block, put)?;
                     }
                     RawColumn::Packed(p) => {
-                        for (i, r) in rows.clone().enumerate() {
-                            let v = p.get(r);
-                            out_block[i * w + c] =
-                                self.encode_str(c, v).map_err(|e| value_error(e, r, &crits[c].code, v))?;
-                        }
+                        self.encode_texts(c, rows.len(), |i| p.get(rows.start + i), rows.start, out_block, put)?;
                     }
                     RawColumn::Int(vals) if !crits[c].kind.is_range() => {
                         // Integers given for an equality criterion are looked up as text.

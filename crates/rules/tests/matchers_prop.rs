@@ -259,3 +259,70 @@ fn every_matcher_equals_the_oracle_on_larger_sets() {
     let mut runner = TestRunner::new(Config { cases: 30, ..Config::default() });
     runner.run(&strat, |case| check(&case)).unwrap();
 }
+
+/// The batch encoder (a column at a time, a repeated value reusing its code) gives every value
+/// the code [`offload_rules::Encoder::encode_str`] gives it alone: text and Arrow-packed
+/// columns, runs of repeats, padding spaces, values longer than the packed keys, unknown
+/// values, and a bad value reported at its own row.
+fn check_encoder(case: &Case, variant: &[u8]) -> Result<(), TestCaseError> {
+    let (toml, csv) = to_native(case);
+    let rt = native::parse_rule_type(Path::new("t.toml"), &toml).unwrap();
+    let rs = Arc::new(native::parse_rules(&rt, Path::new("r.csv"), &csv).unwrap());
+    let eng = Engine::compile(rs, MatcherKind::Linear);
+    let texts: Vec<Vec<String>> = (0..case.crits.len())
+        .map(|c| {
+            case.queries
+                .iter()
+                .zip(variant.iter().cycle())
+                .map(|(q, &k)| match case.crits[c].kind {
+                    Kind::Equ => match k % 4 {
+                        0 => format!(" {} ", LETTERS[q[c] as usize]),
+                        1 => format!("{}LONGERTHANEIGHT", LETTERS[q[c] as usize]),
+                        _ => LETTERS[q[c] as usize].to_string(),
+                    },
+                    Kind::Int => q[c].to_string(),
+                    Kind::Date => date(DAY0 + q[c]),
+                })
+                .collect()
+        })
+        .collect();
+    let mut expected = vec![0u32; texts.first().map_or(0, Vec::len) * eng.encoder.width()];
+    for (c, col) in texts.iter().enumerate() {
+        for (i, v) in col.iter().enumerate() {
+            expected[i * eng.encoder.width() + c] = eng.encoder.encode_str(c, v).unwrap();
+        }
+    }
+    let strs: Vec<RawColumn> = texts.iter().map(|c| RawColumn::Str(c.iter().map(|s| s.as_str()).collect())).collect();
+    prop_assert_eq!(&eng.encoder.encode_columns(&strs).unwrap(), &expected);
+    let packed: Vec<offload_rules::StringColumn> = texts
+        .iter()
+        .map(|c| {
+            let mut p = offload_rules::StringColumn::default();
+            c.iter().for_each(|s| p.push(s));
+            p
+        })
+        .collect();
+    let raw: Vec<RawColumn> = packed.iter().map(|p| p.as_raw()).collect();
+    prop_assert_eq!(&eng.encoder.encode_columns(&raw).unwrap(), &expected);
+    // A bad value after a run of good ones: the error names its own row.
+    if let Some(c) = case.crits.iter().position(|k| k.kind != Kind::Equ) {
+        if let Some(bad_row) = (variant.len() < case.queries.len()).then_some(variant.len()) {
+            let mut bad = texts.clone();
+            bad[c][bad_row] = "12X".to_string();
+            let cols: Vec<RawColumn> =
+                bad.iter().map(|v| RawColumn::Str(v.iter().map(|s| s.as_str()).collect())).collect();
+            let err = eng.encoder.encode_columns(&cols).unwrap_err();
+            prop_assert_eq!(err.row, bad_row);
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_batch_encoder_equals_encoding_each_value_alone(case in case(), variant in prop::collection::vec(any::<u8>(), 1..40)) {
+        check_encoder(&case, &variant)?;
+    }
+}
