@@ -228,8 +228,7 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
                         out / "serve-sweep.json", out / "calibration.json", out / "recommend.json",
                         out / "cost.json", out / "recsys-bench.json",
                         out / "dataservices-cases.json", out / "flows-partition.json",
-                        *(out / f if (out / f).exists() else None
-                          for f in ("rpwu.json", "flows-nodes.json")),
+                        _if_made(out / "rpwu.json"), _if_made(out / "flows-nodes.json"),
                         availability=_if_made(out / "availability.json"))  # fmt: skip
     console.print(f"wrote {html} (open it in a browser)")
     return {"calibration": cal, "recommend": rec}

@@ -123,7 +123,7 @@ def test_bad_flows_get_clear_errors(nodes: list[NodeSpec], tmp_path: Path) -> No
             acks.read()
             writer.close()
     with pytest.raises(NodeError, match="unknown flow query"):
-        R._get(c, W.ticket("bad", query="everything"))
+        c.get(W.ticket("bad", query="everything"))
     c.close()
 
 

@@ -28,7 +28,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,18 +201,9 @@ class Flow:
     def produce(self, reader: flight.MetadataRecordBatchReader, writer: flight.FlightMetadataWriter) -> None:
         """A producer's stream: each message partitioned, its pieces sifted here or forwarded;
         each batch acknowledged once all its pieces are stored, sent or held."""
-        seq = 0
-        for chunk in reader:
-            if chunk.data is None:
-                continue
-            if chunk.data.schema.names != ["blob"]:
-                raise flight.FlightServerError(
-                    f"a producer sends one 'blob' column, not {chunk.data.schema.names}"
-                )
-            for blob in chunk.data.column(0).to_pylist():
+        for batch in _acked(reader, writer, BLOBS, "a producer sends one 'blob' column"):
+            for blob in batch.column(0).to_pylist():
                 self._partition(blob)
-            seq += 1
-            writer.write(str(seq).encode())
 
     def _partition(self, blob: bytes) -> None:
         with self.partition_lock:  # one partitioner (its breakdown) per node
@@ -262,9 +253,8 @@ class Flow:
                         spec["endpoint"], spec["token"], path, PARTS, ack, lost, self.timeout_s
                     )
                 except (flight.FlightError, pa.ArrowException, OSError) as e:
-                    msg = str(e).split(". Detail:")[0]
                     raise flight.FlightServerError(
-                        f"flow {self.name}: cannot reach node {peer}: {msg}"
+                        f"flow {self.name}: cannot reach node {peer}: {short(e)}"
                     ) from None
             return self.streams[peer]
 
@@ -297,22 +287,11 @@ class Flow:
     def receive(self, source: int, reader: flight.MetadataRecordBatchReader,
                 writer: flight.FlightMetadataWriter) -> None:  # fmt: skip
         """A peer's forwarded pieces, acknowledged batch by batch once sifted."""
-        seq = 0
-        for chunk in reader:
-            if chunk.data is None:
-                continue
-            if chunk.data.schema.names != PARTS.names:
-                raise flight.FlightServerError(
-                    f"forwarded batches are (part, blob), not {chunk.data.schema.names}"
-                )
-            for part, blob in zip(
-                chunk.data.column(0).to_pylist(), chunk.data.column(1).to_pylist(), strict=True
-            ):
+        for batch in _acked(reader, writer, PARTS, "forwarded batches are (part, blob)"):
+            for part, blob in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
                 self.store(int(part), blob, source)
-            seq += 1
             with self.lock:
                 self.batches_received += 1
-            writer.write(str(seq).encode())
 
     def sorted(self) -> pa.Table:
         """The partitions this node owns, by (id, time)."""
@@ -359,6 +338,25 @@ class Flow:
                                                       for p in self.owned])),
                 "lost_peers": lost,
             }  # fmt: skip
+
+
+def _acked(
+    reader: flight.MetadataRecordBatchReader,
+    writer: flight.FlightMetadataWriter,
+    schema: pa.Schema,
+    what: str,
+) -> Iterator[pa.RecordBatch]:
+    """A put stream's batches, each acknowledged (its sequence number as app metadata) once the
+    caller has handled it and asks for the next: the sender keeps a batch until then."""
+    seq = 0
+    for chunk in reader:
+        if chunk.data is None:
+            continue
+        if chunk.data.schema.names != schema.names:
+            raise flight.FlightServerError(f"{what}, not {chunk.data.schema.names}")
+        yield chunk.data
+        seq += 1
+        writer.write(str(seq).encode())
 
 
 def ticket(flow: str, **what: Any) -> bytes:

@@ -126,13 +126,7 @@ class Producer:
 
 def messages(name: str, rows: int, work: Path, message_rows: int, seed: int = 0) -> list[tuple[bytes, int]]:
     """The data set's producer messages, packed (as the simulation packs them) with their rows."""
-    path = F.data_file(name, rows, work, seed, message_rows)
-    reader = pa.ipc.open_file(pa.memory_map(str(path)))
-    out = []
-    for i in range(reader.num_record_batches):
-        b = reader.get_batch(i)
-        out.append((F.pack(pa.Table.from_batches([b])), b.num_rows))
-    return out
+    return F.read_messages(F.data_file(name, rows, work, seed, message_rows))
 
 
 def setup(specs: list[NodeSpec], name: str, dataset: str, rows: int, parts: int, codec: str | None,
@@ -200,7 +194,7 @@ def run(
         out["end"] = _queries(clients, name, dead)
         t1 = time.perf_counter()
         sorted_parts = {
-            i: _get(clients[i], W.ticket(name, read="sorted")) for i in range(len(specs)) if i not in dead
+            i: clients[i].get(W.ticket(name, read="sorted")) for i in range(len(specs)) if i not in dead
         }
         out["read_s"] = time.perf_counter() - t1
         out["rows_read"] = sum(t.num_rows for t in sorted_parts.values())
@@ -281,10 +275,6 @@ def _call_all(clients: list[NodeClient], action: str, name: str, dead: set[int])
     return {i: a for i, a in answers.items() if not isinstance(a, NodeError)}
 
 
-def _get(c: NodeClient, ticket: bytes) -> pa.Table:
-    return c.get(ticket)
-
-
 def _queries(clients: list[NodeClient], name: str, dead: set[int]) -> dict[str, Any]:
     """The seed's two queries over the live nodes, on what they store now (nodes that do not
     answer are named in ``unreachable``)."""
@@ -292,8 +282,8 @@ def _queries(clients: list[NodeClient], name: str, dead: set[int]) -> dict[str, 
     box, lo, hi, unreachable = 0, None, None, []
     for i in (i for i in range(len(clients)) if i not in dead):
         try:
-            box += _get(clients[i], W.ticket(name, query="box")).num_rows
-            s = _get(clients[i], W.ticket(name, query="speed")).to_pylist()[0]
+            box += clients[i].get(W.ticket(name, query="box")).num_rows
+            s = clients[i].get(W.ticket(name, query="speed")).to_pylist()[0]
         except NodeError:
             unreachable.append(f"n{i}")
             continue
@@ -312,7 +302,7 @@ def _keep_lost(clients: list[NodeClient], producers: list[Producer], name: str, 
     for i in range(len(clients)):
         if i in dead:
             continue
-        held = _get(clients[i], W.ticket(name, read="held"))
+        held = clients[i].get(W.ticket(name, read="held"))
         if held.num_rows:
             kept[_write(held, work / f"{name}-held-by-n{i}.arrow")] = held
     for p in producers:

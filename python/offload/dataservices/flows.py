@@ -356,6 +356,17 @@ def data_file(name: str, rows: int, work: Path, seed: int = 0, message_rows: int
     return path
 
 
+def read_messages(path: Path) -> list[tuple[bytes, int]]:
+    """A :func:`data_file`'s producer messages, each packed as the producer sends it, with its
+    rows (packing happens here, outside any timing)."""
+    reader = pa.ipc.open_file(pa.memory_map(str(path)))
+    out = []
+    for i in range(reader.num_record_batches):
+        b = reader.get_batch(i)
+        out.append((pack(pa.Table.from_batches([b])), b.num_rows))
+    return out
+
+
 def partition_under(
     profile: str,
     name: str,
@@ -403,10 +414,7 @@ def _worker(args: dict[str, Any]) -> dict[str, Any]:
     applied = B.apply(prof, "flows")
     pa.set_cpu_count(prof.threads)  # the codecs compress buffers on Arrow's CPU pool
     try:
-        reader = pa.ipc.open_file(pa.memory_map(args["path"]))
-        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-        messages = [pack(pa.Table.from_batches([b])) for b in batches]
-        del batches, reader
+        messages = [m for m, _ in read_messages(Path(args["path"]))]
         data = dataset(args["name"])
         p = Partitioner(data, args["parts"], args["rows"], args["codec"])
         sift = Sift(data, args["parts"], *args["sift"]) if args.get("sift") else None
