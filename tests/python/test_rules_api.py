@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from offload import rules
 from offload.rules.synth import synth
 
-MATCHERS = ("linear", "nfa", "fast")
+MATCHERS = rules.MATCHERS  # linear, nfa, fast and gpu-host (the gpu kernel built for the CPU)
 EPOCH = dt.date(1970, 1, 1)
 MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 # Dates are drawn around a leap day so that DDMMMYYYY / ISO parsing of 29FEB is exercised.

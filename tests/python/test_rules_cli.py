@@ -25,7 +25,7 @@ from offload.rules.synth import synth
 
 DATA = Path(__file__).parent / "data" / "mini"
 MINI = ["--ruletype", str(DATA / "ruletype.toml"), "--rules", str(DATA / "rules.csv")]
-MATCHERS = ("linear", "nfa", "fast")
+MATCHERS = rules.MATCHERS  # linear, nfa, fast and gpu-host (the gpu kernel built for the CPU)
 
 
 def offload(*args: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

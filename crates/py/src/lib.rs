@@ -6,7 +6,7 @@ use numpy::{
 };
 use offload_rules::{self as rules, Engine, LoadError, MatcherKind, PackedStrings, RawColumn, StringColumn};
 use pyo3::create_exception;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 use std::path::PathBuf;
@@ -154,7 +154,8 @@ impl CompiledRules {
     fn new(py: Python<'_>, rules: &RuleSet, matcher: &str) -> PyResult<Self> {
         let kind = parse_kind(matcher)?;
         let inner = rules.inner.clone();
-        Ok(CompiledRules { engine: py.allow_threads(|| Engine::compile(inner, kind)) })
+        let engine = py.allow_threads(|| Engine::compile(inner, kind)).map_err(PyRuntimeError::new_err)?;
+        Ok(CompiledRules { engine })
     }
     #[getter]
     fn matcher(&self) -> &'static str {
@@ -288,11 +289,21 @@ fn eval_files(
     threads: usize,
 ) -> PyResult<String> {
     let kind = parse_kind(matcher)?;
-    let r: Result<serde_json::Value, LoadError> = py.allow_threads(|| {
+    // A bad file is a rule error; a matcher that cannot run here (`gpu` without a device) is not.
+    enum Failed {
+        Input(LoadError),
+        Matcher(String),
+    }
+    impl From<LoadError> for Failed {
+        fn from(e: LoadError) -> Self {
+            Failed::Input(e)
+        }
+    }
+    let r: Result<serde_json::Value, Failed> = py.allow_threads(|| {
         let t0 = Instant::now();
         let rs = Arc::new(rules::load(&rule_type, &rules_csv)?);
         let t_load = t0.elapsed().as_secs_f64();
-        let engine = Engine::compile(rs.clone(), kind);
+        let engine = Engine::compile(rs.clone(), kind).map_err(Failed::Matcher)?;
         let t1 = Instant::now();
         let q = rules::queries::load_queries(&rs.rule_type, &queries_csv)?;
         let t_read_q = t1.elapsed().as_secs_f64();
@@ -311,7 +322,10 @@ fn eval_files(
             "read_queries_s": t_read_q, "encode_s": t_encode, "match_s": t_match,
         }))
     });
-    r.map(|v| v.to_string()).map_err(|e| rule_error(py, e))
+    r.map(|v| v.to_string()).map_err(|e| match e {
+        Failed::Input(e) => rule_error(py, e),
+        Failed::Matcher(why) => PyRuntimeError::new_err(why),
+    })
 }
 
 /// Times encoding of raw text columns (one list of str per criterion) `repeats` times; returns
@@ -346,6 +360,14 @@ fn time_encode(
             })
             .collect()
     })
+}
+
+/// The CUDA device the `gpu` matcher would run on, as JSON; RuntimeError saying what is
+/// missing (driver, device, NVRTC) where there is none.
+#[pyfunction]
+fn gpu_device() -> PyResult<String> {
+    let dev = rules::matcher::gpu::device::available().map_err(PyRuntimeError::new_err)?;
+    serde_json::to_string(&dev).map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
 /// Serves a rule set over ZeroMQ until SIGINT/SIGTERM (`offload serve`); returns the counters.
@@ -628,6 +650,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_queries, m)?)?;
     m.add_function(wrap_pyfunction!(eval_files, m)?)?;
     m.add_function(wrap_pyfunction!(time_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu_device, m)?)?;
     m.add_function(wrap_pyfunction!(serve, m)?)?;
     m.add_function(wrap_pyfunction!(curve_key_pair, m)?)?;
     m.add_function(wrap_pyfunction!(read_curve_key, m)?)?;

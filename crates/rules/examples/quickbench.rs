@@ -15,7 +15,7 @@ fn main() {
     }
     let kind: MatcherKind = a.get(4).map_or("fast", |s| s.as_str()).parse().expect("matcher");
     let rs = Arc::new(load(Path::new(&a[1]), Path::new(&a[2])).unwrap_or_else(|e| panic!("{e}")));
-    let eng = Engine::compile(rs.clone(), kind);
+    let eng = Engine::compile(rs.clone(), kind).unwrap();
     println!(
         "{} rules, compile {:.3} s, {:.1} MB",
         rs.len(),
@@ -45,7 +45,7 @@ fn main() {
     if std::env::var_os("QUICKBENCH_NO_CHECK").is_some() {
         return;
     }
-    let lin = Engine::compile(rs.clone(), MatcherKind::Linear);
+    let lin = Engine::compile(rs.clone(), MatcherKind::Linear).unwrap();
     let n = q.len().min(3000);
     let step = (q.len() / n.max(1)).max(1);
     let mut bad = 0;

@@ -88,13 +88,15 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn compile(rules: Arc<RuleSet>, kind: MatcherKind) -> Engine {
+    /// Compiles `rules` for a matcher. Fails only where the matcher cannot run here (`gpu`
+    /// without a device), saying why.
+    pub fn compile(rules: Arc<RuleSet>, kind: MatcherKind) -> Result<Engine, String> {
         let t = Instant::now();
         let encoder = Encoder::new(rules);
         let encoded = encoder.encode_rules();
         let cards: Vec<usize> = (0..encoded.n_criteria).map(|c| encoder.cardinality(c)).collect();
-        let matcher = matcher::build(kind, &encoded, &cards);
-        Engine { encoder, encoded, matcher, compile_time: t.elapsed() }
+        let matcher = matcher::build(kind, &encoded, &cards)?;
+        Ok(Engine { encoder, encoded, matcher, compile_time: t.elapsed() })
     }
 
     pub fn rules(&self) -> &RuleSet {

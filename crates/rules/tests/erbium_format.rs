@@ -45,7 +45,7 @@ fn answer(rows: &[&str], queries: &[[&str; 5]]) -> Vec<Option<(String, i64)>> {
     let rs = Arc::new(rules(rows).unwrap());
     let mut results: Vec<Vec<Option<(String, i64)>>> = Vec::new();
     for kind in MatcherKind::ALL {
-        let eng = Engine::compile(rs.clone(), kind);
+        let eng = Engine::compile(rs.clone(), kind).unwrap();
         let cols: Vec<RawColumn> = (0..5).map(|c| RawColumn::Str(queries.iter().map(|q| q[c]).collect())).collect();
         let codes = eng.encoder.encode_columns(&cols).unwrap();
         let out = eng.match_encoded(&codes, 1);
@@ -119,7 +119,7 @@ fn empty_rule_set_matches_nothing() {
     let rs = Arc::new(rules(&[]).unwrap());
     assert!(rs.is_empty());
     for kind in MatcherKind::ALL {
-        let eng = Engine::compile(rs.clone(), kind);
+        let eng = Engine::compile(rs.clone(), kind).unwrap();
         let cols: Vec<RawColumn> =
             ["DD", "01JAN2020", "ZRH", "LX", "1"].iter().map(|v| RawColumn::Str(vec![*v])).collect();
         let codes = eng.encoder.encode_columns(&cols).unwrap();

@@ -1,9 +1,11 @@
 //! Property tests: every matcher, through the real loader and encoder, gives exactly what a
 //! naive oracle over the raw values gives — random rule types, weights with ties and zeros,
 //! duplicates, ranges touching at their bounds, unknown values, mandatory criteria, empty and
-//! one-rule sets, empty batches, 1 and 2 threads.
+//! one-rule sets, empty batches, 1 and 2 threads. The gpu matcher's kernel is checked here as
+//! the host compiler builds it (`gpu-host`): the same source the device runs.
 
 use offload_rules::matcher::fast::FastMatcher;
+use offload_rules::matcher::gpu::GpuHostMatcher;
 use offload_rules::{native, Engine, Matcher, MatcherKind, RawColumn, NO_MATCH};
 use proptest::prelude::*;
 use std::path::Path;
@@ -186,7 +188,7 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
         .collect();
     let cols: Vec<RawColumn> = texts.iter().map(|c| RawColumn::Str(c.iter().map(|s| s.as_str()).collect())).collect();
     for kind in MatcherKind::ALL {
-        let eng = Engine::compile(rs.clone(), kind);
+        let eng = Engine::compile(rs.clone(), kind).unwrap();
         let codes = eng.encoder.encode_columns(&cols).unwrap();
         for threads in [1, 2] {
             let got = eng.match_encoded(&codes, threads);
@@ -194,7 +196,7 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
         }
     }
     // The tree matcher with tiny leaves, so small cases build deep trees too.
-    let eng = Engine::compile(rs.clone(), MatcherKind::Linear);
+    let eng = Engine::compile(rs.clone(), MatcherKind::Linear).unwrap();
     let cards: Vec<usize> = (0..case.crits.len()).map(|c| eng.encoder.cardinality(c)).collect();
     let codes = eng.encoder.encode_columns(&cols).unwrap();
     for leaf in [1, 2, 3] {
@@ -202,6 +204,9 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
         let mut got = vec![0u32; case.queries.len()];
         m.match_batch(&codes, &mut got);
         prop_assert_eq!(&got, &expected, "fast matcher with leaf size {}", leaf);
+        // The gpu kernel (built for the host) over the same deep tree.
+        GpuHostMatcher::from_fast(&m).unwrap().match_batch(&codes, &mut got);
+        prop_assert_eq!(&got, &expected, "gpu kernel with leaf size {}", leaf);
     }
     Ok(())
 }
@@ -268,7 +273,7 @@ fn check_encoder(case: &Case, variant: &[u8]) -> Result<(), TestCaseError> {
     let (toml, csv) = to_native(case);
     let rt = native::parse_rule_type(Path::new("t.toml"), &toml).unwrap();
     let rs = Arc::new(native::parse_rules(&rt, Path::new("r.csv"), &csv).unwrap());
-    let eng = Engine::compile(rs, MatcherKind::Linear);
+    let eng = Engine::compile(rs, MatcherKind::Linear).unwrap();
     let texts: Vec<Vec<String>> = (0..case.crits.len())
         .map(|c| {
             case.queries

@@ -12,7 +12,7 @@ fn mct_mini_example_answers_as_documented() {
     let q = queries::load_queries(&rs.rule_type, &dir.join("queries.csv")).unwrap();
     let expected = std::fs::read_to_string(dir.join("expected.csv")).unwrap();
     for kind in MatcherKind::ALL {
-        let eng = Engine::compile(rs.clone(), kind);
+        let eng = Engine::compile(rs.clone(), kind).unwrap();
         let codes = q.encode(&eng.encoder, &dir.join("queries.csv")).unwrap();
         let answers = eng.match_encoded(&codes, 1);
         let out = std::env::temp_dir().join(format!("offload-mct-mini-{}.csv", kind.as_str()));

@@ -44,7 +44,8 @@ pub fn serve_files(
     ready: impl FnOnce(&server::Served),
 ) -> Result<Vec<(&'static str, u64)>, String> {
     let rs = offload_rules::load(rule_type, rules).map_err(|e| e.to_string())?;
-    let served = Arc::new(server::Served { engine: Engine::compile(Arc::new(rs), matcher), version: 1, matcher });
+    let engine = Engine::compile(Arc::new(rs), matcher)?;
+    let served = Arc::new(server::Served { engine, version: 1, matcher });
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signal handler: {e}"))?;
     }

@@ -249,7 +249,7 @@ fn rebuild(old: &Served, source: RuleSource) -> Result<(Served, f64), String> {
             offload_rules::parse(&rule_type_name, rule_type, &rules_name, rules).map_err(|e| e.to_string())?
         }
     };
-    let engine = Engine::compile(Arc::new(rs), old.matcher);
+    let engine = Engine::compile(Arc::new(rs), old.matcher)?;
     Ok((Served { engine, version: old.version + 1, matcher: old.matcher }, t.elapsed().as_secs_f64()))
 }
 

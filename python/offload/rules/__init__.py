@@ -23,16 +23,25 @@ from offload import _native
 
 RuleError = _native.RuleError
 NO_MATCH = _native.NO_MATCH
-MATCHERS = ("linear", "nfa", "fast")
+# Matchers every machine builds; `gpu-host` is the gpu matcher's kernel compiled for the CPU.
+MATCHERS = ("linear", "nfa", "fast", "gpu-host")
+# Matchers that need a device: compiling one without it raises RuntimeError with the reason.
+DEVICE_MATCHERS = ("gpu",)
 NFA_ORDERS = ("given", "asc", "desc", "h2")
 
 
 def is_matcher(name: str) -> bool:
-    """`linear`, `nfa`, `fast`, or `nfa:<order>` with a level order of NFA_ORDERS."""
-    return name in MATCHERS or (name.startswith("nfa:") and name[4:] in NFA_ORDERS)
+    """A name of MATCHERS or DEVICE_MATCHERS, or `nfa:<order>` with a level order of NFA_ORDERS."""
+    return name in MATCHERS or name in DEVICE_MATCHERS or (name.startswith("nfa:") and name[4:] in NFA_ORDERS)
+
+
+def gpu_device() -> dict[str, Any]:
+    """The CUDA device the `gpu` matcher runs on; RuntimeError saying what is missing if none."""
+    return json.loads(_native.gpu_device())
 
 
 __all__ = [
+    "DEVICE_MATCHERS",
     "MATCHERS",
     "NFA_ORDERS",
     "NO_MATCH",
@@ -41,6 +50,7 @@ __all__ = [
     "RuleError",
     "RuleSet",
     "compile",
+    "gpu_device",
     "is_matcher",
     "load",
 ]
@@ -184,12 +194,15 @@ def _to_column(values: Any, name: str) -> Column:
 
 
 class CompiledRules:
-    """A rule set compiled for one matcher (``linear``, ``nfa`` or ``fast``)."""
+    """A rule set compiled for one matcher (see MATCHERS and DEVICE_MATCHERS).
+
+    RuntimeError if the matcher cannot run here (``gpu`` without a device), with the reason.
+    """
 
     def __init__(self, rules: RuleSet, matcher: str = "fast") -> None:
         if not is_matcher(matcher):
             raise ValueError(
-                f"unknown matcher {matcher!r}; expected one of {', '.join(MATCHERS)} "
+                f"unknown matcher {matcher!r}; expected one of {', '.join(MATCHERS + DEVICE_MATCHERS)} "
                 f"or nfa:<{'|'.join(NFA_ORDERS)}>"
             )
         self.rules = rules

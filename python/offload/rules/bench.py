@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from offload import __version__, _native
-from offload.rules import CompiledRules, RuleSet
+from offload.rules import DEVICE_MATCHERS, CompiledRules, RuleSet
 
 # One timed pass of a configuration takes roughly this many seconds (see _queries_for).
 TARGET_SECONDS = 0.25
@@ -136,7 +136,11 @@ def run(
     for name in matchers:
         say(f"compiling {name}")
         t0 = time.perf_counter()
-        engine = CompiledRules(rules, name)
+        try:
+            engine = CompiledRules(rules, name)
+        except RuntimeError as e:  # a device matcher without its device: skipped, with the reason
+            out.setdefault("skipped", {})[name] = str(e)
+            continue
         compile_wall = time.perf_counter() - t0
         if not engines:  # encoding does not depend on the matcher: time it once
             say("timing the encoding of raw values")
@@ -156,6 +160,7 @@ def run(
             "timed_queries": len(samples[name]),
             "runs": [],
         }
+    matchers = [m for m in matchers if m in engines]
     configs = [
         (name, th, bs)
         for name in matchers
@@ -182,6 +187,16 @@ def run(
                 "ns_per_query": 1e9 * med / n,
             }
         )
+    for name, engine in engines.items():
+        if name in DEVICE_MATCHERS:
+            # The last timed batch's device time per stage (H2D, kernel, D2H): the kernel's own
+            # rate, data already on the device, beside the rate with transfers.
+            stats = engine.stats()
+            out["matchers"][name]["structure"] = stats
+            last = stats.get("last_batch", {})
+            if last.get("kernel_s"):
+                out["matchers"][name]["device_stages"] = last
+                out["matchers"][name]["kernel_queries_per_s"] = last["queries"] / last["kernel_s"]
     for entry in out["matchers"].values():
         ref = next(r for r in entry["runs"] if r["threads"] == min(threads) and r["batch"] == ref_batch)
         entry["queries_per_s_1t"] = ref["queries_per_s"]

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from offload import _native
-from offload.rules import MATCHERS, CompiledRules, RuleError, RuleSet, is_matcher
+from offload.rules import DEVICE_MATCHERS, MATCHERS, CompiledRules, RuleError, RuleSet, is_matcher
 
 app = typer.Typer(
     help="The business-rule engine (ERBIUM-style MCT rules): synth, check, compile, eval, bench, explain.",
@@ -143,7 +143,11 @@ def compile(
     ruletype: RuleTypeOpt,
     rules: RulesOpt,
     matcher: Annotated[
-        str, typer.Option(help="linear, nfa, fast, all, or nfa:<given|asc|desc|h2> (NFA level order).")
+        str,
+        typer.Option(
+            help="linear, nfa, fast, gpu-host (the GPU kernel run on the CPU), gpu (needs a CUDA device), "
+            "all (every matcher but gpu), or nfa:<given|asc|desc|h2> (NFA level order)."
+        ),
     ] = "fast",
     json_out: JsonOpt = False,
 ) -> None:
@@ -156,9 +160,13 @@ def compile(
     for name in names:
         if not is_matcher(name):
             raise fail(
-                f"unknown matcher {name!r}; expected {', '.join(MATCHERS)}, nfa:<given|asc|desc|h2> or all"
+                f"unknown matcher {name!r}; expected {', '.join(MATCHERS + DEVICE_MATCHERS)}, "
+                "nfa:<given|asc|desc|h2> or all"
             )
-        eng = CompiledRules(rs, name)
+        try:
+            eng = CompiledRules(rs, name)
+        except RuntimeError as e:  # gpu without a device: the reason, not a traceback
+            raise fail(str(e)) from None
         report["matchers"][name] = {
             "compile_s": eng.compile_seconds,
             "memory_bytes": eng.memory_bytes(),
@@ -184,18 +192,24 @@ def eval_(
     rules: RulesOpt,
     queries: Annotated[Path, typer.Option(help="Queries CSV: QUERY_ID, then one column per criterion.")],
     out: Annotated[Path, typer.Option(help="Answers CSV to write: QUERY_ID,RULE_ID,CONTENT.")],
-    matcher: Annotated[str, typer.Option(help="linear, nfa, fast, or nfa:<given|asc|desc|h2>.")] = "fast",
+    matcher: Annotated[
+        str,
+        typer.Option(help="linear, nfa, fast, gpu-host, gpu (needs a GPU) or nfa:<given|asc|desc|h2>."),
+    ] = "fast",
     threads: Annotated[int, typer.Option(help="Matching threads.")] = 1,
     json_out: JsonOpt = False,
 ) -> None:
     """Answer every query of a CSV; RULE_ID and CONTENT are empty when no rule matches."""
     if not is_matcher(matcher):
-        raise fail(f"unknown matcher {matcher!r}; expected {', '.join(MATCHERS)} or nfa:<given|asc|desc|h2>")
+        raise fail(
+            f"unknown matcher {matcher!r}; expected {', '.join(MATCHERS + DEVICE_MATCHERS)} "
+            "or nfa:<given|asc|desc|h2>"
+        )
     try:
         stats = json.loads(
             _native.eval_files(str(ruletype), str(rules), str(queries), str(out), matcher, threads)
         )
-    except RuleError as e:
+    except (RuleError, RuntimeError) as e:
         raise fail(str(e)) from None
     if json_out:
         print(json.dumps(stats, indent=2))
@@ -215,7 +229,15 @@ def bench(
     rules: RulesOpt,
     queries: Annotated[Path, typer.Option(help="Queries CSV (e.g. from `offload rules synth`).")],
     out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path("bench-rules.json"),
-    matchers: Annotated[str, typer.Option(help="Comma-separated matchers.")] = "linear,nfa,fast",
+    matchers: Annotated[
+        str,
+        typer.Option(
+            "--matchers",
+            "--matcher",
+            help="Comma-separated matchers: linear, nfa, fast, gpu-host, gpu. Without a CUDA device, gpu is "
+            "skipped with the reason (in the JSON too).",
+        ),
+    ] = "linear,nfa,fast",
     threads: Annotated[str, typer.Option(help="Comma-separated thread counts.")] = "1,2",
     batches: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,16,256,4096,65536",
     limit: Annotated[int, typer.Option(help="Use at most this many queries.")] = 1_000_000,
@@ -239,6 +261,11 @@ def bench(
             progress=lambda msg: bar.update(task, description=msg),
         )
     out.write_text(json.dumps(result, indent=2))
+    for name, why in result.get("skipped", {}).items():
+        err.print(f"[yellow]{name}: skipped[/] ({why})")
+    if not result["matchers"]:
+        console.print(f"no matcher could run; wrote {out}")
+        return
     png = b.plot(result, out.with_suffix(".png"))
     ref = result["reference_batch"]
     t = Table(

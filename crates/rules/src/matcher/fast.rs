@@ -26,10 +26,10 @@ const SMALL_WILD: usize = 4;
 /// Extra leaf entries (rule copies) allowed per rule in the whole tree.
 const COPY_BUDGET_PER_RULE: usize = 2;
 /// "No node".
-const NONE: u32 = u32::MAX;
+pub(super) const NONE: u32 = u32::MAX;
 
 #[derive(Debug, Clone, Copy)]
-enum Lookup {
+pub(super) enum Lookup {
     /// `child_tab[start + code]` for `code < len`, else no child.
     Dense,
     /// Sorted `keys[start..start + len]`, children at the same offsets of `sparse_kids`.
@@ -37,7 +37,7 @@ enum Lookup {
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Node {
+pub(super) enum Node {
     /// A leaf is one contiguous block of `leaf_data` at `start` (one or two cache lines for
     /// typical leaves): its `ncols` *active* criteria, then `len` entries in rank order, each
     /// `[rank, lo_0, hi_0, lo_1, hi_1, ...]` over the active criteria.
@@ -58,21 +58,22 @@ impl Node {
     }
 }
 
+// Fields are visible to the matcher module: the gpu matcher lays the same tree out flat.
 pub struct FastMatcher {
-    width: usize,
-    nodes: Vec<Node>,
-    child_tab: Vec<u32>,
-    keys: Vec<u32>,
-    sparse_kids: Vec<u32>,
-    leaf_data: Vec<u32>,
+    pub(super) width: usize,
+    pub(super) nodes: Vec<Node>,
+    pub(super) child_tab: Vec<u32>,
+    pub(super) keys: Vec<u32>,
+    pub(super) sparse_kids: Vec<u32>,
+    pub(super) leaf_data: Vec<u32>,
     /// Rule copies held by all leaves.
     leaf_entries: usize,
     /// Rule index of each rank.
-    rule_of_rank: Vec<u32>,
-    root: u32,
+    pub(super) rule_of_rank: Vec<u32>,
+    pub(super) root: u32,
     /// When the rule type has mandatory equality criteria, rules partition exactly by their
     /// values there (never wildcards): the root is then one hash lookup on that tuple.
-    partitions: Option<PartitionIndex>,
+    pub(super) partitions: Option<PartitionIndex>,
     depth_max: usize,
     splits_copying: usize,
     splits_wild: usize,
@@ -258,12 +259,12 @@ impl Builder<'_> {
 
 /// Open-addressing hash table from a mandatory-criteria tuple (as one mixed-radix u64) to the
 /// subtree of the rules with that tuple.
-struct PartitionIndex {
-    crits: Vec<usize>,
-    radix: Vec<u64>,
+pub(super) struct PartitionIndex {
+    pub(super) crits: Vec<usize>,
+    pub(super) radix: Vec<u64>,
     /// (key + 1, node); key 0 marks an empty slot.
-    slots: Vec<(u64, u32)>,
-    mask: usize,
+    pub(super) slots: Vec<(u64, u32)>,
+    pub(super) mask: usize,
 }
 
 impl PartitionIndex {

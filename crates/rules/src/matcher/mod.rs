@@ -4,6 +4,7 @@
 //! matching rule with the highest score, ties to the earliest rule; or [`NO_MATCH`].
 
 pub mod fast;
+pub mod gpu;
 pub mod linear;
 pub mod nfa;
 
@@ -15,7 +16,7 @@ pub const NO_MATCH: u32 = u32::MAX;
 
 /// A compiled rule set answering batches of encoded queries.
 pub trait Matcher: Send + Sync {
-    /// Short name (`linear`, `nfa`, `fast`).
+    /// Short name (`linear`, `nfa`, `fast`, `gpu`, `gpu-host`).
     fn name(&self) -> &'static str;
     /// Codes per query row (see [`crate::encode::Encoder::width`]).
     fn width(&self) -> usize;
@@ -29,22 +30,29 @@ pub trait Matcher: Send + Sync {
 }
 
 /// Which matcher to build. Written `linear`, `fast`, `nfa`, or `nfa:<order>` with a level
-/// order of [`nfa::LevelOrder`] (`given`, `asc`, `desc`, `h2`; `nfa` alone is `nfa:h2`).
+/// order of [`nfa::LevelOrder`] (`given`, `asc`, `desc`, `h2`; `nfa` alone is `nfa:h2`),
+/// `gpu` (a CUDA device), or `gpu-host` (the gpu matcher's kernel compiled for the CPU).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatcherKind {
     Linear,
     Nfa(nfa::LevelOrder),
     Fast,
+    Gpu,
+    GpuHost,
 }
 
 impl MatcherKind {
-    pub const ALL: [MatcherKind; 3] = [MatcherKind::Linear, MatcherKind::Nfa(nfa::LevelOrder::H2), MatcherKind::Fast];
-    /// The matcher family (`linear`, `nfa`, `fast`).
+    /// The matchers every machine can build (`gpu` needs a device).
+    pub const ALL: [MatcherKind; 4] =
+        [MatcherKind::Linear, MatcherKind::Nfa(nfa::LevelOrder::H2), MatcherKind::Fast, MatcherKind::GpuHost];
+    /// The matcher family (`linear`, `nfa`, `fast`, `gpu`, `gpu-host`).
     pub fn as_str(self) -> &'static str {
         match self {
             MatcherKind::Linear => "linear",
             MatcherKind::Nfa(_) => "nfa",
             MatcherKind::Fast => "fast",
+            MatcherKind::Gpu => "gpu",
+            MatcherKind::GpuHost => "gpu-host",
         }
     }
 }
@@ -65,24 +73,29 @@ impl FromStr for MatcherKind {
             "linear" => Ok(MatcherKind::Linear),
             "nfa" => Ok(MatcherKind::Nfa(nfa::LevelOrder::default())),
             "fast" => Ok(MatcherKind::Fast),
+            "gpu" => Ok(MatcherKind::Gpu),
+            "gpu-host" => Ok(MatcherKind::GpuHost),
             other => match other.strip_prefix("nfa:") {
                 Some(order) => order.parse().map(MatcherKind::Nfa),
-                None => {
-                    Err(format!("unknown matcher {other:?}; expected linear, fast, nfa or nfa:<given|asc|desc|h2>"))
-                }
+                None => Err(format!(
+                    "unknown matcher {other:?}; expected linear, fast, nfa, nfa:<given|asc|desc|h2>, gpu or gpu-host"
+                )),
             },
         }
     }
 }
 
 /// Builds a matcher of the given kind over encoded rules. `cardinalities[c]` is the number of
-/// distinct codes of criterion `c` (see [`crate::encode::Encoder::cardinality`]).
-pub fn build(kind: MatcherKind, rules: &EncodedRules, cardinalities: &[usize]) -> Box<dyn Matcher> {
-    match kind {
+/// distinct codes of criterion `c` (see [`crate::encode::Encoder::cardinality`]). Fails only
+/// for `gpu` where there is no usable device, or for a structure the kernel cannot hold.
+pub fn build(kind: MatcherKind, rules: &EncodedRules, cardinalities: &[usize]) -> Result<Box<dyn Matcher>, String> {
+    Ok(match kind {
         MatcherKind::Linear => Box::new(linear::LinearMatcher::new(rules.clone())),
         MatcherKind::Nfa(order) => Box::new(nfa::NfaMatcher::new(rules, cardinalities, order)),
         MatcherKind::Fast => Box::new(fast::FastMatcher::new(rules, cardinalities)),
-    }
+        MatcherKind::Gpu => Box::new(gpu::device::GpuMatcher::new(rules, cardinalities)?),
+        MatcherKind::GpuHost => Box::new(gpu::GpuHostMatcher::new(rules, cardinalities)?),
+    })
 }
 
 /// Runs `m` over `queries` with `threads` threads, each on a contiguous slice of the batch.
@@ -110,7 +123,7 @@ mod tests {
 
     #[test]
     fn matcher_names_round_trip() {
-        for name in ["linear", "fast", "nfa", "nfa:given", "nfa:asc", "nfa:desc"] {
+        for name in ["linear", "fast", "nfa", "nfa:given", "nfa:asc", "nfa:desc", "gpu", "gpu-host"] {
             let kind: MatcherKind = name.parse().unwrap();
             assert_eq!(kind.to_string(), name);
         }

@@ -12,7 +12,7 @@ pub fn example(name: &str) -> PathBuf {
 
 pub fn engine() -> Engine {
     let rs = offload_rules::load(&example("ruletype.toml"), &example("rules.csv")).unwrap();
-    Engine::compile(Arc::new(rs), MatcherKind::Fast)
+    Engine::compile(Arc::new(rs), MatcherKind::Fast).unwrap()
 }
 
 /// The example queries as raw columns, repeated `times` (so requests are not tiny).
