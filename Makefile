@@ -49,6 +49,8 @@ test-tools:
 	command -v stress-ng >/dev/null || apt-get install -y -qq stress-ng >/dev/null 2>&1 \
 		|| (apt-get update -qq && apt-get install -y -qq stress-ng) \
 		|| echo "could not install stress-ng: the rpwu tests will be skipped"
+	$(PY) -c "import nvidia.cuda_nvrtc" 2>/dev/null || $(PY) -m pip install -q nvidia-cuda-nvrtc-cu12 \
+		|| echo "could not install NVRTC: the gpu kernel's compile test will be skipped"
 
 test: lint rust-test py-test
 

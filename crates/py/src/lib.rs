@@ -370,6 +370,13 @@ fn gpu_device() -> PyResult<String> {
     serde_json::to_string(&dev).map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
+/// The gpu matcher's kernel compiled by NVRTC to PTX for `arch` (e.g. `compute_90`); needs
+/// NVRTC, not a device. RuntimeError with NVRTC's log if it does not compile.
+#[pyfunction]
+fn gpu_kernel_ptx(arch: &str) -> PyResult<String> {
+    rules::matcher::gpu::device::kernel_ptx(arch).map(|p| p.to_src()).map_err(PyRuntimeError::new_err)
+}
+
 /// Serves a rule set over ZeroMQ until SIGINT/SIGTERM (`offload serve`); returns the counters.
 /// Settings come from the TOML file `config` (if any), with every argument given over it.
 #[pyfunction]
@@ -651,6 +658,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eval_files, m)?)?;
     m.add_function(wrap_pyfunction!(time_encode, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_device, m)?)?;
+    m.add_function(wrap_pyfunction!(gpu_kernel_ptx, m)?)?;
     m.add_function(wrap_pyfunction!(serve, m)?)?;
     m.add_function(wrap_pyfunction!(curve_key_pair, m)?)?;
     m.add_function(wrap_pyfunction!(read_curve_key, m)?)?;

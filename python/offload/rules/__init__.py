@@ -11,10 +11,13 @@ Matching runs in Rust with the GIL released; Python only converts columns.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,9 +38,32 @@ def is_matcher(name: str) -> bool:
     return name in MATCHERS or name in DEVICE_MATCHERS or (name.startswith("nfa:") and name[4:] in NFA_ORDERS)
 
 
+@functools.cache
+def _preload_nvrtc() -> None:
+    """Makes a pip-installed NVRTC (nvidia-cuda-nvrtc-cu12) usable. The native code loads NVRTC by
+    name from the system's library path, which does not hold the wheel's folder; a library already
+    loaded is found by its name, so loading the wheel's copy first is enough."""
+    try:
+        import nvidia.cuda_nvrtc  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    for folder in nvidia.cuda_nvrtc.__path__:
+        for lib in sorted(Path(folder, "lib").glob("libnvrtc.so.*")):
+            ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+            return
+
+
 def gpu_device() -> dict[str, Any]:
     """The CUDA device the `gpu` matcher runs on; RuntimeError saying what is missing if none."""
+    _preload_nvrtc()
     return json.loads(_native.gpu_device())
+
+
+def gpu_kernel_ptx(arch: str = "compute_90") -> str:
+    """The gpu matcher's kernel compiled by NVRTC to PTX for `arch`: needs NVRTC, not a device.
+    RuntimeError with the reason (no NVRTC) or NVRTC's log."""
+    _preload_nvrtc()
+    return str(_native.gpu_kernel_ptx(arch))
 
 
 __all__ = [
@@ -51,6 +77,7 @@ __all__ = [
     "RuleSet",
     "compile",
     "gpu_device",
+    "gpu_kernel_ptx",
     "is_matcher",
     "load",
 ]
@@ -205,6 +232,8 @@ class CompiledRules:
                 f"unknown matcher {matcher!r}; expected one of {', '.join(MATCHERS + DEVICE_MATCHERS)} "
                 f"or nfa:<{'|'.join(NFA_ORDERS)}>"
             )
+        if matcher in DEVICE_MATCHERS:
+            _preload_nvrtc()
         self.rules = rules
         self._native = _native.CompiledRules(rules._native, matcher)
         self._contents = rules.contents

@@ -189,18 +189,22 @@ impl GpuMatcher {
     }
 }
 
-/// Compiles the kernel for the device's architecture and loads it.
-fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<CudaFunction, String> {
+/// Compiles the kernel with NVRTC to PTX for a virtual architecture (`compute_90` for Hopper).
+/// Needs NVRTC only, no device: the tests compile the kernel on machines without a GPU.
+pub fn kernel_ptx(arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
     // SAFETY: as in `open`, a dlopen of NVRTC by its usual names.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(NO_NVRTC.into());
     }
-    let opts = cudarc::nvrtc::CompileOptions {
-        options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
-        ..Default::default()
-    };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(KERNEL_SOURCE, opts)
-        .map_err(|e| format!("NVRTC could not compile the gpu matcher's kernel: {e}"))?;
+    let opts =
+        cudarc::nvrtc::CompileOptions { options: vec![format!("--gpu-architecture={arch}")], ..Default::default() };
+    cudarc::nvrtc::compile_ptx_with_opts(KERNEL_SOURCE, opts)
+        .map_err(|e| format!("NVRTC could not compile the gpu matcher's kernel: {e}"))
+}
+
+/// Compiles the kernel for the device's architecture and loads it.
+fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<CudaFunction, String> {
+    let ptx = kernel_ptx(&format!("compute_{major}{minor}"))?;
     let module = ctx.load_module(ptx).map_err(|e| format!("CUDA: loading the kernel: {e}"))?;
     module.load_function("match_kernel").map_err(|e| format!("CUDA: the kernel has no match_kernel: {e}"))
 }
@@ -268,6 +272,16 @@ mod tests {
     use super::*;
 
     /// Without a GPU (every CI machine), asking for one gives the reason, never a panic.
+    /// NVRTC compiles the kernel (no device needed) where NVRTC is installed; CI gets it from
+    /// the nvidia-cuda-nvrtc wheel through the Python test of the same name.
+    #[test]
+    fn nvrtc_compiles_the_kernel_where_present() {
+        match kernel_ptx("compute_90") {
+            Ok(ptx) => assert!(ptx.to_src().contains(".entry match_kernel")),
+            Err(why) => assert!(why.starts_with("no NVRTC"), "{why}"),
+        }
+    }
+
     #[test]
     fn no_gpu_is_said_cleanly() {
         match available() {
