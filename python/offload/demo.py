@@ -150,6 +150,39 @@ def _control_with_keys(control: str, keys: Path) -> dict[str, Any]:
     return {"keyless_refused": refused, "auth": stats["auth"]}
 
 
+def _gpu_section(rs: rules.RuleSet, cols: list[list[str]]) -> dict[str, Any]:
+    """The gpu matcher: the device if there is one, else the reason; the kernel compiled by NVRTC
+    (no device needed); with a device, gpu beside fast on the trace, answers compared."""
+    console.rule("the gpu matcher (docs/rules.md; benches/gpu/run.sh runs the whole GPU section)")
+    section: dict[str, Any] = {}
+    try:
+        ptx = rules.gpu_kernel_ptx("compute_90")
+        section["kernel_ptx_bytes"] = len(ptx)
+        console.print(f"kernel compiled by NVRTC for sm_90: {len(ptx):,} bytes of PTX")
+    except RuntimeError as e:
+        section["kernel_ptx"] = str(e)
+        console.print(f"kernel not compiled: {e}")
+    console.print("its logic, built for this CPU (gpu-host), is among the matchers compared above")
+    try:
+        section["device"] = rules.gpu_device()
+    except RuntimeError as e:
+        section["device"] = str(e)
+        console.print(f"[yellow]{e}[/]: the device run is skipped")
+        return section
+    gpu, fast = rules.compile(rs, "gpu"), rules.compile(rs, "fast")
+    codes = fast.encode(cols)
+    t0 = time.perf_counter()
+    got = gpu.match(codes).rule
+    wall = time.perf_counter() - t0
+    section["agrees_with_fast"] = bool(np.array_equal(got, fast.match(codes).rule))
+    section["stages"] = gpu.stats()["last_batch"]
+    console.print(
+        f"{section['device']['name']}: {len(codes):,} queries in {wall * 1e3:.1f} ms with transfers, "
+        f"agree with fast: {section['agrees_with_fast']}; device stages {section['stages']}"
+    )
+    return section
+
+
 def _probe_section(out: Path) -> dict[str, Any]:
     """The quick probe: the channels the service's requests cross, with their orderings."""
     from offload import probe
@@ -457,6 +490,7 @@ def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dic
         print_explanation(fast.explain([c[q] for c in cols]))
     (out / "rules-bench.json").write_text(json.dumps(report, indent=2))
     png = bench.plot(report, out / "rules-bench.png")
+    gpu = _gpu_section(rs, cols)
     service = _serve_section(out, paths, rs)
     probe = _probe_section(out)
     recsys = _recsys_section(out)
@@ -466,6 +500,7 @@ def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dic
     result = {
         "synth": summary, "load_s": load_s, "bench": report, "matchers_agree": agree, "serve": service,
         "probe": probe, "plan": plan, "recsys": recsys, "dataservices": dataservices, "flows": flows,
+        "gpu": gpu,
     }  # fmt: skip
     (out / "demo.json").write_text(json.dumps(result, indent=2, default=str))
     console.print(f"wrote {out / 'demo.json'}, {png} and the service plots in {out}")

@@ -17,7 +17,7 @@ pub mod value;
 
 pub use encode::{EncodedRules, Encoder, PackedStrings, RawColumn, StringColumn};
 pub use error::{ErrorKind, LoadError, Location};
-pub use matcher::{match_parallel, Matcher, MatcherKind, NO_MATCH};
+pub use matcher::{match_parallel, match_staged, DeviceStages, Matcher, MatcherKind, NO_MATCH};
 pub use model::{Criterion, CriterionKind, RuleSet, RuleType};
 
 use std::path::Path;

@@ -73,14 +73,14 @@ impl Histogram {
 #[derive(Debug, Default)]
 pub struct StageHistograms {
     /// Indexed by stage id (`Stage as usize`).
-    pub stages: [Histogram; 5],
+    pub stages: [Histogram; 8],
     pub server: Histogram,
 }
 
 impl StageHistograms {
     pub fn expose(&self, out: &mut String) {
         out.push_str(
-            "# HELP offload_stage_seconds Time per pipeline stage (queue, encode, kernel_queue, match, reply).\n",
+            "# HELP offload_stage_seconds Time per pipeline stage (queue, encode, kernel_queue, match with its device parts h2d, kernel, d2h, reply).\n",
         );
         out.push_str("# TYPE offload_stage_seconds histogram\n");
         for s in crate::protocol::Stage::ALL {

@@ -91,11 +91,26 @@ pub enum Stage {
     Reply = 3,
     /// From a worker handing the encoded batch over to a kernel executor taking it.
     KernelQueue = 4,
+    /// On a device matcher, within `match`: the batch's device time copying queries in, in
+    /// the kernel, and copying answers out (CUDA events; the chunks of a batch overlap them).
+    H2d = 5,
+    Kernel = 6,
+    D2h = 7,
 }
 
 impl Stage {
-    /// In pipeline order (ids are stable on the wire; this order is for display).
-    pub const ALL: [Stage; 5] = [Stage::Queue, Stage::Encode, Stage::KernelQueue, Stage::Match, Stage::Reply];
+    /// In pipeline order (ids are stable on the wire; this order is for display). The device
+    /// stages are parts of `match`, reported by device matchers only.
+    pub const ALL: [Stage; 8] = [
+        Stage::Queue,
+        Stage::Encode,
+        Stage::KernelQueue,
+        Stage::Match,
+        Stage::H2d,
+        Stage::Kernel,
+        Stage::D2h,
+        Stage::Reply,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             Stage::Queue => "queue",
@@ -103,6 +118,9 @@ impl Stage {
             Stage::Match => "match",
             Stage::Reply => "reply",
             Stage::KernelQueue => "kernel_queue",
+            Stage::H2d => "h2d",
+            Stage::Kernel => "kernel",
+            Stage::D2h => "d2h",
         }
     }
 }

@@ -17,7 +17,9 @@
 use crate::auth;
 use crate::protocol::{self, Payload, Reply, Stage, Status};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
-use offload_rules::{match_parallel, Engine, MatcherKind, PackedStrings, RawColumn, NO_MATCH};
+use offload_rules::{
+    match_parallel, match_staged, DeviceStages, Engine, MatcherKind, PackedStrings, RawColumn, NO_MATCH,
+};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -809,17 +811,32 @@ fn prepare(served: &Served, job: &Job) -> Result<Prepared, Reply> {
     })
 }
 
-fn finish(served: &Served, p: &Prepared, rule: Vec<u32>, kernel_queue_ns: u64, match_ns: u64) -> Reply {
+/// The time a request spent matching: wall time, and on a device the batch's stages.
+#[derive(Clone, Copy, Default)]
+struct Matched {
+    ns: u64,
+    device: Option<DeviceStages>,
+}
+
+fn finish(served: &Served, p: &Prepared, rule: Vec<u32>, kernel_queue_ns: u64, matched: Matched) -> Reply {
     let t = Instant::now();
     let contents = &served.engine.rules().contents;
     let content: Vec<i64> = rule.iter().map(|&r| if r == NO_MATCH { 0 } else { contents[r as usize] }).collect();
-    let stages_ns = vec![
+    let mut stages_ns = vec![
         (Stage::Queue as u8, p.queue_ns),
         (Stage::Encode as u8, p.encode_ns),
         (Stage::KernelQueue as u8, kernel_queue_ns),
-        (Stage::Match as u8, match_ns),
-        (Stage::Reply as u8, t.elapsed().as_nanos() as u64),
+        (Stage::Match as u8, matched.ns),
     ];
+    if let Some(d) = matched.device {
+        let ns = |s: f64| (s * 1e9) as u64;
+        stages_ns.extend([
+            (Stage::H2d as u8, ns(d.h2d_s)),
+            (Stage::Kernel as u8, ns(d.kernel_s)),
+            (Stage::D2h as u8, ns(d.d2h_s)),
+        ]);
+    }
+    stages_ns.push((Stage::Reply as u8, t.elapsed().as_nanos() as u64));
     Reply {
         request_id: p.id,
         status: Status::Ok,
@@ -839,8 +856,9 @@ fn match_alone(served: &Served, p: &Prepared, threads: usize, kernel_queue_ns: u
     let n = p.codes.len() / w;
     let matcher = &*served.engine.matcher;
     let mut rule = vec![NO_MATCH; n];
+    let mut device = None;
     if p.stop_after == 0 {
-        match_parallel(matcher, &p.codes, &mut rule, threads);
+        device = match_staged(matcher, &p.codes, &mut rule, threads);
     } else {
         let (mut done, mut chunk, mut found) = (0usize, 64usize, 0usize);
         while done < n && found < p.stop_after {
@@ -852,8 +870,8 @@ fn match_alone(served: &Served, p: &Prepared, threads: usize, kernel_queue_ns: u
         }
         rule.truncate(done);
     }
-    let match_ns = t.elapsed().as_nanos() as u64;
-    finish(served, p, rule, kernel_queue_ns, match_ns)
+    let matched = Matched { ns: t.elapsed().as_nanos() as u64, device };
+    finish(served, p, rule, kernel_queue_ns, matched)
 }
 
 /// Executes one kernel batch: requests whose deadline passed in the kernel queue are refused
@@ -866,13 +884,13 @@ fn execute_batch(served: &Served, requests: &[Admitted], threads: usize, kernel_
     let batchable: Vec<&Prepared> =
         requests.iter().map(|r| &r.prepared).filter(|p| p.stop_after == 0 && !expired(p)).collect();
     let mut shared: Vec<Vec<u32>> = Vec::new();
-    let mut shared_ns = 0;
+    let mut shared_matched = Matched::default();
     if batchable.len() > 1 {
         let t = Instant::now();
         let codes: Vec<u32> = batchable.iter().flat_map(|p| p.codes.iter().copied()).collect();
         let mut rule = vec![NO_MATCH; codes.len() / w];
-        match_parallel(&*served.engine.matcher, &codes, &mut rule, threads);
-        shared_ns = t.elapsed().as_nanos() as u64;
+        let device = match_staged(&*served.engine.matcher, &codes, &mut rule, threads);
+        shared_matched = Matched { ns: t.elapsed().as_nanos() as u64, device };
         let mut rest = rule.as_slice();
         for p in &batchable {
             let (mine, tail) = rest.split_at(p.codes.len() / w);
@@ -894,7 +912,7 @@ fn execute_batch(served: &Served, requests: &[Admitted], threads: usize, kernel_
                 )
             } else if p.stop_after == 0 {
                 match shared.next() {
-                    Some(rule) => finish(served, p, rule, kernel_queue_ns, shared_ns),
+                    Some(rule) => finish(served, p, rule, kernel_queue_ns, shared_matched),
                     None => match_alone(served, p, threads, kernel_queue_ns),
                 }
             } else {

@@ -31,6 +31,8 @@ from offload.serve import CurveKeys
 MAX_REQUESTS = 1_000_000
 # The server-side stages of a reply, in pipeline order (docs/serve-protocol.md).
 STAGES = ("queue", "encode", "kernel_queue", "match", "reply")
+# Parts of `match` on a device matcher (CUDA event times of the batch): shown, never added up.
+DEVICE_STAGES = ("h2d", "kernel", "d2h")
 
 
 @dataclass(frozen=True)
@@ -239,8 +241,11 @@ def _by_size(ok: list[tuple[float, int, int, str, dict[str, int]]]) -> list[dict
         rtt = statistics.median(r[0] for r in rs) * 1e6
         n = statistics.median(r[1] for r in rs)
         outside = max(0.0, rtt - sum(stages.values()))
-        out.append({"size_up_to": b, "requests": len(rs), "median_queries": n, "round_trip_us": rtt,
-                    "stages_us": stages, "outside_server_us": outside})  # fmt: skip
+        row = {"size_up_to": b, "requests": len(rs), "median_queries": n, "round_trip_us": rtt,
+               "stages_us": stages, "outside_server_us": outside}  # fmt: skip
+        if any(k in r[4] for r in rs for k in DEVICE_STAGES):
+            row["device_stages_us"] = {k: _median_ns(rs, k) / 1e3 for k in DEVICE_STAGES}
+        out.append(row)
     return out
 
 

@@ -27,6 +27,29 @@ pub trait Matcher: Send + Sync {
     fn memory_bytes(&self) -> usize;
     /// Structure statistics for `compile` reports, as JSON.
     fn stats(&self) -> serde_json::Value;
+    /// Like [`Matcher::match_batch`], and for a matcher on a device, the device time of each
+    /// stage of this batch (CPU matchers: `None`).
+    fn match_batch_staged(&self, queries: &[u32], out: &mut [u32]) -> Option<DeviceStages> {
+        self.match_batch(queries, out);
+        None
+    }
+    /// Whether the matcher runs on a device: it takes a batch whole (one queue, its own
+    /// parallelism), so callers do not split it over threads.
+    fn on_device(&self) -> bool {
+        false
+    }
+}
+
+/// Device time of each stage of one batch on a device matcher, summed over its chunks. Chunks
+/// overlap stages over two lanes, so the sum can exceed the batch's wall time; each stage
+/// alone says what bounds the device.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct DeviceStages {
+    pub h2d_s: f64,
+    pub kernel_s: f64,
+    pub d2h_s: f64,
+    pub chunks: usize,
+    pub queries: usize,
 }
 
 /// Which matcher to build. Written `linear`, `fast`, `nfa`, or `nfa:<order>` with a level
@@ -96,6 +119,17 @@ pub fn build(kind: MatcherKind, rules: &EncodedRules, cardinalities: &[usize]) -
         MatcherKind::Gpu => Box::new(gpu::device::GpuMatcher::new(rules, cardinalities)?),
         MatcherKind::GpuHost => Box::new(gpu::GpuHostMatcher::new(rules, cardinalities)?),
     })
+}
+
+/// Runs `m` over `queries`: a device matcher takes the batch whole and reports its stages;
+/// a CPU matcher runs on `threads` threads ([`match_parallel`]).
+pub fn match_staged(m: &dyn Matcher, queries: &[u32], out: &mut [u32], threads: usize) -> Option<DeviceStages> {
+    if m.on_device() {
+        m.match_batch_staged(queries, out)
+    } else {
+        match_parallel(m, queries, out, threads);
+        None
+    }
 }
 
 /// Runs `m` over `queries` with `threads` threads, each on a contiguous slice of the batch.

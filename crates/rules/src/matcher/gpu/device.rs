@@ -12,7 +12,7 @@
 
 use super::{image_of, KERNEL_SOURCE};
 use crate::encode::EncodedRules;
-use crate::matcher::Matcher;
+use crate::matcher::{DeviceStages, Matcher};
 use cudarc::driver::{
     sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PinnedHostSlice,
     PushKernelArg,
@@ -34,17 +34,6 @@ pub struct DeviceInfo {
     pub compute_capability: (i32, i32),
     pub memory_bytes: usize,
     pub multiprocessors: i32,
-}
-
-/// Device time of each stage of the last batch, summed over its chunks. The lanes overlap
-/// stages, so the sum can exceed the batch's wall time; each stage alone says what bounds it.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct StageTimes {
-    pub h2d_s: f64,
-    pub kernel_s: f64,
-    pub d2h_s: f64,
-    pub chunks: usize,
-    pub queries: usize,
 }
 
 /// Opens device 0, or says why there is no GPU to use.
@@ -101,7 +90,7 @@ struct State {
     image: CudaSlice<u32>,
     lanes: Vec<Lane>,
     grid_max: u32,
-    last: StageTimes,
+    last: DeviceStages,
 }
 
 /// The gpu matcher: the fast matcher's tree as a flat image on the device, one kernel thread
@@ -136,7 +125,7 @@ impl GpuMatcher {
         let lanes =
             (0..LANES).map(|_| lane(&ctx, chunk, width)).collect::<Result<Vec<_>, DriverError>>().map_err(cuda)?;
         let grid_max = (device.multiprocessors.max(1) as u32) * BLOCKS_PER_SM;
-        let state = State { func, image: d_image, lanes, grid_max, last: StageTimes::default() };
+        let state = State { func, image: d_image, lanes, grid_max, last: DeviceStages::default() };
         Ok(GpuMatcher { width, chunk, image_words: image.len(), device, tree, state: Mutex::new(state) })
     }
 
@@ -146,14 +135,14 @@ impl GpuMatcher {
     }
 
     /// Stage times of the last batch.
-    pub fn last_stages(&self) -> StageTimes {
+    pub fn last_stages(&self) -> DeviceStages {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).last
     }
 
     /// Matches a batch, chunk by chunk over the lanes.
-    fn run(&self, st: &mut State, queries: &[u32], out: &mut [u32]) -> Result<StageTimes, DriverError> {
+    fn run(&self, st: &mut State, queries: &[u32], out: &mut [u32]) -> Result<DeviceStages, DriverError> {
         let w = self.width;
-        let mut t = StageTimes::default();
+        let mut t = DeviceStages::default();
         let State { func, image, lanes, grid_max, .. } = st;
         for (j, at) in (0..out.len()).step_by(self.chunk).enumerate() {
             let n = self.chunk.min(out.len() - at);
@@ -223,7 +212,7 @@ fn lane(ctx: &Arc<CudaContext>, chunk: usize, width: usize) -> Result<Lane, Driv
 }
 
 /// Waits for the lane's chunk in flight, if any, and moves its answers and stage times out.
-fn finish(lane: &mut Lane, out: &mut [u32], t: &mut StageTimes) -> Result<(), DriverError> {
+fn finish(lane: &mut Lane, out: &mut [u32], t: &mut DeviceStages) -> Result<(), DriverError> {
     let Some((at, n, [e0, e1, e2, e3])) = lane.pending.take() else { return Ok(()) };
     lane.stream.synchronize()?;
     out[at..at + n].copy_from_slice(&lane.pin_out.as_slice()?[..n]);
@@ -243,14 +232,23 @@ impl Matcher for GpuMatcher {
         self.width
     }
     fn match_batch(&self, queries: &[u32], out: &mut [u32]) {
+        self.match_batch_staged(queries, out);
+    }
+    fn match_batch_staged(&self, queries: &[u32], out: &mut [u32]) -> Option<DeviceStages> {
         assert_eq!(queries.len(), out.len() * self.width, "queries must hold width codes per answer");
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         // The Matcher contract has no error path: a device that fails mid-batch (lost, out of
         // memory) stops the caller with the driver's reason rather than answering wrongly.
         match self.run(&mut st, queries, out) {
-            Ok(t) => st.last = t,
+            Ok(t) => {
+                st.last = t;
+                Some(t)
+            }
             Err(e) => panic!("gpu matcher: the device failed during a batch: {e}"),
         }
+    }
+    fn on_device(&self) -> bool {
+        true
     }
     fn memory_bytes(&self) -> usize {
         self.image_words * 4
