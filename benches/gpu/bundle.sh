@@ -30,11 +30,12 @@ rm -f "$CARGO_TARGET_DIR"/maturin/lib_native.so "$CARGO_TARGET_DIR"/release/deps
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
     typer rich matplotlib pytest hypothesis pyzmq
 rm -f "$dir"/numpy-*.whl  # a dependency of matplotlib, and already on the GPU machines
-# The demo's rules and the first 50k queries of its trace, compressed (the bench tiles them).
+# The demo's rules and the first 50k queries of its trace with their requests, compressed.
 tmp=$(mktemp -d)
 mkdir -p "$tmp/demo"
 cp "$demo/ruletype.xml" "$demo/rules.csv" "$tmp/demo/"
 head -n 50001 "$demo/queries.csv" > "$tmp/demo/queries.csv"
+awk -F, 'NR == 1 || $2 + $3 <= 50000' "$demo/requests.csv" > "$tmp/demo/requests.csv"  # their requests
 tar -C "$tmp" -czf "$dir/demo.tar.gz" demo
 rm -rf "$tmp"
 du -sh "$dir"

@@ -30,7 +30,13 @@ python3 -m pytest -q -p no:cacheprovider tests/python/test_rules_gpu.py 2>&1 | t
 # 2. The matcher: gpu beside fast, 1 thread, batches from launch-bound to streaming.
 python3 -m offload.cli rules bench "${rt[@]}" --queries "$demo/queries.csv" --matcher gpu,fast \
     --threads 1 --batches 4096,65536,1048576,4194304 --repeats 5 --out "$out/rules-gpu.json" 2>&1 | tail -20
-# 3. The channels: pageable / pinned / allocation + copy, launch latency (CuPy, where present).
+# 3. The service feeding the GPU: the same grid with gpu and with fast; gpu replies carry the
+#    batch's H2D / kernel / D2H (device_stages_us in the JSON's by-size rows).
+for m in gpu fast; do
+    python3 -m offload.cli sweep "${rt[@]}" --trace "$demo" --matcher "$m" --p 4 --w 4 --k 1,2 --e 1 \
+        --batch 0,65536 --duration 3 --out "$out/sweep-$m.json" 2>&1 | tail -12
+done
+# 4. The channels: pageable / pinned / allocation + copy, launch latency (CuPy, where present).
 # (no plots: an installed wheel does not find the repo's data/presets, which the plots read)
 python3 -m offload.cli probe --quick --no-uring --no-plots --out "$out/probe.json" 2>&1 | tail -20
 ls -l "$out"

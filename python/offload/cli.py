@@ -214,6 +214,9 @@ def sweep(
     batch_timeout_us: Annotated[int, typer.Option(help="Cross-request batching wait (µs).")] = 500,
     request_size: Annotated[int, typer.Option(help="Requests of N queries (0 = as traced).")] = 0,
     duration: Annotated[float, typer.Option(help="Seconds per configuration.")] = 3.0,
+    matcher: Annotated[
+        str, typer.Option(help="The daemon's matcher (gpu: the kernel executors run on the CUDA device).")
+    ] = "fast",
     p99_us: Annotated[float, typer.Option(help="Q1: best throughput with p99 under (µs).")] = 5000.0,
     target_qps: Annotated[float, typer.Option(help="Q2: lowest p99 with at least q/s.")] = 1e6,
     out: Annotated[str, typer.Option(help="JSON to write (+ .csv, .png).")] = "sweep.json",
@@ -228,13 +231,27 @@ def sweep(
     from offload.serve import inject as inj
     from offload.serve import sweep as sw
 
+    if matcher in rules_api.DEVICE_MATCHERS:
+        try:
+            rules_api.gpu_device()
+        except RuntimeError as e:  # say why before starting daemons that cannot start
+            Console(stderr=True).print(f"error: {e}", highlight=False)
+            raise typer.Exit(2) from None
+    if matcher in rules_api.DEVICE_MATCHERS:
+        try:
+            rules_api.gpu_device()
+        except RuntimeError as e:  # say why before starting daemons that cannot start
+            Console(stderr=True).print(f"error: {e}", highlight=False)
+            raise typer.Exit(2) from None
     rs = rules_api.load(ruletype, rules)
     tr = inj.load_trace(Path(trace), rs.criterion_codes)
     if request_size > 0:
         tr = tr.fixed_size(request_size)
     configs = sw.grid(_ints(p), _ints(w), _ints(k), _ints(e), _ints(batch), batch_timeout_us, _floats(rates))
     c = Console()
-    rows = sw.sweep(ruletype, rules, tr, configs, duration, progress=lambda m: c.print(m, style="dim"))
+    rows = sw.sweep(
+        ruletype, rules, tr, configs, duration, matcher, progress=lambda m: c.print(m, style="dim")
+    )
     summary = sw.write(rows, Path(out), p99_us, target_qps)
     t = Table("configuration", "queries/s", "p50 µs", "p99 µs", "Pareto")
     front = set(summary["pareto"])
