@@ -119,6 +119,10 @@ def report(
         str | None,
         typer.Option(help="`offload metrics availability --json` output (.png beside). \\[default: none]"),
     ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(help="`rules bench --matcher gpu,...` JSON (benches/gpu/run.sh). \\[default: none]"),
+    ] = None,
 ) -> None:
     """One static HTML report of the benchmark, probe, sweep, calibration, recommendation, cost,
     RM-SSD, near-data, particle-flow and metrics results, with plots; opens from disk.
@@ -134,7 +138,7 @@ def report(
 
     try:
         given = (bench, probe, sweep, calibration, recommend, cost, recsys, dataservices, flows, rpwu, nodes,
-                 mbwu, headroom, availability)  # fmt: skip
+                 mbwu, headroom, availability, gpu)  # fmt: skip
         inputs = [path(x) for x in given]
         written = rep.build(Path(out), *inputs)
     except (KeyError, ValueError, TypeError) as e:

@@ -533,6 +533,28 @@ def availability_section(d: dict[str, Any] | None, path: Path | None) -> str:
     return out + (_img(png, alt="availability") if png is not None and png.exists() else "")
 
 
+def gpu_section(d: dict[str, Any] | None, path: Path | None) -> str:
+    """The gpu matcher (`benches/gpu/run.sh` on a GPU machine: `rules bench --matcher gpu,...`)."""
+    if d is None:
+        how = "benches/gpu/run.sh on a GPU machine (its rules-gpu.json)"
+        return _missing("GPU results", how)
+    out = f"<p class=meta>{d['rules']:,} rules, {d['queries']:,} queries, {_e(d['date'])}</p>"
+    for name, why in d.get("skipped", {}).items():
+        out += f"<p class=meta>{_e(name)}: skipped ({_e(why)})</p>"
+    rows = []
+    for name, m in d["matchers"].items():
+        for r in sorted(m["runs"], key=lambda r: (r["threads"], r["batch"])):
+            stages = m.get("device_stages", {})
+            rows.append((name, r["threads"], f"{r['batch']:,}", f"{r['queries_per_s']:,.0f}",
+                         f"{m['kernel_queries_per_s']:,.0f}" if "kernel_queries_per_s" in m else "—",
+                         " / ".join(f"{1e3 * stages[k]:.2f}" for k in ("h2d_s", "kernel_s", "d2h_s"))
+                         if stages else "—"))  # fmt: skip
+    out += _table(("matcher", "threads", "batch", "queries/s with transfers", "kernel alone q/s",
+                   "H2D / kernel / D2H ms (last batch)"), rows, 1)  # fmt: skip
+    png = path.with_suffix(".png") if path else None
+    return out + (_img(png, alt="gpu matcher") if png is not None and png.exists() else "")
+
+
 def build(
     out: Path,
     bench: Path | None = None,
@@ -549,9 +571,11 @@ def build(
     mbwu: Path | None = None,
     headroom: Path | None = None,
     availability: Path | None = None,
+    gpu: Path | None = None,
 ) -> Path:
     sections = [
         ("Rule engine", rules_section(_load(bench), bench)),
+        ("The rule engine on a GPU", gpu_section(_load(gpu), gpu)),
         ("Channels (probe)", probe_section(_load(probe), probe)),
         ("Service configurations (sweep)", sweep_section(_load(sweep), sweep)),
         ("Simulator calibration", calibration_section(_load(calibration))),

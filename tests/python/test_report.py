@@ -67,6 +67,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "nodes": RESULTS / "flows" / "nodes.json", "mbwu": RESULTS / "metrics" / "mbwu.json",
         "headroom": RESULTS / "metrics" / "headroom.json",
         "availability": RESULTS / "metrics" / "availability.json",
+        "gpu": RESULTS / "gpu" / "rules-gpu-nogpu.json",
     }  # fmt: skip
 
 
@@ -76,11 +77,13 @@ def test_report_has_every_section_table_and_plot(inputs: dict[str, Path], tmp_pa
     more = ["Recommendation", "Deployment cost", "Recommendation inference on SSD (RM-SSD)"]
     flows = ["Particle data flows (partition by id)", "Node budgets&#x27; relative performance (RPWU)",
              "Particle pipeline over several nodes", "Media-based work units (MBWU)",
-             "Network processing headroom", "Relative data availability"]  # fmt: skip
+             "Network processing headroom", "Relative data availability",
+             "The rule engine on a GPU"]  # fmt: skip
     for title in [*titles, *more, "Near-data queries (offload or push back)", *flows]:
         assert f">{title}</h2>" in page
     assert 'class="missing"' not in page  # every input was given and found
-    assert page.count("<table>") == 15  # MBWU has two: this disk, the seed's case study
+    assert page.count("<table>") == 16  # MBWU has two: this disk, the seed's case study
+    assert "gpu: skipped (no GPU" in page and "gpu-host" in page  # a run without a device says so
     assert "ycsb-a" in page and "[64.0%]" in page and "94" in page and "20.58" in page  # the metrics
     assert "100 such nodes" in page and "held out" in page  # the pipeline model
     assert "ships" in page and "bluefield2" in page and "cpu-cache" in page  # flows and rpwu
@@ -94,7 +97,8 @@ def test_report_has_every_section_table_and_plot(inputs: dict[str, Path], tmp_pa
 
 def test_missing_sections_say_how_to_make_them(tmp_path: Path) -> None:
     page = report.build(tmp_path / "r.html", cost=None).read_text()
-    assert page.count('class="missing"') == 14 and "offload plan calibrate" in page
+    assert page.count('class="missing"') == 15 and "offload plan calibrate" in page
+    assert "benches/gpu/run.sh" in page
     assert "flows_bench.py --parts nodes" in page
     assert "offload flows partition" in page and "offload metrics rpwu" in page
     assert "offload node case-study" in page
@@ -124,7 +128,7 @@ def test_headless_chromium_renders_every_plot_and_table(inputs: dict[str, Path],
     assert body, dom.stdout[:500]
     attrs = dict(re.findall(r'data-([a-z-]+)="(\d+)"', body.group(1)))
     assert int(attrs["images"]) >= 16 and attrs["images-loaded"] == attrs["images"], attrs
-    assert int(attrs["tables"]) == 15
+    assert int(attrs["tables"]) == 16
     shot = tmp_path / "report.png"
     subprocess.run([*browser, "--window-size=1280,2400", f"--screenshot={shot}", html.as_uri()],
                    capture_output=True, timeout=120, check=True)  # fmt: skip
