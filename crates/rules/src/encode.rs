@@ -12,8 +12,8 @@
 //! the rule's interval. Rows are padded to a multiple of [`LANES`] with always-true columns so
 //! the row test vectorises.
 
-use crate::model::{Column, CriterionKind, Dictionary, RuleSet};
-use crate::value::{parse_date, parse_int, ValueError};
+use crate::model::{Column, CriterionKind, Dictionary, RuleSet, SHORT_KEY_MAX};
+use crate::value::{parse_date, parse_date_exact, parse_int, parse_int_word, ValueError};
 use std::sync::Arc;
 
 /// Trims ASCII spaces only when present (the common case has none).
@@ -170,6 +170,106 @@ impl StringColumn {
     }
 }
 
+/// One raw text value as the batch encoder reads it: its first bytes as one word where the
+/// layout allows, the `&str` only when a value is not short.
+trait RawText<'v>: Copy {
+    fn len(self) -> usize;
+    /// The first 8 bytes, first byte lowest; bytes past the value's end are arbitrary.
+    fn head(self) -> u64;
+    fn text(self) -> &'v str;
+}
+
+/// Up to 8 bytes of `b` from `at`, first byte lowest: one load when 8 bytes are there, else a
+/// byte at a time (only the last values of a column, or short `&str`s).
+#[inline]
+fn load8(b: &[u8], at: usize) -> u64 {
+    match b.get(at..at + 8) {
+        Some(w) => u64::from_le_bytes(w.try_into().expect("8 bytes")),
+        None => b[at.min(b.len())..].iter().rev().fold(0u64, |k, &x| k << 8 | x as u64),
+    }
+}
+
+impl<'v> RawText<'v> for &'v str {
+    #[inline]
+    fn len(self) -> usize {
+        str::len(self)
+    }
+    #[inline]
+    fn head(self) -> u64 {
+        load8(self.as_bytes(), 0)
+    }
+    #[inline]
+    fn text(self) -> &'v str {
+        self
+    }
+}
+
+/// Value `data[start..end]` of a packed column: reading past its end reads the next values,
+/// which is harmless (those bytes are masked off) and lets most values load in one go.
+#[derive(Clone, Copy)]
+struct PackedValue<'v> {
+    data: &'v str,
+    start: usize,
+    end: usize,
+}
+
+impl<'v> RawText<'v> for PackedValue<'v> {
+    #[inline]
+    fn len(self) -> usize {
+        self.end - self.start
+    }
+    #[inline]
+    fn head(self) -> u64 {
+        load8(self.data.as_bytes(), self.start)
+    }
+    #[inline]
+    fn text(self) -> &'v str {
+        &self.data[self.start..self.end]
+    }
+}
+
+/// Whether a value of `len <= 7` bytes whose first bytes are `head` starts or ends with a space
+/// (and so needs trimming). For len 0 it looks at some other byte: at worst the general path
+/// is taken, which gives the same code.
+#[inline]
+fn has_end_space(head: u64, len: usize) -> bool {
+    head as u8 == b' ' || (head >> ((8 * len).wrapping_sub(8) & 63)) as u8 == b' '
+}
+
+/// Encodes the text values `vals` of an equality criterion into `slots`, looking short values
+/// up with `code_of_key`. A repeat is one comparison: of the packed key for short values (the
+/// packing is the dictionary's own first step), of the text for longer ones ("" is never such
+/// a value).
+#[inline]
+fn encode_equ<'v, 's, V: RawText<'v>>(
+    dict: &Dictionary,
+    code_of_key: impl Fn(u64) -> u32,
+    vals: impl Iterator<Item = V>,
+    slots: impl Iterator<Item = &'s mut u32>,
+) {
+    let (mut last_key, mut last_code) = (u64::MAX, 0u32);
+    let (mut last_long, mut last_long_code) = ("", 0u32);
+    for (slot, v) in slots.zip(vals) {
+        let len = v.len();
+        let head = v.head();
+        *slot = if len <= SHORT_KEY_MAX && !has_end_space(head, len) {
+            let k = Dictionary::short_key_of_word(head, len);
+            if k != last_key {
+                (last_key, last_code) = (k, code_of_key(k));
+            }
+            last_code
+        } else if len <= SHORT_KEY_MAX {
+            dict.code(trim_ascii(v.text()))
+        } else {
+            let t = v.text();
+            if t != last_long {
+                (last_long, last_long_code) = (t, dict.code(trim_ascii(t)));
+            }
+            last_long_code
+        };
+    }
+}
+
 fn value_error(e: ValueError, row: usize, criterion: &str, value: &str) -> QueryError {
     QueryError {
         row,
@@ -300,9 +400,16 @@ impl Encoder {
     #[inline]
     fn rank(&self, c: usize, v: i128) -> u32 {
         if let Some(t) = &self.rank_tables[c] {
-            if let Some(&r) = v.checked_sub(t.base).and_then(|i| usize::try_from(i).ok()).and_then(|i| t.ranks.get(i)) {
-                return r;
+            // The table covers [first, last) boundary: below it no boundary is <= v, from the
+            // last one on all are, so no search is ever needed.
+            if v < t.base {
+                return 0;
             }
+            // v >= base, so the difference is exact as a u128 even when it overflows an i128.
+            return match t.ranks.get(usize::try_from(v.wrapping_sub(t.base) as u128).unwrap_or(usize::MAX)) {
+                Some(&r) => r,
+                None => self.bounds[c].len() as u32,
+            };
         }
         self.bounds[c].partition_point(|&b| b <= v) as u32
     }
@@ -366,53 +473,57 @@ impl Encoder {
         self.rank(c, v)
     }
 
-    /// Encodes `n` text values of criterion `c` (value `i` from `value(i)`, row `first + i` of
-    /// the batch), handing each code to `put`. The criterion's kind is looked at once, not per
-    /// value, and a value equal to the one before reuses its code: a request's queries share
-    /// most of their values (the same airports, carriers, dates), so most lookups are one
-    /// comparison.
-    fn encode_texts<'v>(
+    /// Encodes the text values `vals` of criterion `c` (rows `first..` of the batch) into
+    /// `slots`. The criterion's kind is looked at once, not per value, and a value equal to the
+    /// last one looked up reuses its code: a request's queries share most of their values (the
+    /// same airports, carriers, dates, states), so most lookups are one comparison.
+    fn encode_texts<'v, 's, V: RawText<'v>>(
         &self,
         c: usize,
-        n: usize,
-        value: impl Fn(usize) -> &'v str,
+        vals: impl Iterator<Item = V>,
         first: usize,
-        out: &mut [u32],
-        put: impl Fn(usize, u32, &mut [u32]),
+        slots: impl Iterator<Item = &'s mut u32>,
     ) -> Result<(), QueryError> {
         match &self.rules.columns[c] {
-            Column::Equ { dict, .. } => {
-                // Short values compare as packed integers: one comparison when a value repeats,
-                // and the packing is the lookup's own first step anyway.
-                let (mut last_key, mut last_code) = (u64::MAX, 0u32);
-                for i in 0..n {
-                    let v = trim_ascii(value(i));
-                    let code = match Dictionary::short_key(v) {
-                        Some(k) if k == last_key => last_code,
-                        Some(k) => {
-                            (last_key, last_code) = (k, dict.code_of_key(k));
-                            last_code
-                        }
-                        None => dict.code(v),
-                    };
-                    put(i, code, out);
-                }
-            }
+            Column::Equ { dict, .. } => encode_equ(dict, |k| dict.code_of_key(k), vals, slots),
             Column::Range { .. } => {
                 let crit = &self.rules.rule_type.criteria[c];
                 let date = crit.kind == CriterionKind::DateRange;
-                let mut last: Option<(&str, u32)> = None;
-                for i in 0..n {
-                    let v = value(i);
-                    let code = match last {
-                        Some((prev, code)) if prev == v => code,
-                        _ => {
-                            let x = if date { parse_date(v) } else { parse_int(v) };
-                            self.rank(c, x.map_err(|e| value_error(e, first + i, &crit.code, v))?)
+                // As for equality: a repeat is one comparison of the packed key or of the text.
+                let (mut last_key, mut last_code) = (u64::MAX, 0u32);
+                let (mut last_long, mut last_long_code) = ("", 0u32);
+                for (i, (slot, v)) in slots.zip(vals).enumerate() {
+                    let len = v.len();
+                    let head = v.head();
+                    let key = (len <= SHORT_KEY_MAX).then(|| Dictionary::short_key_of_word(head, len));
+                    match key {
+                        Some(k) if k == last_key => {
+                            *slot = last_code;
+                            continue;
+                        }
+                        None if v.text() == last_long => {
+                            *slot = last_long_code;
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    // Plain digits and well-formed dates are read directly; anything else
+                    // (padding, signs, long numbers, errors) takes the general parsers.
+                    let fast = if date { parse_date_exact(v.text().as_bytes()) } else { parse_int_word(head, len) };
+                    let x = match fast {
+                        Some(x) => x as i128,
+                        None => {
+                            let t = v.text();
+                            let x = if date { parse_date(t) } else { parse_int(t) };
+                            x.map_err(|e| value_error(e, first + i, &crit.code, t))?
                         }
                     };
-                    last = Some((v, code));
-                    put(i, code, out);
+                    let code = self.rank(c, x);
+                    match key {
+                        Some(k) => (last_key, last_code) = (k, code),
+                        None => (last_long, last_long_code) = (v.text(), code),
+                    }
+                    *slot = code;
                 }
             }
         }
@@ -449,24 +560,30 @@ impl Encoder {
         for (b, out_block) in out.chunks_mut(BLOCK * w).enumerate() {
             let rows = b * BLOCK..(b * BLOCK + out_block.len() / w);
             for (c, col) in cols.iter().enumerate() {
-                let put = |i: usize, code: u32, out_block: &mut [u32]| out_block[i * w + c] = code;
+                // Column c of every row of the block (c < n_criteria <= w): an iterator, so
+                // writing a code needs no bounds check.
+                let slots = out_block[c..].iter_mut().step_by(w);
                 match col {
                     RawColumn::Str(vals) => {
-                        let vals = &vals[rows.clone()];
-                        self.encode_texts(c, vals.len(), |i| vals[i], rows.start, out_block, put)?;
+                        self.encode_texts(c, vals[rows.clone()].iter().copied(), rows.start, slots)?;
                     }
                     RawColumn::Packed(p) => {
-                        self.encode_texts(c, rows.len(), |i| p.get(rows.start + i), rows.start, out_block, put)?;
+                        let values = p.offsets[rows.start..=rows.end].windows(2).map(|o| PackedValue {
+                            data: p.data,
+                            start: (o[0] - p.base) as usize,
+                            end: (o[1] - p.base) as usize,
+                        });
+                        self.encode_texts(c, values, rows.start, slots)?;
                     }
                     RawColumn::Int(vals) if !crits[c].kind.is_range() => {
                         // Integers given for an equality criterion are looked up as text.
-                        for (i, v) in vals[rows.clone()].iter().enumerate() {
-                            out_block[i * w + c] = self.encode_str(c, &v.to_string()).unwrap_or(0);
+                        for (slot, v) in slots.zip(&vals[rows.clone()]) {
+                            *slot = self.encode_str(c, &v.to_string()).unwrap_or(0);
                         }
                     }
                     RawColumn::Int(vals) => {
-                        for (i, &v) in vals[rows.clone()].iter().enumerate() {
-                            out_block[i * w + c] = self.rank(c, v as i128);
+                        for (slot, &v) in slots.zip(&vals[rows.clone()]) {
+                            *slot = self.rank(c, v as i128);
                         }
                     }
                 }
