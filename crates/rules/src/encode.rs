@@ -13,6 +13,7 @@
 //! the row test vectorises.
 
 use crate::model::{Column, CriterionKind, Dictionary, RuleSet, SHORT_KEY_MAX};
+use crate::phf::ShortTable;
 use crate::value::{parse_date, parse_date_exact, parse_int, parse_int_word, ValueError};
 use std::sync::Arc;
 
@@ -37,6 +38,9 @@ pub struct Encoder {
     /// For range criteria whose boundaries span a small interval (flight numbers, dates): the
     /// rank of every value in `[first, last)` boundary, so encoding is one table read.
     rank_tables: Vec<Option<RankTable>>,
+    /// For equality criteria: a perfect hash of the dictionary's short keys, so looking up a
+    /// query value never branches on whether it is known (None: the dictionary's own map).
+    short_tables: Vec<Option<ShortTable>>,
     width: usize,
 }
 
@@ -373,9 +377,17 @@ impl Encoder {
                 Some(RankTable { base: first, ranks })
             })
             .collect();
+        let short_tables = rules
+            .columns
+            .iter()
+            .map(|col| match col {
+                Column::Equ { dict, .. } => ShortTable::build(&dict.short_entries()),
+                Column::Range { .. } => None,
+            })
+            .collect();
         let n = rules.n_criteria();
         let width = n.div_ceil(LANES).max(1) * LANES;
-        Encoder { rules, bounds, rank_tables, width }
+        Encoder { rules, bounds, rank_tables, short_tables, width }
     }
 
     pub fn rules(&self) -> &Arc<RuleSet> {
@@ -485,7 +497,10 @@ impl Encoder {
         slots: impl Iterator<Item = &'s mut u32>,
     ) -> Result<(), QueryError> {
         match &self.rules.columns[c] {
-            Column::Equ { dict, .. } => encode_equ(dict, |k| dict.code_of_key(k), vals, slots),
+            Column::Equ { dict, .. } => match &self.short_tables[c] {
+                Some(t) => encode_equ(dict, |k| t.code_of_key(k), vals, slots),
+                None => encode_equ(dict, |k| dict.code_of_key(k), vals, slots),
+            },
             Column::Range { .. } => {
                 let crit = &self.rules.rule_type.criteria[c];
                 let date = crit.kind == CriterionKind::DateRange;

@@ -162,6 +162,10 @@ impl Dictionary {
     pub fn code_of_key(&self, key: u64) -> u32 {
         self.short.get(&key).copied().unwrap_or(0)
     }
+    /// Every value with a [`Dictionary::short_key`], as (key, code).
+    pub fn short_entries(&self) -> Vec<(u64, u32)> {
+        self.short.iter().map(|(&k, &c)| (k, c)).collect()
+    }
     /// The code of `v`, or 0 when no rule names it.
     #[inline]
     pub fn code(&self, v: &str) -> u32 {
