@@ -180,6 +180,8 @@ trait RawText<'v>: Copy {
     fn len(self) -> usize;
     /// The first 8 bytes, first byte lowest; bytes past the value's end are arbitrary.
     fn head(self) -> u64;
+    /// The last 8 bytes of a value of at least 8 bytes.
+    fn tail(self) -> u64;
     fn text(self) -> &'v str;
 }
 
@@ -201,6 +203,10 @@ impl<'v> RawText<'v> for &'v str {
     #[inline]
     fn head(self) -> u64 {
         load8(self.as_bytes(), 0)
+    }
+    #[inline]
+    fn tail(self) -> u64 {
+        load8(self.as_bytes(), self.len().saturating_sub(8))
     }
     #[inline]
     fn text(self) -> &'v str {
@@ -227,6 +233,10 @@ impl<'v> RawText<'v> for PackedValue<'v> {
         load8(self.data.as_bytes(), self.start)
     }
     #[inline]
+    fn tail(self) -> u64 {
+        load8(self.data.as_bytes(), self.end.saturating_sub(8))
+    }
+    #[inline]
     fn text(self) -> &'v str {
         &self.data[self.start..self.end]
     }
@@ -240,10 +250,39 @@ fn has_end_space(head: u64, len: usize) -> bool {
     head as u8 == b' ' || (head >> ((8 * len).wrapping_sub(8) & 63)) as u8 == b' '
 }
 
+/// Remembers the last value longer than a packed key that was encoded, to find repeats without
+/// hashing: values of 8 to 16 bytes are equal when their lengths, first and last 8 bytes are;
+/// longer ones are compared in full.
+#[derive(Clone, Copy)]
+struct LastLong<'v> {
+    len: usize,
+    head: u64,
+    tail: u64,
+    text: &'v str,
+    code: u32,
+}
+
+impl<'v> LastLong<'v> {
+    /// Matches no value (their length is at least 8).
+    const NONE: LastLong<'static> = LastLong { len: 0, head: 0, tail: 0, text: "", code: 0 };
+
+    /// The code of `v` when it is the remembered value.
+    #[inline]
+    fn get(&self, v: impl RawText<'v>) -> Option<u32> {
+        let len = v.len();
+        (len == self.len && v.head() == self.head && v.tail() == self.tail && (len <= 16 || v.text() == self.text))
+            .then_some(self.code)
+    }
+
+    #[inline]
+    fn new(v: impl RawText<'v>, code: u32) -> Self {
+        LastLong { len: v.len(), head: v.head(), tail: v.tail(), text: v.text(), code }
+    }
+}
+
 /// Encodes the text values `vals` of an equality criterion into `slots`, looking short values
-/// up with `code_of_key`. A repeat is one comparison: of the packed key for short values (the
-/// packing is the dictionary's own first step), of the text for longer ones ("" is never such
-/// a value).
+/// up with `code_of_key`. A repeat is one comparison of the packed key for short values (the
+/// packing is the lookup's own first step), or found by [`LastLong`] for longer ones.
 #[inline]
 fn encode_equ<'v, 's, V: RawText<'v>>(
     dict: &Dictionary,
@@ -252,24 +291,25 @@ fn encode_equ<'v, 's, V: RawText<'v>>(
     slots: impl Iterator<Item = &'s mut u32>,
 ) {
     let (mut last_key, mut last_code) = (u64::MAX, 0u32);
-    let (mut last_long, mut last_long_code) = ("", 0u32);
+    let mut last_long = LastLong::NONE;
     for (slot, v) in slots.zip(vals) {
         let len = v.len();
-        let head = v.head();
-        *slot = if len <= SHORT_KEY_MAX && !has_end_space(head, len) {
-            let k = Dictionary::short_key_of_word(head, len);
-            if k != last_key {
+        *slot = if len <= SHORT_KEY_MAX {
+            let k = Dictionary::short_key_of_word(v.head(), len);
+            if k == last_key {
+                last_code
+            } else if !has_end_space(k, len) {
+                // Only keys without padding are remembered, so a repeat needs no trimming.
                 (last_key, last_code) = (k, code_of_key(k));
+                last_code
+            } else {
+                dict.code(trim_ascii(v.text()))
             }
-            last_code
-        } else if len <= SHORT_KEY_MAX {
-            dict.code(trim_ascii(v.text()))
+        } else if let Some(code) = last_long.get(v) {
+            code
         } else {
-            let t = v.text();
-            if t != last_long {
-                (last_long, last_long_code) = (t, dict.code(trim_ascii(t)));
-            }
-            last_long_code
+            last_long = LastLong::new(v, dict.code(trim_ascii(v.text())));
+            last_long.code
         };
     }
 }
@@ -504,23 +544,21 @@ impl Encoder {
             Column::Range { .. } => {
                 let crit = &self.rules.rule_type.criteria[c];
                 let date = crit.kind == CriterionKind::DateRange;
-                // As for equality: a repeat is one comparison of the packed key or of the text.
+                // As for equality: a repeat is one comparison of the packed key, or found by
+                // [`LastLong`].
                 let (mut last_key, mut last_code) = (u64::MAX, 0u32);
-                let (mut last_long, mut last_long_code) = ("", 0u32);
+                let mut last_long = LastLong::NONE;
                 for (i, (slot, v)) in slots.zip(vals).enumerate() {
                     let len = v.len();
                     let head = v.head();
                     let key = (len <= SHORT_KEY_MAX).then(|| Dictionary::short_key_of_word(head, len));
-                    match key {
-                        Some(k) if k == last_key => {
-                            *slot = last_code;
-                            continue;
-                        }
-                        None if v.text() == last_long => {
-                            *slot = last_long_code;
-                            continue;
-                        }
-                        _ => {}
+                    let repeat = match key {
+                        Some(k) => (k == last_key).then_some(last_code),
+                        None => last_long.get(v),
+                    };
+                    if let Some(code) = repeat {
+                        *slot = code;
+                        continue;
                     }
                     // Plain digits and well-formed dates are read directly; anything else
                     // (padding, signs, long numbers, errors) takes the general parsers.
@@ -536,7 +574,7 @@ impl Encoder {
                     let code = self.rank(c, x);
                     match key {
                         Some(k) => (last_key, last_code) = (k, code),
-                        None => (last_long, last_long_code) = (v.text(), code),
+                        None => last_long = LastLong::new(v, code),
                     }
                     *slot = code;
                 }
