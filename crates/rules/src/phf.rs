@@ -107,13 +107,10 @@ impl ShortTable {
     pub fn code_of_key(&self, k: u64) -> u32 {
         let h = k.wrapping_mul(M1);
         let s = self.slot(h, self.pilots[(h >> self.bucket_shift) as usize]);
-        // Written as a select of both loads so that it compiles without a branch.
+        // Both reads, then a select the compiler must not turn into a branch (a plain `if` or
+        // a mask became one, mispredicted whenever known and unknown values mix).
         let (key, code) = (self.keys[s], self.codes[s]);
-        if key == k {
-            code
-        } else {
-            0
-        }
+        std::hint::select_unpredictable(key == k, code, 0)
     }
 
     pub fn memory_bytes(&self) -> usize {
