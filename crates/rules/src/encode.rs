@@ -12,8 +12,9 @@
 //! the rule's interval. Rows are padded to a multiple of [`LANES`] with always-true columns so
 //! the row test vectorises.
 
-use crate::model::{Column, CriterionKind, Dictionary, RuleSet};
-use crate::value::{parse_date, parse_int, ValueError};
+use crate::model::{Column, CriterionKind, Dictionary, RuleSet, SHORT_KEY_MAX};
+use crate::phf::ShortTable;
+use crate::value::{parse_date, parse_date_exact, parse_int, parse_int_word, ValueError};
 use std::sync::Arc;
 
 /// Trims ASCII spaces only when present (the common case has none).
@@ -37,6 +38,9 @@ pub struct Encoder {
     /// For range criteria whose boundaries span a small interval (flight numbers, dates): the
     /// rank of every value in `[first, last)` boundary, so encoding is one table read.
     rank_tables: Vec<Option<RankTable>>,
+    /// For equality criteria: a perfect hash of the dictionary's short keys, so looking up a
+    /// query value never branches on whether it is known (None: the dictionary's own map).
+    short_tables: Vec<Option<ShortTable>>,
     width: usize,
 }
 
@@ -170,6 +174,147 @@ impl StringColumn {
     }
 }
 
+/// One raw text value as the batch encoder reads it: its first bytes as one word where the
+/// layout allows, the `&str` only when a value is not short.
+trait RawText<'v>: Copy {
+    fn len(self) -> usize;
+    /// The first 8 bytes, first byte lowest; bytes past the value's end are arbitrary.
+    fn head(self) -> u64;
+    /// The last 8 bytes of a value of at least 8 bytes.
+    fn tail(self) -> u64;
+    fn text(self) -> &'v str;
+}
+
+/// Up to 8 bytes of `b` from `at`, first byte lowest: one load when 8 bytes are there, else a
+/// byte at a time (only the last values of a column, or short `&str`s).
+#[inline]
+fn load8(b: &[u8], at: usize) -> u64 {
+    match b.get(at..at + 8) {
+        Some(w) => u64::from_le_bytes(w.try_into().expect("8 bytes")),
+        None => b[at.min(b.len())..].iter().rev().fold(0u64, |k, &x| k << 8 | x as u64),
+    }
+}
+
+impl<'v> RawText<'v> for &'v str {
+    #[inline]
+    fn len(self) -> usize {
+        str::len(self)
+    }
+    #[inline]
+    fn head(self) -> u64 {
+        load8(self.as_bytes(), 0)
+    }
+    #[inline]
+    fn tail(self) -> u64 {
+        load8(self.as_bytes(), self.len().saturating_sub(8))
+    }
+    #[inline]
+    fn text(self) -> &'v str {
+        self
+    }
+}
+
+/// Value `data[start..end]` of a packed column: reading past its end reads the next values,
+/// which is harmless (those bytes are masked off) and lets most values load in one go.
+#[derive(Clone, Copy)]
+struct PackedValue<'v> {
+    data: &'v str,
+    start: usize,
+    end: usize,
+}
+
+impl<'v> RawText<'v> for PackedValue<'v> {
+    #[inline]
+    fn len(self) -> usize {
+        self.end - self.start
+    }
+    #[inline]
+    fn head(self) -> u64 {
+        load8(self.data.as_bytes(), self.start)
+    }
+    #[inline]
+    fn tail(self) -> u64 {
+        load8(self.data.as_bytes(), self.end.saturating_sub(8))
+    }
+    #[inline]
+    fn text(self) -> &'v str {
+        &self.data[self.start..self.end]
+    }
+}
+
+/// Whether a value of `len <= 7` bytes whose first bytes are `head` starts or ends with a space
+/// (and so needs trimming). For len 0 it looks at some other byte: at worst the general path
+/// is taken, which gives the same code.
+#[inline]
+fn has_end_space(head: u64, len: usize) -> bool {
+    head as u8 == b' ' || (head >> ((8 * len).wrapping_sub(8) & 63)) as u8 == b' '
+}
+
+/// Remembers the last value longer than a packed key that was encoded, to find repeats without
+/// hashing: values of 8 to 16 bytes are equal when their lengths, first and last 8 bytes are;
+/// longer ones are compared in full.
+#[derive(Clone, Copy)]
+struct LastLong<'v> {
+    len: usize,
+    head: u64,
+    tail: u64,
+    text: &'v str,
+    code: u32,
+}
+
+impl<'v> LastLong<'v> {
+    /// Matches no value (their length is at least 8).
+    const NONE: LastLong<'static> = LastLong { len: 0, head: 0, tail: 0, text: "", code: 0 };
+
+    /// The code of `v` when it is the remembered value. Always inlined: as a call (what the
+    /// compiler chose) it was a tenth of the time of a batch.
+    #[inline(always)]
+    fn get(&self, v: impl RawText<'v>) -> Option<u32> {
+        let len = v.len();
+        (len == self.len && v.head() == self.head && v.tail() == self.tail && (len <= 16 || v.text() == self.text))
+            .then_some(self.code)
+    }
+
+    #[inline]
+    fn new(v: impl RawText<'v>, code: u32) -> Self {
+        LastLong { len: v.len(), head: v.head(), tail: v.tail(), text: v.text(), code }
+    }
+}
+
+/// Encodes the text values `vals` of an equality criterion into `slots`, looking short values
+/// up with `code_of_key`. A repeat is one comparison of the packed key for short values (the
+/// packing is the lookup's own first step), or found by [`LastLong`] for longer ones.
+#[inline]
+fn encode_equ<'v, 's, V: RawText<'v>>(
+    dict: &Dictionary,
+    code_of_key: impl Fn(u64) -> u32,
+    vals: impl Iterator<Item = V>,
+    slots: impl Iterator<Item = &'s mut u32>,
+) {
+    let (mut last_key, mut last_code) = (u64::MAX, 0u32);
+    let mut last_long = LastLong::NONE;
+    for (slot, v) in slots.zip(vals) {
+        let len = v.len();
+        *slot = if len <= SHORT_KEY_MAX {
+            let k = Dictionary::short_key_of_word(v.head(), len);
+            if k == last_key {
+                last_code
+            } else if !has_end_space(k, len) {
+                // Only keys without padding are remembered, so a repeat needs no trimming.
+                (last_key, last_code) = (k, code_of_key(k));
+                last_code
+            } else {
+                dict.code(trim_ascii(v.text()))
+            }
+        } else if let Some(code) = last_long.get(v) {
+            code
+        } else {
+            last_long = LastLong::new(v, dict.code(trim_ascii(v.text())));
+            last_long.code
+        };
+    }
+}
+
 fn value_error(e: ValueError, row: usize, criterion: &str, value: &str) -> QueryError {
     QueryError {
         row,
@@ -273,9 +418,17 @@ impl Encoder {
                 Some(RankTable { base: first, ranks })
             })
             .collect();
+        let short_tables = rules
+            .columns
+            .iter()
+            .map(|col| match col {
+                Column::Equ { dict, .. } => ShortTable::build(&dict.short_entries()),
+                Column::Range { .. } => None,
+            })
+            .collect();
         let n = rules.n_criteria();
         let width = n.div_ceil(LANES).max(1) * LANES;
-        Encoder { rules, bounds, rank_tables, width }
+        Encoder { rules, bounds, rank_tables, short_tables, width }
     }
 
     pub fn rules(&self) -> &Arc<RuleSet> {
@@ -300,9 +453,16 @@ impl Encoder {
     #[inline]
     fn rank(&self, c: usize, v: i128) -> u32 {
         if let Some(t) = &self.rank_tables[c] {
-            if let Some(&r) = v.checked_sub(t.base).and_then(|i| usize::try_from(i).ok()).and_then(|i| t.ranks.get(i)) {
-                return r;
+            // The table covers [first, last) boundary: below it no boundary is <= v, from the
+            // last one on all are, so no search is ever needed.
+            if v < t.base {
+                return 0;
             }
+            // v >= base, so the difference is exact as a u128 even when it overflows an i128.
+            return match t.ranks.get(usize::try_from(v.wrapping_sub(t.base) as u128).unwrap_or(usize::MAX)) {
+                Some(&r) => r,
+                None => self.bounds[c].len() as u32,
+            };
         }
         self.bounds[c].partition_point(|&b| b <= v) as u32
     }
@@ -366,53 +526,58 @@ impl Encoder {
         self.rank(c, v)
     }
 
-    /// Encodes `n` text values of criterion `c` (value `i` from `value(i)`, row `first + i` of
-    /// the batch), handing each code to `put`. The criterion's kind is looked at once, not per
-    /// value, and a value equal to the one before reuses its code: a request's queries share
-    /// most of their values (the same airports, carriers, dates), so most lookups are one
-    /// comparison.
-    fn encode_texts<'v>(
+    /// Encodes the text values `vals` of criterion `c` (rows `first..` of the batch) into
+    /// `slots`. The criterion's kind is looked at once, not per value, and a value equal to the
+    /// last one looked up reuses its code: a request's queries share most of their values (the
+    /// same airports, carriers, dates, states), so most lookups are one comparison.
+    fn encode_texts<'v, 's, V: RawText<'v>>(
         &self,
         c: usize,
-        n: usize,
-        value: impl Fn(usize) -> &'v str,
+        vals: impl Iterator<Item = V>,
         first: usize,
-        out: &mut [u32],
-        put: impl Fn(usize, u32, &mut [u32]),
+        slots: impl Iterator<Item = &'s mut u32>,
     ) -> Result<(), QueryError> {
         match &self.rules.columns[c] {
-            Column::Equ { dict, .. } => {
-                // Short values compare as packed integers: one comparison when a value repeats,
-                // and the packing is the lookup's own first step anyway.
-                let (mut last_key, mut last_code) = (u64::MAX, 0u32);
-                for i in 0..n {
-                    let v = trim_ascii(value(i));
-                    let code = match Dictionary::short_key(v) {
-                        Some(k) if k == last_key => last_code,
-                        Some(k) => {
-                            (last_key, last_code) = (k, dict.code_of_key(k));
-                            last_code
-                        }
-                        None => dict.code(v),
-                    };
-                    put(i, code, out);
-                }
-            }
+            Column::Equ { dict, .. } => match &self.short_tables[c] {
+                Some(t) => encode_equ(dict, |k| t.code_of_key(k), vals, slots),
+                None => encode_equ(dict, |k| dict.code_of_key(k), vals, slots),
+            },
             Column::Range { .. } => {
                 let crit = &self.rules.rule_type.criteria[c];
                 let date = crit.kind == CriterionKind::DateRange;
-                let mut last: Option<(&str, u32)> = None;
-                for i in 0..n {
-                    let v = value(i);
-                    let code = match last {
-                        Some((prev, code)) if prev == v => code,
-                        _ => {
-                            let x = if date { parse_date(v) } else { parse_int(v) };
-                            self.rank(c, x.map_err(|e| value_error(e, first + i, &crit.code, v))?)
+                // As for equality: a repeat is one comparison of the packed key, or found by
+                // [`LastLong`].
+                let (mut last_key, mut last_code) = (u64::MAX, 0u32);
+                let mut last_long = LastLong::NONE;
+                for (i, (slot, v)) in slots.zip(vals).enumerate() {
+                    let len = v.len();
+                    let head = v.head();
+                    let key = (len <= SHORT_KEY_MAX).then(|| Dictionary::short_key_of_word(head, len));
+                    let repeat = match key {
+                        Some(k) => (k == last_key).then_some(last_code),
+                        None => last_long.get(v),
+                    };
+                    if let Some(code) = repeat {
+                        *slot = code;
+                        continue;
+                    }
+                    // Plain digits and well-formed dates are read directly; anything else
+                    // (padding, signs, long numbers, errors) takes the general parsers.
+                    let fast = if date { parse_date_exact(v.text().as_bytes()) } else { parse_int_word(head, len) };
+                    let x = match fast {
+                        Some(x) => x as i128,
+                        None => {
+                            let t = v.text();
+                            let x = if date { parse_date(t) } else { parse_int(t) };
+                            x.map_err(|e| value_error(e, first + i, &crit.code, t))?
                         }
                     };
-                    last = Some((v, code));
-                    put(i, code, out);
+                    let code = self.rank(c, x);
+                    match key {
+                        Some(k) => (last_key, last_code) = (k, code),
+                        None => last_long = LastLong::new(v, code),
+                    }
+                    *slot = code;
                 }
             }
         }
@@ -449,24 +614,30 @@ impl Encoder {
         for (b, out_block) in out.chunks_mut(BLOCK * w).enumerate() {
             let rows = b * BLOCK..(b * BLOCK + out_block.len() / w);
             for (c, col) in cols.iter().enumerate() {
-                let put = |i: usize, code: u32, out_block: &mut [u32]| out_block[i * w + c] = code;
+                // Column c of every row of the block (c < n_criteria <= w): an iterator, so
+                // writing a code needs no bounds check.
+                let slots = out_block[c..].iter_mut().step_by(w);
                 match col {
                     RawColumn::Str(vals) => {
-                        let vals = &vals[rows.clone()];
-                        self.encode_texts(c, vals.len(), |i| vals[i], rows.start, out_block, put)?;
+                        self.encode_texts(c, vals[rows.clone()].iter().copied(), rows.start, slots)?;
                     }
                     RawColumn::Packed(p) => {
-                        self.encode_texts(c, rows.len(), |i| p.get(rows.start + i), rows.start, out_block, put)?;
+                        let values = p.offsets[rows.start..=rows.end].windows(2).map(|o| PackedValue {
+                            data: p.data,
+                            start: (o[0] - p.base) as usize,
+                            end: (o[1] - p.base) as usize,
+                        });
+                        self.encode_texts(c, values, rows.start, slots)?;
                     }
                     RawColumn::Int(vals) if !crits[c].kind.is_range() => {
                         // Integers given for an equality criterion are looked up as text.
-                        for (i, v) in vals[rows.clone()].iter().enumerate() {
-                            out_block[i * w + c] = self.encode_str(c, &v.to_string()).unwrap_or(0);
+                        for (slot, v) in slots.zip(&vals[rows.clone()]) {
+                            *slot = self.encode_str(c, &v.to_string()).unwrap_or(0);
                         }
                     }
                     RawColumn::Int(vals) => {
-                        for (i, &v) in vals[rows.clone()].iter().enumerate() {
-                            out_block[i * w + c] = self.rank(c, v as i128);
+                        for (slot, &v) in slots.zip(&vals[rows.clone()]) {
+                            *slot = self.rank(c, v as i128);
                         }
                     }
                 }

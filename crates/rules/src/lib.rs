@@ -12,6 +12,7 @@ pub mod explain;
 pub mod matcher;
 pub mod model;
 pub mod native;
+pub mod phf;
 pub mod queries;
 pub mod value;
 

@@ -123,7 +123,20 @@ fn pack(v: &[u8]) -> u64 {
     k
 }
 
+/// Longest value kept in [`Dictionary`]'s packed map, public so that callers know which values
+/// have a [`Dictionary::short_key`].
+pub const SHORT_KEY_MAX: usize = SHORT;
+
 impl Dictionary {
+    /// The [`Dictionary::short_key`] of a value of `len <= 7` bytes held in the low bytes of
+    /// `word` (first byte lowest, as `u64::from_le_bytes` reads them); the bytes past `len` are
+    /// ignored. A caller that can read 8 bytes at once skips the byte-by-byte packing.
+    #[inline]
+    pub fn short_key_of_word(word: u64, len: usize) -> u64 {
+        debug_assert!(len <= SHORT);
+        // 8 * len <= 56, so the shift cannot overflow and no branch is needed.
+        (word & ((1u64 << (8 * len)) - 1)) | (len as u64) << 56
+    }
     pub fn intern(&mut self, v: &str) -> u32 {
         let c = self.code(v);
         if c != 0 {
@@ -148,6 +161,10 @@ impl Dictionary {
     #[inline]
     pub fn code_of_key(&self, key: u64) -> u32 {
         self.short.get(&key).copied().unwrap_or(0)
+    }
+    /// Every value with a [`Dictionary::short_key`], as (key, code).
+    pub fn short_entries(&self) -> Vec<(u64, u32)> {
+        self.short.iter().map(|(&k, &c)| (k, c)).collect()
     }
     /// The code of `v`, or 0 when no rule names it.
     #[inline]

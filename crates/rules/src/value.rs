@@ -29,6 +29,58 @@ pub fn parse_int(s: &str) -> Result<i128, ValueError> {
     t.parse::<i128>().map_err(|_| ValueError::IntegerTooLarge)
 }
 
+/// [`parse_int`] of a value of `len` bytes held in the low bytes of `word` (first byte lowest),
+/// when it is 1 to 8 plain ASCII digits; `None` for anything else, which the caller hands to
+/// [`parse_int`]. The batch encoder reads a value as one word, and this converts it without a
+/// loop (SWAR: the digits are checked and combined in pairs, quads, then all eight).
+#[inline]
+pub fn parse_int_word(word: u64, len: usize) -> Option<i64> {
+    if len == 0 || len > 8 {
+        return None;
+    }
+    // '0'..'9' become 0..9; shifting left drops the bytes past the value and leaves zeros
+    // (leading zero digits) in the low bytes, the most significant ones.
+    let x = (word ^ 0x3030_3030_3030_3030) << (8 * (8 - len));
+    // Every byte must be <= 9: a byte >= 0x80 has its high bit set, and one in 10..0x7f gets it
+    // from adding 0x76 (a carry only leaves a byte that is itself already >= 0x80).
+    if (x | x.wrapping_add(0x7676_7676_7676_7676)) & 0x8080_8080_8080_8080 != 0 {
+        return None;
+    }
+    let x = (x & 0x0f0f_0f0f_0f0f_0f0f).wrapping_mul(10 << 8 | 1) >> 8;
+    let x = (x & 0x00ff_00ff_00ff_00ff).wrapping_mul(100 << 16 | 1) >> 16;
+    let x = (x & 0x0000_ffff_0000_ffff).wrapping_mul(10000 << 32 | 1) >> 32;
+    Some(x as i64)
+}
+
+/// [`parse_date`] of `YYYY-MM-DD` or `DDMMMYYYY` written with nothing else (no spaces, no signs)
+/// and naming a real day; `None` for anything else, which the caller hands to [`parse_date`]
+/// (so errors and odd inputs take exactly the general path).
+#[inline]
+pub fn parse_date_exact(b: &[u8]) -> Option<i64> {
+    #[inline]
+    fn digits(b: &[u8]) -> Option<u32> {
+        b.iter().try_fold(0u32, |acc, &c| {
+            let d = c.wrapping_sub(b'0');
+            (d < 10).then_some(acc * 10 + d as u32)
+        })
+    }
+    let (y, m, d) = match b.len() {
+        10 if b[4] == b'-' && b[7] == b'-' => (digits(&b[0..4])?, digits(&b[5..7])?, digits(&b[8..10])?),
+        9 => {
+            // Upper-casing by clearing bit 5 is exact here: every month name is letters only.
+            let mon = [b[2] & !0x20, b[3] & !0x20, b[4] & !0x20];
+            let m = MONTHS.iter().position(|x| x.as_bytes() == mon)? as u32 + 1;
+            (digits(&b[5..9])?, m, digits(&b[0..2])?)
+        }
+        _ => return None,
+    };
+    let y = y as i64;
+    if !(1..=12).contains(&m) || d == 0 || d > days_in_month(y, m) {
+        return None;
+    }
+    Some(days_from_civil(y, m, d))
+}
+
 fn is_leap(y: i64) -> bool {
     (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
 }
@@ -121,6 +173,89 @@ mod tests {
         assert!(matches!(parse_date("31APR2023"), Err(ValueError::ImpossibleDate(_))));
         assert_eq!(parse_date("1MAR2023"), Err(ValueError::MalformedDate));
         assert_eq!(parse_date("01XYZ2023"), Err(ValueError::MalformedDate));
+    }
+
+    #[test]
+    fn fast_integers_agree_with_parse_int() {
+        let word = |s: &str| {
+            let mut b = [0xffu8; 8];
+            b[..s.len()].copy_from_slice(s.as_bytes());
+            u64::from_le_bytes(b)
+        };
+        let mut cases: Vec<String> = ["", "0", "7", "00000000", "99999999", "12345678", "1234567", "0042", "+1", "-1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        for v in (0..100_000_000u64).step_by(9_973).chain(0..2_000) {
+            cases.push(v.to_string());
+            cases.push(format!("{v:08}"));
+        }
+        for bad in [b'/', b':', b' ', b'a', 0, 0x80, 0xff, 0x8a, 0x7f] {
+            for pos in 0..8 {
+                let mut s = *b"12345678";
+                s[pos] = bad;
+                for len in pos + 1..=8 {
+                    let b = &s[..len];
+                    let w = u64::from_le_bytes(s);
+                    assert_eq!(parse_int_word(w, len), None, "{b:?}");
+                }
+            }
+        }
+        for s in &cases {
+            let fast = parse_int_word(word(s), s.len());
+            match parse_int(s) {
+                Ok(v) if !s.starts_with(['+', '-']) && !s.is_empty() => assert_eq!(fast, Some(v as i64), "{s}"),
+                _ => assert_eq!(fast, None, "{s}"),
+            }
+        }
+        assert_eq!(parse_int_word(word("12345678"), 9), None);
+    }
+
+    #[test]
+    fn fast_dates_agree_with_parse_date() {
+        let mut cases = vec![
+            "2024-02-29",
+            "2023-02-29",
+            "2026-13-01",
+            "2026-00-01",
+            "2026-01-00",
+            "2026-01-32",
+            "+026-01-05",
+            "2026-+1-05",
+            "0000-01-01",
+            "9999-12-31",
+            "29feb2024",
+            "29FEB2023",
+            "01xyz2023",
+            "00JAN2026",
+            "1MAR2023",
+            "+1MAR2023",
+            "01MAR+023",
+            "2026/01/05",
+            "01M@R2026",
+            "01m`r2026",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+        for z in (-800_000i64..3_000_000).step_by(997) {
+            let (y, m, d) = civil_from_days(z);
+            if (0..=9999).contains(&y) {
+                cases.push(format!("{y:04}-{m:02}-{d:02}"));
+                cases.push(format_date(z as i128));
+                cases.push(format_date(z as i128).to_lowercase());
+            }
+        }
+        for s in &cases {
+            let fast = parse_date_exact(s.as_bytes());
+            match parse_date(s) {
+                Ok(v) if s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') => {
+                    assert_eq!(fast, Some(v as i64), "{s}")
+                }
+                Ok(v) => assert!(fast.is_none() || fast == Some(v as i64), "{s}"),
+                Err(_) => assert_eq!(fast, None, "{s}"),
+            }
+        }
     }
 
     #[test]

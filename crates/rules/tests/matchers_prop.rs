@@ -6,6 +6,7 @@
 
 use offload_rules::matcher::fast::FastMatcher;
 use offload_rules::matcher::gpu::GpuHostMatcher;
+use offload_rules::value::ValueError;
 use offload_rules::{native, Engine, Matcher, MatcherKind, RawColumn, NO_MATCH};
 use proptest::prelude::*;
 use std::path::Path;
@@ -39,7 +40,8 @@ struct Case {
     queries: Vec<Vec<i64>>,
 }
 
-const LETTERS: [&str; 5] = ["A", "B", "C", "D", "E"];
+// Equality values of 1, 2, 7 and 8 bytes (7 is the longest packed key), and an unknown one.
+const LETTERS: [&str; 5] = ["A", "BC", "DEFGHIJ", "KLMNOPQR", "ZZZ"];
 // Dates: day numbers offset from 2026-01-01 (= day 20454).
 const DAY0: i64 = 20454;
 
@@ -265,40 +267,135 @@ fn every_matcher_equals_the_oracle_on_larger_sets() {
     runner.run(&strat, |case| check(&case)).unwrap();
 }
 
+/// Raw text of query value `v` of a criterion of kind `kind` in one of many shapes picked by
+/// `k`: padding, leading zeros, signs, long and huge integers, dates in both formats and any
+/// case, unknown and near-miss keys of every length; with `bad`, also values that must be
+/// rejected.
+fn shaped(kind: Kind, v: i64, k: u8, bad: bool) -> String {
+    match kind {
+        Kind::Equ => {
+            let l = LETTERS[v as usize];
+            match k % 16 {
+                0 => format!(" {l} "),
+                1 => format!("{l}LONGERTHANEIGHT"),
+                2 => format!(" {l}\t"),
+                3 => format!("\t{l}"),
+                4 => format!("{l} "),
+                5 => l[..l.len() - 1].to_string(),
+                6 => format!("{l}x"),
+                7 => "x".repeat(1 + v as usize % 9),
+                8 => format!("{l}\u{e9}"),
+                9 => String::new(),
+                10 => format!("   {l}"),
+                _ => l.to_string(),
+            }
+        }
+        Kind::Int => match k % (if bad { 24 } else { 16 }) {
+            0 => format!("{v:08}"),
+            1 => format!("{v:03}"),
+            2 => format!("+{v}"),
+            3 => format!(" {v} "),
+            4 => format!("{v:020}"),
+            5 => format!("{v:09}"),
+            6 => format!("{v:018}"),
+            7 => format!("{v:019}"),
+            8 => "99999999999999999999".to_string(),
+            9 => format!("-{}", "9".repeat(38)),
+            10 => format!("{v}\t"),
+            11 => format!("{}", v * 1_000_000_007),
+            16 => format!("{v}X"),
+            17 => String::new(),
+            18 => "9".repeat(40),
+            19 => format!("{v} 1"),
+            20 => "+".to_string(),
+            21 => "12\u{e9}".to_string(),
+            22 => format!("0x{v}"),
+            23 => "1234567X".to_string(),
+            _ => v.to_string(),
+        },
+        Kind::Date => {
+            let (y, m, d) = offload_rules::value::civil_from_days(DAY0 + v);
+            let ddmmmyyyy = date(DAY0 + v);
+            match k % (if bad { 26 } else { 14 }) {
+                0 => format!("{y:04}-{m:02}-{d:02}"),
+                1 => ddmmmyyyy.to_lowercase(),
+                2 => format!(" {y:04}-{m:02}-{d:02} "),
+                3 => format!("{}{}", &ddmmmyyyy[..3], ddmmmyyyy[3..].to_lowercase()),
+                4 => "0001-01-01".to_string(),
+                5 => "9999-12-31".to_string(),
+                6 => "2024-02-29".to_string(),
+                7 => "29FEB2000".to_string(),
+                8 => format!("{y:04}-{m:02}-{:02}", d.min(28) + v as u32 % 3),
+                9 => "+026-01-05".to_string(),
+                10 => format!("{ddmmmyyyy} "),
+                11 => "1899-12-31".to_string(),
+                14 => "2026-02-29".to_string(),
+                15 => "2026-13-01".to_string(),
+                16 => "2026-00-10".to_string(),
+                17 => "2026-1-05".to_string(),
+                18 => "31APR2026".to_string(),
+                19 => "2026/01/05".to_string(),
+                20 => String::new(),
+                21 => "20260105".to_string(),
+                22 => "2026-01-32".to_string(),
+                23 => "00JAN2026".to_string(),
+                24 => "2026-01-0X".to_string(),
+                25 => "15XYZ2026".to_string(),
+                _ => ddmmmyyyy,
+            }
+        }
+    }
+}
+
 /// The batch encoder (a column at a time, a repeated value reusing its code) gives every value
-/// the code [`offload_rules::Encoder::encode_str`] gives it alone: text and Arrow-packed
-/// columns, runs of repeats, padding spaces, values longer than the packed keys, unknown
-/// values, and a bad value reported at its own row.
+/// the code [`offload_rules::Encoder::encode_str`] gives it alone, for text, Arrow-packed and
+/// offset Arrow-packed columns, runs of repeats and values of every shape ([`shaped`]); with
+/// bad values, the batch fails with the error of the first bad value in encoding order (blocks
+/// of 512 rows, a column at a time within a block).
 fn check_encoder(case: &Case, variant: &[u8]) -> Result<(), TestCaseError> {
     let (toml, csv) = to_native(case);
     let rt = native::parse_rule_type(Path::new("t.toml"), &toml).unwrap();
     let rs = Arc::new(native::parse_rules(&rt, Path::new("r.csv"), &csv).unwrap());
     let eng = Engine::compile(rs, MatcherKind::Linear).unwrap();
+    let bad = variant[0].is_multiple_of(3);
+    // Sometimes tiled past one 512-row block, so errors and repeats cross blocks.
+    let queries: Vec<&Vec<i64>> = match variant[0] % 5 {
+        0 => case.queries.iter().cycle().take(case.queries.len() * (1300 / case.queries.len().max(1))).collect(),
+        _ => case.queries.iter().collect(),
+    };
     let texts: Vec<Vec<String>> = (0..case.crits.len())
         .map(|c| {
-            case.queries
+            queries
                 .iter()
-                .zip(variant.iter().cycle())
-                .map(|(q, &k)| match case.crits[c].kind {
-                    Kind::Equ => match k % 4 {
-                        0 => format!(" {} ", LETTERS[q[c] as usize]),
-                        1 => format!("{}LONGERTHANEIGHT", LETTERS[q[c] as usize]),
-                        _ => LETTERS[q[c] as usize].to_string(),
-                    },
-                    Kind::Int => q[c].to_string(),
-                    Kind::Date => date(DAY0 + q[c]),
-                })
+                .zip(variant.iter().cycle().skip(c))
+                .map(|(q, &k)| shaped(case.crits[c].kind, q[c], k, bad))
                 .collect()
         })
         .collect();
-    let mut expected = vec![0u32; texts.first().map_or(0, Vec::len) * eng.encoder.width()];
+    let n = queries.len();
+    let w = eng.encoder.width();
+    let mut expected = vec![0u32; n * w];
+    let mut first_error: Option<((usize, usize, usize), String)> = None;
     for (c, col) in texts.iter().enumerate() {
         for (i, v) in col.iter().enumerate() {
-            expected[i * eng.encoder.width() + c] = eng.encoder.encode_str(c, v).unwrap();
+            match eng.encoder.encode_str(c, v) {
+                Ok(code) => expected[i * w + c] = code,
+                Err(e) => {
+                    let message = match e {
+                        ValueError::NotAnInteger => "not an integer".to_string(),
+                        ValueError::IntegerTooLarge => "integer does not fit in 128 bits".to_string(),
+                        ValueError::MalformedDate => "not a date (DDMMMYYYY or YYYY-MM-DD)".to_string(),
+                        ValueError::ImpossibleDate(why) => why,
+                    };
+                    let at = (i / 512, c, i);
+                    if first_error.as_ref().is_none_or(|(f, _)| at < *f) {
+                        first_error = Some((at, message));
+                    }
+                }
+            }
         }
     }
     let strs: Vec<RawColumn> = texts.iter().map(|c| RawColumn::Str(c.iter().map(|s| s.as_str()).collect())).collect();
-    prop_assert_eq!(&eng.encoder.encode_columns(&strs).unwrap(), &expected);
     let packed: Vec<offload_rules::StringColumn> = texts
         .iter()
         .map(|c| {
@@ -307,11 +404,41 @@ fn check_encoder(case: &Case, variant: &[u8]) -> Result<(), TestCaseError> {
             p
         })
         .collect();
-    let raw: Vec<RawColumn> = packed.iter().map(|p| p.as_raw()).collect();
-    prop_assert_eq!(&eng.encoder.encode_columns(&raw).unwrap(), &expected);
+    // Arrow slices: the values start after other bytes, offsets do not start at 0.
+    let offset: Vec<(Vec<u8>, Vec<i64>)> = texts
+        .iter()
+        .map(|c| {
+            let mut data = b"prefix".to_vec();
+            let mut offsets = vec![data.len() as i64];
+            for s in c {
+                data.extend_from_slice(s.as_bytes());
+                offsets.push(data.len() as i64);
+            }
+            (data, offsets)
+        })
+        .collect();
+    let offset_cols: Vec<RawColumn> =
+        offset.iter().map(|(d, o)| RawColumn::Packed(offload_rules::PackedStrings::new(d, o).unwrap())).collect();
+    for (layout, cols) in
+        [("text", strs), ("packed", packed.iter().map(|p| p.as_raw()).collect()), ("offset", offset_cols)]
+    {
+        let got = eng.encoder.encode_columns(&cols);
+        match &first_error {
+            None => prop_assert_eq!(&got.unwrap(), &expected, "layout {}", layout),
+            Some(((_, c, i), message)) => {
+                let err = got.unwrap_err();
+                prop_assert_eq!(
+                    (err.row, err.criterion, err.value.as_str(), err.message.as_str()),
+                    (*i, format!("C{c}"), texts[*c][*i].as_str(), message.as_str()),
+                    "layout {}",
+                    layout
+                );
+            }
+        }
+    }
     // A bad value after a run of good ones: the error names its own row.
     if let Some(c) = case.crits.iter().position(|k| k.kind != Kind::Equ) {
-        if let Some(bad_row) = (variant.len() < case.queries.len()).then_some(variant.len()) {
+        if let Some(bad_row) = (variant.len() < n && first_error.is_none()).then_some(variant.len()) {
             let mut bad = texts.clone();
             bad[c][bad_row] = "12X".to_string();
             let cols: Vec<RawColumn> =
@@ -324,7 +451,7 @@ fn check_encoder(case: &Case, variant: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
     #[test]
     fn the_batch_encoder_equals_encoding_each_value_alone(case in case(), variant in prop::collection::vec(any::<u8>(), 1..40)) {
