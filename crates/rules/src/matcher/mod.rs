@@ -33,8 +33,8 @@ pub trait Matcher: Send + Sync {
         self.match_batch(queries, out);
         None
     }
-    /// Whether the matcher runs on a device: it takes a batch whole (one queue, its own
-    /// parallelism), so callers do not split it over threads.
+    /// Whether the matcher runs on a device: it takes a batch whole (the device has its own
+    /// parallelism, and concurrent callers get streams of their own), so callers do not split it.
     fn on_device(&self) -> bool {
         false
     }

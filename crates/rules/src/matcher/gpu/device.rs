@@ -85,14 +85,6 @@ struct Lane {
     pending: Option<(usize, usize, [CudaEvent; 4])>,
 }
 
-struct State {
-    func: CudaFunction,
-    image: CudaSlice<u32>,
-    lanes: Vec<Lane>,
-    grid_max: u32,
-    last: DeviceStages,
-}
-
 /// The gpu matcher: the fast matcher's tree as a flat image on the device, one kernel thread
 /// per query. Answers are `linear`'s, checked by the same tests as the host build of the kernel.
 pub struct GpuMatcher {
@@ -101,9 +93,14 @@ pub struct GpuMatcher {
     image_words: usize,
     device: DeviceInfo,
     tree: serde_json::Value,
-    // The matcher is shared by threads (the service's executors); one batch at a time uses
-    // the lanes, as one device queue would take them anyway.
-    state: Mutex<State>,
+    ctx: Arc<CudaContext>,
+    func: CudaFunction,
+    image: CudaSlice<u32>,
+    grid_max: u32,
+    /// Lane pairs not in use. A batch takes one, or makes one when all are busy, so that k
+    /// threads (the service's kernel executors) match k batches at once on 2k streams.
+    idle: Mutex<Vec<Vec<Lane>>>,
+    last: Mutex<DeviceStages>,
 }
 
 impl GpuMatcher {
@@ -117,16 +114,25 @@ impl GpuMatcher {
         let device = info(&ctx)?;
         let (image, tree) = image_of(rules, cardinalities)?;
         let func = compile(&ctx, device.compute_capability)?;
-        let cuda = |e: DriverError| format!("CUDA: {e}");
         let (width, chunk) = (rules.width.max(1), chunk.clamp(1, u32::MAX as usize / rules.width.max(1)));
         let upload = ctx.new_stream().map_err(cuda)?;
         let d_image = upload.clone_htod(&image).map_err(cuda)?;
         upload.synchronize().map_err(cuda)?;
-        let lanes =
-            (0..LANES).map(|_| lane(&ctx, chunk, width)).collect::<Result<Vec<_>, DriverError>>().map_err(cuda)?;
         let grid_max = (device.multiprocessors.max(1) as u32) * BLOCKS_PER_SM;
-        let state = State { func, image: d_image, lanes, grid_max, last: DeviceStages::default() };
-        Ok(GpuMatcher { width, chunk, image_words: image.len(), device, tree, state: Mutex::new(state) })
+        let first = lanes(&ctx, chunk, width).map_err(cuda)?;
+        Ok(GpuMatcher {
+            width,
+            chunk,
+            image_words: image.len(),
+            device,
+            tree,
+            ctx,
+            func,
+            image: d_image,
+            grid_max,
+            idle: Mutex::new(vec![first]),
+            last: Mutex::new(DeviceStages::default()),
+        })
     }
 
     /// The device this matcher runs on.
@@ -136,14 +142,13 @@ impl GpuMatcher {
 
     /// Stage times of the last batch.
     pub fn last_stages(&self) -> DeviceStages {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).last
+        *self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Matches a batch, chunk by chunk over the lanes.
-    fn run(&self, st: &mut State, queries: &[u32], out: &mut [u32]) -> Result<DeviceStages, DriverError> {
+    /// Matches a batch, chunk by chunk over a lane pair.
+    fn run(&self, lanes: &mut [Lane], queries: &[u32], out: &mut [u32]) -> Result<DeviceStages, DriverError> {
         let w = self.width;
         let mut t = DeviceStages::default();
-        let State { func, image, lanes, grid_max, .. } = st;
         for (j, at) in (0..out.len()).step_by(self.chunk).enumerate() {
             let n = self.chunk.min(out.len() - at);
             let lane = &mut lanes[j % LANES];
@@ -155,16 +160,17 @@ impl GpuMatcher {
             let e1 = mark(&lane.stream)?;
             let n32 = n as u32;
             let cfg = LaunchConfig {
-                grid_dim: (n32.div_ceil(BLOCK).min(*grid_max), 1, 1),
+                grid_dim: (n32.div_ceil(BLOCK).min(self.grid_max), 1, 1),
                 block_dim: (BLOCK, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let mut launch = lane.stream.launch_builder(func);
-            launch.arg(&*image).arg(&lane.d_in).arg(&n32).arg(&mut lane.d_out);
+            let mut launch = lane.stream.launch_builder(&self.func);
+            launch.arg(&self.image).arg(&lane.d_in).arg(&n32).arg(&mut lane.d_out);
             // SAFETY: match_kernel takes (const u32* image, const u32* queries, u32 n, u32* out),
             // the argument order and types pushed here. The image passed image::check, so the
             // kernel reads inside it and inside the n query rows it is given (d_in holds chunk
-            // rows, n <= chunk), and writes out[0..n) (d_out holds chunk answers).
+            // rows, n <= chunk), and writes out[0..n) (d_out holds chunk answers). The image is
+            // only read, by every lane.
             unsafe { launch.launch(cfg) }?;
             let e2 = mark(&lane.stream)?;
             lane.stream.memcpy_dtoh(&lane.d_out.slice(..n), &mut lane.pin_out.as_mut_slice()?[..n])?;
@@ -176,6 +182,10 @@ impl GpuMatcher {
         }
         Ok(t)
     }
+}
+
+fn cuda(e: DriverError) -> String {
+    format!("CUDA: {e}")
 }
 
 /// Compiles the kernel with NVRTC to PTX for a virtual architecture (`compute_90` for Hopper).
@@ -196,6 +206,11 @@ fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<CudaFun
     let ptx = kernel_ptx(&format!("compute_{major}{minor}"))?;
     let module = ctx.load_module(ptx).map_err(|e| format!("CUDA: loading the kernel: {e}"))?;
     module.load_function("match_kernel").map_err(|e| format!("CUDA: the kernel has no match_kernel: {e}"))
+}
+
+/// A lane pair: two streams, each with buffers for one chunk.
+fn lanes(ctx: &Arc<CudaContext>, chunk: usize, width: usize) -> Result<Vec<Lane>, DriverError> {
+    (0..LANES).map(|_| lane(ctx, chunk, width)).collect()
 }
 
 fn lane(ctx: &Arc<CudaContext>, chunk: usize, width: usize) -> Result<Lane, DriverError> {
@@ -236,16 +251,15 @@ impl Matcher for GpuMatcher {
     }
     fn match_batch_staged(&self, queries: &[u32], out: &mut [u32]) -> Option<DeviceStages> {
         assert_eq!(queries.len(), out.len() * self.width, "queries must hold width codes per answer");
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
         // The Matcher contract has no error path: a device that fails mid-batch (lost, out of
         // memory) stops the caller with the driver's reason rather than answering wrongly.
-        match self.run(&mut st, queries, out) {
-            Ok(t) => {
-                st.last = t;
-                Some(t)
-            }
-            Err(e) => panic!("gpu matcher: the device failed during a batch: {e}"),
-        }
+        let fail = |e: DriverError| -> ! { panic!("gpu matcher: the device failed during a batch: {e}") };
+        let mut pair = idle.map_or_else(|| lanes(&self.ctx, self.chunk, self.width), Ok).unwrap_or_else(|e| fail(e));
+        let t = self.run(&mut pair, queries, out).unwrap_or_else(|e| fail(e));
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(pair);
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = t;
+        Some(t)
     }
     fn on_device(&self) -> bool {
         true
@@ -259,6 +273,7 @@ impl Matcher for GpuMatcher {
             "image_words": self.image_words,
             "chunk": self.chunk,
             "lanes": LANES,
+            "lane_pairs": self.idle.lock().unwrap_or_else(|p| p.into_inner()).len(),
             "last_batch": self.last_stages(),
             "tree": self.tree,
         })
