@@ -241,12 +241,6 @@ def sweep(
         except RuntimeError as e:  # say why before starting daemons that cannot start
             Console(stderr=True).print(f"error: {e}", highlight=False)
             raise typer.Exit(2) from None
-    if matcher in rules_api.DEVICE_MATCHERS:
-        try:
-            rules_api.gpu_device()
-        except RuntimeError as e:  # say why before starting daemons that cannot start
-            Console(stderr=True).print(f"error: {e}", highlight=False)
-            raise typer.Exit(2) from None
     rs = rules_api.load(ruletype, rules)
     tr = inj.load_trace(Path(trace), rs.criterion_codes)
     if request_size > 0:
