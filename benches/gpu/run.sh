@@ -10,11 +10,8 @@ out=${OUT:-build/gpu-results}
 bundle=${BUNDLE:-build/gpu-bundle}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-# NVRTC may come from a pip wheel rather than the toolkit: put its folder on the library path.
-for d in /usr/local/cuda/lib64 $(python3 -c 'import glob, site; print(" ".join(glob.glob(site.getsitepackages()[0] + "/nvidia/*/lib")))' 2>/dev/null); do
-    LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-done
-export LD_LIBRARY_PATH
+# NVRTC from the toolkit; one from a pip wheel is found by offload itself (rules._preload_nvrtc).
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 if ! python3 -c 'import offload._native' 2>/dev/null; then
     python3 -m pip install --quiet --no-index --find-links "$bundle" typer rich matplotlib pytest hypothesis pyzmq
     python3 -m pip install --quiet --no-index --no-deps --find-links "$bundle" offload

@@ -34,7 +34,8 @@ pub trait Matcher: Send + Sync {
         None
     }
     /// Whether the matcher runs on a device: it takes a batch whole (the device has its own
-    /// parallelism, and concurrent callers get streams of their own), so callers do not split it.
+    /// parallelism, and concurrent callers get streams of their own), so [`match_parallel`]
+    /// does not split it.
     fn on_device(&self) -> bool {
         false
     }
@@ -133,12 +134,14 @@ pub fn match_staged(m: &dyn Matcher, queries: &[u32], out: &mut [u32], threads: 
 }
 
 /// Runs `m` over `queries` with `threads` threads, each on a contiguous slice of the batch.
-/// Small batches run on the calling thread: starting threads costs more than they save.
+/// Small batches run on the calling thread: starting threads costs more than they save. A
+/// device matcher always takes the batch whole: splitting it would only cut its transfers
+/// smaller and give each thread streams and pinned buffers of its own.
 pub fn match_parallel(m: &dyn Matcher, queries: &[u32], out: &mut [u32], threads: usize) {
     const MIN_PER_THREAD: usize = 1024;
     let n = out.len();
     let threads = threads.max(1).min(n.div_ceil(MIN_PER_THREAD)).max(1);
-    if threads == 1 {
+    if threads == 1 || m.on_device() {
         m.match_batch(queries, out);
         return;
     }
