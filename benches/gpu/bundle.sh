@@ -22,13 +22,22 @@ mkdir -p "$dir"
 export CARGO_TARGET_DIR=target/gpu-bundle
 rm -f "$CARGO_TARGET_DIR"/maturin/lib_native.so "$CARGO_TARGET_DIR"/release/deps/lib_native.so
 .venv/bin/maturin build --release --quiet --out "$dir"
+# The Rust property tests of the matchers as one binary (it checks the gpu matcher too where a
+# GPU is present), stripped: the GPU machines have no Rust toolchain.
+prop=$(cargo test --release --no-run --message-format=json -p offload-rules --test matchers_prop 2>/dev/null \
+    | python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])' | tail -1)
+cp "$prop" "$dir/matchers_prop" && strip "$dir/matchers_prop"
 # What the CLI (pyzmq at import), `offload rules bench`, the probe and the GPU tests (pytest,
 # hypothesis in conftest) import, beyond numpy (which the GPU
 # machines have). offload itself is installed with --no-deps: the data-service stack
 # (datafusion, pyarrow, ...) is not needed there.
 .venv/bin/pip download --quiet --dest "$dir" --only-binary=:all: --python-version "$py" \
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
-    typer rich matplotlib pytest hypothesis pyzmq
+    typer rich matplotlib pytest hypothesis pyzmq airportsdata
 rm -f "$dir"/numpy-*.whl  # a dependency of matplotlib, and already on the GPU machines
 # The demo's rules and the first 50k queries of its trace with their requests, compressed.
 tmp=$(mktemp -d)

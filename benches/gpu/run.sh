@@ -4,16 +4,30 @@
 # rule set and trace). Writes JSON and plots to
 # OUT (default $OUT, else build/gpu-results). Without a GPU every step says so and the script
 # still ends, so it can be tried anywhere.
+# Usage: benches/gpu/run.sh [STEP...]   steps: tests bench sweep probe (default: all, ~12 min on
+# an H200 machine; a device call lasts at most 10, so run them in two calls there)
 set -uo pipefail
+steps=" ${*:-tests bench sweep probe} "
+step() { [[ $steps == *" $1 "* ]]; }
 cd "$(dirname "$0")/../.."
 out=${OUT:-build/gpu-results}
 bundle=${BUNDLE:-build/gpu-bundle}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-# NVRTC from the toolkit; one from a pip wheel is found by offload itself (rules._preload_nvrtc).
+# NVRTC: the toolkit's, else any on the machine (a CUDA 13 wheel's libnvrtc.so.13 has a name
+# the driver binding does not try, so it gets a libnvrtc.so link of its own; its folder stays on
+# the path for the builtins library beside it). A cu12 wheel is found by offload itself.
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+if ! ls /usr/local/cuda/lib64/libnvrtc.so >/dev/null 2>&1; then
+    found=$(find / -xdev -name 'libnvrtc.so*' ! -name '*builtins*' 2>/dev/null | sort | tail -1)
+    if [ -n "$found" ]; then
+        mkdir -p /tmp/nvrtc && ln -sf "$found" /tmp/nvrtc/libnvrtc.so
+        export LD_LIBRARY_PATH="/tmp/nvrtc:$(dirname "$found"):$LD_LIBRARY_PATH"
+    fi
+fi
+echo "NVRTC: $(find / -xdev -name 'libnvrtc.so*' 2>/dev/null | tr '\n' ' ')"
 if ! python3 -c 'import offload._native' 2>/dev/null; then
-    python3 -m pip install --quiet --no-index --find-links "$bundle" typer rich matplotlib pytest hypothesis pyzmq
+    python3 -m pip install --quiet --no-index --find-links "$bundle" typer rich matplotlib pytest hypothesis pyzmq airportsdata
     python3 -m pip install --quiet --no-index --no-deps --find-links "$bundle" offload
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv \
@@ -22,18 +36,31 @@ python3 -c 'import json; from offload import rules; print(json.dumps(rules.gpu_d
 cat "$out/device.json"
 mkdir -p build && tar -C build -xzf "$bundle/demo.tar.gz" && demo=build/demo
 rt=(--ruletype "$demo/ruletype.xml" --rules "$demo/rules.csv")
-# 1. Exactness on the device: the Python GPU tests (the kernel against linear, chunks, lanes).
-python3 -m pytest -q -p no:cacheprovider tests/python/test_rules_gpu.py 2>&1 | tee "$out/tests.txt"
-# 2. The matcher: gpu beside fast, 1 thread, batches from launch-bound to streaming.
-python3 -m offload.cli rules bench "${rt[@]}" --queries "$demo/queries.csv" --matcher gpu,fast \
-    --threads 1 --batches 4096,65536,1048576,4194304 --repeats 5 --out "$out/rules-gpu.json" 2>&1 | tail -20
-# 3. The service feeding the GPU: the same grid with gpu and with fast; gpu replies carry the
-#    batch's H2D / kernel / D2H (device_stages_us in the JSON's by-size rows).
-for m in gpu fast; do
-    python3 -m offload.cli sweep "${rt[@]}" --trace "$demo" --matcher "$m" --p 4 --w 4 --k 1,2 --e 1 \
-        --batch 0,65536 --duration 3 --out "$out/sweep-$m.json" 2>&1 | tail -12
-done
+# 1. Exactness on the device: the GPU tests and the matchers' property tests, which include
+#    `gpu` where a GPU is present; then the demo's trace against linear and fast.
+step tests && python3 -m pytest -q -p no:cacheprovider tests/python/test_rules_gpu.py tests/python/test_rules_api.py 2>&1 \
+    | tee "$out/tests.txt" | tail -5
+# The Rust property tests (built by bundle.sh), with the device matcher beside the host kernel.
+if step tests && [ -x "$bundle/matchers_prop" ]; then
+    PROPTEST_CASES=200 "$bundle/matchers_prop" --test-threads 4 2>&1 | tail -4 | tee -a "$out/tests.txt"
+fi
+step tests && python3 benches/gpu/exact.py "$demo/ruletype.xml" "$demo/rules.csv" "$demo/queries.csv" "$out/exact.json" \
+    2>&1 | tail -30
+# 2. The matcher: gpu beside fast, 1 thread, batches from launch-bound to streaming, with the
+#    device profile (staging copies, the kernel per block size and sorted, the pipeline).
+step bench && python3 -m offload.cli rules bench "${rt[@]}" --queries "$demo/queries.csv" --matcher gpu,fast \
+    --threads 1 --batches 4096,65536,1048576,4194304 --repeats 5 --out "$out/rules-gpu.json" 2>&1 | tail -8
+#    and the CPU it is up against: fast on every core of this machine.
+step bench && python3 -m offload.cli rules bench "${rt[@]}" --queries "$demo/queries.csv" --matcher fast \
+    --threads "1,$(nproc)" --batches 65536 --repeats 3 --out "$out/rules-cpu.json" 2>&1 | tail -6
+# 3. The service feeding the GPU, and the same service with fast: the fast sweep has the
+#    1p 1w 1k 1e row that `offload plan calibrate` needs, so the planner's GPU what-if can be
+#    checked against the gpu sweep (gpu replies carry H2D / kernel / D2H: device_stages_us).
+step sweep && python3 -m offload.cli sweep "${rt[@]}" --trace "$demo" --matcher fast --p 1,4,16 --w 1,4,8 --k 1 --e 1 \
+    --batch 0 --duration 3 --out "$out/sweep-fast.json" 2>&1 | tail -14
+step sweep && python3 -m offload.cli sweep "${rt[@]}" --trace "$demo" --matcher gpu --p 4,16 --w 4,8 --k 1,2 --e 1 \
+    --batch 0,16384 --duration 3 --out "$out/sweep-gpu.json" 2>&1 | tail -20
 # 4. The channels: pageable / pinned / allocation + copy, launch latency (CuPy, where present).
 # (no plots: an installed wheel does not find the repo's data/presets, which the plots read)
-python3 -m offload.cli probe --quick --no-uring --no-plots --out "$out/probe.json" 2>&1 | tail -20
+step probe && python3 -m offload.cli probe --quick --no-uring --no-plots --out "$out/probe.json" 2>&1 | tail -20
 ls -l "$out"

@@ -30,7 +30,18 @@ from hypothesis import strategies as st
 from offload import rules
 from offload.rules.synth import synth
 
-MATCHERS = rules.MATCHERS  # linear, nfa, fast and gpu-host (the gpu kernel built for the CPU)
+
+def _device_matchers() -> tuple[str, ...]:
+    try:
+        rules.gpu_device()
+    except RuntimeError:
+        return ()
+    return rules.DEVICE_MATCHERS
+
+
+# linear, nfa, fast and gpu-host (the gpu kernel built for the CPU); on a machine with a GPU, the
+# gpu matcher too: the same property tests then check the real device (benches/gpu/run.sh).
+MATCHERS = rules.MATCHERS + _device_matchers()
 EPOCH = dt.date(1970, 1, 1)
 MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 # Dates are drawn around a leap day so that DDMMMYYYY / ISO parsing of 29FEB is exercised.

@@ -265,6 +265,22 @@ impl CompiledRules {
                 .collect()
         }))
     }
+
+    /// For a matcher on a device, where its time goes on (up to one chunk of) `codes`, as JSON
+    /// (staging copies, the kernel per block size, the pipeline with transfers); None otherwise.
+    fn device_profile(
+        &self,
+        py: Python<'_>,
+        codes: PyReadonlyArray2<'_, u32>,
+        repeats: usize,
+    ) -> PyResult<Option<String>> {
+        let q = codes.as_slice().map_err(|_| PyValueError::new_err("codes must be C-contiguous"))?;
+        if codes.shape()[1] != self.engine.encoder.width() {
+            return Err(PyValueError::new_err("codes must have one column per criterion"));
+        }
+        let m = &*self.engine.matcher;
+        Ok(py.allow_threads(|| m.device_profile(q, repeats)).map(|v| v.to_string()))
+    }
 }
 
 /// Loads a query CSV and returns (ids, columns of raw text), validating it against `rules`.

@@ -5,7 +5,13 @@
 //! the host compiler builds it (`gpu-host`): the same source the device runs.
 
 use offload_rules::matcher::fast::FastMatcher;
+use offload_rules::matcher::gpu::device::{self, GpuMatcher, DEFAULT_CHUNK};
 use offload_rules::matcher::gpu::GpuHostMatcher;
+use std::sync::LazyLock;
+
+/// Whether a GPU is here: then the device matcher is checked too (benches/gpu/run.sh runs
+/// this test binary on a GPU machine); without one (CI) the kernel's host build stands for it.
+static GPU: LazyLock<bool> = LazyLock::new(|| device::available().is_ok());
 use offload_rules::value::ValueError;
 use offload_rules::{native, Engine, Matcher, MatcherKind, RawColumn, NO_MATCH};
 use proptest::prelude::*;
@@ -170,6 +176,11 @@ fn oracle(case: &Case, q: &[i64]) -> u32 {
     best.map_or(NO_MATCH, |(_, r)| r as u32)
 }
 
+/// `default` cases, or PROPTEST_CASES where set.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 fn check(case: &Case) -> Result<(), TestCaseError> {
     let (toml, csv) = to_native(case);
     let rt = native::parse_rule_type(Path::new("t.toml"), &toml).unwrap();
@@ -189,7 +200,8 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
         })
         .collect();
     let cols: Vec<RawColumn> = texts.iter().map(|c| RawColumn::Str(c.iter().map(|s| s.as_str()).collect())).collect();
-    for kind in MatcherKind::ALL {
+    let device = if *GPU { Some(MatcherKind::Gpu) } else { None };
+    for kind in MatcherKind::ALL.into_iter().chain(device) {
         let eng = Engine::compile(rs.clone(), kind).unwrap();
         let codes = eng.encoder.encode_columns(&cols).unwrap();
         for threads in [1, 2] {
@@ -209,12 +221,17 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
         // The gpu kernel (built for the host) over the same deep tree.
         GpuHostMatcher::from_fast(&m).unwrap().match_batch(&codes, &mut got);
         prop_assert_eq!(&got, &expected, "gpu kernel with leaf size {}", leaf);
+        if *GPU {
+            GpuMatcher::from_fast(&m, DEFAULT_CHUNK).unwrap().match_batch(&codes, &mut got);
+            prop_assert_eq!(&got, &expected, "gpu device with leaf size {}", leaf);
+        }
     }
     Ok(())
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+    // PROPTEST_CASES lowers the count where each case costs more (device runs, benches/gpu).
+    #![proptest_config(ProptestConfig { cases: cases(400), ..ProptestConfig::default() })]
 
     #[test]
     fn every_matcher_equals_the_oracle(case in case()) {

@@ -39,6 +39,11 @@ pub trait Matcher: Send + Sync {
     fn on_device(&self) -> bool {
         false
     }
+    /// For a matcher on a device, where its time goes on (a prefix of) `queries`, as JSON,
+    /// medians of `repeats` (CPU matchers: `None`).
+    fn device_profile(&self, _queries: &[u32], _repeats: usize) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// Device time of each stage of one batch on a device matcher, summed over its chunks. Chunks

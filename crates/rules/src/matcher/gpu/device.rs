@@ -10,14 +10,16 @@
 //! The driver (libcuda) and NVRTC are loaded at run time: without them, or without a device,
 //! [`open`] and [`GpuMatcher::new`] say what is missing and nothing else changes.
 
-use super::{image_of, KERNEL_SOURCE};
+use super::{image, KERNEL_SOURCE};
 use crate::encode::EncodedRules;
+use crate::matcher::fast::FastMatcher;
 use crate::matcher::{DeviceStages, Matcher};
 use cudarc::driver::{
     sys, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PinnedHostSlice,
     PushKernelArg,
 };
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// Queries per chunk (one transfer, one launch): about 1 ms of kernel at 1 B queries/s, so a
 /// launch (5-10 µs) and a copy's fixed cost stay small, while two lanes still overlap.
@@ -26,6 +28,15 @@ const LANES: usize = 2;
 /// Threads per block; blocks per SM at most [`BLOCKS_PER_SM`] (the kernel strides the grid).
 const BLOCK: u32 = 256;
 const BLOCKS_PER_SM: u32 = 32;
+/// The smallest lane (queries): a small batch gets small buffers, a larger one regrows them.
+const MIN_LANE: usize = 4096;
+/// Block sizes [`GpuMatcher::profile`] times the kernel with.
+const PROFILE_BLOCKS: [u32; 5] = [64, 128, 256, 512, 1024];
+/// Host threads that copy a large chunk into pinned memory: one core's memcpy into
+/// write-combined memory (about 6 GB/s on the H200's host) would otherwise bound the device.
+const MAX_STAGE_THREADS: usize = 8;
+/// Words each staging thread copies at least (4 MB): below that a thread costs more than it saves.
+const STAGE_WORDS_PER_THREAD: usize = 1 << 20;
 
 /// The device a gpu matcher runs on.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -85,6 +96,12 @@ struct Lane {
     pending: Option<(usize, usize, [CudaEvent; 4])>,
 }
 
+/// Two lanes with buffers for `cap` queries each.
+struct LanePair {
+    cap: usize,
+    lanes: Vec<Lane>,
+}
+
 /// The gpu matcher: the fast matcher's tree as a flat image on the device, one kernel thread
 /// per query. Answers are `linear`'s, checked by the same tests as the host build of the kernel.
 pub struct GpuMatcher {
@@ -97,9 +114,12 @@ pub struct GpuMatcher {
     func: CudaFunction,
     image: CudaSlice<u32>,
     grid_max: u32,
+    stage_threads: usize,
+    /// Criteria of the tree's partitions, the order [`Self::profile`] sorts queries by.
+    partition_criteria: Vec<usize>,
     /// Lane pairs not in use. A batch takes one, or makes one when all are busy, so that k
     /// threads (the service's kernel executors) match k batches at once on 2k streams.
-    idle: Mutex<Vec<Vec<Lane>>>,
+    idle: Mutex<Vec<LanePair>>,
     last: Mutex<DeviceStages>,
 }
 
@@ -110,16 +130,21 @@ impl GpuMatcher {
 
     /// Like [`Self::new`] with `chunk` queries per transfer.
     pub fn with_chunk(rules: &EncodedRules, cardinalities: &[usize], chunk: usize) -> Result<Self, String> {
-        let ctx = open()?;
-        let device = info(&ctx)?;
-        let (image, tree) = image_of(rules, cardinalities)?;
-        let func = compile(&ctx, device.compute_capability)?;
-        let (width, chunk) = (rules.width.max(1), chunk.clamp(1, u32::MAX as usize / rules.width.max(1)));
+        kernel()?; // before building the tree: without a GPU, say so at once
+        Self::from_fast(&FastMatcher::new(rules, cardinalities), chunk)
+    }
+
+    /// The kernel over a given tree (tests use tiny leaves to exercise deep trees).
+    pub fn from_fast(fast: &FastMatcher, chunk: usize) -> Result<Self, String> {
+        let (ctx, device, func) = kernel()?;
+        let (image, tree) = (image::build(fast)?, fast.stats());
+        let width = fast.width.max(1);
+        let chunk = chunk.clamp(1, u32::MAX as usize / width);
         let upload = ctx.new_stream().map_err(cuda)?;
         let d_image = upload.clone_htod(&image).map_err(cuda)?;
         upload.synchronize().map_err(cuda)?;
         let grid_max = (device.multiprocessors.max(1) as u32) * BLOCKS_PER_SM;
-        let first = lanes(&ctx, chunk, width).map_err(cuda)?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(GpuMatcher {
             width,
             chunk,
@@ -130,7 +155,9 @@ impl GpuMatcher {
             func,
             image: d_image,
             grid_max,
-            idle: Mutex::new(vec![first]),
+            stage_threads: cores.min(MAX_STAGE_THREADS),
+            partition_criteria: image::partition_criteria(&image),
+            idle: Mutex::new(Vec::new()),
             last: Mutex::new(DeviceStages::default()),
         })
     }
@@ -146,42 +173,186 @@ impl GpuMatcher {
     }
 
     /// Matches a batch, chunk by chunk over a lane pair.
-    fn run(&self, lanes: &mut [Lane], queries: &[u32], out: &mut [u32]) -> Result<DeviceStages, DriverError> {
+    fn run(&self, pair: &mut LanePair, queries: &[u32], out: &mut [u32]) -> Result<DeviceStages, DriverError> {
         let w = self.width;
         let mut t = DeviceStages::default();
-        for (j, at) in (0..out.len()).step_by(self.chunk).enumerate() {
-            let n = self.chunk.min(out.len() - at);
-            let lane = &mut lanes[j % LANES];
+        for (j, at) in (0..out.len()).step_by(pair.cap).enumerate() {
+            let n = pair.cap.min(out.len() - at);
+            let lane = &mut pair.lanes[j % LANES];
             finish(lane, out, &mut t)?;
-            lane.pin_in.as_mut_slice()?[..n * w].copy_from_slice(&queries[at * w..(at + n) * w]);
-            let mark = |s: &CudaStream| s.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT));
-            let e0 = mark(&lane.stream)?;
-            lane.stream.memcpy_htod(&lane.pin_in.as_slice()?[..n * w], &mut lane.d_in.slice_mut(..n * w))?;
-            let e1 = mark(&lane.stream)?;
-            let n32 = n as u32;
-            let cfg = LaunchConfig {
-                grid_dim: (n32.div_ceil(BLOCK).min(self.grid_max), 1, 1),
-                block_dim: (BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let mut launch = lane.stream.launch_builder(&self.func);
-            launch.arg(&self.image).arg(&lane.d_in).arg(&n32).arg(&mut lane.d_out);
-            // SAFETY: match_kernel takes (const u32* image, const u32* queries, u32 n, u32* out),
-            // the argument order and types pushed here. The image passed image::check, so the
-            // kernel reads inside it and inside the n query rows it is given (d_in holds chunk
-            // rows, n <= chunk), and writes out[0..n) (d_out holds chunk answers). The image is
-            // only read, by every lane.
-            unsafe { launch.launch(cfg) }?;
-            let e2 = mark(&lane.stream)?;
-            lane.stream.memcpy_dtoh(&lane.d_out.slice(..n), &mut lane.pin_out.as_mut_slice()?[..n])?;
-            let e3 = mark(&lane.stream)?;
-            lane.pending = Some((at, n, [e0, e1, e2, e3]));
+            stage(&mut lane.pin_in.as_mut_slice()?[..n * w], &queries[at * w..(at + n) * w], self.stage_threads);
+            self.enqueue(lane, at, n, BLOCK)?;
         }
-        for lane in lanes.iter_mut() {
+        for lane in pair.lanes.iter_mut() {
             finish(lane, out, &mut t)?;
         }
         Ok(t)
     }
+
+    /// Queues a chunk already in the lane's pinned input: H2D, kernel, D2H, with events between.
+    fn enqueue(&self, lane: &mut Lane, at: usize, n: usize, block: u32) -> Result<(), DriverError> {
+        let mark = |s: &CudaStream| s.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT));
+        let w = self.width;
+        let e0 = mark(&lane.stream)?;
+        lane.stream.memcpy_htod(&lane.pin_in.as_slice()?[..n * w], &mut lane.d_in.slice_mut(..n * w))?;
+        let e1 = mark(&lane.stream)?;
+        self.launch(lane, n, block)?;
+        let e2 = mark(&lane.stream)?;
+        lane.stream.memcpy_dtoh(&lane.d_out.slice(..n), &mut lane.pin_out.as_mut_slice()?[..n])?;
+        let e3 = mark(&lane.stream)?;
+        lane.pending = Some((at, n, [e0, e1, e2, e3]));
+        Ok(())
+    }
+
+    /// Launches the kernel on the first `n` query rows of the lane's device input.
+    fn launch(&self, lane: &mut Lane, n: usize, block: u32) -> Result<(), DriverError> {
+        let n32 = n as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (n32.div_ceil(block).min(self.grid_max), 1, 1),
+            block_dim: (block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = lane.stream.launch_builder(&self.func);
+        launch.arg(&self.image).arg(&lane.d_in).arg(&n32).arg(&mut lane.d_out);
+        // SAFETY: match_kernel takes (const u32* image, const u32* queries, u32 n, u32* out),
+        // the argument order and types pushed here. The image passed image::check, so the
+        // kernel reads inside it and inside the n query rows it is given (d_in holds the lane's
+        // cap rows and every caller passes n <= cap), and writes out[0..n) (d_out holds cap
+        // answers). The image is only read, by every lane. Block sizes are BLOCK or one of
+        // PROFILE_BLOCKS, all within CUDA's 1024 threads per block.
+        unsafe { launch.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// An idle lane pair with room for `n` queries per chunk (up to the chunk size), or a new one.
+    fn take_pair(&self, n: usize) -> Result<LanePair, DriverError> {
+        let cap = n.max(MIN_LANE).next_power_of_two().min(self.chunk);
+        match self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            Some(pair) if pair.cap >= cap => return Ok(pair),
+            _ => {} // none idle, or too small: dropped, and a larger one made
+        }
+        let lanes = (0..LANES).map(|_| lane(&self.ctx, cap, self.width)).collect::<Result<_, _>>()?;
+        Ok(LanePair { cap, lanes })
+    }
+
+    fn give_back(&self, pair: LanePair) {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(pair);
+    }
+
+    /// Where the device's time goes on up to one chunk of `queries`, as JSON: the host's copy
+    /// into pinned memory (one thread, and the staging threads), the kernel alone with its data
+    /// on the device at each block size of [`PROFILE_BLOCKS`] and with the queries sorted by
+    /// partition, and the pipeline of H2D, kernel and D2H over both lanes from pinned memory
+    /// (the device's rate with transfers, the host's staging apart). Medians of `repeats`.
+    pub fn profile(&self, queries: &[u32], repeats: usize) -> Result<serde_json::Value, DriverError> {
+        let w = self.width;
+        let n = (queries.len() / w).min(self.chunk);
+        if n == 0 {
+            return Ok(serde_json::json!({"queries": 0}));
+        }
+        let (q, reps) = (&queries[..n * w], repeats.max(1));
+        let mut pair = self.take_pair(n)?;
+        let mut staging = serde_json::Map::new();
+        for threads in [1, self.stage_threads] {
+            let mut secs = Vec::with_capacity(reps);
+            for _ in 0..reps {
+                let dst = &mut pair.lanes[0].pin_in.as_mut_slice()?[..n * w];
+                let t0 = Instant::now();
+                stage(dst, q, threads);
+                secs.push(t0.elapsed().as_secs_f64());
+            }
+            staging.insert(threads.to_string(), (4.0 * (n * w) as f64 / median(secs)).into());
+        }
+        let mut kernel = serde_json::Map::new();
+        for block in PROFILE_BLOCKS {
+            let s = self.time_kernel(&mut pair.lanes[0], q, block, reps)?;
+            kernel.insert(block.to_string(), (n as f64 / s).into());
+        }
+        let sorted = self.sorted_by_partition(q);
+        let sorted_rate = n as f64 / self.time_kernel(&mut pair.lanes[0], &sorted, BLOCK, reps)?;
+        let pipeline = self.time_pipeline(&mut pair, q, reps)?;
+        self.give_back(pair);
+        Ok(serde_json::json!({
+            "queries": n,
+            "bytes_per_query": 4 * w,
+            "block": BLOCK,
+            "staging_bytes_per_s_by_threads": staging,
+            "kernel_queries_per_s_by_block": kernel,
+            "kernel_queries_per_s_sorted_by_partition": sorted_rate,
+            "pipeline_queries_per_s": pipeline,
+        }))
+    }
+
+    /// Seconds of the kernel alone (CUDA events) on `q`, uploaded once: the median of `reps`.
+    fn time_kernel(&self, lane: &mut Lane, q: &[u32], block: u32, reps: usize) -> Result<f64, DriverError> {
+        lane.pin_in.as_mut_slice()?[..q.len()].copy_from_slice(q);
+        lane.stream.memcpy_htod(&lane.pin_in.as_slice()?[..q.len()], &mut lane.d_in.slice_mut(..q.len()))?;
+        let mut secs = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let e0 = lane.stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+            self.launch(lane, q.len() / self.width, block)?;
+            let e1 = lane.stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+            lane.stream.synchronize()?;
+            secs.push(f64::from(e0.elapsed_ms(&e1)?) / 1e3);
+        }
+        Ok(median(secs))
+    }
+
+    /// Queries per second of H2D + kernel + D2H over both lanes on chunks of `q` already in
+    /// pinned memory, 4 chunks a round: the median round.
+    fn time_pipeline(&self, pair: &mut LanePair, q: &[u32], reps: usize) -> Result<f64, DriverError> {
+        const CHUNKS: usize = 4;
+        let n = q.len() / self.width;
+        for lane in pair.lanes.iter_mut() {
+            lane.pin_in.as_mut_slice()?[..q.len()].copy_from_slice(q);
+        }
+        let (mut answers, mut t) = (vec![0u32; n], DeviceStages::default());
+        let mut rates = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let t0 = Instant::now();
+            for j in 0..CHUNKS {
+                let lane = &mut pair.lanes[j % LANES];
+                finish(lane, &mut answers, &mut t)?;
+                self.enqueue(lane, 0, n, BLOCK)?;
+            }
+            for lane in pair.lanes.iter_mut() {
+                finish(lane, &mut answers, &mut t)?;
+            }
+            rates.push((CHUNKS * n) as f64 / t0.elapsed().as_secs_f64());
+        }
+        Ok(median(rates))
+    }
+
+    /// The query rows of `q` ordered by their partition criteria's codes (by the first
+    /// criterion if the tree has no partitions), so that neighbouring threads walk one subtree.
+    fn sorted_by_partition(&self, q: &[u32]) -> Vec<u32> {
+        let w = self.width;
+        let crits = if self.partition_criteria.is_empty() { vec![0] } else { self.partition_criteria.clone() };
+        let key = |i: usize| crits.iter().map(move |&c| q[i * w + c]);
+        let mut rows: Vec<usize> = (0..q.len() / w).collect();
+        rows.sort_unstable_by(|&a, &b| key(a).cmp(key(b)));
+        rows.iter().flat_map(|&i| q[i * w..(i + 1) * w].iter().copied()).collect()
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Copies `src` into pinned `dst`, split over up to `threads` threads when it is large.
+fn stage(dst: &mut [u32], src: &[u32], threads: usize) {
+    let parts = threads.min(src.len() / STAGE_WORDS_PER_THREAD).max(1);
+    if parts == 1 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let per = src.len().div_ceil(parts);
+    std::thread::scope(|s| {
+        for (d, q) in dst.chunks_mut(per).zip(src.chunks(per)) {
+            s.spawn(move || d.copy_from_slice(q));
+        }
+    });
 }
 
 fn cuda(e: DriverError) -> String {
@@ -201,6 +372,23 @@ pub fn kernel_ptx(arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
         .map_err(|e| format!("NVRTC could not compile the gpu matcher's kernel: {e}"))
 }
 
+/// Device 0 and the kernel loaded on it, once per process and shared by its gpu matchers:
+/// NVRTC and the driver's compile of the PTX take a few tenths of a second, which a service
+/// reloading rules, or a test compiling hundreds of small rule sets, should pay once.
+fn kernel() -> Result<(Arc<CudaContext>, DeviceInfo, CudaFunction), String> {
+    type Loaded = (Arc<CudaContext>, DeviceInfo, CudaFunction);
+    static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
+    let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(k) = loaded.as_ref() {
+        return Ok(k.clone());
+    }
+    let ctx = open()?;
+    let device = info(&ctx)?;
+    let func = compile(&ctx, device.compute_capability)?;
+    *loaded = Some((ctx.clone(), device.clone(), func.clone()));
+    Ok((ctx, device, func))
+}
+
 /// Compiles the kernel for the device's architecture and loads it.
 fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<CudaFunction, String> {
     let ptx = kernel_ptx(&format!("compute_{major}{minor}"))?;
@@ -208,21 +396,17 @@ fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<CudaFun
     module.load_function("match_kernel").map_err(|e| format!("CUDA: the kernel has no match_kernel: {e}"))
 }
 
-/// A lane pair: two streams, each with buffers for one chunk.
-fn lanes(ctx: &Arc<CudaContext>, chunk: usize, width: usize) -> Result<Vec<Lane>, DriverError> {
-    (0..LANES).map(|_| lane(ctx, chunk, width)).collect()
-}
-
-fn lane(ctx: &Arc<CudaContext>, chunk: usize, width: usize) -> Result<Lane, DriverError> {
+/// A stream with pinned and device buffers for `cap` queries.
+fn lane(ctx: &Arc<CudaContext>, cap: usize, width: usize) -> Result<Lane, DriverError> {
     let stream = ctx.new_stream()?;
     // SAFETY: alloc_pinned leaves the memory unset; every read of these buffers reads only
     // what this module wrote first (a chunk's queries) or what a finished copy wrote (answers).
     // Write-combined memory suits the queries (written by the host, read by the device only);
     // answers are read by the host, so they get ordinary cached pinned memory.
-    let pin_in = unsafe { ctx.alloc_pinned::<u32>(chunk * width) }?;
-    let pin_out = unsafe { ctx.alloc_pinned_with_flags::<u32>(chunk, 0) }?;
-    let d_in = stream.alloc_zeros::<u32>(chunk * width)?;
-    let d_out = stream.alloc_zeros::<u32>(chunk)?;
+    let pin_in = unsafe { ctx.alloc_pinned::<u32>(cap * width) }?;
+    let pin_out = unsafe { ctx.alloc_pinned_with_flags::<u32>(cap, 0) }?;
+    let d_in = stream.alloc_zeros::<u32>(cap * width)?;
+    let d_out = stream.alloc_zeros::<u32>(cap)?;
     Ok(Lane { stream, pin_in, pin_out, d_in, d_out, pending: None })
 }
 
@@ -251,18 +435,23 @@ impl Matcher for GpuMatcher {
     }
     fn match_batch_staged(&self, queries: &[u32], out: &mut [u32]) -> Option<DeviceStages> {
         assert_eq!(queries.len(), out.len() * self.width, "queries must hold width codes per answer");
-        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        if out.is_empty() {
+            return Some(DeviceStages::default());
+        }
         // The Matcher contract has no error path: a device that fails mid-batch (lost, out of
         // memory) stops the caller with the driver's reason rather than answering wrongly.
         let fail = |e: DriverError| -> ! { panic!("gpu matcher: the device failed during a batch: {e}") };
-        let mut pair = idle.map_or_else(|| lanes(&self.ctx, self.chunk, self.width), Ok).unwrap_or_else(|e| fail(e));
+        let mut pair = self.take_pair(out.len()).unwrap_or_else(|e| fail(e));
         let t = self.run(&mut pair, queries, out).unwrap_or_else(|e| fail(e));
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(pair);
+        self.give_back(pair);
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = t;
         Some(t)
     }
     fn on_device(&self) -> bool {
         true
+    }
+    fn device_profile(&self, queries: &[u32], repeats: usize) -> Option<serde_json::Value> {
+        Some(self.profile(queries, repeats).unwrap_or_else(|e| serde_json::json!({"error": format!("CUDA: {e}")})))
     }
     fn memory_bytes(&self) -> usize {
         self.image_words * 4
@@ -274,6 +463,7 @@ impl Matcher for GpuMatcher {
             "chunk": self.chunk,
             "lanes": LANES,
             "lane_pairs": self.idle.lock().unwrap_or_else(|p| p.into_inner()).len(),
+            "stage_threads": self.stage_threads,
             "last_batch": self.last_stages(),
             "tree": self.tree,
         })

@@ -34,6 +34,12 @@ const TAG_LEAF: u32 = 1;
 const TAG_SPARSE: u32 = 2;
 const TAG_COPY_WILD: u32 = 4;
 
+/// The criteria of the mandatory-tuple partitions (none if the tree has no partitions).
+pub(super) fn partition_criteria(img: &[u32]) -> Vec<usize> {
+    let (n, at) = (img[H_NPART] as usize, img[H_PART_CRITS] as usize);
+    img[at..at + n].iter().map(|&c| c as usize).collect()
+}
+
 /// Lays out `m`'s tree as an image, or says why the kernel could not run it (too large for
 /// 32-bit offsets, or a search deeper than the kernel's stack).
 pub(super) fn build(m: &FastMatcher) -> Result<Vec<u32>, String> {
