@@ -92,3 +92,27 @@ def test_the_device_answers_as_linear_does() -> None:
     assert np.array_equal(gpu.match(codes[:1]).rule, lin.match(codes[:1]).rule)
     stages = gpu.stats()["last_batch"]
     assert stages["queries"] == 1 and stages["kernel_s"] > 0
+
+
+def test_cpu_matchers_have_no_device_profile() -> None:
+    rs = rules.load(DATA / "ruletype.toml", DATA / "rules.csv")
+    for m in rules.MATCHERS:
+        eng = rules.compile(rs, m)
+        codes = np.zeros((3, eng._native.width), np.uint32)
+        assert eng._native.device_profile(codes, 1) is None
+
+
+@pytest.mark.skipif(not HAS_GPU, reason=f"{DEVICE}")
+def test_the_device_profile_says_where_the_time_goes() -> None:
+    from offload.rules.bench import load_query_columns
+
+    rs = rules.load(DATA / "ruletype.toml", DATA / "rules.csv")
+    _, cols = load_query_columns(rs, DATA / "queries.csv")
+    gpu = rules.compile(rs, "gpu")
+    codes = np.ascontiguousarray(np.tile(gpu.encode(cols), (1000, 1)))
+    prof = json.loads(gpu._native.device_profile(codes, 3))
+    assert prof["queries"] == len(codes) and prof["pipeline_queries_per_s"] > 0
+    assert set(prof["kernel_queries_per_s_by_block"]) == {"64", "128", "256", "512", "1024"}
+    assert all(s > 0 for s in prof["kernel_s_by_batch"].values())
+    # the profile leaves the matcher answering as before
+    assert np.array_equal(gpu.match(codes).rule, rules.compile(rs, "linear").match(codes).rule)

@@ -314,6 +314,105 @@ def calibrate(
 
 
 @app.command()
+def preset(
+    probe: Annotated[
+        Path, typer.Option(help="`offload probe` JSON from the GPU machine (its GPU channels).")
+    ],
+    bench: Annotated[
+        Path,
+        typer.Option(help="`offload rules bench --matcher gpu` JSON from that machine (device profile)."),
+    ],
+    out: Annotated[Path, typer.Option(help="Preset TOML to write.")] = Path("gpu-measured.toml"),
+    batch: Annotated[
+        int,
+        typer.Option(help="Queries per kernel batch where the kernel's floor is fitted (a typical request)."),
+    ] = 256,
+) -> None:
+    """Make a what-if kernel preset from a GPU machine's measurements: the launch and the pinned
+    copies from the probe, the kernel's floor and rate from the bench's device profile.
+
+        offload plan preset --probe probe.json --bench rules-gpu.json --out gpu-h200.toml
+        offload plan simulate --calibration calibration.json --preset gpu-h200.toml --p 16 --w 4 --k 2
+    """
+    from offload.plan import measured
+
+    try:
+        about, costs = measured.gpu_preset(
+            json.loads(probe.read_text()), json.loads(bench.read_text()), batch
+        )
+    except (OSError, KeyError, ValueError) as ex:
+        raise _fail(f"{ex}") from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(measured.to_toml(about, costs))
+    t = Table(title=escape(about["name"]))
+    t.add_column("cost")
+    t.add_column("value", justify="right")
+    for key, v in costs.items():
+        t.add_row(key, f"{v:.4g}" if isinstance(v, float) else str(v))
+    console.print(t)
+    console.print(f"wrote {out}")
+
+
+@app.command()
+def check(
+    sweep: Annotated[Path, typer.Option(help="`offload sweep` JSON of the runs to predict.")],
+    calibration: Annotated[Path, typer.Option(help="Host-side costs from `offload plan calibrate`.")],
+    trace: Annotated[Path, typer.Option(help="The trace directory the sweep replayed (requests.csv).")],
+    preset: Annotated[
+        str | None,
+        typer.Option(help="What-if kernel (bundled name or TOML) the sweep ran with. \\[default: none]"),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Check JSON to write.")] = Path("check.json"),
+    cpus: Annotated[int, typer.Option(help="Cores of the measured machine (0: the calibration's).")] = 0,
+) -> None:
+    """Predict every configuration of a measured sweep that the model was not fitted on, and
+    say how far off each prediction is: a what-if (a --preset kernel) checked against the
+    service actually running with that kernel.
+
+        offload plan check --sweep sweep-gpu.json --calibration calibration.json --preset gpu-h200.toml \\
+            --trace build/demo
+    """
+    from offload.plan import calibrate as cal
+    from offload.plan import measured
+    from offload.plan import simulate as sim
+    from offload.plan.tomlfile import InputError
+
+    try:
+        rows = json.loads(sweep.read_text())["rows"]
+        calib = cal.load(calibration)
+        costs = sim.Costs(**calib["costs"])
+        about = {}
+        if preset is not None:
+            about, kernel = sim.load_preset(preset)
+            costs = sim.with_preset(costs, kernel)
+        result = measured.check(rows, costs, cal.trace_sizes(trace), cpus or calib["cpus"])
+    except InputError as ex:
+        raise _fail(str(ex)) from None
+    except (OSError, KeyError, ValueError, TypeError) as ex:
+        raise _fail(f"{ex}") from None
+    result.update(sweep=str(sweep), calibration=str(calibration), preset=about or None)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    t = Table(title=f"Predicted vs measured ({result['cpus']} cores{'; ' + about['name'] if about else ''})")
+    for col in ["configuration", "queries/s meas.", "pred.", "err", "p50 µs meas.", "pred.", "err"]:
+        t.add_column(col, justify="left" if col == "configuration" else "right")
+    for row in result["table"]:
+        m, pr, e = row["measured"], row["predicted"], row["error"]
+        t.add_row(
+            row["config"],
+            f"{m['queries_per_s']:,.0f}", f"{pr['queries_per_s']:,.0f}", f"{e['queries_per_s']:+.0%}",
+            f"{m['p50_us']:,.0f}", f"{pr['p50_us']:,.0f}", f"{e['p50_us']:+.0%}",
+        )  # fmt: skip
+    console.print(t)
+    mae = result["median_abs_error"]
+    console.print(
+        f"median absolute error over {len(result['table'])} configurations: throughput "
+        f"{mae['queries_per_s']:.1%}, p50 {mae['p50']:.1%}, p99 {mae['p99']:.1%}"
+    )
+    console.print(f"wrote {out}")
+
+
+@app.command()
 def recommend(
     sweep: Annotated[
         list[Path] | None, typer.Option(help="Measured `offload sweep` JSON (repeats). \\[default: none]")

@@ -32,6 +32,9 @@ const BLOCKS_PER_SM: u32 = 32;
 const MIN_LANE: usize = 4096;
 /// Block sizes [`GpuMatcher::profile`] times the kernel with.
 const PROFILE_BLOCKS: [u32; 5] = [64, 128, 256, 512, 1024];
+/// Batch sizes [`GpuMatcher::profile`] times the kernel alone at: from one query (the latency
+/// of one thread's search) to a chunk (the throughput of the whole device).
+const PROFILE_SIZES: [usize; 7] = [1, 16, 256, 4096, 65536, 262144, 1 << 20];
 /// Host threads that copy a large chunk into pinned memory: one core's memcpy into
 /// write-combined memory (about 6 GB/s on the H200's host) would otherwise bound the device.
 const MAX_STAGE_THREADS: usize = 8;
@@ -241,8 +244,8 @@ impl GpuMatcher {
 
     /// Where the device's time goes on up to one chunk of `queries`, as JSON: the host's copy
     /// into pinned memory (one thread, and the staging threads), the kernel alone with its data
-    /// on the device at each block size of [`PROFILE_BLOCKS`] and with the queries sorted by
-    /// partition, and the pipeline of H2D, kernel and D2H over both lanes from pinned memory
+    /// on the device at each block size of [`PROFILE_BLOCKS`], at each batch size of
+    /// [`PROFILE_SIZES`] and with the queries sorted by partition, and the pipeline of H2D, kernel and D2H over both lanes from pinned memory
     /// (the device's rate with transfers, the host's staging apart). Medians of `repeats`.
     pub fn profile(&self, queries: &[u32], repeats: usize) -> Result<serde_json::Value, DriverError> {
         let w = self.width;
@@ -268,6 +271,11 @@ impl GpuMatcher {
             let s = self.time_kernel(&mut pair.lanes[0], q, block, reps)?;
             kernel.insert(block.to_string(), (n as f64 / s).into());
         }
+        let mut by_size = serde_json::Map::new();
+        for size in PROFILE_SIZES.into_iter().filter(|&m| m <= n) {
+            let s = self.time_kernel(&mut pair.lanes[0], &q[..size * w], BLOCK, reps)?;
+            by_size.insert(size.to_string(), s.into());
+        }
         let sorted = self.sorted_by_partition(q);
         let sorted_rate = n as f64 / self.time_kernel(&mut pair.lanes[0], &sorted, BLOCK, reps)?;
         let pipeline = self.time_pipeline(&mut pair, q, reps)?;
@@ -279,6 +287,7 @@ impl GpuMatcher {
             "staging_bytes_per_s_by_threads": staging,
             "kernel_queries_per_s_by_block": kernel,
             "kernel_queries_per_s_sorted_by_partition": sorted_rate,
+            "kernel_s_by_batch": by_size,
             "pipeline_queries_per_s": pipeline,
         }))
     }
@@ -372,6 +381,14 @@ pub fn kernel_ptx(arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
         .map_err(|e| format!("NVRTC could not compile the gpu matcher's kernel: {e}"))
 }
 
+/// Whether a thread waiting for the device sleeps (`OFFLOAD_GPU_SYNC=block`) rather than spins
+/// (the default, CUDA's choice when a process has fewer contexts than cores): spinning answers a
+/// few microseconds sooner, but each waiting thread holds a core that the host side of the
+/// service (clients, workers: the encoding) may need more.
+pub fn blocking_sync() -> bool {
+    std::env::var("OFFLOAD_GPU_SYNC").is_ok_and(|v| v == "block")
+}
+
 /// Device 0 and the kernel loaded on it, once per process and shared by its gpu matchers:
 /// NVRTC and the driver's compile of the PTX take a few tenths of a second, which a service
 /// reloading rules, or a test compiling hundreds of small rule sets, should pay once.
@@ -383,6 +400,9 @@ fn kernel() -> Result<(Arc<CudaContext>, DeviceInfo, CudaFunction), String> {
         return Ok(k.clone());
     }
     let ctx = open()?;
+    if blocking_sync() {
+        ctx.set_blocking_synchronize().map_err(cuda)?;
+    }
     let device = info(&ctx)?;
     let func = compile(&ctx, device.compute_capability)?;
     *loaded = Some((ctx.clone(), device.clone(), func.clone()));
@@ -464,6 +484,7 @@ impl Matcher for GpuMatcher {
             "lanes": LANES,
             "lane_pairs": self.idle.lock().unwrap_or_else(|p| p.into_inner()).len(),
             "stage_threads": self.stage_threads,
+            "sync": if blocking_sync() { "block" } else { "spin" },
             "last_batch": self.last_stages(),
             "tree": self.tree,
         })
