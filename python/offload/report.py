@@ -550,9 +550,34 @@ def gpu_section(d: dict[str, Any] | None, path: Path | None) -> str:
                          " / ".join(f"{1e3 * stages[k]:.2f}" for k in ("h2d_s", "kernel_s", "d2h_s"))
                          if stages else "—"))  # fmt: skip
     out += _table(("matcher", "threads", "batch", "queries/s with transfers", "kernel alone q/s",
-                   "H2D / kernel / D2H ms (last batch)"), rows, 1)  # fmt: skip
+                   "H2D / kernel / D2H ms (reference batch)"), rows, 1)  # fmt: skip
+    for name, m in d["matchers"].items():
+        out += _device_profile(name, m.get("device_profile"))
     png = path.with_suffix(".png") if path else None
     return out + (_img(png, alt="gpu matcher") if png is not None and png.exists() else "")
+
+
+def _device_profile(name: str, prof: dict[str, Any] | None) -> str:
+    """Where a device matcher's time goes (`Matcher::device_profile`): copies, kernel, pipeline."""
+    if not prof or "pipeline_queries_per_s" not in prof:
+        return ""
+    n = prof["queries"]
+    rows = [
+        ("H2D + kernel + D2H, two streams, from pinned memory", f"{prof['pipeline_queries_per_s']:,.0f} q/s")
+    ]
+    for th, bps in prof["staging_bytes_per_s_by_threads"].items():
+        rows.append((f"host copy into pinned memory, {th} thread(s)", f"{bps / 1e9:.1f} GB/s"))
+    for block, qps in prof["kernel_queries_per_s_by_block"].items():
+        rows.append((f"kernel alone, {n:,} queries, block {block}", f"{qps:,.0f} q/s"))
+    rows.append(
+        (
+            "kernel alone, queries sorted by partition",
+            f"{prof['kernel_queries_per_s_sorted_by_partition']:,.0f} q/s",
+        )
+    )
+    for size, sec in sorted(prof.get("kernel_s_by_batch", {}).items(), key=lambda kv: int(kv[0])):
+        rows.append((f"kernel alone, batch of {int(size):,}", f"{sec * 1e6:,.1f} µs"))
+    return f"<h3>{_e(name)}: where the device's time goes</h3>" + _table(("measured", "figure"), rows, 1)
 
 
 def build(

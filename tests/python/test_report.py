@@ -134,3 +134,14 @@ def test_headless_chromium_renders_every_plot_and_table(inputs: dict[str, Path],
                    capture_output=True, timeout=120, check=True)  # fmt: skip
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000  # a rendered page, not a blank one
+
+
+def test_the_gpu_section_shows_where_the_device_time_goes(tmp_path: Path) -> None:
+    """The H200 run: the kernel alone, the rate with transfers and the device profile."""
+    run = RESULTS / "gpu" / "rules-gpu.json"
+    page = report.build(tmp_path / "r.html", gpu=run).read_text()
+    prof = json.loads(run.read_text())["matchers"]["gpu"]["device_profile"]
+    assert "<h3>gpu: where the device's time goes</h3>" in page
+    assert f"{prof['pipeline_queries_per_s']:,.0f} q/s" in page
+    assert "block 1024" in page and "batch of 262,144" in page and "sorted by partition" in page
+    assert "skipped" not in page.split(">The rule engine on a GPU</h2>")[1].split("<h2")[0]
