@@ -1,6 +1,7 @@
 """A what-if kernel made from a GPU machine's measurements (`offload plan preset`) and what-ifs
 checked against measured runs (`offload plan check`), on the H200 runs recorded in
-benches/results/gpu/."""
+benches/results/gpu/. The bundled preset was made from the run with 32-bit codes on the bus
+(`rules-gpu-wide.json`), the one the service sweeps it is checked against ran with."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def _load(name: str) -> dict:
 
 
 def test_the_preset_is_the_measured_figures() -> None:
-    probe, bench = _load("probe-gpu.json"), _load("rules-gpu.json")
+    probe, bench = _load("probe-gpu.json"), _load("rules-gpu-wide.json")
     about, costs = measured.gpu_preset(probe, bench, batch=256)
     g, m = probe["gpu"], bench["matchers"]["gpu"]
     prof = m["device_profile"]
@@ -47,7 +48,7 @@ def test_the_preset_is_the_measured_figures() -> None:
 
 
 def test_the_preset_round_trips_through_toml(tmp_path: Path) -> None:
-    about, costs = measured.gpu_preset(_load("probe-gpu.json"), _load("rules-gpu.json"))
+    about, costs = measured.gpu_preset(_load("probe-gpu.json"), _load("rules-gpu-wide.json"))
     about["notes"] = 'quotes " and back\\slashes survive'
     f = tmp_path / "p.toml"
     f.write_text(measured.to_toml(about, costs))
@@ -59,7 +60,7 @@ def test_the_preset_round_trips_through_toml(tmp_path: Path) -> None:
 
 
 def test_missing_measurements_are_said() -> None:
-    probe, bench = _load("probe-gpu.json"), _load("rules-gpu.json")
+    probe, bench = _load("probe-gpu.json"), _load("rules-gpu-wide.json")
     with pytest.raises(ValueError, match="saw no GPU"):
         measured.gpu_preset({**probe, "gpu": {"present": False}}, bench)
     with pytest.raises(ValueError, match="no gpu device profile"):
@@ -92,7 +93,7 @@ def test_cli_makes_the_preset_and_checks_a_sweep(tmp_path: Path) -> None:
         "--probe",
         str(GPU / "probe-gpu.json"),
         "--bench",
-        str(GPU / "rules-gpu.json"),
+        str(GPU / "rules-gpu-wide.json"),
         "--out",
         str(out),
     ]

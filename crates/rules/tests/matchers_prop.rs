@@ -222,8 +222,11 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
         GpuHostMatcher::from_fast(&m).unwrap().match_batch(&codes, &mut got);
         prop_assert_eq!(&got, &expected, "gpu kernel with leaf size {}", leaf);
         if *GPU {
-            GpuMatcher::from_fast(&m, DEFAULT_CHUNK).unwrap().match_batch(&codes, &mut got);
-            prop_assert_eq!(&got, &expected, "gpu device with leaf size {}", leaf);
+            // both query widths: 32-bit codes, and 16-bit ones (these cardinalities fit)
+            for narrow in [false, true] {
+                GpuMatcher::from_fast(&m, narrow, DEFAULT_CHUNK).unwrap().match_batch(&codes, &mut got);
+                prop_assert_eq!(&got, &expected, "gpu device with leaf size {} narrow {}", leaf, narrow);
+            }
         }
     }
     Ok(())

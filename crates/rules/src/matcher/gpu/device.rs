@@ -38,8 +38,9 @@ const PROFILE_SIZES: [usize; 7] = [1, 16, 256, 4096, 65536, 262144, 1 << 20];
 /// Host threads that copy a large chunk into pinned memory: one core's memcpy into
 /// write-combined memory (about 6 GB/s on the H200's host) would otherwise bound the device.
 const MAX_STAGE_THREADS: usize = 8;
-/// Words each staging thread copies at least (4 MB): below that a thread costs more than it saves.
-const STAGE_WORDS_PER_THREAD: usize = 1 << 20;
+/// Words each staging thread copies at least (1 MB, ~200 µs of one core): a thread's start
+/// (~30 µs) stays small beside it.
+const STAGE_WORDS_PER_THREAD: usize = 1 << 18;
 
 /// The device a gpu matcher runs on.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -115,6 +116,8 @@ pub struct GpuMatcher {
     tree: serde_json::Value,
     ctx: Arc<CudaContext>,
     func: CudaFunction,
+    /// Queries cross the bus as 16-bit codes (every criterion has fewer than 2^16 codes).
+    narrow: bool,
     image: CudaSlice<u32>,
     grid_max: u32,
     stage_threads: usize,
@@ -134,12 +137,14 @@ impl GpuMatcher {
     /// Like [`Self::new`] with `chunk` queries per transfer.
     pub fn with_chunk(rules: &EncodedRules, cardinalities: &[usize], chunk: usize) -> Result<Self, String> {
         kernel()?; // before building the tree: without a GPU, say so at once
-        Self::from_fast(&FastMatcher::new(rules, cardinalities), chunk)
+        Self::from_fast(&FastMatcher::new(rules, cardinalities), narrow_fits(cardinalities), chunk)
     }
 
-    /// The kernel over a given tree (tests use tiny leaves to exercise deep trees).
-    pub fn from_fast(fast: &FastMatcher, chunk: usize) -> Result<Self, String> {
-        let (ctx, device, func) = kernel()?;
+    /// The kernel over a given tree (tests use tiny leaves to exercise deep trees), with 16-bit
+    /// query codes if `narrow` (see [`narrow_fits`]).
+    pub fn from_fast(fast: &FastMatcher, narrow: bool, chunk: usize) -> Result<Self, String> {
+        let (ctx, device, [wide, narrow_fn]) = kernel()?;
+        let func = if narrow { narrow_fn } else { wide };
         let (image, tree) = (image::build(fast)?, fast.stats());
         let width = fast.width.max(1);
         let chunk = chunk.clamp(1, u32::MAX as usize / width);
@@ -156,6 +161,7 @@ impl GpuMatcher {
             tree,
             ctx,
             func,
+            narrow,
             image: d_image,
             grid_max,
             stage_threads: cores.min(MAX_STAGE_THREADS),
@@ -183,7 +189,13 @@ impl GpuMatcher {
             let n = pair.cap.min(out.len() - at);
             let lane = &mut pair.lanes[j % LANES];
             finish(lane, out, &mut t)?;
-            stage(&mut lane.pin_in.as_mut_slice()?[..n * w], &queries[at * w..(at + n) * w], self.stage_threads);
+            let words = self.words(n);
+            stage(
+                &mut lane.pin_in.as_mut_slice()?[..words],
+                &queries[at * w..(at + n) * w],
+                self.narrow,
+                self.stage_threads,
+            );
             self.enqueue(lane, at, n, BLOCK)?;
         }
         for lane in pair.lanes.iter_mut() {
@@ -195,9 +207,9 @@ impl GpuMatcher {
     /// Queues a chunk already in the lane's pinned input: H2D, kernel, D2H, with events between.
     fn enqueue(&self, lane: &mut Lane, at: usize, n: usize, block: u32) -> Result<(), DriverError> {
         let mark = |s: &CudaStream| s.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT));
-        let w = self.width;
+        let words = self.words(n);
         let e0 = mark(&lane.stream)?;
-        lane.stream.memcpy_htod(&lane.pin_in.as_slice()?[..n * w], &mut lane.d_in.slice_mut(..n * w))?;
+        lane.stream.memcpy_htod(&lane.pin_in.as_slice()?[..words], &mut lane.d_in.slice_mut(..words))?;
         let e1 = mark(&lane.stream)?;
         self.launch(lane, n, block)?;
         let e2 = mark(&lane.stream)?;
@@ -217,11 +229,12 @@ impl GpuMatcher {
         };
         let mut launch = lane.stream.launch_builder(&self.func);
         launch.arg(&self.image).arg(&lane.d_in).arg(&n32).arg(&mut lane.d_out);
-        // SAFETY: match_kernel takes (const u32* image, const u32* queries, u32 n, u32* out),
-        // the argument order and types pushed here. The image passed image::check, so the
-        // kernel reads inside it and inside the n query rows it is given (d_in holds the lane's
-        // cap rows and every caller passes n <= cap), and writes out[0..n) (d_out holds cap
-        // answers). The image is only read, by every lane. Block sizes are BLOCK or one of
+        // SAFETY: match_kernel takes (const u32* image, const qcode* queries, u32 n, u32* out),
+        // the argument order pushed here, with qcode the u32 or u16 of the function loaded for
+        // `self.narrow`. The image passed image::check, so the kernel reads inside it and inside
+        // the n query rows it is given (d_in holds the lane's cap rows of that code width,
+        // `words(cap)` words, and every caller passes n <= cap), and writes out[0..n) (d_out
+        // holds cap answers). The image is only read, by every lane. Block sizes are BLOCK or one of
         // PROFILE_BLOCKS, all within CUDA's 1024 threads per block.
         unsafe { launch.launch(cfg) }?;
         Ok(())
@@ -234,12 +247,21 @@ impl GpuMatcher {
             Some(pair) if pair.cap >= cap => return Ok(pair),
             _ => {} // none idle, or too small: dropped, and a larger one made
         }
-        let lanes = (0..LANES).map(|_| lane(&self.ctx, cap, self.width)).collect::<Result<_, _>>()?;
+        let lanes = (0..LANES).map(|_| lane(&self.ctx, cap, self.words(cap))).collect::<Result<_, _>>()?;
         Ok(LanePair { cap, lanes })
     }
 
     fn give_back(&self, pair: LanePair) {
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(pair);
+    }
+
+    /// Input words of `n` queries on the bus: two 16-bit codes a word when narrow.
+    fn words(&self, n: usize) -> usize {
+        if self.narrow {
+            (n * self.width).div_ceil(2)
+        } else {
+            n * self.width
+        }
     }
 
     /// Where the device's time goes on up to one chunk of `queries`, as JSON: the host's copy
@@ -259,9 +281,9 @@ impl GpuMatcher {
         for threads in [1, self.stage_threads] {
             let mut secs = Vec::with_capacity(reps);
             for _ in 0..reps {
-                let dst = &mut pair.lanes[0].pin_in.as_mut_slice()?[..n * w];
+                let dst = &mut pair.lanes[0].pin_in.as_mut_slice()?[..self.words(n)];
                 let t0 = Instant::now();
-                stage(dst, q, threads);
+                stage(dst, q, self.narrow, threads);
                 secs.push(t0.elapsed().as_secs_f64());
             }
             staging.insert(threads.to_string(), (4.0 * (n * w) as f64 / median(secs)).into());
@@ -282,7 +304,7 @@ impl GpuMatcher {
         self.give_back(pair);
         Ok(serde_json::json!({
             "queries": n,
-            "bytes_per_query": 4 * w,
+            "bytes_per_query": self.words(n) * 4 / n,
             "block": BLOCK,
             "staging_bytes_per_s_by_threads": staging,
             "kernel_queries_per_s_by_block": kernel,
@@ -294,8 +316,9 @@ impl GpuMatcher {
 
     /// Seconds of the kernel alone (CUDA events) on `q`, uploaded once: the median of `reps`.
     fn time_kernel(&self, lane: &mut Lane, q: &[u32], block: u32, reps: usize) -> Result<f64, DriverError> {
-        lane.pin_in.as_mut_slice()?[..q.len()].copy_from_slice(q);
-        lane.stream.memcpy_htod(&lane.pin_in.as_slice()?[..q.len()], &mut lane.d_in.slice_mut(..q.len()))?;
+        let words = self.words(q.len() / self.width);
+        stage(&mut lane.pin_in.as_mut_slice()?[..words], q, self.narrow, self.stage_threads);
+        lane.stream.memcpy_htod(&lane.pin_in.as_slice()?[..words], &mut lane.d_in.slice_mut(..words))?;
         let mut secs = Vec::with_capacity(reps);
         for _ in 0..reps {
             let e0 = lane.stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
@@ -312,8 +335,9 @@ impl GpuMatcher {
     fn time_pipeline(&self, pair: &mut LanePair, q: &[u32], reps: usize) -> Result<f64, DriverError> {
         const CHUNKS: usize = 4;
         let n = q.len() / self.width;
+        let words = self.words(n);
         for lane in pair.lanes.iter_mut() {
-            lane.pin_in.as_mut_slice()?[..q.len()].copy_from_slice(q);
+            stage(&mut lane.pin_in.as_mut_slice()?[..words], q, self.narrow, self.stage_threads);
         }
         let (mut answers, mut t) = (vec![0u32; n], DeviceStages::default());
         let mut rates = Vec::with_capacity(reps);
@@ -349,19 +373,42 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Copies `src` into pinned `dst`, split over up to `threads` threads when it is large.
-fn stage(dst: &mut [u32], src: &[u32], threads: usize) {
+/// Whether every criterion's codes fit 16 bits with one value to spare: queries then cross the
+/// bus narrowed, and a code no criterion has (only a caller's own codes can be that large)
+/// saturates to 0xFFFF, which is beyond every criterion too and so answers as it would.
+pub fn narrow_fits(cardinalities: &[usize]) -> bool {
+    cardinalities.iter().all(|&c| c < 1 << 16)
+}
+
+/// Copies query codes `src` into pinned `dst` (narrowed to 16 bits, two a word, if `narrow`),
+/// split over up to `threads` threads when it is large.
+fn stage(dst: &mut [u32], src: &[u32], narrow: bool, threads: usize) {
     let parts = threads.min(src.len() / STAGE_WORDS_PER_THREAD).max(1);
+    // an even share of codes per thread, so that no word is split between two of them
+    let per = src.len().div_ceil(parts).next_multiple_of(2);
+    let copy = |d: &mut [u32], q: &[u32]| if narrow { pack16(d, q) } else { d.copy_from_slice(q) };
     if parts == 1 {
-        dst.copy_from_slice(src);
-        return;
+        return copy(dst, src);
     }
-    let per = src.len().div_ceil(parts);
+    let dst_per = if narrow { per / 2 } else { per };
     std::thread::scope(|s| {
-        for (d, q) in dst.chunks_mut(per).zip(src.chunks(per)) {
-            s.spawn(move || d.copy_from_slice(q));
+        for (d, q) in dst.chunks_mut(dst_per).zip(src.chunks(per)) {
+            s.spawn(move || copy(d, q));
         }
     });
+}
+
+/// Two codes a word, the first in the low half (the device reads them as little-endian u16).
+fn pack16(dst: &mut [u32], src: &[u32]) {
+    let narrow = |v: u32| v.min(0xFFFF);
+    let pairs = src.chunks_exact(2); // whole pairs in a loop the compiler vectorises
+    let last = pairs.remainder().first().map(|&v| narrow(v));
+    for (d, pair) in dst.iter_mut().zip(pairs) {
+        *d = narrow(pair[0]) | narrow(pair[1]) << 16;
+    }
+    if let Some(v) = last {
+        dst[src.len() / 2] = v;
+    }
 }
 
 fn cuda(e: DriverError) -> String {
@@ -371,12 +418,20 @@ fn cuda(e: DriverError) -> String {
 /// Compiles the kernel with NVRTC to PTX for a virtual architecture (`compute_90` for Hopper).
 /// Needs NVRTC only, no device: the tests compile the kernel on machines without a GPU.
 pub fn kernel_ptx(arch: &str) -> Result<cudarc::nvrtc::Ptx, String> {
+    kernel_ptx_with(arch, false)
+}
+
+/// Like [`kernel_ptx`], for 16-bit query codes if `narrow`.
+pub fn kernel_ptx_with(arch: &str, narrow: bool) -> Result<cudarc::nvrtc::Ptx, String> {
     // SAFETY: as in `open`, a dlopen of NVRTC by its usual names.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(NO_NVRTC.into());
     }
-    let opts =
-        cudarc::nvrtc::CompileOptions { options: vec![format!("--gpu-architecture={arch}")], ..Default::default() };
+    let mut options = vec![format!("--gpu-architecture={arch}")];
+    if narrow {
+        options.push("-DQCODE=unsigned short".into());
+    }
+    let opts = cudarc::nvrtc::CompileOptions { options, ..Default::default() };
     cudarc::nvrtc::compile_ptx_with_opts(KERNEL_SOURCE, opts)
         .map_err(|e| format!("NVRTC could not compile the gpu matcher's kernel: {e}"))
 }
@@ -392,8 +447,8 @@ pub fn blocking_sync() -> bool {
 /// Device 0 and the kernel loaded on it, once per process and shared by its gpu matchers:
 /// NVRTC and the driver's compile of the PTX take a few tenths of a second, which a service
 /// reloading rules, or a test compiling hundreds of small rule sets, should pay once.
-fn kernel() -> Result<(Arc<CudaContext>, DeviceInfo, CudaFunction), String> {
-    type Loaded = (Arc<CudaContext>, DeviceInfo, CudaFunction);
+fn kernel() -> Result<(Arc<CudaContext>, DeviceInfo, [CudaFunction; 2]), String> {
+    type Loaded = (Arc<CudaContext>, DeviceInfo, [CudaFunction; 2]);
     static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
     let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(k) = loaded.as_ref() {
@@ -404,28 +459,28 @@ fn kernel() -> Result<(Arc<CudaContext>, DeviceInfo, CudaFunction), String> {
         ctx.set_blocking_synchronize().map_err(cuda)?;
     }
     let device = info(&ctx)?;
-    let func = compile(&ctx, device.compute_capability)?;
-    *loaded = Some((ctx.clone(), device.clone(), func.clone()));
-    Ok((ctx, device, func))
+    let funcs = [compile(&ctx, device.compute_capability, false)?, compile(&ctx, device.compute_capability, true)?];
+    *loaded = Some((ctx.clone(), device.clone(), funcs.clone()));
+    Ok((ctx, device, funcs))
 }
 
 /// Compiles the kernel for the device's architecture and loads it.
-fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32)) -> Result<CudaFunction, String> {
-    let ptx = kernel_ptx(&format!("compute_{major}{minor}"))?;
+fn compile(ctx: &Arc<CudaContext>, (major, minor): (i32, i32), narrow: bool) -> Result<CudaFunction, String> {
+    let ptx = kernel_ptx_with(&format!("compute_{major}{minor}"), narrow)?;
     let module = ctx.load_module(ptx).map_err(|e| format!("CUDA: loading the kernel: {e}"))?;
     module.load_function("match_kernel").map_err(|e| format!("CUDA: the kernel has no match_kernel: {e}"))
 }
 
-/// A stream with pinned and device buffers for `cap` queries.
-fn lane(ctx: &Arc<CudaContext>, cap: usize, width: usize) -> Result<Lane, DriverError> {
+/// A stream with pinned and device buffers for `cap` queries of `words` input words.
+fn lane(ctx: &Arc<CudaContext>, cap: usize, words: usize) -> Result<Lane, DriverError> {
     let stream = ctx.new_stream()?;
     // SAFETY: alloc_pinned leaves the memory unset; every read of these buffers reads only
     // what this module wrote first (a chunk's queries) or what a finished copy wrote (answers).
     // Write-combined memory suits the queries (written by the host, read by the device only);
     // answers are read by the host, so they get ordinary cached pinned memory.
-    let pin_in = unsafe { ctx.alloc_pinned::<u32>(cap * width) }?;
+    let pin_in = unsafe { ctx.alloc_pinned::<u32>(words) }?;
     let pin_out = unsafe { ctx.alloc_pinned_with_flags::<u32>(cap, 0) }?;
-    let d_in = stream.alloc_zeros::<u32>(cap * width)?;
+    let d_in = stream.alloc_zeros::<u32>(words)?;
     let d_out = stream.alloc_zeros::<u32>(cap)?;
     Ok(Lane { stream, pin_in, pin_out, d_in, d_out, pending: None })
 }
@@ -484,6 +539,7 @@ impl Matcher for GpuMatcher {
             "lanes": LANES,
             "lane_pairs": self.idle.lock().unwrap_or_else(|p| p.into_inner()).len(),
             "stage_threads": self.stage_threads,
+            "query_bits": if self.narrow { 16 } else { 32 },
             "sync": if blocking_sync() { "block" } else { "spin" },
             "last_batch": self.last_stages(),
             "tree": self.tree,
@@ -504,6 +560,33 @@ mod tests {
             Ok(ptx) => assert!(ptx.to_src().contains(".entry match_kernel")),
             Err(why) => assert!(why.starts_with("no NVRTC"), "{why}"),
         }
+    }
+
+    #[test]
+    fn nvrtc_compiles_the_narrow_kernel_where_present() {
+        match kernel_ptx_with("compute_90", true) {
+            Ok(ptx) => assert!(ptx.to_src().contains("ld.global.nc.u16") || ptx.to_src().contains(".u16")),
+            Err(why) => assert!(why.starts_with("no NVRTC"), "{why}"),
+        }
+    }
+
+    /// Staging narrows codes two a word, the first low, saturating codes beyond 16 bits, and
+    /// splits over threads on whole words: the same words as one plain pass, odd lengths too.
+    #[test]
+    fn staging_narrows_and_splits_like_one_pass() {
+        let n = 2 * STAGE_WORDS_PER_THREAD + 7;
+        let src: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) >> (i % 17)).collect();
+        let want: Vec<u32> =
+            src.chunks(2).map(|p| p[0].min(0xFFFF) | p.get(1).map_or(0, |&v| v.min(0xFFFF)) << 16).collect();
+        for threads in [1, 3, 8] {
+            let mut dst = vec![0u32; n.div_ceil(2)];
+            stage(&mut dst, &src, true, threads);
+            assert_eq!(dst, want, "narrow, {threads} threads");
+            let mut wide = vec![0u32; n];
+            stage(&mut wide, &src, false, threads);
+            assert_eq!(wide, src, "wide, {threads} threads");
+        }
+        assert!(narrow_fits(&[1, 65_535]) && !narrow_fits(&[2, 65_536]) && narrow_fits(&[]));
     }
 
     #[test]

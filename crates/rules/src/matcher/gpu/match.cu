@@ -24,6 +24,12 @@
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
+/* A query's codes: 32-bit, or 16-bit where every criterion has fewer than 65,536 codes (the
+ * host then narrows them, halving the bytes it stages and sends). NVRTC builds both. */
+#ifndef QCODE
+#define QCODE u32
+#endif
+typedef QCODE qcode;
 
 #define NONE 0xFFFFFFFFu
 #define MAGIC 0x4F464731u /* "OFG1": this layout, version 1 */
@@ -43,7 +49,7 @@ OFFLOAD_FN u64 load_u64(const u32* img, u32 at) {
 }
 
 /* The subtree of the partition holding the query's mandatory tuple, or NONE. */
-OFFLOAD_FN u32 partition_root(const u32* img, const u32* q) {
+OFFLOAD_FN u32 partition_root(const u32* img, const qcode* q) {
     u32 n = img[H_NPART], crits = img[H_PART_CRITS], radix = img[H_PART_RADIX];
     u32 slots = img[H_PART_SLOTS], mask = img[H_PART_MASK];
     u64 key = 0;
@@ -71,7 +77,7 @@ OFFLOAD_FN u32 child_of(const u32* img, const u32* node, u32 v) {
 }
 
 /* Lowers best to the first entry of the leaf (in rank order) that matches q. */
-OFFLOAD_FN u32 scan_leaf(const u32* img, const u32* node, const u32* q, u32 best) {
+OFFLOAD_FN u32 scan_leaf(const u32* img, const u32* node, const qcode* q, u32 best) {
     u32 nc = node[N_NCOLS], len = node[N_LEN];
     const u32* cols = img + node[N_START];
     const u32* e = cols + nc;
@@ -89,7 +95,7 @@ OFFLOAD_FN u32 scan_leaf(const u32* img, const u32* node, const u32* q, u32 best
 }
 
 /* The winning rule index for query q (width codes), or NONE. */
-OFFLOAD_FN u32 match_one(const u32* img, const u32* q) {
+OFFLOAD_FN u32 match_one(const u32* img, const qcode* q) {
     u32 stack[STACK_DEPTH];
     u32 sp = 0, best = NONE;
     u32 id = img[H_NPART] ? partition_root(img, q) : img[H_ROOT];
@@ -124,7 +130,7 @@ OFFLOAD_FN u32 match_one(const u32* img, const u32* q) {
 
 #ifdef __CUDACC__
 /* One thread per query, grid-stride, queries row-major (width codes each). */
-extern "C" __global__ void match_kernel(const u32* __restrict__ img, const u32* __restrict__ queries, u32 n,
+extern "C" __global__ void match_kernel(const u32* __restrict__ img, const qcode* __restrict__ queries, u32 n,
                                         u32* __restrict__ out) {
     u32 width = img[H_WIDTH];
     for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
