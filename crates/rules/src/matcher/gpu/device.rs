@@ -234,8 +234,8 @@ impl GpuMatcher {
         // `self.narrow`. The image passed image::check, so the kernel reads inside it and inside
         // the n query rows it is given (d_in holds the lane's cap rows of that code width,
         // `words(cap)` words, and every caller passes n <= cap), and writes out[0..n) (d_out
-        // holds cap answers). The image is only read, by every lane. Block sizes are BLOCK or one of
-        // PROFILE_BLOCKS, all within CUDA's 1024 threads per block.
+        // holds cap answers). The image is only read, by every lane. Block sizes are BLOCK or
+        // one of PROFILE_BLOCKS, all within CUDA's 1024 threads per block.
         unsafe { launch.launch(cfg) }?;
         Ok(())
     }
@@ -265,9 +265,10 @@ impl GpuMatcher {
     }
 
     /// Where the device's time goes on up to one chunk of `queries`, as JSON: the host's copy
-    /// into pinned memory (one thread, and the staging threads), the kernel alone with its data
-    /// on the device at each block size of [`PROFILE_BLOCKS`], at each batch size of
-    /// [`PROFILE_SIZES`] and with the queries sorted by partition, and the pipeline of H2D, kernel and D2H over both lanes from pinned memory
+    /// into pinned memory (bytes of the caller's u32 codes per second, one thread and the
+    /// staging threads), the kernel alone with its data on the device at each block size of
+    /// [`PROFILE_BLOCKS`], at each batch size of [`PROFILE_SIZES`] and with the queries sorted
+    /// by partition, and the pipeline of H2D, kernel and D2H over both lanes from pinned memory
     /// (the device's rate with transfers, the host's staging apart). Medians of `repeats`.
     pub fn profile(&self, queries: &[u32], repeats: usize) -> Result<serde_json::Value, DriverError> {
         let w = self.width;
