@@ -43,13 +43,13 @@ def main() -> int:
     rs = rules.load(a.ruletype, a.rules)
     _, cols = load_query_columns(rs, a.queries)
     threads = os.cpu_count() or 1
+    engines = {m: rules.compile(rs, m) for m in ("linear", "fast", "gpu")}
     answers, seconds = {}, {}
-    for m in ("linear", "fast", "gpu"):
-        eng = rules.compile(rs, m)
+    for m, eng in engines.items():
         t0 = time.perf_counter()
         answers[m] = np.asarray(eng.match(cols, threads=threads).rule)
         seconds[m] = time.perf_counter() - t0
-    fast, gpu = rules.compile(rs, "fast"), rules.compile(rs, "gpu")
+    fast, gpu = engines["fast"], engines["gpu"]
     codes = fast.encode(cols)
     many = np.ascontiguousarray(np.tile(codes, (-(-a.repeat_to // len(codes)), 1)))
     res = {

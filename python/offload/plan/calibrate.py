@@ -176,7 +176,8 @@ def fit_stall(
     return (min(0.5, (measured_mean - model_mean) / stall_s), stall_s)
 
 
-def _err(pred: float, meas: float) -> float:
+def relative_error(pred: float, meas: float) -> float:
+    """(predicted − measured) / measured: +0.25 is a prediction 25% too high."""
     return (pred - meas) / meas if meas else math.inf
 
 
@@ -241,7 +242,7 @@ def calibrate(
         table.append({
             "config": r["label"], "role": "stage costs" if r is base else "held out",
             "measured": {k: r[k] for k in keys}, "predicted": held_out, "fitted": preds[phi][i],
-            "error": {k: _err(held_out[k], r[k]) for k in keys},
+            "error": {k: relative_error(held_out[k], r[k]) for k in keys},
         })  # fmt: skip
     checked = [t for t in table if t["role"] == "held out"]
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from offload.plan.calibrate import _err, predict
+from offload.plan.calibrate import predict, relative_error
 from offload.plan.simulate import Costs
 
 ANSWER_BYTES = 4
@@ -110,7 +110,7 @@ def check(
         pred = predict(r, costs, sizes, cpus)
         table.append({
             "config": r["label"], "measured": {k: r[k] for k in keys}, "predicted": pred,
-            "error": {k: _err(pred[k], r[k]) for k in keys},
+            "error": {k: relative_error(pred[k], r[k]) for k in keys},
         })  # fmt: skip
     if not table:
         raise ValueError("the sweep has no rows to check")

@@ -67,12 +67,13 @@ pub fn open() -> Result<Arc<CudaContext>, String> {
 
 /// The device behind `ctx`.
 pub fn info(ctx: &Arc<CudaContext>) -> Result<DeviceInfo, String> {
-    let d = |e: DriverError| format!("CUDA: {e}");
     Ok(DeviceInfo {
-        name: ctx.name().map_err(d)?,
-        compute_capability: ctx.compute_capability().map_err(d)?,
-        memory_bytes: ctx.total_mem().map_err(d)?,
-        multiprocessors: ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).map_err(d)?,
+        name: ctx.name().map_err(cuda)?,
+        compute_capability: ctx.compute_capability().map_err(cuda)?,
+        memory_bytes: ctx.total_mem().map_err(cuda)?,
+        multiprocessors: ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(cuda)?,
     })
 }
 
@@ -118,6 +119,8 @@ pub struct GpuMatcher {
     func: CudaFunction,
     /// Queries cross the bus as 16-bit codes (every criterion has fewer than 2^16 codes).
     narrow: bool,
+    /// Waiting threads sleep rather than spin (`OFFLOAD_GPU_SYNC=block` when the device opened).
+    blocking: bool,
     image: CudaSlice<u32>,
     grid_max: u32,
     stage_threads: usize,
@@ -136,15 +139,15 @@ impl GpuMatcher {
 
     /// Like [`Self::new`] with `chunk` queries per transfer.
     pub fn with_chunk(rules: &EncodedRules, cardinalities: &[usize], chunk: usize) -> Result<Self, String> {
-        kernel()?; // before building the tree: without a GPU, say so at once
-        Self::from_fast(&FastMatcher::new(rules, cardinalities), narrow_fits(cardinalities), chunk)
+        let narrow = narrow_fits(cardinalities);
+        kernel(narrow)?; // before building the tree: without a GPU, say so at once
+        Self::from_fast(&FastMatcher::new(rules, cardinalities), narrow, chunk)
     }
 
     /// The kernel over a given tree (tests use tiny leaves to exercise deep trees), with 16-bit
     /// query codes if `narrow` (see [`narrow_fits`]).
     pub fn from_fast(fast: &FastMatcher, narrow: bool, chunk: usize) -> Result<Self, String> {
-        let (ctx, device, [wide, narrow_fn]) = kernel()?;
-        let func = if narrow { narrow_fn } else { wide };
+        let Kernel { ctx, device, blocking, func } = kernel(narrow)?;
         let (image, tree) = (image::build(fast)?, fast.stats());
         let width = fast.width.max(1);
         let chunk = chunk.clamp(1, u32::MAX as usize / width);
@@ -162,6 +165,7 @@ impl GpuMatcher {
             ctx,
             func,
             narrow,
+            blocking,
             image: d_image,
             grid_max,
             stage_threads: cores.min(MAX_STAGE_THREADS),
@@ -440,29 +444,53 @@ pub fn kernel_ptx_with(arch: &str, narrow: bool) -> Result<cudarc::nvrtc::Ptx, S
 /// Whether a thread waiting for the device sleeps (`OFFLOAD_GPU_SYNC=block`) rather than spins
 /// (the default, CUDA's choice when a process has fewer contexts than cores): spinning answers a
 /// few microseconds sooner, but each waiting thread holds a core that the host side of the
-/// service (clients, workers: the encoding) may need more.
-pub fn blocking_sync() -> bool {
+/// service (clients, workers: the encoding) may need more. Read when the device is opened.
+fn blocking_sync() -> bool {
     std::env::var("OFFLOAD_GPU_SYNC").is_ok_and(|v| v == "block")
 }
 
-/// Device 0 and the kernel loaded on it, once per process and shared by its gpu matchers:
+/// Device 0, opened once per process, with the kernel for each query-code width loaded the
+/// first time a matcher needs it.
+struct Loaded {
+    ctx: Arc<CudaContext>,
+    device: DeviceInfo,
+    blocking: bool,
+    /// The kernel for 32-bit and for 16-bit codes, as loaded.
+    funcs: [Option<CudaFunction>; 2],
+}
+
+/// What a gpu matcher runs with: the device and the kernel for its code width.
+struct Kernel {
+    ctx: Arc<CudaContext>,
+    device: DeviceInfo,
+    blocking: bool,
+    func: CudaFunction,
+}
+
+/// The device and the kernel for `narrow` codes, shared by every gpu matcher of the process:
 /// NVRTC and the driver's compile of the PTX take a few tenths of a second, which a service
 /// reloading rules, or a test compiling hundreds of small rule sets, should pay once.
-fn kernel() -> Result<(Arc<CudaContext>, DeviceInfo, [CudaFunction; 2]), String> {
-    type Loaded = (Arc<CudaContext>, DeviceInfo, [CudaFunction; 2]);
+fn kernel(narrow: bool) -> Result<Kernel, String> {
     static LOADED: Mutex<Option<Loaded>> = Mutex::new(None);
-    let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(k) = loaded.as_ref() {
-        return Ok(k.clone());
-    }
-    let ctx = open()?;
-    if blocking_sync() {
-        ctx.set_blocking_synchronize().map_err(cuda)?;
-    }
-    let device = info(&ctx)?;
-    let funcs = [compile(&ctx, device.compute_capability, false)?, compile(&ctx, device.compute_capability, true)?];
-    *loaded = Some((ctx.clone(), device.clone(), funcs.clone()));
-    Ok((ctx, device, funcs))
+    let mut guard = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+    let loaded = match guard.as_mut() {
+        Some(l) => l,
+        None => {
+            let ctx = open()?;
+            let blocking = blocking_sync();
+            if blocking {
+                ctx.set_blocking_synchronize().map_err(cuda)?;
+            }
+            let device = info(&ctx)?;
+            guard.insert(Loaded { ctx, device, blocking, funcs: [None, None] })
+        }
+    };
+    let slot = &mut loaded.funcs[usize::from(narrow)];
+    let func = match slot {
+        Some(f) => f.clone(),
+        None => slot.insert(compile(&loaded.ctx, loaded.device.compute_capability, narrow)?).clone(),
+    };
+    Ok(Kernel { ctx: loaded.ctx.clone(), device: loaded.device.clone(), blocking: loaded.blocking, func })
 }
 
 /// Compiles the kernel for the device's architecture and loads it.
@@ -541,7 +569,7 @@ impl Matcher for GpuMatcher {
             "lane_pairs": self.idle.lock().unwrap_or_else(|p| p.into_inner()).len(),
             "stage_threads": self.stage_threads,
             "query_bits": if self.narrow { 16 } else { 32 },
-            "sync": if blocking_sync() { "block" } else { "spin" },
+            "sync": if self.blocking { "block" } else { "spin" },
             "last_batch": self.last_stages(),
             "tree": self.tree,
         })
