@@ -123,6 +123,13 @@ def report(
         str | None,
         typer.Option(help="`rules bench --matcher gpu,...` JSON (benches/gpu/run.sh). \\[default: none]"),
     ] = None,
+    gpu_check: Annotated[
+        str | None,
+        typer.Option(
+            help="`offload plan check` JSON: the planner's GPU what-if against the service on the GPU. "
+            "\\[default: none]"
+        ),
+    ] = None,
 ) -> None:
     """One static HTML report of the benchmark, probe, sweep, calibration, recommendation, cost,
     RM-SSD, near-data, particle-flow and metrics results, with plots; opens from disk.
@@ -138,7 +145,7 @@ def report(
 
     try:
         given = (bench, probe, sweep, calibration, recommend, cost, recsys, dataservices, flows, rpwu, nodes,
-                 mbwu, headroom, availability, gpu)  # fmt: skip
+                 mbwu, headroom, availability, gpu, gpu_check)  # fmt: skip
         inputs = [path(x) for x in given]
         written = rep.build(Path(out), *inputs)
     except (KeyError, ValueError, TypeError) as e:

@@ -557,6 +557,25 @@ def gpu_section(d: dict[str, Any] | None, path: Path | None) -> str:
     return out + (_img(png, alt="gpu matcher") if png is not None and png.exists() else "")
 
 
+def check_section(d: dict[str, Any] | None) -> str:
+    """`offload plan check`: the planner's what-if against measured runs, row by row."""
+    if d is None:
+        return ""
+    about = d.get("preset") or {}
+    mae = d["median_abs_error"]
+    out = (f"<h3>The planner's prediction of it{': ' + _e(about['name']) if about else ''}</h3>"
+           f"<p class=meta>median absolute error over {len(d['table'])} configurations: throughput "
+           f"{mae['queries_per_s']:.1%}, p50 {mae['p50']:.1%}, p99 {mae['p99']:.1%}</p>")  # fmt: skip
+    rows = []
+    for t in d["table"]:
+        m, p, e = t["measured"], t["predicted"], t["error"]
+        rows.append((t["config"], f"{m['queries_per_s']:,.0f}", f"{p['queries_per_s']:,.0f}",
+                     f"{e['queries_per_s']:+.0%}", f"{m['p50_us']:,.0f}", f"{p['p50_us']:,.0f}",
+                     f"{e['p50_us']:+.0%}"))  # fmt: skip
+    return out + _table(("configuration", "queries/s measured", "predicted", "error", "p50 µs measured",
+                         "predicted", "error"), rows, 1)  # fmt: skip
+
+
 def _device_profile(name: str, prof: dict[str, Any] | None) -> str:
     """Where a device matcher's time goes (`Matcher::device_profile`): copies, kernel, pipeline."""
     if not prof or "pipeline_queries_per_s" not in prof:
@@ -597,10 +616,11 @@ def build(
     headroom: Path | None = None,
     availability: Path | None = None,
     gpu: Path | None = None,
+    gpu_check: Path | None = None,
 ) -> Path:
     sections = [
         ("Rule engine", rules_section(_load(bench), bench)),
-        ("The rule engine on a GPU", gpu_section(_load(gpu), gpu)),
+        ("The rule engine on a GPU", gpu_section(_load(gpu), gpu) + check_section(_load(gpu_check))),
         ("Channels (probe)", probe_section(_load(probe), probe)),
         ("Service configurations (sweep)", sweep_section(_load(sweep), sweep)),
         ("Simulator calibration", calibration_section(_load(calibration))),

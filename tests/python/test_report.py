@@ -138,10 +138,14 @@ def test_headless_chromium_renders_every_plot_and_table(inputs: dict[str, Path],
 
 def test_the_gpu_section_shows_where_the_device_time_goes(tmp_path: Path) -> None:
     """The H200 run: the kernel alone, the rate with transfers and the device profile."""
-    run = RESULTS / "gpu" / "rules-gpu.json"
-    page = report.build(tmp_path / "r.html", gpu=run).read_text()
+    run, check = RESULTS / "gpu" / "rules-gpu.json", RESULTS / "gpu" / "check-gpu-h200.json"
+    page = report.build(tmp_path / "r.html", gpu=run, gpu_check=check).read_text()
     prof = json.loads(run.read_text())["matchers"]["gpu"]["device_profile"]
     assert "<h3>gpu: where the device's time goes</h3>" in page
     assert f"{prof['pipeline_queries_per_s']:,.0f} q/s" in page
     assert "block 1024" in page and "batch of 262,144" in page and "sorted by partition" in page
     assert "skipped" not in page.split(">The rule engine on a GPU</h2>")[1].split("<h2")[0]
+    # the planner's what-if beside it, with its error
+    mae = json.loads(check.read_text())["median_abs_error"]["queries_per_s"]
+    assert "The planner&#x27;s prediction of it" in page or "The planner's prediction of it" in page
+    assert f"throughput {mae:.1%}" in page and "16p 4w 2k 1e per-req" in page
