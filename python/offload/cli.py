@@ -271,7 +271,31 @@ def sweep(
 
 
 def main() -> None:
-    app()
+    """Runs the command; a failure nobody caught becomes one line on stderr, never a traceback
+    (OFFLOAD_TRACEBACK=1 shows it): a file that could not be written or read and a bad value
+    exit 2, anything else (a bug: please report it) exits 1."""
+    import os
+    import sys
+
+    from offload.clitools import err
+    from offload.files import WriteError
+
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("interrupted", highlight=False)
+        sys.exit(130)
+    except Exception as e:
+        if os.environ.get("OFFLOAD_TRACEBACK"):
+            raise
+        known = isinstance(e, (WriteError, OSError, ValueError))
+        what = str(e) if isinstance(e, WriteError) else f"{type(e).__name__}: {e}"
+        if not known:
+            what = f"internal error, please report it ({what}); OFFLOAD_TRACEBACK=1 shows where"
+        from rich.markup import escape
+
+        err.print(f"[bold red]error:[/] {escape(what)}", highlight=False, soft_wrap=True)
+        sys.exit(2 if known else 1)
 
 
 if __name__ == "__main__":

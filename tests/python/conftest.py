@@ -9,9 +9,34 @@ failure is reproducible. Developers' runs stay random, which is where new cases 
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB tmpfs mounted for the test (root only), to fill on purpose: every writer of the
+    product must leave no half-written file behind and say which file failed. Skipped, with the
+    reason, where the machine does not let the test mount one."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {r.stderr.decode().strip() or r.returncode}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def half_written(directory: Path) -> list[Path]:
+    """Temporary files a writer left under ``directory`` (the names `offload.files` uses)."""
+    return [p for p in directory.rglob("*") if p.name.endswith(".tmp") or ".tmp" in p.suffixes]

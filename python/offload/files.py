@@ -1,0 +1,131 @@
+"""How the product writes files: whole or not at all. Every file goes to a temporary name in its
+own directory, is flushed to disk, then renamed over the target, so a full disk, a kill or a
+crash leaves the old file (or none), never a half-written one that later opens as something
+else. A write that fails says which file, in one line (`WriteError`, which the CLI turns into
+`error: ...` and exit 2).
+
+A directory of outputs (a model, a synthetic rule set) is built the same way: under a temporary
+sibling directory, renamed into place when complete (`atomic_dir`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+
+class WriteError(OSError):
+    """A file the product writes could not be written whole; the message names it."""
+
+
+def describe(path: str | os.PathLike[str], e: OSError) -> str:
+    """One line for a failed write of ``path``."""
+    if e.errno == errno.ENOSPC:
+        why = "no space left on the device"
+    elif e.errno == errno.EDQUOT:
+        why = "disk quota exceeded"
+    else:
+        why = e.strerror or str(e)
+    return f"cannot write {path}: {why}; nothing was left half-written"
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # some file systems refuse fsync on a directory
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str], mode: str = "w", **open_kw: Any) -> Iterator[IO[Any]]:
+    """``with atomic_write(p) as f: f.write(...)``: the content appears at ``p`` whole when the
+    block ends without an exception; otherwise ``p`` is untouched and the temporary is removed.
+    Errors while writing raise `WriteError` naming ``p``."""
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise WriteError(e.errno, describe(target, e)) from None
+    ok = False
+    try:
+        with os.fdopen(fd, mode, **open_kw) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644 & ~_umask())
+        os.replace(tmp, target)
+        ok = True
+    except OSError as e:
+        if isinstance(e, WriteError):
+            raise
+        raise WriteError(e.errno, describe(target, e)) from None
+    finally:
+        if not ok:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    _fsync_dir(directory)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    with atomic_write(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    with atomic_write(path, "wb") as f:
+        f.write(data)
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
+    """``with atomic_dir(out) as d:`` write every file of a directory output under ``d`` (a
+    temporary sibling); when the block ends without an exception it is renamed to ``out``.
+    An existing ``out`` is refused (`FileExistsError`, naming it) unless ``overwrite``; then it
+    is replaced only once the new one is complete. On any failure the temporary is removed."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(errno.EEXIST, f"{target} exists and is not a directory")
+    if target.exists() and not overwrite and any(target.iterdir()):
+        raise FileExistsError(
+            errno.EEXIST, f"{target} already exists and is not empty (choose another --out, or --force)"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    except OSError as e:
+        raise WriteError(e.errno, describe(target, e)) from None
+    ok = False
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755 & ~_umask())
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+        ok = True
+    except OSError as e:
+        if isinstance(e, WriteError):
+            raise
+        raise WriteError(e.errno, describe(target, e)) from None
+    finally:
+        if not ok:
+            shutil.rmtree(tmp, ignore_errors=True)
+    _fsync_dir(target.parent)
