@@ -143,14 +143,15 @@ def report(
             raise typer.BadParameter(f"{x}: no such file")
         return Path(x) if x else None
 
+    given = (bench, probe, sweep, calibration, recommend, cost, recsys, dataservices, flows, rpwu, nodes,
+             mbwu, headroom, availability, gpu, gpu_check)  # fmt: skip
+    inputs = [path(x) for x in given]
     try:
-        given = (bench, probe, sweep, calibration, recommend, cost, recsys, dataservices, flows, rpwu, nodes,
-                 mbwu, headroom, availability, gpu, gpu_check)  # fmt: skip
-        inputs = [path(x) for x in given]
         written = rep.build(Path(out), *inputs)
-    except (KeyError, ValueError, TypeError) as e:
-        print(f"error: an input is not what its option expects: {e!r}")
-        raise typer.Exit(2) from None
+    except rep.ReportInputError as e:  # names the option and the file
+        from offload.clitools import fail
+
+        raise fail(str(e)) from None
     print(f"wrote {written}")
 
 

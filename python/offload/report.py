@@ -19,6 +19,7 @@ from typing import Any
 
 from offload import __version__
 from offload.clitools import seconds
+from offload.files import write_text
 
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; }
@@ -69,8 +70,62 @@ def _missing(what: str, how: str) -> str:
     return f'<p class="missing">No {_e(what)} given. Produce one with <code>{_e(how)}</code>.</p>'
 
 
-def _load(path: Path | None) -> dict[str, Any] | None:
-    return None if path is None else json.loads(Path(path).read_text())
+class ReportInputError(ValueError):
+    """An input that is not what its option expects; the message names the option and the file."""
+
+
+# What each option takes: (what it is, keys it must have, where they are: None = at the top, else
+# in every entry of the list (or of the top-level list under that name)).
+KINDS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
+    "bench": ("an `offload rules bench` result", ("matchers",), None),
+    "probe": ("an `offload probe` profile", ("channels",), None),
+    "sweep": ("an `offload sweep` result", ("rows",), None),
+    "calibration": ("an `offload plan calibrate` result", ("median_abs_error", "base_config"), None),
+    "recommend": ("an `offload plan recommend` result", ("best_under_p99", "plot"), None),
+    "cost": ("an `offload plan cost` result", ("deployments",), None),
+    "recsys": ("an `offload recsys bench` result", ("strategies",), None),
+    "dataservices": ("an `offload node case-study` result", ("measured_s",), "cases"),
+    "flows": ("an `offload flows partition` result", ("s_per_gb",), "runs"),
+    "rpwu": ("an `offload metrics rpwu` result", ("summary", "classes"), None),
+    "nodes": ("an `offload flows run` result", ("per_node",), "runs"),
+    "mbwu": ("an `offload metrics mbwu` result", ("mbwu",), None),
+    "headroom": ("an `offload metrics headroom` result", ("profiles",), None),
+    "availability": ("an `offload metrics availability` result", ("cases",), None),
+    "gpu": ("an `offload rules bench --matcher gpu` result", ("matchers",), None),
+    "gpu_check": ("an `offload plan check` result", ("median_abs_error", "table"), None),
+}
+
+
+def _flag(option: str, path: Path) -> str:
+    return f"--{option.replace('_', '-')} {path}"
+
+
+def _load(path: Path | None, option: str) -> Any:
+    """The input given to `--option`, checked for its kind: a ReportInputError naming the option
+    and the file when it is not JSON or not what that option expects."""
+    if path is None:
+        return None
+    what, keys, within = KINDS[option]
+    flag = _flag(option, path)
+    try:
+        d = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ReportInputError(f"{flag}: not JSON ({e})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReportInputError(f"{flag}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    if within is None:
+        missing = next((k for k in keys if not isinstance(d, dict) or k not in d), None)
+        if missing is not None:
+            raise ReportInputError(f"{flag}: not {what} (no {missing!r})")
+        return d
+    entries = d.get(within) if isinstance(d, dict) else d
+    if not isinstance(entries, list) or not entries:
+        raise ReportInputError(f"{flag}: not {what} (no {within})")
+    for entry in entries:
+        missing = next((k for k in keys if not isinstance(entry, dict) or k not in entry), None)
+        if missing is not None:
+            raise ReportInputError(f"{flag}: not {what} (no {missing!r} in its {within})")
+    return d
 
 
 def _si(x: float | None, unit: str = "") -> str:
@@ -526,11 +581,35 @@ def availability_section(d: dict[str, Any] | None, path: Path | None) -> str:
         how = "offload metrics availability --plot availability.png --json > availability.json"
         return _missing("availability results", how)
     key = next((k for k in ("benefit_rare_limit", "benefit") if k in d["cases"][0]), None)
+    limit = d.get("window") is None
     rows = [(c["case"], str(c["n"]), str(c["c"]), f"{c['f']:g}", f"{c[key]:.2f}" if key else "—",
-             f"{c['published']:g}") for c in d["cases"]]  # fmt: skip
-    out = _table(("case", "n", "c", "f", "model", "the seed"), rows, 1)
+             f"{c['published']:g}", _against_seed(c, key, limit)) for c in d["cases"]]  # fmt: skip
+    out = _table(("case", "n", "c", "f", "model", "the seed", "why they differ"), rows, 1)
+    where = (
+        "the rare-failure limit (no window λT: no source gives one)"
+        if limit
+        else f"window λT = {d['window']}"
+    )
+    out += (
+        f"<p class=meta>The model is {_e(where)}. Where it does not reproduce the seed's figure, the "
+        "seed's own equations are not published; no single window matches all three of its figures "
+        "(docs/metrics.md, “It does not reproduce 7.1 or 114.3”).</p>"
+    )
     png = path.with_suffix(".png") if path else None
     return out + (_img(png, alt="availability") if png is not None and png.exists() else "")
+
+
+def _against_seed(c: dict[str, Any], key: str | None, limit: bool) -> str:
+    """One case of the availability model against the seed's figure, and why they differ."""
+    if key is None or not c.get("published"):
+        return "—"
+    off = c[key] / c["published"] - 1
+    if abs(off) < 0.01:
+        return f"reproduced ({off:+.1%})"
+    why = "no window fits all three"
+    if limit and c["n"] == c["c"]:
+        why = "at c = n, f cancels in the rare-failure limit (HDD and SSD give the same figure)"
+    return f"not reproduced (×{c[key] / c['published']:.2g}): {why}"
 
 
 def gpu_section(d: dict[str, Any] | None, path: Path | None) -> str:
@@ -618,22 +697,54 @@ def build(
     gpu: Path | None = None,
     gpu_check: Path | None = None,
 ) -> Path:
+    given = {"bench": bench, "probe": probe, "sweep": sweep, "calibration": calibration,
+             "recommend": recommend, "cost": cost, "recsys": recsys, "dataservices": dataservices,
+             "flows": flows, "rpwu": rpwu, "nodes": nodes, "mbwu": mbwu, "headroom": headroom,
+             "availability": availability, "gpu": gpu, "gpu_check": gpu_check}  # fmt: skip
+    d = {option: _load(path, option) for option, path in given.items()}  # all checked first
+
+    def part(options: tuple[str, ...], render: Any) -> str:
+        """A section; an input that passed its kind check but lacks what the section reads is
+        named by its option, not shown as a KeyError."""
+        try:
+            return str(render())
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+            shown = [o for o in options if given[o] is not None]
+            flags = ", ".join(_flag(o, given[o]) for o in shown) or "an input"  # type: ignore[arg-type]
+            what = " or ".join(KINDS[o][0] for o in shown) or "what it expects"
+            raise ReportInputError(f"{flags}: not {what} as this version reads it ({e!r})") from None
+
     sections = [
-        ("Rule engine", rules_section(_load(bench), bench)),
-        ("The rule engine on a GPU", gpu_section(_load(gpu), gpu) + check_section(_load(gpu_check))),
-        ("Channels (probe)", probe_section(_load(probe), probe)),
-        ("Service configurations (sweep)", sweep_section(_load(sweep), sweep)),
-        ("Simulator calibration", calibration_section(_load(calibration))),
-        ("Recommendation", recommend_section(_load(recommend))),
-        ("Deployment cost", cost_section(_load(cost))),
-        ("Recommendation inference on SSD (RM-SSD)", recsys_section(_load(recsys), recsys)),
-        ("Near-data queries (offload or push back)", dataservices_section(_load(dataservices))),
-        ("Particle data flows (partition by id)", flows_section(_load(flows), flows)),
-        ("Particle pipeline over several nodes", nodes_section(_load(nodes), nodes)),
-        ("Node budgets' relative performance (RPWU)", rpwu_section(_load(rpwu), rpwu)),
-        ("Media-based work units (MBWU)", mbwu_section(_load(mbwu), mbwu)),
-        ("Network processing headroom", headroom_section(_load(headroom), headroom)),
-        ("Relative data availability", availability_section(_load(availability), availability)),
+        ("Rule engine", part(("bench",), lambda: rules_section(d["bench"], bench))),
+        (
+            "The rule engine on a GPU",
+            part(("gpu", "gpu_check"), lambda: gpu_section(d["gpu"], gpu) + check_section(d["gpu_check"])),
+        ),
+        ("Channels (probe)", part(("probe",), lambda: probe_section(d["probe"], probe))),
+        ("Service configurations (sweep)", part(("sweep",), lambda: sweep_section(d["sweep"], sweep))),
+        ("Simulator calibration", part(("calibration",), lambda: calibration_section(d["calibration"]))),
+        ("Recommendation", part(("recommend",), lambda: recommend_section(d["recommend"]))),
+        ("Deployment cost", part(("cost",), lambda: cost_section(d["cost"]))),
+        (
+            "Recommendation inference on SSD (RM-SSD)",
+            part(("recsys",), lambda: recsys_section(d["recsys"], recsys)),
+        ),
+        (
+            "Near-data queries (offload or push back)",
+            part(("dataservices",), lambda: dataservices_section(d["dataservices"])),
+        ),
+        ("Particle data flows (partition by id)", part(("flows",), lambda: flows_section(d["flows"], flows))),
+        ("Particle pipeline over several nodes", part(("nodes",), lambda: nodes_section(d["nodes"], nodes))),
+        ("Node budgets' relative performance (RPWU)", part(("rpwu",), lambda: rpwu_section(d["rpwu"], rpwu))),
+        ("Media-based work units (MBWU)", part(("mbwu",), lambda: mbwu_section(d["mbwu"], mbwu))),
+        (
+            "Network processing headroom",
+            part(("headroom",), lambda: headroom_section(d["headroom"], headroom)),
+        ),
+        (
+            "Relative data availability",
+            part(("availability",), lambda: availability_section(d["availability"], availability)),
+        ),
     ]
     now = datetime.now(UTC).isoformat(timespec="seconds")
     toc = "".join(f'<li><a href="#s{i}">{_e(t)}</a></li>' for i, (t, _) in enumerate(sections))
@@ -645,5 +756,5 @@ def build(
         f"<ul>{toc}</ul>{body}</body></html>"
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page)
+    write_text(out, page)
     return out

@@ -149,3 +149,90 @@ def test_the_gpu_section_shows_where_the_device_time_goes(tmp_path: Path) -> Non
     mae = json.loads(check.read_text())["median_abs_error"]["queries_per_s"]
     assert "The planner&#x27;s prediction of it" in page or "The planner's prediction of it" in page
     assert f"throughput {mae:.1%}" in page and "16p 4w 2k 1e per-req" in page
+
+
+@pytest.mark.parametrize(
+    ("option", "given", "words"),
+    [
+        ("bench", RESULTS / "probe-full.json", "not an `offload rules bench` result (no 'matchers')"),
+        ("probe", RESULTS / "rules-100k.json", "not an `offload probe` profile (no 'channels')"),
+        ("cost", RESULTS / "calibration-100k.json", "not an `offload plan cost` result (no 'deployments')"),
+        (
+            "nodes",
+            RESULTS / "flows" / "partition.json",
+            "not an `offload flows run` result (no 'per_node' in its runs)",
+        ),
+        (
+            "gpu-check",
+            RESULTS / "rules-100k.json",
+            "not an `offload plan check` result (no 'median_abs_error')",
+        ),
+    ],
+)
+def test_an_input_of_the_wrong_kind_is_named_by_its_option(
+    tmp_path: Path, option: str, given: Path, words: str
+) -> None:
+    with pytest.raises(report.ReportInputError, match=re.escape(f"--{option} {given}: {words}")):
+        report.build(tmp_path / "r.html", **{option.replace("-", "_"): given})
+    cmd = [
+        sys.executable,
+        "-m",
+        "offload.cli",
+        "report",
+        "--out",
+        str(tmp_path / "r.html"),
+        f"--{option}",
+        str(given),
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [f"error: --{option} {given}: {words}"], r.stderr
+    assert not (tmp_path / "r.html").exists()  # nothing written
+
+
+def test_an_input_that_is_not_json_is_named_by_its_option(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("")
+    with pytest.raises(report.ReportInputError, match=r"--sweep .*x.json: not JSON \(Expecting value"):
+        report.build(tmp_path / "r.html", sweep=bad)
+
+
+def test_availability_says_why_the_model_differs_from_the_seed(tmp_path: Path) -> None:
+    page = report.build(
+        tmp_path / "r.html", availability=RESULTS / "metrics" / "availability.json"
+    ).read_text()
+    part = page.split(">Relative data availability</h2>")[1]
+    rows = re.findall(r"<tr>(.*?)</tr>", part)
+    hdd, ssd = rows[1], rows[2]
+    assert "20.58" in hdd and "7.1" in hdd and "not reproduced" in hdd and "f cancels" in hdd
+    assert "20.58" in ssd and "20.7" in ssd and "reproduced (-0.6%)" in ssd
+    assert "rare-failure limit" in part and "docs/metrics.md" in part
+
+
+def _label_boxes(
+    monkeypatch: pytest.MonkeyPatch, plot: object, rows: list, chosen: object, path: Path
+) -> tuple:
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(plt, "close", lambda *_a: None)  # keep the figure to look at its labels
+    plot(rows, path, "t", chosen)  # type: ignore[operator]
+    fig = plt.gcf()
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    names = {row["label"] for row in rows}
+    texts = [t for t in ax.texts if t.get_text() in names]
+    return [t.get_window_extent(r) for t in texts], [t.get_text() for t in texts], ax
+
+
+def test_pareto_point_labels_stay_readable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from offload.serve import sweep as S
+
+    rec = json.loads((RESULTS / "recommend-100k.json").read_text())
+    chosen = rec["best_under_p99"]["config"]
+    boxes, labels, ax = _label_boxes(monkeypatch, S.pareto_plot, rec["rows"], chosen, tmp_path / "p.png")
+    assert chosen["label"] in labels and len(labels) >= len(rec["pareto"])
+    for i, a in enumerate(boxes):
+        assert ax.bbox.x0 <= a.x0 and a.x1 <= ax.bbox.x1, labels[i]  # not cut at the edge
+        for j in range(i):
+            assert not a.overlaps(boxes[j]), (labels[i], labels[j])

@@ -144,7 +144,7 @@ def pipeline_of(row: dict[str, Any], cpus: int | None) -> Pipeline:
     return Pipeline(
         p=int(row["p"]), w=int(row["w"]), k=int(row["k"]), e=int(row["e"]),
         batch_queries=int(row.get("batch_max_queries", 0)),
-        batch_timeout_s=float(row.get("batch_timeout_us", 500)) * 1e-6,
+        batch_timeout_s=float(row.get("batch_timeout_us", 200)) * 1e-6,  # the daemon's default
         queue_capacity=1024,  # what `offload sweep` gives the daemon
         cpus=cpus,
     )  # fmt: skip

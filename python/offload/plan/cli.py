@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +27,53 @@ app = typer.Typer(
 console = Console()
 if not console.is_terminal:  # a pipe or a log: wide enough for the tables, not 80 columns
     console = Console(width=150)
+
+# -p/--processes as in `offload inject`; the old spelling stays, hidden, for one release.
+OLD_P = "The old spelling of -p/--processes (hidden; kept for one release)."
+
+
+@contextmanager
+def _progress(first: str) -> Iterator[Callable[[str], None]]:
+    """Progress on stderr while something takes more than a moment: on a terminal a spinner with
+    the elapsed time; in a pipe or a log, after 2 s (OFFLOAD_PROGRESS_AFTER_S), a line when the
+    message changes (looked at every 0.5 s) or every 10 s."""
+    if err.is_terminal:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+        with Progress(*columns, console=err, transient=True) as bar:
+            task = bar.add_task(escape(first), total=None)
+            yield lambda message: bar.update(task, description=escape(message))
+        return
+    import os
+    import threading
+
+    current, stop, start = [first], threading.Event(), time.monotonic()
+    try:
+        quiet = float(os.environ.get("OFFLOAD_PROGRESS_AFTER_S", "2"))
+    except ValueError:
+        quiet = 2.0
+
+    def log() -> None:  # quiet at first; then what it is doing, when that changes or every 10 s
+        shown, at = "", 0.0
+        while not stop.wait(0.1 if quiet <= 0 else 0.5):
+            now = time.monotonic()
+            if now - start >= quiet and (current[0] != shown or now - at >= 10.0):
+                shown, at = current[0], now
+                err.print(f"{shown} ({now - start:.0f} s)", markup=False, highlight=False, soft_wrap=True)
+
+    thread = threading.Thread(target=log, daemon=True)
+    thread.start()
+    try:
+        yield lambda message: current.__setitem__(0, message)
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _json_out(result: object) -> None:
+    """The machine-readable result on stdout (--json)."""
+    print(json.dumps(result, indent=2))
 
 
 @app.command()
@@ -149,12 +199,15 @@ def simulate(
             "or a TOML file; replaces the kernel side of the costs. \\[default: none: the CPU kernel]"
         ),
     ] = None,
-    p: Annotated[int, typer.Option("--p", help="Client processes (closed loop).")] = 1,
+    processes: Annotated[int, typer.Option("--processes", "-p", help="Client processes (closed loop).")] = 1,
+    p_old: Annotated[int | None, typer.Option("--p", hidden=True, help=OLD_P)] = None,
     w: Annotated[int, typer.Option("--w", help="Workers.")] = 1,
     k: Annotated[int, typer.Option("--k", help="Kernel executors.")] = 1,
     e: Annotated[int, typer.Option("--e", help="Engines per executor.")] = 1,
     batch: Annotated[int, typer.Option(help="Cross-request batch size in queries (0 = per request).")] = 0,
-    timeout_us: Annotated[float, typer.Option(help="Batching timeout from the first request, µs.")] = 1000.0,
+    timeout_us: Annotated[
+        float, typer.Option(help="Batching timeout from the first request, µs (the daemon's default).")
+    ] = 200.0,
     queue: Annotated[int, typer.Option(help="Request queue bound (beyond it: busy).")] = 64,
     cpus: Annotated[int, typer.Option(help="Host cores the stages share (0 = no contention).")] = 0,
     mode: Annotated[str, typer.Option(help="closed (p clients) or open (Poisson arrivals).")] = "closed",
@@ -168,6 +221,13 @@ def simulate(
     ] = None,
     duration: Annotated[float, typer.Option(help="Simulated seconds measured.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Random seed (the result is deterministic per seed).")] = 1,
+    max_requests: Annotated[
+        int,
+        typer.Option(
+            help="Stop with an error after simulating this many requests (about 20-50 s of this "
+            "machine's time at the default)."
+        ),
+    ] = 500_000,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of the summary.")] = False,
 ) -> None:
     """Simulate the serving pipeline (p/w/k/e, batching) with given or calibrated stage costs:
@@ -175,18 +235,24 @@ def simulate(
 
     Examples:
 
-        offload plan simulate --calibration calibration.json --p 8 --w 2 --k 2 --trace build/s100k
+        offload plan simulate --calibration calibration.json -p 8 --w 2 --k 2 --trace build/s100k
 
-        offload plan simulate --costs costs.toml --p 4 --w 2 --k 1 --e 2 --cpus 2 --trace build/s100k
+        offload plan simulate --costs costs.toml -p 4 --w 2 --k 1 --e 2 --cpus 2 --trace build/s100k
     """
     import csv
 
     from offload.plan import simulate as sim
     from offload.plan.tomlfile import InputError
 
+    p = p_old if p_old is not None else processes
     validation = None
     if calibration is not None and costs is not None:
         raise _fail("give --costs or --calibration, not both")
+    if calibration is None and costs is None and preset is None:
+        raise _fail(
+            "nothing to simulate: give the stage costs, measured (--calibration from `offload plan "
+            "calibrate`), written (--costs costs.toml) or a what-if kernel (--preset, e.g. erbium-fpga)"
+        )
     try:
         if calibration is not None:
             from offload.plan import calibrate as cal
@@ -217,8 +283,12 @@ def simulate(
         except ValueError:
             raise _fail(f"--sizes: expected comma-separated integers, got {sizes!r}") from None
     pipe = sim.Pipeline(p, w, k, e, batch, timeout_us * 1e-6, queue, cpus or None)
+    load = sim.Load(qpr, mode, rate, duration, min(0.1, duration / 10), seed, max_requests)
     try:
-        r = sim.simulate(pipe, c, sim.Load(qpr, mode, rate, duration, min(0.1, duration / 10), seed))
+        with _progress(f"simulating {pipe.label()} for {duration:g} s") as _say:
+            r = sim.simulate(pipe, c, load)
+    except sim.SimulationLimit as ex:
+        raise _fail(f"{ex}; shorten --duration or raise --max-requests") from None
     except ValueError as ex:
         raise _fail(str(ex)) from None
     j = r.to_json()
@@ -228,11 +298,18 @@ def simulate(
         print(json.dumps(j, indent=2))
         return
     lat = j["latency_s"]
+
+    def us(q: str) -> str:
+        x = lat[q]
+        return f"{q} n/a" if x is None else f"{q} {x * 1e6:,.{0 if x >= 1e-4 else 2}f} µs"
+
     console.print(
         f"[bold]{pipe.label()}[/] ({mode} loop): {r.throughput_qps:,.0f} queries/s, "
-        f"{r.throughput_rps:,.0f} requests/s; latency p50 {lat['p50'] * 1e6:,.0f} µs, "
-        f"p99 {lat['p99'] * 1e6:,.0f} µs; busy {r.busy:,}"
+        f"{r.throughput_rps:,.0f} requests/s ({r.requests:,} answered); latency {us('p50')}, "
+        f"{us('p99')}; busy {r.busy:,}"
     )
+    for warning in j["warnings"]:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
     if r.utilisation:
         console.print("utilisation: " + ", ".join(f"{s} {u:.0%}" for s, u in r.utilisation.items()))
     if about:
@@ -261,6 +338,9 @@ def calibrate(
             "\\[default: none]"
         ),
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the calibration JSON (also written to --out).")
+    ] = False,
 ) -> None:
     """Fit the simulator's stage costs to measured runs and report predicted vs measured
     throughput and p50/p99 for every configuration of the sweep, each predicted by a model
@@ -268,8 +348,6 @@ def calibrate(
 
         offload plan calibrate --sweep benches/results/sweep-calibration-100k.json --trace build/s100k
     """
-    from rich.progress import Progress
-
     from offload.plan import calibrate as cal
 
     try:
@@ -278,12 +356,7 @@ def calibrate(
         channel = cal.profile_channel(json.loads(profile.read_text())) if profile else None
     except (OSError, KeyError, ValueError) as ex:
         raise _fail(f"{ex}") from None
-    with Progress(console=err, transient=True) as bar:
-        task = bar.add_task("calibrating", total=None)
-
-        def say(message: str) -> None:
-            bar.update(task, description=message)
-
+    with _progress("calibrating") as say:
         try:
             result = cal.calibrate(rows, sizes, cpus or None, say, channel)
         except ValueError as ex:
@@ -292,6 +365,8 @@ def calibrate(
     result["profile"] = str(profile) if profile else None
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
+    if as_json:
+        return _json_out(result)
     t = Table(title=f"Predicted vs measured ({result['cpus']} cores; φ = {result['cpu_share_outside']:.1f})")
     cols = ["configuration", "role", "queries/s meas.", "held-out pred.", "err"]
     for col in [*cols, "p50 µs meas.", "pred.", "err", "p99 µs meas.", "pred.", "err"]:
@@ -327,6 +402,10 @@ def preset(
         int,
         typer.Option(help="Queries per kernel batch where the kernel's floor is fitted (a typical request)."),
     ] = 256,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the preset as JSON ({about, costs}; the TOML goes to --out)."),
+    ] = False,
 ) -> None:
     """Make a what-if kernel preset from a GPU machine's measurements: the launch and the pinned
     copies from the probe, the kernel's floor and rate from the bench's device profile.
@@ -344,6 +423,8 @@ def preset(
         raise _fail(f"{ex}") from None
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(measured.to_toml(about, costs))
+    if as_json:
+        return _json_out({"about": about, "costs": costs, "out": str(out)})
     t = Table(title=escape(about["name"]))
     t.add_column("cost")
     t.add_column("value", justify="right")
@@ -364,6 +445,9 @@ def check(
     ] = None,
     out: Annotated[Path, typer.Option(help="Check JSON to write.")] = Path("check.json"),
     cpus: Annotated[int, typer.Option(help="Cores of the measured machine (0: the calibration's).")] = 0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the check JSON (also written to --out).")
+    ] = False,
 ) -> None:
     """Predict every configuration of a measured sweep that the model was not fitted on, and
     say how far off each prediction is: a what-if (a --preset kernel) checked against the
@@ -385,7 +469,8 @@ def check(
         if preset is not None:
             about, kernel = sim.load_preset(preset)
             costs = sim.with_preset(costs, kernel)
-        result = measured.check(rows, costs, cal.trace_sizes(trace), cpus or calib["cpus"])
+        with _progress("predicting the sweep's rows") as say:
+            result = measured.check(rows, costs, cal.trace_sizes(trace), cpus or calib["cpus"], say)
     except InputError as ex:
         raise _fail(str(ex)) from None
     except (OSError, KeyError, ValueError, TypeError) as ex:
@@ -393,6 +478,8 @@ def check(
     result.update(sweep=str(sweep), calibration=str(calibration), preset=about or None)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
+    if as_json:
+        return _json_out(result)
     t = Table(title=f"Predicted vs measured ({result['cpus']} cores{'; ' + about['name'] if about else ''})")
     for col in ["configuration", "queries/s meas.", "pred.", "err", "p50 µs meas.", "pred.", "err"]:
         t.add_column(col, justify="left" if col == "configuration" else "right")
@@ -435,7 +522,10 @@ def recommend(
             help="Trace directory (requests.csv) whose request sizes the grid replays. \\[default: none]"
         ),
     ] = None,
-    p: Annotated[str, typer.Option("--p", help="Simulated grid: client processes.")] = "1,2,4,8",
+    processes: Annotated[
+        str, typer.Option("--processes", "-p", help="Simulated grid: client processes.")
+    ] = "1,2,4,8",
+    p_old: Annotated[str | None, typer.Option("--p", hidden=True, help=OLD_P)] = None,
     w: Annotated[str, typer.Option("--w", help="Simulated grid: workers.")] = "1,2,4",
     k: Annotated[str, typer.Option("--k", help="Simulated grid: kernel executors.")] = "1,2",
     e: Annotated[str, typer.Option("--e", help="Simulated grid: engines per executor.")] = "1",
@@ -450,6 +540,9 @@ def recommend(
     out: Annotated[Path, typer.Option(help="JSON to write (the Pareto plot goes next to it, .png).")] = Path(
         "recommend.json"
     ),
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the recommendation JSON (also written to --out).")
+    ] = False,
 ) -> None:
     """Recommend a configuration: the most throughput under a p99 SLA, and/or the lowest p99
     for a throughput target, from measured sweeps and/or a simulated grid; a Pareto plot marks it.
@@ -457,10 +550,8 @@ def recommend(
         offload plan recommend --sweep sweep.json --p99-us 5000 --target-qps 1e6
 
         offload plan recommend --calibration calibration.json --preset erbium-fpga --trace build/s100k \\
-            --p 1,2,4,8,16 --w 1,2,4 --k 1 --e 4 --cpus 16 --p99-us 2000
+            -p 1,2,4,8,16 --w 1,2,4 --k 1 --e 4 --cpus 16 --p99-us 2000
     """
-    from rich.progress import Progress
-
     from offload.plan import calibrate as cal
     from offload.plan import recommend as rec
     from offload.plan import simulate as sim
@@ -469,6 +560,7 @@ def recommend(
         raise _fail("give --p99-us and/or --target-qps")
     if not sweep and calibration is None:
         raise _fail("give measured rows (--sweep) and/or a calibration to simulate (--calibration)")
+    p = p_old if p_old is not None else processes
     rows: list[dict] = []
     for path in sweep or []:
         try:
@@ -491,22 +583,23 @@ def recommend(
             grid = [_ints(x) for x in (p, w, k, e, batch)]
         except (OSError, KeyError, ValueError, TypeError) as ex:
             raise _fail(str(ex)) from None
-        with Progress(console=err, transient=True) as bar:
-            task = bar.add_task("simulating", total=None)
-
-            def say(message: str) -> None:
-                bar.update(task, description=message)
-
+        with _progress("simulating") as say:
             n_cpus = cpus or calib["cpus"]
-            rows += rec.simulated_rows(costs, sizes, *grid, cpus=n_cpus, error=error, progress=say)
+            try:
+                rows += rec.simulated_rows(costs, sizes, *grid, cpus=n_cpus, error=error, progress=say)
+            except ValueError as ex:
+                raise _fail(str(ex)) from None
     result = rec.recommend(rows, p99_us, target_qps)
     q1, q2 = result["best_under_p99"] or {}, result["lowest_latency_for"] or {}
     chosen = q1.get("config") or q2.get("config")
     title = "offload plan recommend" + (f" — kernel: {about.get('name', preset)}" if about else "")
-    png = rec.plot(rows, chosen, out.with_suffix(".png"), title[:110])
-    result |= {"rows": rows, "preset": about or None, "plot": str(png)}
     out.parent.mkdir(parents=True, exist_ok=True)
+    with _progress("plotting"):
+        png = rec.plot(rows, chosen, out.with_suffix(".png"), title[:110])
+    result |= {"rows": rows, "preset": about or None, "plot": str(png)}
     out.write_text(json.dumps(result, indent=2))
+    if as_json:
+        return _json_out(result)
 
     t = Table(title="Pareto front (throughput vs p99)")
     for col in ("configuration", "source", "queries/s", "p50 µs", "p99 µs"):
@@ -545,7 +638,8 @@ def fleet(
     trace: Annotated[Path, typer.Option(help="Trace directory (requests.csv): the request sizes.")],
     requests_per_s: Annotated[float, typer.Option(help="The fleet's workload, user requests/s.")],
     item: Annotated[str, typer.Option(help="Catalog item one node is (e.g. aws-c5.12xlarge).")],
-    p: Annotated[int, typer.Option("--p", help="Client processes per node.")] = 48,
+    processes: Annotated[int, typer.Option("--processes", "-p", help="Client processes per node.")] = 48,
+    p_old: Annotated[int | None, typer.Option("--p", hidden=True, help=OLD_P)] = None,
     w: Annotated[int, typer.Option("--w", help="Workers per node.")] = 8,
     k: Annotated[int, typer.Option("--k", help="Kernel executors per node.")] = 4,
     e: Annotated[int, typer.Option("--e", help="Engines per executor.")] = 1,
@@ -563,13 +657,14 @@ def fleet(
     fed into the cost model (e.g. the seed's 400 nodes × 48 processes).
 
         offload plan fleet --calibration calibration.json --trace build/s100k --item aws-c5.12xlarge \\
-            --requests-per-s 2e6 --p 48 --w 8 --k 4
+            --requests-per-s 2e6 -p 48 --w 8 --k 4
     """
     from offload.plan import calibrate as cal
     from offload.plan import cost as c
     from offload.plan import fleet as fl
     from offload.plan import simulate as sim
 
+    p = p_old if p_old is not None else processes
     try:
         calib = cal.load(calibration)
         costs = sim.Costs(**calib["costs"])
@@ -582,7 +677,9 @@ def fleet(
             raise ValueError(f"no item {item!r} in the price catalog; known: {', '.join(items)}")
         node_item = items[item]
         pipe = sim.Pipeline(p, w, k, e, cpus=cpus or node_item.vcpus)
-        result = fl.size(pipe, costs, cal.trace_sizes(trace), node_item, requests_per_s)
+        sizes = cal.trace_sizes(trace)
+        with _progress(f"simulating one node ({pipe.label()} on {pipe.cpus} cores)"):
+            result = fl.size(pipe, costs, sizes, node_item, requests_per_s)
     except (OSError, KeyError, ValueError, TypeError, c.InputError) as ex:
         raise _fail(str(ex)) from None
     j = result.to_json() | {"preset": about or None, "validation_median_abs_error": calib["median_abs_error"]}

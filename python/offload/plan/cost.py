@@ -28,10 +28,20 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from offload.plan.tomlfile import Document, InputError, check_keys, load
+from offload.datafiles import data_path
+from offload.plan.tomlfile import (
+    Document,
+    InputError,
+    check_keys,
+    expect_bool,
+    expect_str,
+    expect_table,
+    expect_tables,
+    load,
+)  # fmt: skip
 
 HOURS_PER_YEAR = 8760
-CATALOG = Path(__file__).resolve().parents[3] / "data" / "prices" / "catalog.toml"
+CATALOG = data_path("prices", "catalog.toml")
 
 
 def exact(x: int | float | str | Fraction) -> Fraction:
@@ -92,14 +102,19 @@ ITEM_KEYS = {
 def load_catalog(path: Path | str = CATALOG) -> dict[str, Item]:
     doc = load(path)
     check_keys(doc, (), doc.data, {"sources", "item"})
-    sources: dict[str, str] = doc.data.get("sources", {})
+    sources: dict[str, str] = expect_table(doc, ("sources",), doc.data.get("sources", {}))
+    for k, v in sources.items():
+        expect_str(doc, ("sources", k), v)
     items: dict[str, Item] = {}
-    for i, raw in enumerate(doc.data.get("item", [])):
+    for i, raw in enumerate(expect_tables(doc, ("item",), doc.data.get("item", []))):
         where: tuple[str | int, ...] = ("item", i)
         check_keys(doc, where, raw, ITEM_KEYS)
         for k in ("id", "name", "kind", "vcpus", "region", "plan", "date", "source"):
             if k not in raw:
                 raise doc.error(where, f"item {i + 1} lacks {k!r}")
+        for k in ("id", "name", "kind", "region", "plan", "source", "accelerator", "spec_source"):
+            if k in raw:
+                expect_str(doc, (*where, k), raw[k])
         kind = raw["kind"]
         if kind not in ("purchase", "hourly"):
             raise doc.error((*where, "kind"), f"kind must be 'purchase' or 'hourly', not {kind!r}")
@@ -200,12 +215,12 @@ def load_scenario(path: Path | str, catalog: Path | str | None = None) -> Scenar
     check_keys(doc, (), doc.data, {"catalog", "workload", "accelerator", "deployment"})
     cat_path = Path(catalog) if catalog else None
     if cat_path is None and "catalog" in doc.data:
-        cat_path = (doc.path.parent / doc.data["catalog"]).resolve()
+        cat_path = (doc.path.parent / expect_str(doc, ("catalog",), doc.data["catalog"])).resolve()
     items = load_catalog(cat_path or CATALOG)
 
-    w = doc.data.get("workload")
-    if not isinstance(w, dict):
+    if "workload" not in doc.data:
         raise doc.error(("workload",), "a scenario needs a [workload] table")
+    w = expect_table(doc, ("workload",), doc.data["workload"])
     check_keys(doc, ("workload",), w, WORKLOAD_KEYS)
     rate = _optional(doc, ("workload", "requests_per_s"), w)
     if "cpu_servers" in w:
@@ -217,7 +232,7 @@ def load_scenario(path: Path | str, catalog: Path | str | None = None) -> Scenar
         how = f"{fmt(rate)} requests/s ÷ {fmt(cap)} requests/s per server = {fmt(servers)}"
     else:
         raise doc.error(("workload",), "give cpu_servers, or requests_per_s and server_capacity_rps")
-    share = exact(w.get("offload_share", 0))
+    share = _positive(doc, ("workload", "offload_share"), w.get("offload_share", 0), allow_zero=True)
     if not 0 <= share < 1:
         raise doc.error(("workload", "offload_share"), f"must be in [0, 1), not {w['offload_share']!r}")
     vcpus = w.get("server_vcpus")
@@ -229,20 +244,27 @@ def load_scenario(path: Path | str, catalog: Path | str | None = None) -> Scenar
     qpr = mean_queries_per_request(doc, w["queries_per_request"]) if "queries_per_request" in w else None
     query_rate = rate * qpr if rate is not None and qpr is not None else None
     hours = w.get("hours_per_year", HOURS_PER_YEAR)
+    if not isinstance(hours, int) or isinstance(hours, bool) or hours <= 0:
+        raise doc.error(("workload", "hours_per_year"), f"expected a positive integer, not {hours!r}")
     amort = _optional(doc, ("workload", "amortization_years"), w)
     workload = Workload(servers, how, vcpus, share, query_rate, rounding, hours, amort)
 
-    acc = doc.data.get("accelerator", {})
+    acc = expect_table(doc, ("accelerator",), doc.data.get("accelerator", {}))
     check_keys(doc, ("accelerator",), acc, {"queries_per_s"})
     acc_qps = _optional(doc, ("accelerator", "queries_per_s"), acc)
 
     deployments = []
-    for i, d in enumerate(doc.data.get("deployment", [])):
+    for i, d in enumerate(expect_tables(doc, ("deployment",), doc.data.get("deployment", []))):
         where: tuple[str | int, ...] = ("deployment", i)
         check_keys(doc, where, d, DEPLOYMENT_KEYS)
         for k in ("name", "item"):
             if k not in d:
                 raise doc.error(where, f"deployment {i + 1} lacks {k!r}")
+        for k in ("group", "name", "item", "pool_item"):
+            if k in d:
+                expect_str(doc, (*where, k), d[k])
+        if "offload" in d:
+            expect_bool(doc, (*where, "offload"), d["offload"])
         item = _item(doc, items, (*where, "item"), d["item"])
         pool = _item(doc, items, (*where, "pool_item"), d["pool_item"]) if "pool_item" in d else None
         pool_qps = None

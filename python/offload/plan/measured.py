@@ -11,7 +11,7 @@ how far off each prediction is.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -100,13 +100,19 @@ def to_toml(about: dict[str, Any], costs: dict[str, Any]) -> str:
 
 
 def check(
-    rows: Sequence[dict[str, Any]], costs: Costs, sizes: Sequence[int], cpus: int | None
+    rows: Sequence[dict[str, Any]],
+    costs: Costs,
+    sizes: Sequence[int],
+    cpus: int | None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Every measured row predicted with `costs` (none of them used to fit it): the table and the
     median absolute errors of throughput, p50 and p99."""
     keys = ("queries_per_s", "p50_us", "p99_us")
     table = []
-    for r in rows:
+    for i, r in enumerate(rows):
+        if progress is not None:
+            progress(f"[{i + 1}/{len(rows)}] predicting {r['label']}")
         pred = predict(r, costs, sizes, cpus)
         table.append({
             "config": r["label"], "measured": {k: r[k] for k in keys}, "predicted": pred,

@@ -28,7 +28,7 @@ def simulated_rows(
     k: Sequence[int],
     e: Sequence[int],
     batch: Sequence[int] = (0,),
-    batch_timeout_s: float = 500e-6,
+    batch_timeout_s: float = 200e-6,  # the daemon's default
     cpus: int | None = None,
     duration_s: float = 0.5,
     error: dict[str, float] | None = None,

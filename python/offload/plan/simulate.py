@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 import simpy
 
+from offload.datafiles import data_path
+
 
 @dataclass(frozen=True)
 class Costs:
@@ -76,13 +78,20 @@ class Pipeline:
     k: int = 1  # kernel executors
     e: int = 1  # engines per executor
     batch_queries: int = 0  # 0: per request; else batch across requests up to this many queries
-    batch_timeout_s: float = 0.001
+    batch_timeout_s: float = 200e-6  # the daemon's default (crates/serve: batch_timeout_us = 200)
     queue_capacity: int = 64  # request queue bound (the daemon's `queue`); beyond it: busy
     cpus: int | None = None  # host cores the stages share (None: no contention)
 
     def label(self) -> str:
         b = f" batch {self.batch_queries}/{self.batch_timeout_s * 1e3:g}ms" if self.batch_queries else ""
         return f"{self.p}p {self.w}w {self.k}k {self.e}e{b}"
+
+
+# 40-100 µs of wall time per simulated request on this 2-vCPU VM (more with many engines or
+# shared cores): the default bound stops a model whose stages are so fast that a simulated second
+# would hold millions of requests within 20-50 s, with an error saying what to change. The
+# configurations people ask about (up to ~100,000 requests/s for 1 s) stay well under it.
+MAX_REQUESTS = 500_000
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,17 @@ class Load:
     duration_s: float = 1.0  # simulated time measured
     warmup_s: float = 0.1  # simulated time before measuring
     seed: int = 1
+    max_requests: int = MAX_REQUESTS  # a bound on the work: beyond it, SimulationLimit
+
+
+class SimulationLimit(ValueError):
+    """The simulation started more requests than `Load.max_requests` allows."""
+
+
+def min_samples(q: float) -> int:
+    """Completed requests a percentile needs to be more than the largest one seen: p50 2,
+    p90 10, p99 100."""
+    return math.ceil(100 / (100 - q) - 1e-9) if q < 100 else 1
 
 
 @dataclass
@@ -116,15 +136,30 @@ class Result:
     def percentile(self, q: float) -> float:
         return float(np.percentile(self.latencies_s, q)) if len(self.latencies_s) else math.nan
 
+    def enough(self, q: float) -> bool:
+        """Whether enough requests completed for the percentile q to mean anything."""
+        return len(self.latencies_s) >= min_samples(q)
+
+    def warnings(self) -> list[str]:
+        """What makes parts of this result meaningless (too few requests for a percentile)."""
+        n = len(self.latencies_s)
+        short = [q for q in (50, 90, 99) if not self.enough(q)]
+        if not short:
+            return []
+        need = ", ".join(f"p{q} {min_samples(q)}" for q in short)
+        return [f"only {n:,} requests completed in {self.duration_s:g} simulated s: too few for "
+                f"{', '.join(f'p{q}' for q in short)} (needs {need}); give a longer --duration"]  # fmt: skip
+
     def to_json(self) -> dict[str, Any]:
+        """The result; a percentile with too few requests behind it is null (see "warnings")."""
         return {
             "config": self.pipeline.label(), "pipeline": asdict(self.pipeline),
             "requests": self.requests, "queries": self.queries, "busy": self.busy,
             "duration_s": self.duration_s, "throughput_rps": self.throughput_rps,
             "throughput_qps": self.throughput_qps,
-            "latency_s": {f"p{q}": self.percentile(q) for q in (50, 90, 99)}
-            | {"mean": float(self.latencies_s.mean()) if len(self.latencies_s) else math.nan},
-            "utilisation": self.utilisation,
+            "latency_s": {f"p{q}": self.percentile(q) if self.enough(q) else None for q in (50, 90, 99)}
+            | {"mean": float(self.latencies_s.mean()) if len(self.latencies_s) else None},
+            "utilisation": self.utilisation, "warnings": self.warnings(),
         }  # fmt: skip
 
 
@@ -193,7 +228,7 @@ class _Busy:
         self.busy[key] = self.busy.get(key, 0.0) + seconds
 
 
-WHATIF = Path(__file__).resolve().parents[3] / "data" / "plans" / "whatif"
+WHATIF = data_path("plans", "whatif")
 
 
 def presets() -> list[str]:
@@ -221,19 +256,36 @@ def with_preset(costs: Costs, preset: dict[str, Any]) -> Costs:
 
 
 def _costs_table(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    from offload.plan.tomlfile import check_keys, load
+    from offload.plan.tomlfile import check_keys, expect_str, expect_table, load
 
     doc = load(path)
     check_keys(doc, (), doc.data, {"costs", "about"})
-    table = doc.data.get("costs", {})
+    about = expect_table(doc, ("about",), doc.data.get("about", {}))
+    for key, v in about.items():
+        expect_str(doc, ("about", key), v)
+    table = expect_table(doc, ("costs",), doc.data.get("costs", {}))
     check_keys(doc, ("costs",), table, set(Costs.__dataclass_fields__))
     for key, v in table.items():
         want_bool = key == "kernel_on_host"
-        if want_bool != isinstance(v, bool) or (not want_bool and (not isinstance(v, int | float) or v < 0)):
+        number = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        if want_bool != isinstance(v, bool) or (not want_bool and not number):
             raise doc.error(
                 ("costs", key), f"expected {'true or false' if want_bool else 'a number ≥ 0'}, not {v!r}"
             )
-    return doc.data.get("about", {}), table
+    return about, table
+
+
+def request_time(costs: Costs, n: int) -> float:
+    """A lone request of n queries through every stage, nothing queued (a lower bound)."""
+    channel = _transfer(costs.channel_latency_s, costs.channel_bps, n * costs.request_bytes_per_query)
+    channel += _transfer(costs.channel_latency_s, costs.channel_bps, n * costs.reply_bytes_per_query)
+    xfer = _transfer(costs.transfer_latency_s, costs.transfer_bps, n * costs.transfer_bytes_per_query)
+    return (
+        costs.client_request_s + n * costs.client_query_s + channel + 2 * costs.broker_s
+        + costs.queue_wakeup_s + costs.worker_request_s + n * costs.worker_query_s + costs.kernel_wakeup_s
+        + costs.invoke_s + xfer + n * costs.kernel_query_s + costs.kernel_fixed_s
+        + costs.reply_request_s + n * costs.reply_query_s
+    )  # fmt: skip
 
 
 def _transfer(latency: float, bps: float | None, nbytes: float) -> float:
@@ -247,6 +299,15 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
         raise ValueError("queries_per_request needs sizes ≥ 0 queries, at least one of them > 0")
     if load.mode not in ("closed", "open") or (load.mode == "open" and load.rate_rps <= 0):
         raise ValueError("mode must be closed, or open with a positive rate_rps")
+    if request_time(costs, max(load.queries_per_request)) <= 0:
+        raise ValueError(
+            "every stage cost is zero: a request takes no time, so any throughput would be "
+            "meaningless; give stage costs (--costs, --calibration or --preset)"
+        )
+    if not load.duration_s > 0 or load.warmup_s < 0:
+        raise ValueError(f"the simulated duration must be positive, not {load.duration_s:g} s")
+    if load.max_requests < 1:
+        raise ValueError(f"max_requests must be at least 1, not {load.max_requests}")
     env = simpy.Environment()
     rng = random.Random(load.seed)
     cpu = _Busy(env, pipe.cpus)
@@ -268,8 +329,16 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
     def channel(nbytes: float) -> float:
         return _transfer(costs.channel_latency_s, costs.channel_bps, nbytes)
 
+    started = [0]
+
     def one_request(n: int):  # type: ignore[no-untyped-def]
         t0 = env.now
+        started[0] += 1
+        if started[0] > load.max_requests:
+            raise SimulationLimit(
+                f"the simulation stopped after {load.max_requests:,} requests (its limit, max_requests) at "
+                f"{env.now:.3g} of {end:g} simulated s: the stages are so fast that it would run for long"
+            )
         yield from cpu.run("client", costs.client_request_s + n * costs.client_query_s)
         yield env.timeout(channel(n * costs.request_bytes_per_query))
         yield from broker_pass()

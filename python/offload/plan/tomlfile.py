@@ -106,3 +106,29 @@ def check_keys(doc: Document, where: tuple[str | int, ...], table: dict[str, Any
     for k in table:
         if k not in known:
             raise doc.error((*where, k), f"unknown key {k!r}; expected one of: {', '.join(sorted(known))}")
+
+
+def expect_str(doc: Document, keys: tuple[str | int, ...], v: Any) -> str:
+    """A text value, or a located error naming the type that was expected."""
+    if not isinstance(v, str):
+        raise doc.error(keys, f"expected a string, not {v!r}")
+    return v
+
+
+def expect_bool(doc: Document, keys: tuple[str | int, ...], v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise doc.error(keys, f"expected true or false, not {v!r}")
+    return v
+
+
+def expect_table(doc: Document, keys: tuple[str | int, ...], v: Any) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise doc.error(keys, f"expected a table ([{'.'.join(str(k) for k in keys)}]), not {v!r}")
+    return v
+
+
+def expect_tables(doc: Document, keys: tuple[str | int, ...], v: Any) -> list[dict[str, Any]]:
+    """An array of tables ([[name]] sections)."""
+    if not isinstance(v, list) or not all(isinstance(t, dict) for t in v):
+        raise doc.error(keys, f"expected [[{'.'.join(str(k) for k in keys)}]] tables, not {v!r}")
+    return v

@@ -176,6 +176,40 @@ def _plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     pareto_plot(rows, path, "offload sweep: latency vs throughput")
 
 
+def _labels(
+    fig: Any,
+    ax: Any,
+    rows: Sequence[dict[str, Any]],
+    front: Sequence[dict[str, Any]],
+    chosen: dict[str, Any] | None,
+) -> None:
+    """Point labels that stay readable: the chosen row and the Pareto front first, each to the right
+    of its point or else to the left, and none where it would overlap another label, the legend
+    or the axes' edge (the table lists every row)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend = ax.get_legend()
+    placed = [legend.get_window_extent(renderer)] if legend is not None else []
+    key = lambda r: (r["label"], r.get("source", "measured"))  # noqa: E731
+    first = {key(r) for r in front} | ({key(chosen)} if chosen is not None else set())
+    hidden = 0
+    for r in sorted(rows, key=lambda r: (chosen is None or key(r) != key(chosen), key(r) not in first)):
+        for dx, ha in ((4, "left"), (-4, "right")):
+            a = ax.annotate(r["label"], (r["queries_per_s"] / 1e6, r["p99_us"]), xytext=(dx, 3),
+                            textcoords="offset points", fontsize=6, alpha=0.8, ha=ha)  # fmt: skip
+            box = a.get_window_extent(renderer)
+            inside = ax.bbox.x0 <= box.x0 and box.x1 <= ax.bbox.x1 and box.y1 <= ax.bbox.y1
+            if inside and not any(box.overlaps(b) for b in placed):
+                placed.append(box)
+                break
+            a.remove()
+        else:
+            hidden += 1
+    if hidden:
+        ax.text(1.0, -0.11, f"{hidden} labels left out where they would overlap", transform=ax.transAxes,
+                ha="right", va="top", fontsize=6, color="#777")  # fmt: skip
+
+
 def pareto_plot(
     rows: Sequence[dict[str, Any]], path: Path, title: str, chosen: dict[str, Any] | None = None
 ) -> Path:
@@ -195,8 +229,6 @@ def pareto_plot(
         if pts:
             x, y = [r["queries_per_s"] / 1e6 for r in pts], [r["p99_us"] for r in pts]
             ax.scatter(x, y, s=18, label=source, **style)  # type: ignore[arg-type]
-    for r in rows:
-        ax.annotate(r["label"], (r["queries_per_s"] / 1e6, r["p99_us"]), fontsize=6, alpha=0.7)
     front = pareto(rows)
     ax.plot([r["queries_per_s"] / 1e6 for r in front], [r["p99_us"] for r in front], "o-", color="C3",
             label="Pareto front")  # fmt: skip
@@ -210,6 +242,7 @@ def pareto_plot(
     ax.legend(fontsize=8)
     ax.set_title(title)
     fig.tight_layout()
+    _labels(fig, ax, rows, front, chosen)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
