@@ -156,7 +156,7 @@ def test_the_cli_runs_a_scaling_run(tmp_path: Path) -> None:
             "3000", "--work", str(tmp_path), "--plot", str(png), "--json"]  # fmt: skip
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    runs = json.loads(res.output)
+    runs = json.loads(res.stdout)  # progress goes to stderr
     assert [r["nodes"] for r in runs] == [1, 2] and all(r["matches_plain_sort"] for r in runs)
     assert png.stat().st_size > 0
     res = CliRunner().invoke(app, ["flows", "run", "--nodes", "3", "--parts", "2"])

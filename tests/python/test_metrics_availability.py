@@ -205,7 +205,7 @@ def test_the_command_prints_json_and_draws_the_plot(tmp_path: Path) -> None:
     assert [c["published"] for c in out["cases"]] == [7.1, 20.7, 114.3]
     assert out["cases"][1]["benefit_rare_limit"] == pytest.approx(20.583, rel=1e-4)
     assert png.stat().st_size > 10_000
-    r = CliRunner().invoke(app, ["availability", "--case", "12,17,2", "--window", "0.01"])
+    r = CliRunner().invoke(app, ["availability", "--case", "12,17,2", "--exposure", "0.01"])
     assert r.exit_code == 0 and "119.9" in r.output, r.output
     r = CliRunner().invoke(app, ["availability", "--case", "12,17"])
     assert r.exit_code == 2 and "expected n,c,f" in r.output

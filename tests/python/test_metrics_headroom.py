@@ -197,7 +197,7 @@ def test_a_real_shaped_link_is_saturated_and_leaves_headroom(tmp_path: Path) -> 
     """A few seconds through the CLI: one repeat, short trials, three bisection steps, host and
     bluefield2, on a 100 Mbit/s link in a namespace made and removed for it."""
     plot = tmp_path / "headroom.png"
-    r = _cli("--profiles", "host,bluefield2", "--rate-mbit", "100", "--repeats", "1", "--seconds", "0.2",
+    r = _cli("--profiles", "host,bluefield2", "--link", "100mbit", "--repeats", "1", "--seconds", "0.2",
              "--iterations", "3", "--max-threads", "2", "--port", "5299", "--netns", "headroom-test",
              "--plot", str(plot), "--json")  # fmt: skip
     assert r.exit_code == 0, r.output

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from offload.clitools import fail, size_bytes
+from offload.clitools import err, fail, size_bytes
 
 app = typer.Typer(
     help="Near-data query nodes (Arrow Flight + Substrait): serve, particles, load, list, query, "
@@ -40,18 +40,42 @@ TokenFileOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
+def table(title: str) -> Table:
+    """A table that reads in 80 columns: a rule under the header, no frame, one space between
+    columns; cells are never cut short ("nod… unp…"), they wrap instead."""
+    from rich import box
+
+    return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
+
+
+def oneline(e: BaseException) -> str:
+    """An error as one line: a WriteError's own words (they name the file), else its text."""
+    from offload.files import WriteError
+
+    text = e.strerror if isinstance(e, WriteError) and e.strerror else str(e)
+    return text.strip().splitlines()[0] if text.strip() else type(e).__name__
+
+
 def default_token_file(port: int) -> Path:
     return Path.home() / ".offload" / f"node-{port}.token"
 
 
-def _token(node: str, token_file: Path | None) -> str:
+def _token(node: str, token_file: Path | None) -> tuple[str, str]:
+    """The node's token and where it came from (named when the node refuses it)."""
     if token_file is None and os.environ.get("OFFLOAD_NODE_TOKEN"):
-        return os.environ["OFFLOAD_NODE_TOKEN"]
-    path = token_file or default_token_file(int(node.rsplit(":", 1)[-1]))
+        return os.environ["OFFLOAD_NODE_TOKEN"], "from $OFFLOAD_NODE_TOKEN"
+    path = (token_file or default_token_file(_port(node))).expanduser().absolute()
     try:
-        return path.read_text().strip()
+        return path.read_text().strip(), f"from {path}"
     except OSError as e:
         raise fail(f"cannot read the node token from {path}: {e.strerror}; pass --token-file") from None
+
+
+def _port(node: str) -> int:
+    try:
+        return int(node.rsplit(":", 1)[-1])
+    except ValueError:
+        raise fail(f"--node {node!r}: give host:port") from None
 
 
 def _enter_netns(netns: str | None) -> None:
@@ -71,7 +95,8 @@ def _client(node: str, token_file: Path | None, netns: str | None = None, timeou
 
     _enter_netns(netns)
 
-    return NodeClient(node, _token(node, token_file), timeout_s)
+    token, source = _token(node, token_file)
+    return NodeClient(node, token, timeout_s, token_source=source)
 
 
 NetnsOpt = Annotated[
@@ -141,6 +166,7 @@ def serve(
         if link is not None:
             raise fail("a shaped link needs --netns (tc shapes that namespace's loopback, never the host's)")
         console.print(f"the {prof.name} profile's link is not shaped: give --netns to shape it")
+    data_dir = data_dir.absolute() if data_dir is not None else None
     _enter_netns(netns)
     os.environ["TOKIO_WORKER_THREADS"] = str(prof.threads)  # before DataFusion starts its runtime
     from offload.dataservices.node import Node, NodeConfig
@@ -159,11 +185,17 @@ def serve(
         node = Node(cfg)
     except ValueError as e:
         raise fail(str(e)) from None
+    except Exception as e:  # gRPC says only "Server did not start properly"
+        raise fail(_listen_error(host, port, e)) from None
+    try:
+        _write_token(token_file or default_token_file(node.port), token)
+    except OSError as e:
+        node.shutdown()
+        raise fail(str(e)) from None
     applied = B.apply(prof, f"{name}-{node.port}")
     if netns is not None:
         applied["link"] = L.shape(L.namespace_name(netns), node.port, prof.link)
     cfg.budget = applied
-    _write_token(token_file or default_token_file(node.port), token)
     console.print(
         f"{name} serving on grpc://{host}:{node.port}" + (f" in {L.namespace_name(netns)}" if netns else "")
     )
@@ -177,6 +209,23 @@ def serve(
         L.unshape(L.namespace_name(netns), node.port)
     B.release(applied)
     console.print(f"{name} stopped")
+
+
+def _listen_error(host: str, port: int, e: Exception) -> str:
+    """Why a node could not listen, in one line: most often another process has the port."""
+    import errno
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.bind((host, port))
+    except OSError as b:
+        if b.errno == errno.EADDRINUSE:
+            return (
+                f"cannot listen on {host}:{port}: the address is in use (another node?); pick another --port"
+            )
+        return f"cannot listen on {host}:{port}: {b.strerror}"
+    return f"cannot listen on {host}:{port}: {str(e).splitlines()[0]}"
 
 
 def _profile(base: Any, threads: int | None, cpu: float | None, memory: str | None, link: str | None) -> Any:
@@ -195,23 +244,32 @@ def _profile(base: Any, threads: int | None, cpu: float | None, memory: str | No
 
 
 def _write_token(path: Path, token: str) -> None:
+    """Writes the token file whole (temp + fsync + rename), readable by this user only."""
+    from offload.files import write_text
+
     if os.environ.get("OFFLOAD_NODE_TOKEN"):
         return
+    path = path.expanduser().absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch(mode=0o600)
-    path.chmod(0o600)
-    path.write_text(token + "\n")
+    old = os.umask(0o077)  # the file is created 0600 and stays so through the rename
+    try:
+        write_text(path, token + "\n")
+    finally:
+        os.umask(old)
     console.print(f"token in {path}")
 
 
-def _budget_line(applied: dict[str, Any]) -> str:
-    cpu, mem, link = applied["cpu"], applied["memory"], applied.get("link")
+def _budget_line(applied: dict[str, Any], threads: int | None = None) -> str:
+    """What a node's budget is, as applied (budget.apply, link.shape): profile, CPU, memory, link."""
+    if not applied:
+        return f"{threads or '?'} thread(s); no budget applied (a node run in-process: no quota, no limits)"
+    cpu, mem, link = applied.get("cpu", {}), applied.get("memory", {}), applied.get("link")
     parts = [f"profile {applied['profile']}, {applied['threads']} thread(s)"]
-    if cpu["method"] == "cgroup-v1-cpu":
+    if cpu.get("method") == "cgroup-v1-cpu":
         parts.append(f"CPU quota {cpu['quota_us'] / cpu['period_us']:.2f} core")
-    elif cpu["method"] == "pinned":
+    elif cpu.get("method") == "pinned":
         parts.append(f"pinned to CPU {cpu['cpus']} ({cpu['reason']})")
-    if mem["method"] == "cgroup-v1-memory":
+    if mem.get("method") == "cgroup-v1-memory":
         parts.append(f"memory {mem['limit_bytes'] / 2**30:.1f} GiB")
     elif "reason" in mem and "sets no" not in mem["reason"]:
         parts.append(f"memory unlimited ({mem['reason']})")
@@ -230,16 +288,21 @@ def particles(
     rows: Annotated[int, typer.Option(help="Particles (the seed's case studies: 6,177,731).")] = 6_177_731,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     correlation: Annotated[float, typer.Option(help="How much y follows x, 0 (independent) to 1.")] = 0.0,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Generate a particle table (id, x, y, z, vx, vy, vz, t; positions uniform in [0, 1))."""
+    """Generate a particle table (id, x, y, z, vx, vy, vz, t; positions uniform in [0, 1)),
+    written as Parquet with page checksums, whole or not at all."""
     from offload.dataservices import particles as P
 
     try:
         t = P.generate(rows, seed=seed, correlation=correlation)
-    except ValueError as e:
-        raise fail(str(e)) from None
-    P.write(t, out)
-    console.print(f"wrote {out}: {t.num_rows:,} particles, {t.nbytes / 2**20:.1f} MiB in memory")
+        path = P.write(t, out).absolute()
+    except (ValueError, OSError) as e:
+        raise fail(oneline(e)) from None
+    if as_json:
+        print(json.dumps({"path": str(path), "rows": t.num_rows, "bytes": path.stat().st_size}, indent=2))
+        return
+    console.print(f"wrote {path}: {t.num_rows:,} particles, {t.nbytes / 2**20:.1f} MiB in memory")
 
 
 @app.command()
@@ -254,25 +317,32 @@ def load(
     ] = None,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Give a node a data set: upload a local file (--file) or register one of its own (--path)."""
+    """Give a node a data set: upload a local file (--file) or register one of its own (--path:
+    relative to the node's --data-dir; a relative path that exists here is sent absolute, and the
+    node takes it if it lies inside its data directory)."""
+    from offload.dataservices import tablefiles
     from offload.dataservices.client import NodeError
 
     if (file is None) == (path is None):
         raise fail("give exactly one of --file (upload) or --path (a file on the node)")
+    table = None
+    if file is not None:
+        try:
+            table = tablefiles.read(file.absolute())
+        except tablefiles.DamagedFile as e:
+            raise fail(str(e)) from None
+    elif not Path(path).is_absolute() and Path(path).exists():  # type: ignore[arg-type]
+        path = str(Path(path).absolute())  # type: ignore[arg-type]
     with _client(node, token_file, netns, timeout_s=900) as c:  # loading sketches every column
         try:
-            if file is not None:
-                import pyarrow.dataset as pads
-
-                fmt = "parquet" if file.suffix == ".parquet" else "ipc"
-                d = c.upload(name, pads.dataset(file, format=fmt).to_table())
-            else:
-                d = c.register(name, str(path))
+            d = c.upload(name, table) if table is not None else c.register(name, str(path))
         except NodeError as e:
             raise fail(str(e)) from None
-        except (OSError, ValueError) as e:
-            raise fail(f"{file}: {e}") from None
+    if as_json:
+        print(json.dumps(d, indent=2))
+        return
     console.print(
         f"{d['name']}: {d['rows']:,} rows, {d['bytes'] / 2**20:.1f} MiB, columns {', '.join(d['columns'])}"
     )
@@ -296,7 +366,8 @@ def list_(
     if as_json:
         print(json.dumps(st, indent=2))
         return
-    t = Table(title=f"{st['name']}: {st['threads']} thread(s)")
+    console.print(f"{st['name']}: {_budget_line(st.get('budget') or {}, st['threads'])}")
+    t = table(f"{st['name']}: data sets")
     for col in ("data set", "rows", "MiB", "columns", "source"):
         t.add_column(col, justify="right" if col in ("rows", "MiB") else "left")
     for d in st["datasets"]:
@@ -311,7 +382,11 @@ def query(
     sql: Annotated[str, typer.Argument(help="SQL over the node's data sets.")],
     node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
     way: Annotated[
-        str, typer.Option(help="offload (run on the node), pushback (run here) or both.")
+        str,
+        typer.Option(
+            help="offload (run on the node), pushback (run here), both, or auto (the node decides, "
+            "and says what and why)."
+        ),
     ] = "both",
     compression: Annotated[str, typer.Option(help="IPC compression on the wire: none, lz4, zstd.")] = "none",
     show: Annotated[int, typer.Option(help="Result rows to print.")] = 5,
@@ -327,8 +402,8 @@ def query(
     from offload.dataservices.plans import PlanError
 
     ways = ("offload", "pushback") if way == "both" else (way,)
-    if any(w not in ("offload", "pushback") for w in ways):
-        raise fail(f"--way must be offload, pushback or both, got {way!r}")
+    if any(w not in ("offload", "pushback", "auto") for w in ways):
+        raise fail(f"--way must be offload, pushback, both or auto, got {way!r}")
     comp = None if compression == "none" else compression
     runs = {}
     with _client(node, token_file, netns) as c:
@@ -345,12 +420,17 @@ def query(
         return
     result = next(iter(runs.values()))[0]
     console.print(result.slice(0, show).to_pandas().to_string(index=False) if show else "")
+    if "auto" in runs:
+        tm = runs["auto"][1]
+        why = (tm.decision or {}).get("why", "the node gave no reason")
+        console.print(f"auto: the node chose {tm.way}: {why}")
+        runs = {f"auto ({tm.way})": runs["auto"]}
     _timing_table(runs, same)
 
 
 def _timing_table(runs: dict[str, Any], same: bool | None) -> None:
     """Stages as rows, ways as columns (ms), so the table fits a terminal."""
-    t = Table(title="where the time went (ms)" + ("" if same is None else f"; same answer: {same}"))
+    t = table("where the time went (ms)" + ("" if same is None else f"; same answer: {same}"))
     t.add_column("stage")
     for w in runs:
         t.add_column(w, justify="right")
@@ -430,6 +510,7 @@ def train(
     seed: Annotated[int, typer.Option(help="Seed of the tables and thresholds.")] = 0,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Train the time models on a running node: upload particle tables of a few sizes, run a
     suite of queries both ways, and keep the node's engine and stream seconds (its profile's
@@ -454,7 +535,7 @@ def train(
             system = st.get("system", "host")
             if (st.get("budget") or {}).get("link", {}).get("rate_mbit"):
                 console.print("[yellow]the node's link is shaped: its stream times will include the link[/]")
-            with Progress(console=console) as bar:
+            with Progress(console=err) as bar:
                 task = bar.add_task(f"training on {system}", total=len(counts) * queries)
                 for i, n in enumerate(counts):
                     name = f"train_{n}"
@@ -464,12 +545,21 @@ def train(
                     c.drop(name)
         except NodeError as e:
             raise fail(str(e)) from None
-    old = TM.Models.load(out).samples if out.exists() else []
-    TM.Models(old + samples).save(out)
+    try:
+        old = TM.Models.load(out).samples if out.exists() else []
+        TM.Models(old + samples).save(out)
+    except (OSError, ValueError) as e:
+        raise fail(str(e)) from None
+    errors = TM.held_out_error(old + samples)
+    if as_json:
+        doc = {"path": str(out.absolute()), "system": system, "samples_added": len(samples),
+               "samples": len(old) + len(samples), "held_out_median_error": errors}  # fmt: skip
+        print(json.dumps(doc, indent=2))
+        return
     console.print(
         f"{len(samples)} samples from {system} and host added to {out} ({len(old) + len(samples)} in all)"
     )
-    for k, v in sorted(TM.held_out_error(old + samples).items()):
+    for k, v in sorted(errors.items()):
         console.print(f"  {k}: median error {100 * v:.1f}% on held-out queries")
 
 
@@ -501,8 +591,13 @@ def case_study(
         except NodeError as e:
             raise fail(str(e)) from None
     if out is not None:
+        from offload.files import write_text
+
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=2))
+        try:
+            write_text(out, json.dumps(results, indent=2))
+        except OSError as e:
+            raise fail(str(e)) from None
     if as_json:
         print(json.dumps(results, indent=2))
         return
@@ -537,26 +632,25 @@ def cluster_load(
         typer.Option(help="Integer column to partition by (modulo); a missing one: contiguous slices."),
     ] = "id",
     netns: NetnsOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Partition a data set over the nodes of a cluster file."""
-    import pyarrow.dataset as pads
-
     from offload.dataservices import particles as P
+    from offload.dataservices import tablefiles
     from offload.dataservices.client import NodeError
 
     try:
-        table = (
-            pads.dataset(file, format="parquet" if file.suffix == ".parquet" else "ipc").to_table()
-            if file
-            else P.generate(rows)
-        )
-    except (OSError, ValueError) as e:
-        raise fail(f"{file}: {e}") from None
+        table = tablefiles.read(file.absolute()) if file else P.generate(rows)
+    except ValueError as e:
+        raise fail(str(e)) from None
     with _cluster(cluster, netns) as cc:
         try:
             parts = cc.upload_partitioned(name, table, by if by in table.schema.names else None)
         except (NodeError, ValueError) as e:
             raise fail(str(e)) from None
+    if as_json:
+        print(json.dumps({"name": name, "rows": parts}, indent=2))
+        return
     console.print(f"{name}: " + ", ".join(f"{n} {r:,} rows" for n, r in parts.items()))
 
 
@@ -585,7 +679,7 @@ def cluster_query(
     if show:
         console.print(result.slice(0, show).to_pandas().to_string(index=False))
     total, final = 1e3 * timing.total, 1e3 * timing.host_final
-    t = Table(title=f"{timing.rows:,} rows in {total:.1f} ms (host final step {final:.1f} ms)")
+    t = table(f"{timing.rows:,} rows in {total:.1f} ms (host final step {final:.1f} ms)")
     for col in ("node", "way", "rows", "node engine ms", "fetch ms", "host ms", "Arrow MiB"):
         t.add_column(col, justify="left" if col in ("node", "way") else "right")
     for n, d in timing.nodes.items():
@@ -596,7 +690,7 @@ def cluster_query(
 
 def print_cases(results: list[dict[str, Any]]) -> None:
     """The case studies side by side, the seed's figures in brackets."""
-    t = Table(title=escape("the seed's case studies: ours [seed]"))
+    t = table(escape("the seed's case studies: ours [seed]"))
     t.add_column("")
     for r in results:
         t.add_column(f"Case {r['case']}", justify="right")

@@ -65,10 +65,17 @@ class _Bearer(flight.ClientMiddlewareFactory):
 class NodeClient:
     """A connection to one node at ``endpoint`` (``host:port`` or ``grpc://host:port``)."""
 
-    def __init__(self, endpoint: str, token: str, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, endpoint: str, token: str, timeout_s: float = 60.0, token_source: str | None = None
+    ) -> None:
         self.location = endpoint if "://" in endpoint else f"grpc://{endpoint}"
         self._client = flight.FlightClient(self.location, middleware=[_Bearer(token)])
-        self._opts = flight.FlightCallOptions(timeout=timeout_s)
+        self._opts = flight.FlightCallOptions(timeout=timeout_s, read_options=READ)
+        self._source = token_source
+        """Where the token came from (a file, $OFFLOAD_NODE_TOKEN): named when the node refuses it."""
+
+    def _call_errors(self) -> _errors:
+        return _errors(self.location, self._source)
 
     def close(self) -> None:
         self._client.close()
@@ -86,14 +93,16 @@ class NodeClient:
     ) -> dict[str, Any]:
         """Sends ``table`` to the node as data set ``name`` (or appends it); returns its description."""
         opts = flight.FlightCallOptions(
-            timeout=self._opts.timeout, write_options=pa.ipc.IpcWriteOptions(compression=compression)
+            timeout=self._opts.timeout,
+            write_options=pa.ipc.IpcWriteOptions(compression=compression),
+            read_options=READ,
         )
         desc = (
             flight.FlightDescriptor.for_path(name, "append")
             if append
             else flight.FlightDescriptor.for_path(name)
         )
-        with _errors():
+        with self._call_errors():
             writer, meta = self._client.do_put(desc, table.schema, options=opts)
             writer.write_table(table, max_chunksize=1 << 16)
             writer.done_writing()
@@ -126,13 +135,13 @@ class NodeClient:
 
     def schemas(self) -> dict[str, pa.Schema]:
         """Every data set's schema."""
-        with _errors():
+        with self._call_errors():
             infos = list(self._client.list_flights(options=self._opts))
         return {i.descriptor.path[0].decode(): i.schema for i in infos}
 
     def action(self, kind: str, body: bytes) -> dict[str, Any]:
         """Any of the node's actions (``list_actions``), its JSON answer decoded."""
-        with _errors():
+        with self._call_errors():
             results = list(self._client.do_action(flight.Action(kind, body), options=self._opts))
         return json.loads(results[0].body.to_pybytes())
 
@@ -148,7 +157,7 @@ class NodeClient:
 
     def get(self, ticket: bytes) -> pa.Table:
         """A ``do_get`` of a raw ticket, read whole."""
-        with _errors():
+        with self._call_errors():
             return self._client.do_get(flight.Ticket(ticket), options=self._opts).read_all()
 
     # ------------------------------------------------------------------------------ queries
@@ -168,7 +177,7 @@ class NodeClient:
         timing.plan = time.perf_counter() - t0
         desc = flight.FlightDescriptor.for_command(N.request(plan, way, compression))
         t1 = time.perf_counter()
-        with _errors():
+        with self._call_errors():
             info = self._client.get_flight_info(desc, options=self._opts)
         timing.info = time.perf_counter() - t1
         if way == "auto":
@@ -198,7 +207,7 @@ class NodeClient:
     def _fetch(self, ep: flight.FlightEndpoint) -> tuple[pa.Table, dict[str, Any], int]:
         """One stream: its table, the node's timings (last chunk's app_metadata), its IPC bytes."""
         batches, meta, nbytes = [], {}, 0
-        with _errors():
+        with self._call_errors():
             reader = self._client.do_get(ep.ticket, options=self._opts)
             schema = reader.schema
             for chunk in reader:
@@ -211,7 +220,11 @@ class NodeClient:
 
 
 class _errors:
-    """Turns Flight errors into NodeError with the node's message (gRPC detail stripped)."""
+    """Turns Flight errors into NodeError with the node's message (gRPC detail stripped); a
+    refused token names where it came from."""
+
+    def __init__(self, location: str = "", token_source: str | None = None) -> None:
+        self.location, self.source = location, token_source
 
     def __enter__(self) -> None:
         return None
@@ -220,4 +233,17 @@ class _errors:
         if e is None or not isinstance(e, flight.FlightError | pa.ArrowException):
             return False
         msg = str(e).split(". Detail:")[0].strip()
+        if isinstance(e, flight.FlightUnauthenticatedError):
+            msg = msg.removeprefix("gRPC returned unauthenticated error, with message: ")
+            where = f" ({self.source})" if self.source else ""
+            if msg.startswith(N.WRONG_TOKEN):
+                msg = f"{self.location} refused the token{where}: it is not this node's token"
+            elif msg.startswith(N.NO_TOKEN):
+                msg = f"{self.location} needs its bearer token, and none was given{where}"
         raise NodeError(msg) from None
+
+
+READ = pa.ipc.IpcReadOptions(ensure_alignment=pa.ipc.Alignment.DataTypeSpecific)
+"""Flight hands a stream's buffers over where gRPC received them, often at odd addresses;
+Arrow's engine (Acero) then warns "poorly aligned" once per batch and may run slower. Reads
+copy such buffers to aligned memory (aligned ones are kept as they are)."""

@@ -69,7 +69,7 @@ def start_nodes(
         for i in range(n):
             token = secrets.token_urlsafe(24)
             cmd = [sys.executable, "-m", "offload.cli", "node", "serve", "--port", "0", "--profile", profile,
-                   "--name", f"n{i}", "--token-file", str(work / f"n{i}.token"),
+                   "--name", f"n{i}", "--token-file", str((work / f"n{i}.token").absolute()),
                    "--max-seconds", str(max_seconds)]  # fmt: skip
             if netns:
                 cmd += ["--netns", netns] + (["--link", link] if link else [])
@@ -324,8 +324,12 @@ def _unsent_messages(p: Producer) -> int:
 
 
 def _write(table: pa.Table, path: Path) -> str:
+    """An Arrow file of kept rows, whole or not at all (a full disk is a WriteError naming it)."""
+    from offload.files import atomic_write
+
+    path = path.absolute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    with pa.ipc.new_file(path, table.schema) as w:
+    with atomic_write(path, "wb") as f, pa.ipc.new_file(f, table.schema) as w:
         w.write_table(table)
     return str(path)
 
@@ -394,9 +398,7 @@ def plot_nodes(results: list[dict[str, Any]], path: Path) -> Path:
     ax.set_ylabel("seconds")
     rates = ", ".join(f"{r['nodes']}n {1e3 * r['gb_per_s']:.0f} MB/s" for r in results)
     ax.set_title(f"particle pipeline, each node's time by step ({rates})", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, hiding none
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    F.save_figure(fig, path, dpi=120)
     return path

@@ -344,15 +344,15 @@ def speed_range(table: pa.Table, data: DataSet) -> tuple[float | None, float | N
 def data_file(name: str, rows: int, work: Path, seed: int = 0, message_rows: int = 1 << 16) -> Path:
     """The data set as an Arrow IPC file of producer messages of ``message_rows`` rows, made once
     under ``work`` and reused."""
+    from offload.files import atomic_write
+
     path = work / f"{name}-{rows}-{seed}-{message_rows}.arrow"
     if not path.exists():
         table = dataset(name).generate(rows, seed)
         work.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        with pa.ipc.new_file(tmp, table.schema) as w:
+        with atomic_write(path, "wb") as f, pa.ipc.new_file(f, table.schema) as w:
             for b in table.to_batches(max_chunksize=message_rows):
                 w.write_batch(b)
-        tmp.rename(path)
     return path
 
 
@@ -485,7 +485,19 @@ def plot_partition(runs: list[dict[str, Any]], path: Path) -> Path:
     ax.set_title("partition service: where the time goes")
     ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
     return path
+
+
+def save_figure(fig: Any, path: Path, **options: Any) -> None:
+    """Saves a matplotlib figure whole or not at all (format from the suffix; png without one)."""
+    import matplotlib.pyplot as plt
+
+    from offload.files import atomic_write
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with atomic_write(path, "wb") as f:
+            fig.savefig(f, format=path.suffix.lstrip(".").lower() or "png", **options)
+    finally:
+        plt.close(fig)

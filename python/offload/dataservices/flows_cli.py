@@ -11,9 +11,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 
-from offload.clitools import choices, fail
+from offload.clitools import choices, err, fail
+from offload.dataservices.cli import oneline
+from offload.dataservices.cli import table as Table
 
 app = typer.Typer(
     help="Particle data flows (seed 003): partition by id on a node profile, sift into id order, and where "
@@ -57,7 +58,7 @@ def partition(
     if not 2 <= parts <= 16 or rows < 1:
         raise fail(f"need 2-16 partitions and rows >= 1, got {parts} and {rows}")
     results = []
-    with Progress(console=console, transient=True) as bar:
+    with Progress(console=err, transient=True) as bar:
         task = bar.add_task("partitioning", total=len(names) * len(profs) * len(cods))
         for name in names:
             for prof in profs:
@@ -65,7 +66,7 @@ def partition(
                     try:
                         results.append(F.partition_under(prof, name, rows, parts, codec, work))
                     except (RuntimeError, ValueError, OSError) as e:
-                        raise fail(str(e)) from None
+                        raise fail(oneline(e)) from None
                     bar.advance(task)
     if plot is not None:
         F.plot_partition(results, plot)
@@ -101,14 +102,14 @@ def sift(
         got = f"{parts}, {rows}, {memtable}, {fanout}"
         raise fail(f"need 2-16 partitions, rows >= 1, memtable >= 1, fanout >= 2; got {got}")
     results = []
-    with Progress(console=console, transient=True) as bar:
+    with Progress(console=err, transient=True) as bar:
         task = bar.add_task("sifting", total=len(names) * len(profs))
         for name in names:
             for prof in profs:
                 try:
                     r = F.partition_under(prof, name, rows, parts, None, work, sift=(memtable, fanout))
                 except (RuntimeError, ValueError, OSError) as e:
-                    raise fail(str(e)) from None
+                    raise fail(oneline(e)) from None
                 results.append(r)
                 bar.advance(task)
     if json_out:
@@ -181,18 +182,23 @@ def run(
         from offload.dataservices.cli import _enter_netns
 
         _enter_netns("flows")
+    work = work.absolute()  # the nodes and the error messages get whole paths
     results = []
-    with Progress(console=console, transient=True) as bar:
+    with Progress(console=err, transient=True) as bar:
         for n in counts:
-            task = bar.add_task(f"{n} node(s)", total=rows)
+            task = bar.add_task(f"{n} node(s): starting", total=rows)
+            _say(bar, f"{n} node(s): starting the nodes and packing {rows:,} {dataset} rows")
             flow = dict(dataset=dataset, rows=rows, parts=parts, codec={"none": None}.get(codec, codec),
                         message_rows=message_rows, memtable_rows=memtable, work=work)  # fmt: skip
             flow["queries"] = midway
-            flow["progress"] = lambda done, _, t=task: bar.update(t, completed=done)
+            flow["progress"] = lambda done, _, t=task, n=n: bar.update(
+                t, completed=done, description=f"{n} node(s): rows put"
+            )
             try:
                 r = _run_on(n, cluster, profile, link, flow, cpu_per_thread)
             except (RuntimeError, ValueError, OSError) as e:
-                raise fail(str(e)) from None
+                raise fail(oneline(e)) from None
+            _say(bar, f"{n} node(s): done in {r['wall_s']:.1f} s")
             table = r.pop("sorted")
             if check and r["accounting"]["explained"] and not r["accounting"]["lost_nodes"]:
                 # the producers' own file, sorted plainly: generated once, not again here
@@ -219,6 +225,13 @@ def run(
         raise fail("rows were lost or misplaced: see the accounting above")
 
 
+def _say(bar: Progress, line: str) -> None:
+    """A step of a long run on stderr: the bar shows it on a terminal; elsewhere (a log, a CI
+    job) it is a plain line, so a run is never silent for long."""
+    if not err.is_terminal:
+        err.print(line, highlight=False)
+
+
 def _run_on(
     n: int, cluster: Path | None, profile: str, link: str | None, flow: dict[str, Any], cpu: float | None
 ) -> dict:
@@ -239,16 +252,23 @@ def _run_on(
 
 
 def print_run(results: list[dict]) -> None:
-    t = Table(title="particle pipeline over nodes: input rate and each node's mean seconds by step")
-    cols = ("unpack_s", "split_s", "repack_s", "compress_s", "transfer_s", "merge_s")
-    for col in ("nodes", "MB/s", "wall s", *(c.removesuffix("_s") for c in cols), "rows", "sorted"):
-        t.add_column(col, justify="right")
+    """Steps as rows, runs as columns, so any number of steps fits 80 columns."""
+    t = Table("particle pipeline: input rate, and each node's mean seconds by step")
+    t.add_column("")
     for r in results:
-        per = [n["breakdown"] for n in r["per_node"].values()]
-        means = (f"{sum(b[c] for b in per) / max(1, len(per)):.2f}" for c in cols)
-        ok = {True: "yes", False: "NO"}.get(r.get("matches_plain_sort"), "-")
-        t.add_row(str(r["nodes"]), f"{1e3 * r['gb_per_s']:.1f}", f"{r['wall_s']:.2f}", *means,
-                  f"{r['accounting']['stored']:,}", ok)  # fmt: skip
+        t.add_column(f"{r['nodes']} node{'s' if r['nodes'] > 1 else ''}", justify="right")
+    steps = ("unpack_s", "split_s", "repack_s", "compress_s", "transfer_s", "merge_s")
+    per = [[n["breakdown"] for n in r["per_node"].values()] for r in results]
+    t.add_row("input MB/s", *(f"{1e3 * r['gb_per_s']:.1f}" for r in results))
+    t.add_row("wall s", *(f"{r['wall_s']:.2f}" for r in results))
+    for step in steps:
+        t.add_row(
+            f"{step.removesuffix('_s')} s", *(f"{sum(b[step] for b in p) / max(1, len(p)):.2f}" for p in per)
+        )
+    t.add_row("rows stored", *(f"{r['accounting']['stored']:,}" for r in results))
+    t.add_row(
+        "sorted right", *({True: "yes", False: "NO"}.get(r.get("matches_plain_sort"), "-") for r in results)
+    )
     console.print(t)
     for r in results:
         said = [f"{when}: {q['box_rows']:,} rows in the 1/8 box, speed² up to {q['speed2_max'] or 0:.3g}"
@@ -266,7 +286,7 @@ def print_run(results: list[dict]) -> None:
 
 
 def _print_sift(results: list[dict], setup: str) -> None:
-    t = Table(title=f"partition and sift: {setup}")
+    t = Table(f"partition and sift: {setup}")
     names = ("data set", "profile")
     for col in (*names, "partition s", "merge s", "sorted read s", "MB/s", "write amp.", "rows"):
         t.add_column(col, justify="left" if col in names else "right")
@@ -287,9 +307,9 @@ def _queries(when: str, q: dict) -> str:
 
 
 def print_partition(results: list[dict]) -> None:
-    t = Table(title="partition service, seconds per GB of input (steps) and output size")
+    t = Table("partition service: seconds per GB of input by step, their total, and output/input")
     names = ("data set", "profile", "codec")
-    for col in (*names, "unpack", "split", "repack", "compress", "total s/GB", "out/in"):
+    for col in (*names, "unpack", "split", "repack", "compress", "total", "out/in"):
         t.add_column(col, justify="left" if col in names else "right")
     for r in results:
         gb = r["bytes_in"] / 1e9 or 1.0
@@ -351,11 +371,11 @@ def compression(
         doc = {"profile": profile, "links_mbit": rates, "engine": engine, "host": host, "datasets": out}
         print(json.dumps(doc, indent=2))
         return
-    heads = [f"s/GB at {x}" for x in links.split(",")]
+    heads = [f"at {x}" for x in links.split(",")]
     for d in out:
         on = f"; engine: {engine}" if engine not in (None, "none") else ""
-        t = Table(title=f"{d['dataset']} on {profile}: seconds per GB of input, node and link overlap{on}")
-        for col in ("way", "node s/GB", "host s/GB", "out/in", "pays below", *heads):
+        t = Table(f"{d['dataset']} on {profile}: seconds per GB of input, node and link overlap{on}")
+        for col in ("way", "node", "host", "out/in", "pays below Mbit/s", *heads):
             t.add_column(col, justify="left" if col == "way" else "right")
         for w in d["ways"]:
             cell = _pays(w["pays_below_mbit"])
@@ -401,7 +421,7 @@ def gpu_codec(
     if json_out:
         print(json.dumps(results, indent=2))
         return
-    t = Table(title="nvCOMP on the GPU, transfers included (GB/s of column buffers)")
+    t = Table("nvCOMP on the GPU, transfers included (GB/s of column buffers)")
     for col in ("data set", "algorithm", "compress", "decompress", "out/in"):
         t.add_column(col, justify="left" if col in ("data set", "algorithm") else "right")
     for name, r in results.items():
@@ -416,4 +436,4 @@ def _pays(below: float | None) -> str:
         return "—"
     if below == float("inf"):
         return "always"
-    return "never" if below == 0 else f"{below:,.0f} Mbit/s"
+    return "never" if below == 0 else f"{below:,.0f}"

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.flight as flight
 
 from offload.dataservices import flownet, plans
@@ -44,6 +43,9 @@ REQUEST_WAYS = (*WAYS, "auto")
 """``auto``: the node decides (with its time models; offload where it has none)."""
 COMPRESSIONS = (None, "lz4", "zstd")
 PROTOCOL = 1
+WRONG_TOKEN = "wrong token"
+NO_TOKEN = "no bearer token"
+"""The words that start a refused call's error: a client tells the two apart by them."""
 
 
 def request(plan: bytes, way: str, compression: str | None = None) -> bytes:
@@ -114,10 +116,18 @@ class _TokenCheck(flight.ServerMiddlewareFactory):
         self._want = f"Bearer {token}".encode()
 
     def start_call(self, info: flight.CallInfo, headers: dict[str, list[Any]]) -> None:
-        for v in headers.get("authorization", []):
+        given = headers.get("authorization", [])
+        for v in given:
             if hmac.compare_digest(v.encode() if isinstance(v, str) else bytes(v), self._want):
                 return None
-        raise flight.FlightUnauthenticatedError("this node needs its bearer token (authorization header)")
+        if any((v if isinstance(v, str) else bytes(v).decode(errors="replace")).strip() not in ("", "Bearer")
+               for v in given):  # fmt: skip
+            raise flight.FlightUnauthenticatedError(
+                f"{WRONG_TOKEN}: the bearer token given is not this node's"
+            )
+        raise flight.FlightUnauthenticatedError(
+            f"{NO_TOKEN}: this node needs its bearer token (authorization header)"
+        )
 
 
 class Node(flight.FlightServerBase):
@@ -210,7 +220,12 @@ class Node(flight.FlightServerBase):
             return list(self._datasets.values())
 
     def register_file(self, name: str, relative: str) -> Dataset:
-        """Loads a Parquet or Arrow IPC file under the data directory as data set ``name``."""
+        """Loads a Parquet or Arrow IPC file under the data directory as data set ``name``:
+        ``relative`` to it, or absolute and inside it (a client makes its own relative paths
+        absolute). Pages are checksum-verified (:mod:`.tablefiles`); errors name the file as
+        given and carry none of its contents."""
+        from offload.dataservices import tablefiles
+
         root = self.config.data_dir
         if root is None:
             raise flight.FlightServerError("this node has no data directory: upload with do_put instead")
@@ -219,19 +234,10 @@ class Node(flight.FlightServerBase):
             raise flight.FlightServerError(f"{relative!r} is outside the node's data directory")
         if not path.is_file():
             raise flight.FlightServerError(f"{relative!r}: no such file in the node's data directory")
-        fmt = (
-            "parquet"
-            if path.suffix == ".parquet"
-            else "ipc"
-            if path.suffix in (".arrow", ".feather")
-            else None
-        )
-        if fmt is None:
-            raise flight.FlightServerError(f"{relative!r}: give a .parquet, .arrow or .feather file")
         try:
-            table = pads.dataset(path, format=fmt).to_table()
-        except (pa.ArrowInvalid, OSError):
-            raise flight.FlightServerError(f"{relative!r} is not a readable {fmt} file") from None
+            table = tablefiles.read(path, name=repr(relative))
+        except tablefiles.DamagedFile as e:
+            raise flight.FlightServerError(str(e)) from None
         return self.add(name, table, source=str(relative))
 
     # ------------------------------------------------------------------------------- Flight

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 SEED_ROWS = 6_177_731
 """Particles in the seed's case studies."""
@@ -68,8 +67,10 @@ def generate(
 
 
 def write(table: pa.Table, path: str | Path, row_group_rows: int = 1 << 20) -> Path:
-    """Writes ``table`` as Parquet (zstd) at ``path``."""
+    """Writes ``table`` as Parquet (zstd, page checksums) at ``path``, whole or not at all
+    (:func:`.tablefiles.write_parquet`; a full disk is a `WriteError` naming the file)."""
+    from offload.dataservices.tablefiles import write_parquet
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, compression="zstd", row_group_size=row_group_rows)
-    return path
+    return write_parquet(table, path, compression="zstd", row_group_size=row_group_rows)

@@ -197,7 +197,10 @@ class Models:
         return {s for s, _ in self.regressors}
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"samples": [s.as_dict() for s in self.samples]}, indent=1))
+        """Writes the samples whole or not at all (offload.files: a full disk keeps the old file)."""
+        from offload.files import write_text
+
+        write_text(path, json.dumps({"samples": [s.as_dict() for s in self.samples]}, indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> Models:

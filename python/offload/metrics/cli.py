@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from offload.clitools import choices, fail
+from offload.clitools import choices, err, fail
+from offload.files import WriteError
 
 app = typer.Typer(
     help="Offload metrics (seed 003): mbwu (work units of a disk, $/kWh/m³ per unit), headroom (CPU left at "
@@ -19,6 +20,15 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 console = Console()
+
+
+def _progress(status: Any, line: str) -> None:
+    """A step of a long measurement on stderr: the spinner's text on a terminal; elsewhere (a
+    log, a pipe) a plain line, so a run is never silent for long and stdout stays JSON."""
+    if err.is_terminal:
+        status.update(line)
+    else:
+        err.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -95,8 +105,9 @@ def _plot(r: dict, path: Path) -> None:
     ax.set_title("stress-ng relative performance per budget (seed 003's RPWU)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    from offload.metrics.mbwu import save_figure
+
+    save_figure(fig, path)
 
 
 @app.command()
@@ -104,7 +115,15 @@ def headroom(
     profiles: Annotated[str, typer.Option(help="Node budgets the senders are held to, comma-separated.")] = (
         "bluefield2,host"
     ),
-    rate_mbit: Annotated[float, typer.Option(help="The shaped link's rate, Mbit/s (htb, loopback).")] = 200.0,
+    link: Annotated[
+        str,
+        typer.Option(
+            help="The shaped link's RATE (htb, loopback), as every command spells it: 200mbit, 1gbit."
+        ),
+    ] = "200mbit",
+    rate_mbit: Annotated[
+        float | None, typer.Option(hidden=True, help="Old spelling of --link, Mbit/s.")
+    ] = None,
     packet_bytes: Annotated[int, typer.Option(help="UDP payload per packet (seed's top: 10 KiB).")] = 8192,
     burst: Annotated[int, typer.Option(help="Packets per burst.")] = 32,
     max_threads: Annotated[int, typer.Option(help="Most sender threads (processes) tried in step 1.")] = 4,
@@ -132,6 +151,10 @@ def headroom(
 
     profs = choices(profiles, tuple(B.PROFILES), "profile")
     try:
+        if rate_mbit is None:
+            rate_mbit = B.Link.parse(link).rate_mbit
+            if rate_mbit is None:
+                raise ValueError(f"--link {link!r}: give a rate such as 200mbit or 1gbit")
         cfg = H.Config(rate_mbit, packet_bytes, burst, max_threads, tolerance, iterations, repeats, seconds,
                        port=port, netns=netns)  # fmt: skip
     except ValueError as e:
@@ -204,8 +227,9 @@ def _plot_headroom(r: dict, path: Path) -> None:
     bars.set_xlabel("headroom, % of a sender's CPU")
     bars.set_title(f"headroom ({r['machine'].split(',')[0]})")
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    from offload.metrics.mbwu import save_figure
+
+    save_figure(fig, path)
 
 
 @app.command()
@@ -218,13 +242,14 @@ def availability(
             "rate over a compute unit's; repeatable. \\[default: none: the seed's three cases]"
         ),
     ] = None,
-    window: Annotated[
+    exposure: Annotated[
         float | None,
         typer.Option(
-            help="Expected failures of one compute unit in the exposure window (λ·T); no source gives "
+            help="Expected failures of one compute unit in the exposure window T (λ·T); no source gives "
             "it. \\[default: none: the rare-failure limit, where it cancels]"
         ),
     ] = None,
+    window: Annotated[float | None, typer.Option(hidden=True, help="Old spelling of --exposure.")] = None,
     scatter_width: Annotated[int, typer.Option(help="Copyset scatter width w (the seed: 4).")] = 4,
     replicas: Annotated[int, typer.Option(help="Replicas of each chunk (the seed: 3).")] = 3,
     f_per: Annotated[
@@ -245,6 +270,7 @@ def availability(
     failures Poisson. Above 1, embedded storage is the more available."""
     from offload.metrics import availability as A
 
+    window = exposure if exposure is not None else window
     pers = choices(f_per, A.F_PER, "--f-per value")
     if len(pers) != 1:
         raise fail(f"--f-per takes one of {', '.join(A.F_PER)}, got {f_per!r}")
@@ -318,7 +344,10 @@ def mbwu(
     scan_rows: Annotated[int, typer.Option(help="Rows of the Arrow scan's Parquet data set.")] = 4_000_000,
     threshold: Annotated[float, typer.Option(help="Plateau: a step gaining no more than this share.")] = 0.05,
     bound: Annotated[float, typer.Option(help="Steady state: most (max - min) / median.")] = 0.15,
-    window: Annotated[int, typer.Option(help="Steady state: fewest samples in the window.")] = 4,
+    steady_samples: Annotated[
+        int, typer.Option(help="Steady state: fewest throughput samples in the steady window.")
+    ] = 4,
+    window: Annotated[int | None, typer.Option(hidden=True, help="Old spelling of --steady-samples.")] = None,
     embedded: Annotated[
         str | None,
         typer.Option(help="Also sweep held to this node budget (bluefield2, core). \\[default: none]"),
@@ -344,6 +373,7 @@ def mbwu(
     from offload.plan.cost import InputError
 
     names = tuple(choices(workloads, M.WORKLOADS, "workload"))
+    window = steady_samples if window is None else window
     if embedded is not None:
         from offload.dataservices import budget as B
 
@@ -359,16 +389,19 @@ def mbwu(
         raise fail(str(e)) from None
     out: dict = {"seed_case_study": case}
     if measure:
-        with console.status("mbwu") as status:
+        with err.status("mbwu") as status:
             try:
-                r = M.measure(plan, lambda what: status.update(f"mbwu: {what}"))
+                r = M.measure(plan, lambda what: _progress(status, f"mbwu: {what}"))
             except (OSError, RuntimeError, ValueError) as e:
-                raise fail(str(e)) from None
+                raise fail(e.strerror if isinstance(e, WriteError) and e.strerror else str(e)) from None
         out = {**r, **out}
         if embedded:
             out["this_machine_costs"] = M.this_machine_costs(r, catalog)
         if plot is not None:
-            M.plot(r, plot)
+            try:
+                M.plot(r, plot)
+            except OSError as e:
+                raise fail(e.strerror or str(e)) from None
     elif plot is not None:
         raise fail("--plot draws the sweep: it needs --measure")
     if json_out:
