@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from offload import rules
+from offload.datafiles import data_path
 from offload.rules import bench
 from offload.rules.cli import print_explanation
 from offload.rules.synth import synth
@@ -246,7 +247,7 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
         f"{fpga.throughput_qps:,.0f} queries/s, p50 {fpga.percentile(50) * 1e6:,.0f} µs; host cores busy "
         f"{sum(u for k, u in fpga.utilisation.items() if not k.startswith('device')):.0%}"
     )
-    scenario = cost.load_scenario(Path(__file__).resolve().parents[2] / "data" / "plans" / "seed-table1.toml")
+    scenario = cost.load_scenario(data_path("plans", "seed-table1.toml"))
     lines = cost.cost(scenario)
     (out / "cost.json").write_text(json.dumps(cost.report(scenario, lines), indent=2))
     console.print(

@@ -1,0 +1,32 @@
+"""The data files offload ships: the price catalog, the platform presets, the what-if plans, the
+seed's scenario and the small examples.
+
+People find them in the repository's top-level ``data/``. The wheel carries them inside the
+package, as ``offload/data/`` (pyproject.toml's maturin ``include``); in the checkout
+``python/offload/data`` is a link to ``data/``, so the same path resolves in both places.
+:func:`data_path` is the one way the code names such a file.
+
+>>> from offload.datafiles import data_path
+>>> data_path("prices", "catalog.toml").name
+'catalog.toml'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["data_path"]
+
+_HERE = Path(__file__).resolve().parent
+# Installed: offload/data inside site-packages. Checkout: python/offload/data (a link to data/),
+# and data/ itself where the link did not survive (a checkout without symlinks).
+_ROOTS = (_HERE / "data", _HERE.parents[1] / "data")
+
+
+def data_path(*parts: str) -> Path:
+    """The shipped file or directory ``data/<parts...>``, installed or in the checkout.
+
+    Never raises: when neither place has it, the installed location is returned, so that
+    the error of whatever opens it names where the file should have been."""
+    candidates = [root.joinpath(*parts) for root in _ROOTS]
+    return next((p for p in candidates if p.exists()), candidates[0])
