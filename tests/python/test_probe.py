@@ -139,3 +139,105 @@ def test_a_pure_latency_fit_prints_and_feeds_ctc(tmp_path: Path) -> None:
     path = tmp_path / "p.json"
     path.write_text(json.dumps(profile))
     assert not any(name == "measured zmq/tcp-stream" for name, _l, _b in _channels_for_ctc(path))
+
+
+def test_memory_backed_dir_is_labelled_memory_not_disk(tmp_path: Path) -> None:
+    """tmpfs takes O_DIRECT on Linux >= 6.6, so a probe of /dev/shm would report memory as a disk."""
+    from offload.probe import filesystem
+
+    shm = Path("/dev/shm")
+    assert filesystem(tmp_path)["memory_backed"] is (filesystem(tmp_path)["type"] in ("tmpfs", "ramfs"))
+    if not shm.is_dir() or filesystem(shm)["type"] != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm on this machine")
+    assert filesystem(shm) == {"path": "/dev/shm", "type": "tmpfs", "memory_backed": True}
+    out = tmp_path / "shm.json"
+    args = ["probe", "--quick", "--dir", str(shm), "--out", str(out), "--no-plots", "--channel", "ipc/pipe"]
+    r = offload(*args)
+    assert r.returncode == 0, r.stderr
+    prof = json.loads(out.read_text())
+    assert prof["directory"] == {"path": "/dev/shm", "type": "tmpfs", "memory_backed": True}
+    rr = prof["io_uring"].get("random_reads")
+    if rr is not None:  # an older kernel refuses O_DIRECT on tmpfs: then the section says skipped
+        assert rr["memory_backed"] is True and "memory, not a disk" in rr["note"]
+        assert "tmpfs: memory, not a disk" in r.stdout
+    else:
+        assert "tmpfs" in prof["io_uring"]["skipped"]
+
+
+def test_unphysical_figures_are_flagged_against_this_machines_memcpy() -> None:
+    """ZeroMQ inproc passes a pointer: its 'bandwidth' at large messages exceeds any copy."""
+    from offload.probe import flag_unphysical
+    from offload.probe.cli import print_profile
+
+    def pts(*bw: tuple[int, float]) -> list[dict[str, float]]:
+        return [{"bytes": n, "median_s": n / b, "p10_s": n / b, "p90_s": n / b, "bandwidth_bps": b}
+                for n, b in bw]  # fmt: skip
+
+    fit = {"latency_s": 1e-7, "bandwidth_bps": 2.5e12, "n_half_bytes": 2.5e5, "median_rel_error": 0.5}
+    channels = {
+        "memory/memcpy": {"points": pts((64, 5e9), (1 << 18, 40e9), (1 << 24, 20e9)), "fit": None},
+        "ipc/shared-memory": {
+            "points": pts((64, 3e8), (1 << 18, 18e9)),
+            "fit": fit | {"bandwidth_bps": 15e9},
+        },
+        "zmq/inproc-stream": {"points": pts((64, 4e8), (1 << 18, 4.9e15)), "fit": fit},
+    }
+    bound = flag_unphysical(channels)
+    assert bound is not None and bound["memcpy_bps"] == 40e9 and bound["bandwidth_bps"] == 2 * 40e9
+    assert channels["ipc/shared-memory"]["unphysical"] is None
+    why = channels["zmq/inproc-stream"]["unphysical"]
+    assert why is not None and "memcpy" in why and "262144 B" in why
+    assert channels["memory/memcpy"]["unphysical"] is None
+    profile = {
+        "mode": "quick", "environment": {"cpu": "test"}, "gpu": {"note": "none"}, "checks": [],
+        "channels": channels, "physical_bound": bound,
+    }  # fmt: skip
+    from rich.console import Console
+
+    from offload.probe import cli
+
+    cli.console, saved = Console(width=200, record=True), cli.console
+    try:
+        print_profile(profile)
+        text = cli.console.export_text()
+    finally:
+        cli.console = saved
+    assert "zmq/inproc-stream (unphysical)" in text and "unphysical: zmq/inproc-stream" in text
+    assert "ipc/shared-memory (unphysical)" not in text
+    # without memcpy measured there is nothing to compare with: said, not guessed
+    assert flag_unphysical({"zmq/inproc-stream": {"points": pts((64, 1e20)), "fit": None}}) is None
+
+
+def test_unphysical_channels_are_left_out_of_ctc(tmp_path: Path) -> None:
+    from offload.probe.cli import _channels_for_ctc
+
+    fit = {"latency_s": 1e-7, "bandwidth_bps": 2.5e12, "n_half_bytes": 2.5e5, "median_rel_error": 0.5}
+    path = tmp_path / "p.json"
+    channels = {"zmq/inproc-stream": {"fit": fit, "unphysical": "zero copy"},
+                "zmq/ipc-stream": {"fit": fit, "unphysical": None}}  # fmt: skip
+    path.write_text(json.dumps({"channels": channels}))
+    names = [name for name, _l, _b in _channels_for_ctc(path)]
+    assert "measured zmq/ipc-stream" in names and "measured zmq/inproc-stream" not in names
+
+
+def test_probe_json_prints_the_profile_on_stdout(tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    only = ["--channel", "memory/memcpy", "--channel", "zmq/inproc-stream"]
+    r = offload("probe", "--quick", "--no-uring", "--no-plots", *only, "--dir", str(tmp_path),
+                "--out", str(out), "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    prof = json.loads(r.stdout)
+    assert prof == json.loads(out.read_text())
+    assert set(prof["channels"]) == {"memory/memcpy", "zmq/inproc-stream"}
+    assert prof["physical_bound"]["bandwidth_bps"] > 0
+    assert "unphysical" in prof["channels"]["zmq/inproc-stream"]
+
+
+def test_ctc_and_reuse_name_a_bad_bench_file_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "report.json"
+    bad.write_text(json.dumps({"rows": []}))
+    r = offload("probe", "ctc", "--bench", str(bad))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"--bench {bad}" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = offload("probe", "reuse", "--private", "nope")
+    assert r.returncode == 2 and "unknown preset 'nope'" in r.stderr

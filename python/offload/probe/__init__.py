@@ -12,6 +12,7 @@ one JSON document; :mod:`offload.probe.plot` draws it.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import platform
@@ -25,7 +26,7 @@ from typing import Any
 
 from offload import __version__, _native
 
-__all__ = ["CHANNELS", "check", "environment", "gpu_section", "run"]
+__all__ = ["CHANNELS", "check", "environment", "filesystem", "flag_unphysical", "gpu_section", "run"]
 
 CHANNELS: list[str] = list(_native.probe_channels())
 
@@ -65,6 +66,32 @@ def environment() -> dict[str, Any]:
         "memlock_limit": _memlock(),
         "python": platform.python_version(),
     }
+
+
+# statfs(2) f_type of the file systems that live in memory, and of a few common disk ones (for the
+# profile; any other is given in hex).
+MEMORY_FS = {0x01021994: "tmpfs", 0x858458F6: "ramfs"}
+_DISK_FS = {
+    0xEF53: "ext4", 0x58465342: "xfs", 0x9123683E: "btrfs", 0x794C7630: "overlay", 0x2FC12FC1: "zfs",
+    0x6969: "nfs", 0x65735546: "fuse", 0x4D44: "vfat", 0x5346544E: "ntfs", 0xF2F52010: "f2fs",
+}  # fmt: skip
+
+
+def filesystem(directory: str | Path) -> dict[str, Any]:
+    """The file system `directory` is on (statfs f_type) and whether it lives in memory (tmpfs,
+    ramfs). Linux >= 6.6 opens tmpfs files with O_DIRECT, so the disk probe alone cannot tell."""
+    path = Path(directory).resolve()
+    buf = ctypes.create_string_buffer(256)  # struct statfs (120 B on 64-bit Linux); f_type comes first
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.statfs(os.fsencode(path), buf) != 0:
+        return {
+            "path": str(path),
+            "type": f"unknown ({os.strerror(ctypes.get_errno())})",
+            "memory_backed": None,
+        }
+    magic = ctypes.c_ulong.from_buffer(buf).value & 0xFFFFFFFF
+    name = MEMORY_FS.get(magic) or _DISK_FS.get(magic) or f"0x{magic:x}"
+    return {"path": str(path), "type": name, "memory_backed": magic in MEMORY_FS}
 
 
 def _memlock() -> str:
@@ -114,6 +141,46 @@ def _limits(channels: dict[str, Any]) -> None:
             ch["fraction_of_limit"] = b / bps if b and bps else None  # b null: unbounded
 
 
+# A channel that delivers n bytes cannot beat copying them: memcpy reads and writes each byte,
+# so a channel that only writes (or only reads) might approach twice its rate, never more.
+PHYSICAL_FACTOR = 2.0
+
+
+def flag_unphysical(channels: dict[str, Any]) -> dict[str, Any] | None:
+    """Marks every IPC/ZeroMQ channel whose figures exceed PHYSICAL_FACTOR x the fastest memcpy
+    measured in this run (any payload, caches included): ``channel["unphysical"]`` is the reason,
+    or None. Such a figure is no transfer at all (ZeroMQ inproc hands over a pointer to the
+    message). Returns the bound, or None when memory/memcpy was not measured (nothing flagged)."""
+    mem = channels.get("memory/memcpy", {}).get("points")
+    if not mem:
+        return None
+    best = max(mem, key=lambda p: p["bandwidth_bps"])
+    bound = {
+        "name": f"fastest memcpy measured here ({best['bytes']} B), x{PHYSICAL_FACTOR:g}",
+        "memcpy_bps": best["bandwidth_bps"],
+        "bandwidth_bps": PHYSICAL_FACTOR * best["bandwidth_bps"],
+    }
+    for name, ch in channels.items():
+        ch["unphysical"] = None
+        if not name.startswith(("ipc/", "zmq/")):  # memory/*: copies, by construction
+            continue
+        over = [p for p in ch.get("points", []) if p["bandwidth_bps"] > bound["bandwidth_bps"]]
+        fit_bw = (ch.get("fit") or {}).get("bandwidth_bps")
+        if over:
+            p = max(over, key=lambda p: p["bandwidth_bps"])
+            value, where = p["bandwidth_bps"], f" at {p['bytes']} B"
+        elif fit_bw is not None and fit_bw > bound["bandwidth_bps"]:
+            value, where = fit_bw, " (fitted B)"
+        else:
+            continue
+        zero_copy = ": inproc hands over a pointer, no bytes move" if "inproc" in name else ""
+        ch["unphysical"] = (
+            f"{value / 1e9:,.0f} GB/s{where} is {value / best['bandwidth_bps']:,.0f}x the fastest memcpy "
+            f"measured here ({best['bandwidth_bps'] / 1e9:.1f} GB/s){zero_copy}; not a transfer rate"
+        )
+    return bound
+
+
 def check(profile: dict[str, Any]) -> list[dict[str, Any]]:
     """The orderings and ratios every machine should show (never absolute values)."""
     ch = profile["channels"]
@@ -146,6 +213,8 @@ def check(profile: dict[str, Any]) -> list[dict[str, Any]]:
         if len(pts) >= 2:
             lo, hi = pts[0]["bandwidth_bps"], pts[-1]["bandwidth_bps"]
             detail = f"{pts[0]['bytes']} B: {lo / 1e6:.1f} -> {pts[-1]['bytes']} B: {hi / 1e6:.0f} MB/s"
+            if ch[name].get("unphysical"):
+                detail += " (unphysical: no transfer, see the channel)"
             add(f"{name}: bandwidth rises with message size", hi > 2 * lo, detail)
     rr = profile.get("io_uring", {}).get("random_reads")
     if rr and len(rr["points"]) >= 2:
@@ -174,6 +243,7 @@ def run(
         "method": "median of timed samples (each >= 0.5 ms quick / 2 ms full, batched); two-party "
         "channels run on two different CPUs (ZeroMQ ipc/tcp peers in their own process); "
         "fit T(n) = L + n/B minimising relative error",
+        "directory": filesystem(directory),
         "channels": {},
     }
     for name in channels or CHANNELS:
@@ -181,6 +251,7 @@ def run(
         peer = ZMQ_PEER if name.startswith("zmq/") else None
         profile["channels"][name] = json.loads(_native.probe_channel(name, quick, str(directory), None, peer))
     _limits(profile["channels"])
+    profile["physical_bound"] = flag_unphysical(profile["channels"])
     if uring:
         say("io_uring")
         size, depths, secs = URING[quick]
@@ -190,7 +261,17 @@ def run(
                 "random_reads": json.loads(_native.probe_random_reads(str(directory), size, depths, secs)),
             }
         except ValueError as e:
-            profile["io_uring"] = {"skipped": str(e)}
+            fs = profile["directory"]
+            on = f" ({fs['path']} is on {fs['type']})" if fs["memory_backed"] else ""
+            profile["io_uring"] = {"skipped": f"{e}{on}"}
+        else:
+            fs = profile["directory"]
+            reads = profile["io_uring"]["random_reads"]
+            reads["memory_backed"] = fs["memory_backed"]
+            if fs["memory_backed"]:
+                reads["note"] = (
+                    f"{fs['path']} is on {fs['type']}: memory, not a disk (give --dir on the disk to measure)"
+                )
     say("gpu")
     profile["gpu"] = gpu_section(quick)
     profile["checks"] = check(profile)

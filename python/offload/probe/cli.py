@@ -15,6 +15,7 @@ from rich.table import Table
 from offload.clitools import err
 from offload.clitools import fail as _fail
 from offload.clitools import seconds as _us
+from offload.files import write_text
 
 app = typer.Typer(
     help="Measure the channels that decide whether offloading pays (memory, IPC, ZeroMQ, io_uring, "
@@ -27,18 +28,37 @@ console = Console()
 def _si(bps: float | None) -> str:
     if bps is None:  # JSON null: the time did not grow with the payload (pure latency)
         return "unbounded"
+    if bps >= 1e12:
+        return f"{bps / 1e12:.2f} TB/s"
     return f"{bps / 1e9:.2f} GB/s" if bps >= 1e8 else f"{bps / 1e6:.1f} MB/s"
+
+
+def _presets() -> dict[str, Any]:
+    """The shipped platform presets, or a one-line error naming the file."""
+    from offload.probe import presets
+
+    try:
+        return presets.load()
+    except (OSError, ValueError) as e:  # tomllib.TOMLDecodeError is a ValueError
+        raise _fail(f"platform presets {presets.PRESETS}: {e}") from None
 
 
 @app.callback()
 def probe(
     ctx: typer.Context,
     quick: Annotated[
-        bool, typer.Option("--quick", help="Small payloads, few samples (< 60 s): the CI mode.")
+        bool,
+        typer.Option(
+            "--quick", help="Small payloads, few samples (~5 s on 2 vCPUs, GPU aside): the CI mode."
+        ),
     ] = False,
     directory: Annotated[
         Path,
-        typer.Option("--dir", help="Where the io_uring test file and ipc sockets go (a disk, not tmpfs)."),
+        typer.Option(
+            "--dir",
+            help="Where the io_uring test file and ipc sockets go: on the disk to measure (on tmpfs or "
+            "ramfs the reads measure memory, and the profile says so).",
+        ),
     ] = Path("."),
     out: Annotated[Path, typer.Option(help="Profile to write (plots go next to it).")] = Path("probe.json"),
     channel: Annotated[
@@ -47,6 +67,9 @@ def probe(
     ] = None,
     uring: Annotated[bool, typer.Option(help="Measure io_uring (NOP and O_DIRECT random reads).")] = True,
     plots: Annotated[bool, typer.Option(help="Write the PNG plots.")] = True,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the profile (JSON) on stdout instead of the tables.")
+    ] = False,
 ) -> None:
     """Run the probe and write the profile; exits 1 if an ordering check fails."""
     if ctx.invoked_subcommand is not None:
@@ -74,10 +97,13 @@ def probe(
             raise _fail(str(e)) from None
         bar.update(task, completed=len(steps))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(profile, indent=2))
-    print_profile(profile)
+    write_text(out, json.dumps(profile, indent=2))
+    if json_out:
+        print(json.dumps(profile, indent=2))
+    else:
+        print_profile(profile)
     written = plot.all_plots(profile, out) if plots else []
-    console.print(f"wrote {out}" + "".join(f", {p}" for p in written))
+    (err if json_out else console).print(f"wrote {out}" + "".join(f", {p}" for p in written))
     if not all(c["ok"] for c in profile["checks"]):
         raise typer.Exit(1)
 
@@ -91,7 +117,7 @@ def print_profile(profile: dict[str, Any]) -> None:
         f = ch.get("fit")
         frac = ch.get("fraction_of_limit")
         t.add_row(
-            name,
+            f"{name} [red](unphysical)[/]" if ch.get("unphysical") else name,
             _us(f["latency_s"]) if f else "-",
             _si(f["bandwidth_bps"]) if f else "(cache-sized)",
             f"{f['n_half_bytes']:,.0f} B" if f and f.get("n_half_bytes") is not None else "-",
@@ -99,6 +125,9 @@ def print_profile(profile: dict[str, Any]) -> None:
             f"{100 * f['median_rel_error']:.0f}%" if f else "-",
         )
     console.print(t)
+    for name, ch in profile["channels"].items():
+        if ch.get("unphysical"):
+            console.print(f"[red]unphysical[/]: {name}: {escape(ch['unphysical'])}", highlight=False)
     u = profile.get("io_uring", {})
     if "nop" in u:
         console.print(
@@ -106,7 +135,13 @@ def print_profile(profile: dict[str, Any]) -> None:
         )
     if "random_reads" in u:
         pts = u["random_reads"]["points"]
-        console.print("io_uring 4 KiB O_DIRECT random reads: " + ", ".join(
+        fs = profile.get("directory") or {}
+        on = (
+            f" [red]on {fs.get('type')}: memory, not a disk[/]"
+            if u["random_reads"].get("memory_backed")
+            else ""
+        )
+        console.print(f"io_uring 4 KiB O_DIRECT random reads{on}: " + ", ".join(
             f"QD{p['queue_depth']} {p['iops']:,.0f} IOPS (p50 {_us(p['p50_s'])})" for p in pts))  # fmt: skip
     elif "skipped" in u:
         console.print(f"io_uring skipped: {u['skipped']}")
@@ -124,9 +159,10 @@ def _channels_for_ctc(profile: Path | None) -> list[tuple[str, float, float]]:
     if profile is not None:
         for name, ch in json.loads(profile.read_text())["channels"].items():
             f = ch.get("fit")
-            if f and f.get("bandwidth_bps") is not None and name.startswith(("zmq/", "ipc/")):
+            physical = not ch.get("unphysical")  # a zero-copy figure is no channel to move data on
+            if f and f.get("bandwidth_bps") is not None and name.startswith(("zmq/", "ipc/")) and physical:
                 out.append((f"measured {name}", f["latency_s"], f["bandwidth_bps"]))
-    p = presets.load()
+    p = _presets()
     for key, plat in p["platforms"].items():
         bw = plat.get("dma_gbps") or plat.get("read_gbps")
         if bw:
@@ -162,8 +198,16 @@ def ctc(
     from offload.probe import presets
 
     if queries_per_s is None and bench is not None:
-        runs = json.loads(bench.read_text())["matchers"]["fast"]["runs"]
-        queries_per_s = max(r["queries_per_s"] for r in runs if r["threads"] == 1)
+        try:
+            runs = json.loads(bench.read_text())["matchers"]["fast"]["runs"]
+            queries_per_s = max(r["queries_per_s"] for r in runs if r["threads"] == 1)
+        except OSError as e:
+            raise _fail(f"--bench {bench}: {e.strerror or e}") from None
+        except (ValueError, KeyError, TypeError):
+            raise _fail(
+                f"--bench {bench}: not an `offload rules bench` JSON (needs matchers.fast.runs with a "
+                "1-thread queries_per_s)"
+            ) from None
     if not queries_per_s or queries_per_s <= 0:
         raise _fail("give --queries-per-s N or --bench rules-bench.json")
     try:
@@ -200,9 +244,10 @@ def reuse(
     Xeon+FPGA v1."""
     from offload.probe import presets
 
-    p = presets.load()["platforms"]
-    if private not in p or shared not in p:
-        raise _fail(f"unknown preset; known: {', '.join(p)}")
+    p = _presets()["platforms"]
+    for given in (private, shared):
+        if given not in p:
+            raise _fail(f"unknown preset {given!r}; known: {', '.join(p)}")
     pv, sh = p[private], p[shared]
     dev, sh_bw = pv["device_read_gbps"], sh["read_gbps"]
     steps = pv.get("dma_breakdown_gbps", {"effective": pv.get("dma_gbps")})

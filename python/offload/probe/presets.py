@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PRESETS = Path(__file__).resolve().parents[3] / "data" / "presets" / "platforms.toml"
+from offload.datafiles import data_path
+
+PRESETS = data_path("presets", "platforms.toml")
 GB = 1e9
 
 
