@@ -1040,3 +1040,14 @@ def test_synthetic_set_equals_reference(synth_set: dict[str, Any]) -> None:
         assert ex["matching_rules"] == len(hits)
         assert (ex["winner"] or {}).get("index", -1) == (hits[0] if hits else -1)
         assert (ex["runner_up"] or {}).get("index", -1) == (hits[1] if len(hits) > 1 else -1)
+
+
+def test_bad_thread_count_is_a_value_error(
+    flavour_problem: tuple[rules.RuleSet, list[Rule], list[tuple[str, str, int, int, str]]],
+) -> None:
+    rs, _, queries = flavour_problem
+    eng = rules.compile(rs, "fast")
+    batch = query_dict(FLAVOUR_CRITS, queries[:4])
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=f"threads must be an integer of 1 or more, got {bad}"):
+            eng.match(batch, threads=bad)

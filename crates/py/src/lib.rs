@@ -6,7 +6,7 @@ use numpy::{
 };
 use offload_rules::{self as rules, Engine, LoadError, MatcherKind, PackedStrings, RawColumn, StringColumn};
 use pyo3::create_exception;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 use std::path::PathBuf;
@@ -309,6 +309,7 @@ fn eval_files(
     enum Failed {
         Input(LoadError),
         Matcher(String),
+        Write(String),
     }
     impl From<LoadError> for Failed {
         fn from(e: LoadError) -> Self {
@@ -329,8 +330,14 @@ fn eval_files(
         let t3 = Instant::now();
         let answers = engine.match_encoded(&codes, threads);
         let t_match = t3.elapsed().as_secs_f64();
-        rules::queries::write_answers(&out_csv, &q.ids, &answers, &rs)
-            .map_err(|e| LoadError::new(rules::ErrorKind::Io, rules::Location::file(&out_csv), e.to_string()))?;
+        rules::queries::write_answers(&out_csv, &q.ids, &answers, &rs).map_err(|e| {
+            let why = match e.kind() {
+                std::io::ErrorKind::StorageFull => "no space left on the device".to_string(),
+                std::io::ErrorKind::QuotaExceeded => "disk quota exceeded".to_string(),
+                _ => e.to_string(),
+            };
+            Failed::Write(format!("cannot write {}: {why}; nothing was left half-written", out_csv.display()))
+        })?;
         let matched = answers.iter().filter(|&&a| a != rules::NO_MATCH).count();
         Ok(serde_json::json!({
             "rules": rs.len(), "queries": q.len(), "matched": matched, "matcher": kind.to_string(),
@@ -341,6 +348,7 @@ fn eval_files(
     r.map(|v| v.to_string()).map_err(|e| match e {
         Failed::Input(e) => rule_error(py, e),
         Failed::Matcher(why) => PyRuntimeError::new_err(why),
+        Failed::Write(why) => PyOSError::new_err(why),
     })
 }
 

@@ -110,16 +110,33 @@ fn csv_field(s: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Writes `QUERY_ID,RULE_ID,CONTENT`; RULE_ID and CONTENT are empty when nothing matched.
+///
+/// The file appears whole or not at all: it is written to a temporary name beside `path`
+/// (`.<name>.<pid>-<n>.tmp`), flushed to disk, then renamed over `path`. On an error (a full
+/// disk, say) the temporary is removed and `path` is left as it was.
 pub fn write_answers(path: &Path, ids: &[String], answers: &[u32], rules: &RuleSet) -> std::io::Result<()> {
-    let f = std::fs::File::create(path)?;
-    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-    writeln!(w, "QUERY_ID,RULE_ID,CONTENT")?;
-    for (id, &a) in ids.iter().zip(answers) {
-        if a == NO_MATCH {
-            writeln!(w, "{},,", csv_field(id))?;
-        } else {
-            writeln!(w, "{},{},{}", csv_field(id), csv_field(&rules.ids[a as usize]), rules.contents[a as usize])?;
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map_or_else(|| "answers".into(), |n| n.to_string_lossy());
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{}-{seq}.tmp", std::process::id()));
+    let written = (|| {
+        let f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        writeln!(w, "QUERY_ID,RULE_ID,CONTENT")?;
+        for (id, &a) in ids.iter().zip(answers) {
+            if a == NO_MATCH {
+                writeln!(w, "{},,", csv_field(id))?;
+            } else {
+                let i = a as usize;
+                writeln!(w, "{},{},{}", csv_field(id), csv_field(&rules.ids[i]), rules.contents[i])?;
+            }
         }
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    w.flush()
+    written
 }

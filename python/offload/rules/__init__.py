@@ -171,6 +171,51 @@ class MatchResult:
 Column = list[str] | np.ndarray | tuple[str, np.ndarray, np.ndarray]
 
 
+def _what(v: Any) -> str | None:
+    """How a missing query value is named in errors; None if ``v`` is a value.
+    Missing: None, a float NaN (Python, NumPy), pandas NA and NaT, NumPy NaT."""
+    if v is None:
+        return "None"
+    if isinstance(v, (float, np.floating)):
+        return "nan" if v != v else None
+    if isinstance(v, np.datetime64):
+        return "NaT" if np.isnat(v) else None
+    kind = type(v).__name__
+    if kind in ("NAType", "NaTType"):  # pandas.NA, pandas.NaT (without importing pandas)
+        return "<NA>" if kind == "NAType" else "NaT"
+    return None
+
+
+def missing_value(name: str, index: int, what: str, count: int) -> ValueError:
+    """The one error for a missing query value (docs/rules.md, "Missing values")."""
+    more = f"{count} queries lack" if count > 1 else "1 query lacks"
+    return ValueError(
+        f"query {index} criterion {name}: missing value ({what}); {more} a value for {name}; "
+        "every query needs a value for every criterion (a value no rule names matches only wildcards)"
+    )
+
+
+def _check_list(values: Sequence[Any], name: str) -> None:
+    """Raises `missing_value` for the first missing value of a Python sequence."""
+    first: tuple[int, str] | None = None
+    count = 0
+    for i, v in enumerate(values):
+        if not isinstance(v, str) and (what := _what(v)) is not None:
+            count += 1
+            first = first or (i, what)
+    if first is not None:
+        raise missing_value(name, first[0], first[1], count)
+
+
+def _check_arrow(arr: Any, name: str) -> None:
+    """Raises `missing_value` for the first null of an Arrow Array / ChunkedArray."""
+    if arr.null_count:
+        import pyarrow.compute as pc
+
+        first = pc.index(arr.is_null(), True).as_py()
+        raise missing_value(name, first, "null", arr.null_count)
+
+
 def _packed(arr: Any, name: str) -> tuple[str, np.ndarray, np.ndarray]:
     """An Arrow string array as ("packed", data bytes, int64 offsets): Arrow's large_string
     layout, which the native encoder reads in place (no per-value Python objects)."""
@@ -178,8 +223,7 @@ def _packed(arr: Any, name: str) -> tuple[str, np.ndarray, np.ndarray]:
 
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
-    if arr.null_count:
-        raise ValueError(f"query column {name} has {arr.null_count} null value(s); every query needs a value")
+    _check_arrow(arr, name)
     if not pa.types.is_large_string(arr.type):
         arr = arr.cast(pa.large_string())
     _, offsets_buf, data_buf = arr.buffers()
@@ -190,10 +234,13 @@ def _packed(arr: Any, name: str) -> tuple[str, np.ndarray, np.ndarray]:
 
 def _to_column(values: Any, name: str) -> Column:
     """Turn one query column into what the native encoder takes: an int64 array (integers,
-    or day numbers for dates), Arrow-style packed strings, or a list of str."""
+    or day numbers for dates), Arrow-style packed strings, or a list of str. A missing value
+    (None, NaN, NA, NaT, an Arrow null) is an error naming the query and the criterion, whatever
+    the container (docs/rules.md, "Missing values")."""
     if hasattr(values, "to_numpy") and hasattr(values, "type"):  # pyarrow Array/ChunkedArray
         import pyarrow as pa
 
+        _check_arrow(values, name)
         if pa.types.is_integer(values.type) or pa.types.is_date(values.type):
             values = values.to_numpy(zero_copy_only=False)
         elif pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
@@ -206,17 +253,30 @@ def _to_column(values: Any, name: str) -> Column:
         values = values.to_numpy()
     if isinstance(values, np.ndarray):
         if np.issubdtype(values.dtype, np.datetime64):
+            nat = np.isnat(values)
+            if nat.any():
+                raise missing_value(name, int(np.argmax(nat)), "NaT", int(nat.sum()))
             return np.ascontiguousarray(values.astype("datetime64[D]").astype(np.int64))
         if np.issubdtype(values.dtype, np.integer):
             return np.ascontiguousarray(values.astype(np.int64))
+        if np.issubdtype(values.dtype, np.floating):
+            nan = np.isnan(values)
+            if nan.any():
+                raise missing_value(name, int(np.argmax(nan)), "nan", int(nan.sum()))
         if values.dtype.kind in "OU":
             import pyarrow as pa
 
             try:  # strings only: let Arrow pack them (C++), far cheaper than one object each
-                return _packed(pa.array(values, type=pa.large_string()), name)
+                packed = pa.array(values, type=pa.large_string())
             except (pa.ArrowInvalid, pa.ArrowTypeError):
                 pass
-        return [str(v) for v in values.tolist()]
+            else:
+                if not packed.null_count:
+                    return _packed(packed, name)
+        values = values.tolist()
+        _check_list(values, name)
+        return [str(v) for v in values]
+    _check_list(values, name)
     return [v if isinstance(v, str) else str(v) for v in values]
 
 
@@ -273,6 +333,8 @@ class CompiledRules:
 
     def match(self, queries: Any, threads: int = 1) -> MatchResult:
         """Match raw query columns, or an already encoded uint32 array from :meth:`encode`."""
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be an integer of 1 or more, got {threads!r}")
         if isinstance(queries, np.ndarray) and queries.dtype == np.uint32 and queries.ndim == 2:
             codes = queries
         else:
@@ -293,11 +355,17 @@ class CompiledRules:
             missing = [c for c in codes if c not in values]
             if missing:
                 raise ValueError(f"explain needs a value for every criterion; missing {', '.join(missing)}")
-            vals = [str(values[c]) for c in codes]
+            raw = [values[c] for c in codes]
         else:
-            vals = [str(v) for v in values]
-            if len(vals) != len(codes):
-                raise ValueError(f"explain needs {len(codes)} values ({', '.join(codes)}), got {len(vals)}")
+            raw = list(values)
+            if len(raw) != len(codes):
+                raise ValueError(f"explain needs {len(codes)} values ({', '.join(codes)}), got {len(raw)}")
+        for c, v in zip(codes, raw, strict=True):
+            if not isinstance(v, str) and (what := _what(v)) is not None:
+                raise ValueError(
+                    f"criterion {c}: missing value ({what}); explain needs a value for every criterion"
+                )
+        vals = [str(v) for v in raw]
         return dict(json.loads(self._native.explain_json(vals)))
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from offload import __version__, _native
+from offload.files import atomic_write
 from offload.rules import DEVICE_MATCHERS, CompiledRules, RuleSet
 
 # One timed pass of a configuration takes roughly this many seconds (see _queries_for).
@@ -41,7 +42,13 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, m in result["matchers"].items():
+    batches = sorted({r["batch"] for m in result["matchers"].values() for r in m["runs"]})
+    if len(batches) == 1:  # one batch size: bars by matcher and threads, not one point on a log axis
+        bars = [(f"{name}\n{r['threads']} thr", r["queries_per_s"]) for name, m in result["matchers"].items()
+                for r in sorted(m["runs"], key=lambda r: r["threads"])]  # fmt: skip
+        ax.bar([b[0] for b in bars], [b[1] for b in bars], color=[f"C{i % 10}" for i in range(len(bars))])
+        ax.set_xlabel(f"matcher and threads (batch of {batches[0]:,} queries per call)")
+    for name, m in result["matchers"].items() if len(batches) > 1 else ():
         for th in sorted({r["threads"] for r in m["runs"]}):
             runs = sorted((r for r in m["runs"] if r["threads"] == th), key=lambda r: r["batch"])
             ax.plot(
@@ -51,16 +58,21 @@ def plot(result: dict[str, Any], path: Path) -> Path:
                 linestyle="-" if th == 1 else "--",
                 label=f"{name}, {th} thread{'s' if th > 1 else ''}",
             )
-    ax.set_xscale("log")
+    if len(batches) > 1:
+        ax.set_xscale("log")
+        ax.set_xlabel("batch size (queries per call)")
     ax.set_yscale("log")
-    ax.set_xlabel("batch size (queries per call)")
     ax.set_ylabel("queries / s (pre-encoded)")
     ax.set_title(f"{result['rules']:,} rules, {result['queries']:,} queries — {result['machine']['cpu']}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    if len(batches) > 1:
+        ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        with atomic_write(path, "wb") as f:  # whole or not at all
+            fig.savefig(f, dpi=120, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 

