@@ -6,7 +6,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(VENV))/bin:$(HOME)/.cargo/bin:$(PATH)
 DEMO_DIR ?= build/demo
 
-.PHONY: demo test lint rust-test py-test develop clean bench bench-recsys bench-tools test-tools sys-deps
+.PHONY: demo test lint rust-test py-test develop wheel clean bench bench-recsys bench-tools test-tools sys-deps
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,6 +25,12 @@ sys-deps:
 # Builds the native core in release mode into the venv.
 develop: $(VENV)/.installed sys-deps
 	maturin develop --release -q
+
+# The wheel a user installs (pip install build/wheels/offload-*.whl; it links the system's libzmq5,
+# which sys-deps installs). With the venv's interpreter cargo reuses the release build of `develop`
+# (1-2 s after it); tests/python/test_wheel.py installs one outside the checkout and runs every part.
+wheel: $(VENV)/.installed sys-deps
+	maturin build --release -q --interpreter $(abspath $(PY)) --out build/wheels
 
 demo: develop
 	offload demo --out $(DEMO_DIR)
