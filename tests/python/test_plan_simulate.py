@@ -156,10 +156,13 @@ def test_calibration_on_a_recorded_sweep_reports_every_configuration(tmp_path: P
     profile = Path(__file__).resolve().parents[2] / "benches" / "results" / "probe-full.json"
     args = ["calibrate", "--sweep", str(SWEEP / "sweep.json"), "--trace", str(SWEEP), "--cpus", "2"]
     args += ["--profile", str(profile)]
-    c = subprocess.run([*cmd, *args, "--out", str(out)], capture_output=True, text=True, timeout=600)
+    c = subprocess.run(
+        [*cmd, *args, "--out", str(out), "--json"], capture_output=True, text=True, timeout=600
+    )
     assert c.returncode == 0, c.stderr
-    assert "leave-one-out over 11 configurations: throughput" in c.stdout
     r = json.loads(out.read_text())
+    assert json.loads(c.stdout) == r  # --json: the same result on stdout
+    assert len(r["validation_configs"]) == 11
     assert len(r["table"]) == len(rows) >= 10
     assert [t["role"] for t in r["table"]].count("held out") == len(rows) - 1
     assert r["cpu_share_outside"] in CALIBRATION_GRID and r["profile"] == str(profile)

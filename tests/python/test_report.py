@@ -236,3 +236,20 @@ def test_pareto_point_labels_stay_readable(monkeypatch: pytest.MonkeyPatch, tmp_
         assert ax.bbox.x0 <= a.x0 and a.x1 <= ax.bbox.x1, labels[i]  # not cut at the edge
         for j in range(i):
             assert not a.overlaps(boxes[j]), (labels[i], labels[j])
+
+
+def test_the_rule_engine_chart_with_one_batch_size_has_no_log_batch_axis(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import matplotlib.pyplot as plt
+
+    from offload.rules import bench
+
+    monkeypatch.setattr(plt, "close", lambda *_a: None)
+    d = json.loads((RESULTS / "rules-100k.json").read_text())
+    for m in d["matchers"].values():
+        m["runs"] = [r for r in m["runs"] if r["batch"] == 65536]
+    bench.plot(d, tmp_path / "r.png")
+    ax = plt.gcf().axes[0]
+    assert ax.get_xscale() == "linear" and "batch of 65,536" in ax.get_xlabel()
+    assert len(ax.patches) == sum(len(m["runs"]) for m in d["matchers"].values())  # a bar per run
