@@ -195,6 +195,10 @@ def missing_value(name: str, index: int, what: str, count: int) -> ValueError:
     )
 
 
+# What str() makes of a missing value: a column whose texts include none of these has none.
+_MISSING_TEXTS = frozenset({"None", "nan", "<NA>", "NaT"})
+
+
 def _check_list(values: Sequence[Any], name: str) -> None:
     """Raises `missing_value` for the first missing value of a Python sequence."""
     first: tuple[int, str] | None = None
@@ -274,10 +278,10 @@ def _to_column(values: Any, name: str) -> Column:
                 if not packed.null_count:
                     return _packed(packed, name)
         values = values.tolist()
+    out = [v if isinstance(v, str) else str(v) for v in values]
+    if not _MISSING_TEXTS.isdisjoint(out):  # a C loop; the slow check only where one may hide
         _check_list(values, name)
-        return [str(v) for v in values]
-    _check_list(values, name)
-    return [v if isinstance(v, str) else str(v) for v in values]
+    return out
 
 
 class CompiledRules:
