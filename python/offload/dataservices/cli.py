@@ -45,7 +45,8 @@ def table(title: str) -> Table:
     columns; cells are never cut short ("nod… unp…"), they wrap instead."""
     from rich import box
 
-    return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
+    return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False,
+                 min_width=min(80, len(title)))  # fmt: skip
 
 
 def oneline(e: BaseException) -> str:
@@ -181,6 +182,8 @@ def serve(
             cfg.models = Models.load(models)
         except ValueError as e:
             raise fail(str(e)) from None
+    if port and (busy := _port_in_use(host, port)):  # before gRPC, which logs its own lines first
+        raise fail(busy)
     try:
         node = Node(cfg)
     except ValueError as e:
@@ -211,21 +214,27 @@ def serve(
     console.print(f"{name} stopped")
 
 
-def _listen_error(host: str, port: int, e: Exception) -> str:
-    """Why a node could not listen, in one line: most often another process has the port."""
+def _port_in_use(host: str, port: int) -> str | None:
+    """One line saying ``host:port`` cannot be bound (another process has it), else None."""
     import errno
     import socket
 
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no owner
             s.bind((host, port))
     except OSError as b:
         if b.errno == errno.EADDRINUSE:
             return (
-                f"cannot listen on {host}:{port}: the address is in use (another node?); pick another --port"
+                f"cannot listen on {host}:{port}: the address is in use (another node?): pick another --port"
             )
         return f"cannot listen on {host}:{port}: {b.strerror}"
-    return f"cannot listen on {host}:{port}: {str(e).splitlines()[0]}"
+    return None
+
+
+def _listen_error(host: str, port: int, e: Exception) -> str:
+    """Why a node could not listen, in one line: most often another process has the port."""
+    return _port_in_use(host, port) or f"cannot listen on {host}:{port}: {str(e).splitlines()[0]}"
 
 
 def _profile(base: Any, threads: int | None, cpu: float | None, memory: str | None, link: str | None) -> Any:
