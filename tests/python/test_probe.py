@@ -241,3 +241,22 @@ def test_ctc_and_reuse_name_a_bad_bench_file_in_one_line(tmp_path: Path) -> None
     assert f"--bench {bad}" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = offload("probe", "reuse", "--private", "nope")
     assert r.returncode == 2 and "unknown preset 'nope'" in r.stderr
+
+
+def test_unreadable_presets_are_one_line_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import typer
+
+    from offload.probe.cli import _presets
+
+    for content in (None, "platforms = ["):
+        path = tmp_path / "platforms.toml"
+        if content is not None:
+            path.write_text(content)
+        monkeypatch.setattr(presets, "PRESETS", path)
+        with pytest.raises(typer.Exit) as e:
+            _presets()
+        assert e.value.exit_code == 2
+        line = capsys.readouterr().err.strip()
+        assert line.startswith("error: platform presets") and str(path) in line.replace("\n", "")

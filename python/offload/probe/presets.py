@@ -14,8 +14,8 @@ PRESETS = data_path("presets", "platforms.toml")
 GB = 1e9
 
 
-def load(path: Path = PRESETS) -> dict[str, Any]:
-    with open(path, "rb") as f:
+def load(path: Path | None = None) -> dict[str, Any]:
+    with open(path or PRESETS, "rb") as f:
         return tomllib.load(f)
 
 
