@@ -59,3 +59,10 @@ def test_one_name_per_concept() -> None:
     new = run(app, ["metrics", "availability", "--exposure", "0.01", "--json"])
     old = run(app, ["metrics", "availability", "--window", "0.01", "--json"])
     assert new.exit_code == 0 and json.loads(new.output) == json.loads(old.output)
+
+
+def test_a_full_disk_during_the_precondition_is_one_error(small_tmpfs: Path) -> None:
+    root = small_tmpfs / "kv"
+    with pytest.raises(WriteError, match="no space left") as e:
+        M.precondition(M.KvLayout(root, 20_000, 1), overwrite=0)
+    assert str(root) in str(e.value) and not root.exists()

@@ -30,6 +30,7 @@ virtual disk's host may still cache: what is measured is the disk as this VM see
 
 from __future__ import annotations
 
+import errno
 import math
 import multiprocessing as mp
 import os
@@ -172,7 +173,23 @@ def _value(buf: bytes, i: int) -> bytes:
 def precondition(layout: KvLayout, overwrite: float = 0.5, rate: float | None = None) -> dict[str, Any]:
     """Loads every key, then overwrites ``overwrite`` x n_keys zipfian keys (at ``rate`` ops/s,
     open loop; None: flat out) so the LSM tree holds several runs and stale versions. Returns the
-    phases' timings and the data's size on disk."""
+    phases' timings and the data's size on disk. A write RocksDB refuses (a full disk) removes
+    the key space and is a `WriteError` naming it (RocksDB raises a bare Exception)."""
+    from offload.files import WriteError, describe
+
+    try:
+        return _precondition(layout, overwrite, rate)
+    except (ValueError, OSError):
+        raise
+    except Exception as e:  # rocksdict's errors are bare Exceptions: "IO error: No space left ..."
+        shutil.rmtree(layout.root, ignore_errors=True)
+        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        code = errno.ENOSPC if "No space left" in text else errno.EIO
+        why = OSError(code, os.strerror(code) if code == errno.ENOSPC else text)
+        raise WriteError(code, describe(layout.root, why)) from None
+
+
+def _precondition(layout: KvLayout, overwrite: float, rate: float | None) -> dict[str, Any]:
     import rocksdict as R
 
     if layout.n_keys < layout.shards:
