@@ -170,18 +170,33 @@ def inject(
     request_size: Annotated[
         int, typer.Option(help="Cut the trace into requests of this many queries (0 = as traced).")
     ] = 0,
+    connect_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds to wait for the daemon's first reply (nothing there: fail, exit 2), and later for "
+            "any owed reply before the daemon counts as gone (the run then stops)."
+        ),
+    ] = 5.0,
     out: Annotated[str, typer.Option(help="JSON to write (a PNG breakdown goes beside it).")] = "inject.json",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the result as JSON on stdout (--out is written too).")
+    ] = False,
     server_key: ServerKeyOpt = None,
     client_key: ClientKeyOpt = None,
 ) -> None:
     """Replay a user-request trace against `offload serve` and report throughput, latency
     percentiles and the per-stage breakdown. With --server-key and --client-key the clients
-    connect with CURVE (data endpoints started with --curve-data-client)."""
+    connect with CURVE (data endpoints started with --curve-data-client). Exits 1, with one line
+    on stderr, when requests failed (BadRequest, Malformed, ShuttingDown, or unanswered); Busy
+    and DeadlineExceeded are counted, not failures."""
+    import json
     from pathlib import Path
 
     from rich.console import Console
 
     from offload import rules as rules_api
+    from offload.clitools import fail
+    from offload.serve import ServeError
     from offload.serve import inject as inj
 
     rs = rules_api.load(ruletype, rules)
@@ -191,19 +206,30 @@ def inject(
     if encoded:
         tr = tr.encoded(rules_api.compile(rs, "fast").encode(tr.columns))
     curve = curve_keys(server_key, client_key)
-    result = inj.run(endpoint, tr, processes, mode, rate, duration, early_stop, curve=curve)
+    try:
+        result = inj.run(endpoint, tr, processes, mode, rate, duration, early_stop, curve=curve,
+                         connect_timeout_s=connect_timeout)  # fmt: skip
+    except ServeError as e:
+        raise fail(str(e)) from None
     js, png = inj.write(result, Path(out))
-    c = Console()
-    lat = result["latency_us"]
-    c.print(
-        f"{result['requests']:,} requests in {result['elapsed_s']:.1f} s ({result['mode']} loop, "
-        f"{processes} process(es)): {result['requests_per_s']:,.0f} req/s, "
-        f"{result['queries_per_s']:,.0f} queries/s; "
-        f"latency p50 {lat['p50']:.0f} µs, p90 {lat['p90']:.0f}, p99 {lat['p99']:.0f}, max {lat['max']:.0f}; "
-        f"status {result['status']}"
-    )
-    c.print(f"stage medians (µs): {result['stage_median_us']}")
-    c.print(f"wrote {js} and {png}")
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        c = Console()
+        lat = result["latency_us"]
+        c.print(
+            f"{result['requests']:,} requests answered in {result['elapsed_s']:.1f} s "
+            f"({result['mode']} loop, {processes} process(es)), {result['unanswered']:,} unanswered: "
+            f"{result['requests_per_s']:,.0f} req/s, {result['queries_per_s']:,.0f} queries/s; "
+            f"latency p50 {lat['p50']:.0f} µs, p90 {lat['p90']:.0f}, p99 {lat['p99']:.0f}, "
+            f"max {lat['max']:.0f}; "
+            f"status {result['status']}"
+        )
+        c.print(f"stage medians (µs): {result['stage_median_us']}")
+        c.print(f"wrote {js} and {png}")
+    failed = inj.failures(result)
+    if failed:
+        raise fail(failed, 1)
 
 
 @app.command()
@@ -211,7 +237,12 @@ def sweep(
     ruletype: Annotated[str, typer.Option("--ruletype", help="Rule type to serve.")],
     rules: Annotated[str, typer.Option("--rules", help="Rules CSV to serve.")],
     trace: Annotated[str, typer.Option(help="Directory with queries.csv + requests.csv.")],
-    p: Annotated[str, typer.Option("--p", help="Client processes, comma-separated.")] = "1,2",
+    processes: Annotated[
+        str, typer.Option("--processes", "-p", help="Client processes (p), comma-separated.")
+    ] = "1,2",
+    p_old: Annotated[
+        str | None, typer.Option("--p", hidden=True, help="Old spelling of --processes.")
+    ] = None,
     w: Annotated[str, typer.Option("--w", help="Workers, comma-separated.")] = "1,2",
     k: Annotated[str, typer.Option("--k", help="Kernel executors, comma-separated.")] = "1",
     e: Annotated[str, typer.Option("--e", help="Engine threads per executor, comma-separated.")] = "1",
@@ -223,7 +254,9 @@ def sweep(
         ),
     ] = "0",
     batch: Annotated[str, typer.Option(help="Batch sizes (0 = per request).")] = "0,4096",
-    batch_timeout_us: Annotated[int, typer.Option(help="Cross-request batching wait (µs).")] = 500,
+    batch_timeout_us: Annotated[
+        int, typer.Option(help="Cross-request batching wait (µs), from the first request's arrival.")
+    ] = 200,
     request_size: Annotated[int, typer.Option(help="Requests of N queries (0 = as traced).")] = 0,
     duration: Annotated[float, typer.Option(help="Seconds per configuration.")] = 3.0,
     matcher: Annotated[
@@ -232,8 +265,12 @@ def sweep(
     p99_us: Annotated[float, typer.Option(help="Q1: best throughput with p99 under (µs).")] = 5000.0,
     target_qps: Annotated[float, typer.Option(help="Q2: lowest p99 with at least q/s.")] = 1e6,
     out: Annotated[str, typer.Option(help="JSON to write (+ .csv, .png).")] = "sweep.json",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the summary as JSON on stdout (--out is written too).")
+    ] = False,
 ) -> None:
     """Measure a grid of service configurations (p, w, k, e, batching, load) and draw the Pareto front."""
+    import json
     from pathlib import Path
 
     from rich.console import Console
@@ -253,12 +290,16 @@ def sweep(
     tr = inj.load_trace(Path(trace), rs.criterion_codes)
     if request_size > 0:
         tr = tr.fixed_size(request_size)
+    p = p_old if p_old is not None else processes
     configs = sw.grid(_ints(p), _ints(w), _ints(k), _ints(e), _ints(batch), batch_timeout_us, _floats(rates))
-    c = Console()
+    c = Console(stderr=as_json)  # with --json, stdout holds only the JSON
     rows = sw.sweep(
         ruletype, rules, tr, configs, duration, matcher, progress=lambda m: c.print(m, style="dim")
     )
     summary = sw.write(rows, Path(out), p99_us, target_qps)
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
     t = Table("configuration", "queries/s", "p50 µs", "p99 µs", "Pareto")
     front = set(summary["pareto"])
     for r in sorted(rows, key=lambda r: -r["queries_per_s"]):

@@ -59,6 +59,13 @@ def server(data: dict[str, object], tmp_path: Path) -> Iterator[str]:
     stop(proc)
 
 
+def crit(data: dict[str, object]) -> list[str]:
+    """The criterion codes the query columns follow (requests carry their fingerprint)."""
+    rs = data["rs"]
+    assert isinstance(rs, rules.RuleSet)
+    return list(rs.criterion_codes)
+
+
 def columns(data: dict[str, object], lo: int, hi: int) -> list[list[str]]:
     cols = data["cols"]
     assert isinstance(cols, list)
@@ -70,7 +77,7 @@ def test_answers_equal_the_in_process_matcher(data: dict[str, object], server: s
     assert isinstance(rs, rules.RuleSet)
     local = rules.compile(rs, "fast")
     rng = np.random.default_rng(1)
-    with Client(server, timeout_s=20) as c:
+    with Client(server, criteria=crit(data), timeout_s=20) as c:
         lo = 0
         for size in [1, 0, 7, 64, 500, 1_500]:
             q = columns(data, lo, lo + size)
@@ -88,7 +95,7 @@ def test_answers_equal_the_in_process_matcher(data: dict[str, object], server: s
 
 def test_early_stop_evaluates_a_prefix(data: dict[str, object], server: str) -> None:
     q = columns(data, 0, 2_000)
-    with Client(server, timeout_s=20) as c:
+    with Client(server, criteria=crit(data), timeout_s=20) as c:
         full = c.match(q)
         part = c.match(q, stop_after=10)
     assert part.ok and 10 <= int(part.matched.sum()) and len(part.rule) < len(full.rule)
@@ -97,10 +104,10 @@ def test_early_stop_evaluates_a_prefix(data: dict[str, object], server: str) -> 
 
 def test_deadlines_and_malformed_frames(data: dict[str, object], server: str) -> None:
     q = columns(data, 0, 10)
-    with Client(server, timeout_s=20) as c:
+    with Client(server, criteria=crit(data), timeout_s=20) as c:
         late = c.match(q, deadline_s=-0.001)
         assert late.status == "DeadlineExceeded" and len(late.rule) == 0
-        for junk in [b"", b"OFQ1", b"hello", b"OFQ1" + bytes(40), os.urandom(300)]:
+        for junk in [b"", b"OFQ2", b"hello", b"OFQ2" + bytes(40), b"OFQ1" + bytes(40), os.urandom(300)]:
             c.send_frame(junk)
             assert c.receive().status == "Malformed"
         assert c.match(q, deadline_s=5).ok  # still serving
@@ -113,7 +120,7 @@ def test_overload_gets_busy_and_loses_nothing(data: dict[str, object], tmp_path:
         assert isinstance(rs, rules.RuleSet)
         q = columns(data, 0, 300)
         expected = rules.compile(rs, "fast").match(q).rule
-        with Client(endpoint, timeout_s=60) as c:
+        with Client(endpoint, criteria=crit(data), timeout_s=60) as c:
             frames = [c.request_frame(q)[1] for _ in range(30)]
             for f in frames:  # 30 requests at once against a queue of one
                 c.send_frame(f)
@@ -135,17 +142,18 @@ def test_client_killed_mid_request(data: dict[str, object], server: str) -> None
         "from offload.rules.bench import load_query_columns\n"
         f"rs = rules.load({str(d / 'ruletype.xml')!r}, {str(d / 'rules.csv')!r})\n"
         f"_, cols = load_query_columns(rs, {str(d / 'queries.csv')!r}, limit=5000)\n"
-        f"c = Client({server!r}); c.send_frame(c.request_frame(cols)[1]); sys.exit(0)\n"
+        f"c = Client({server!r}, criteria=rs.criterion_codes)\n"
+        "c.send_frame(c.request_frame(cols)[1]); sys.exit(0)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-    with Client(server, timeout_s=20) as c:
+    with Client(server, criteria=crit(data), timeout_s=20) as c:
         assert c.match(columns(data, 0, 5)).ok
 
 
 def test_graceful_shutdown_answers_what_it_accepted(data: dict[str, object], tmp_path: Path) -> None:
     proc, endpoint = start(data, tmp_path, "--workers", "1", "--queue", "16", "--matcher", "nfa")
     q = columns(data, 0, 2_000)
-    with Client(endpoint, timeout_s=30) as c:
+    with Client(endpoint, criteria=crit(data), timeout_s=30) as c:
         frames = [c.request_frame(q)[1] for _ in range(8)]
         for f in frames:
             c.send_frame(f)
@@ -185,7 +193,7 @@ def test_reload_under_load_gives_no_wrong_or_mixed_answers(data: dict[str, objec
         done = threading.Event()
 
         def load() -> None:
-            with Client(endpoint, timeout_s=30) as c:
+            with Client(endpoint, criteria=crit(data), timeout_s=30) as c:
                 for _ in range(2_000):  # bounded; stops soon after the reload
                     r = c.match(q)
                     right = bool(np.array_equal(r.rule, expected.get(r.version)))
@@ -230,7 +238,7 @@ def test_cross_request_batching_keeps_answers_apart(data: dict[str, object], tmp
             if setting is not None:
                 assert control_request(control, f"set batch_max_queries {setting}", 10)["ok"]
             match_ns: list[int] = []
-            with Client(endpoint, timeout_s=30) as c:
+            with Client(endpoint, criteria=crit(data), timeout_s=30) as c:
                 frames = {}
                 for lo, n in spans:
                     rid, frame = c.request_frame(columns(data, int(lo), int(lo + n)))
@@ -261,7 +269,7 @@ def test_metrics_endpoint_and_latency_stats(data: dict[str, object], tmp_path: P
     control = f"ipc://{tmp_path}/control.sock"
     proc, endpoint = start(data, tmp_path, "--metrics", f"127.0.0.1:{port}", "--control", control)
     try:
-        with Client(endpoint, timeout_s=20) as c:
+        with Client(endpoint, criteria=crit(data), timeout_s=20) as c:
             for _ in range(5):
                 assert c.match(columns(data, 0, 100)).ok
             assert c.match(columns(data, 0, 1), deadline_s=-1).status == "DeadlineExceeded"
@@ -316,7 +324,7 @@ def test_async_client_many_requests_in_flight(data: dict[str, object], server: s
     spans = [(i * 97, 1 + (i * 37) % 300) for i in range(20)]
 
     async def go() -> list[object]:
-        async with AsyncClient(server, timeout_s=30) as c:
+        async with AsyncClient(server, criteria=crit(data), timeout_s=30) as c:
             return await asyncio.gather(*(c.match(columns(data, lo, lo + n)) for lo, n in spans))
 
     replies = asyncio.run(go())
@@ -381,7 +389,7 @@ def test_settings_file_with_flags_over_it(data: dict[str, object], tmp_path: Pat
 
         st = control_request(control, "stats", 10)
         assert st["batch_max_queries"] == 7  # the flag wins over the file
-        with Client(endpoint, timeout_s=20) as c:
+        with Client(endpoint, criteria=crit(data), timeout_s=20) as c:
             assert c.match(columns(data, 0, 50)).ok
     finally:
         stop(proc)
@@ -402,7 +410,7 @@ def test_client_reconnects_across_a_daemon_restart(data: dict[str, object], tmp_
     q = columns(data, 0, 100)
     expected = rules.compile(rs, "fast").match(q).rule
     proc, endpoint = start(data, tmp_path, "--workers", "1")
-    with Client(endpoint, timeout_s=20) as c:
+    with Client(endpoint, criteria=crit(data), timeout_s=20) as c:
         assert np.array_equal(c.match(q).rule, expected)
         stop(proc)
         # the daemon is gone: a request in this gap times out instead of hanging

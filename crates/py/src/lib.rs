@@ -486,14 +486,22 @@ fn read_curve_key(path: PathBuf) -> PyResult<(String, Option<String>)> {
     Ok((z85(&k.public), k.secret.as_ref().map(z85)))
 }
 
-/// Builds a request frame from raw query columns (one per criterion, rule-type order): each a
-/// list of str or `("packed", data uint8, offsets int64)`.
+/// The fingerprint requests carry of the criterion names their columns follow, in order
+/// (protocol version 2, `offload_serve::protocol::criteria_fingerprint`).
+#[pyfunction]
+fn criteria_fingerprint(names: Vec<String>) -> u64 {
+    offload_serve::protocol::criteria_fingerprint(&names)
+}
+
+/// Builds a request frame from raw query columns (one per criterion, in the order whose names'
+/// `criteria_fingerprint` is given): each a list of str or `("packed", data uint8, offsets int64)`.
 #[pyfunction]
 fn encode_request<'py>(
     py: Python<'py>,
     request_id: u64,
     deadline_us: u64,
     stop_after: u32,
+    fingerprint: u64,
     columns: &Bound<'py, PyList>,
 ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
     use offload_serve::protocol::{Payload, RawColumnOwned, Request};
@@ -527,19 +535,26 @@ fn encode_request<'py>(
         }
         cols.push(col);
     }
-    let req =
-        Request { request_id, deadline_us, stop_after, n_queries: n.unwrap_or(0) as u32, payload: Payload::Raw(cols) };
+    let req = Request {
+        request_id,
+        deadline_us,
+        stop_after,
+        n_queries: n.unwrap_or(0) as u32,
+        criteria_fingerprint: fingerprint,
+        payload: Payload::Raw(cols),
+    };
     Ok(pyo3::types::PyBytes::new(py, &offload_serve::protocol::encode_request(&req)))
 }
 
 /// Builds a request frame from pre-encoded rows (`CompiledRules.encode`) for rule-set version
-/// `encoding_version`.
+/// `encoding_version` of the rule type whose criteria have `fingerprint`.
 #[pyfunction]
 fn encode_request_codes<'py>(
     py: Python<'py>,
     request_id: u64,
     deadline_us: u64,
     stop_after: u32,
+    fingerprint: u64,
     encoding_version: u64,
     codes: PyReadonlyArray2<'py, u32>,
 ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
@@ -551,6 +566,7 @@ fn encode_request_codes<'py>(
         deadline_us,
         stop_after,
         n_queries: n as u32,
+        criteria_fingerprint: fingerprint,
         payload: Payload::Encoded { encoding_version, width: w as u16, codes: flat },
     };
     Ok(pyo3::types::PyBytes::new(py, &offload_serve::protocol::encode_request(&req)))
@@ -686,6 +702,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(serve, m)?)?;
     m.add_function(wrap_pyfunction!(curve_key_pair, m)?)?;
     m.add_function(wrap_pyfunction!(read_curve_key, m)?)?;
+    m.add_function(wrap_pyfunction!(criteria_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(encode_request, m)?)?;
     m.add_function(wrap_pyfunction!(encode_request_codes, m)?)?;
     m.add_function(wrap_pyfunction!(decode_reply, m)?)?;

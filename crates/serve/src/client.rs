@@ -3,8 +3,11 @@
 //! ```no_run
 //! use offload_serve::client::{Client, Query};
 //! let mut c = Client::connect("tcp://127.0.0.1:5555")?;
-//! let columns = vec![vec!["II"], vec!["LHR"]]; // one column per criterion, rule-type order
-//! let reply = c.call(Query::raw(&columns))?;
+//! // one column per criterion, in the order of `criteria` (the server's rule-type order: the
+//! // request carries their fingerprint and the server refuses columns in another order)
+//! let criteria = ["CTN_TYPE", "APT"];
+//! let columns = vec![vec!["II"], vec!["LHR"]];
+//! let reply = c.call(Query::raw(&criteria, &columns))?;
 //! println!("{:?} {:?} version {}", reply.status, reply.content, reply.ruleset_version);
 //! # Ok::<(), offload_serve::client::ClientError>(())
 //! ```
@@ -47,6 +50,8 @@ impl std::error::Error for ClientError {}
 pub struct Query {
     payload: Payload,
     n_queries: usize,
+    n_criteria: usize,
+    criteria_fingerprint: u64,
     /// Answer once this many queries matched (0 = all): the seed's early stop.
     pub stop_after: u32,
     /// Give up (server side) if not executed within this time from sending.
@@ -54,8 +59,10 @@ pub struct Query {
 }
 
 impl Query {
-    /// Raw values: one column per criterion in rule-type order, all of the same length.
-    pub fn raw<S: AsRef<str>>(columns: &[Vec<S>]) -> Query {
+    /// Raw values: one column per criterion of `criteria` (names, in the server's rule-type
+    /// order), all of the same length. The request carries the names' fingerprint
+    /// ([`protocol::criteria_fingerprint`]): columns in another order are refused, not misread.
+    pub fn raw<N: AsRef<str>, S: AsRef<str>>(criteria: &[N], columns: &[Vec<S>]) -> Query {
         let n = columns.first().map_or(0, Vec::len);
         let cols = columns
             .iter()
@@ -70,16 +77,26 @@ impl Query {
                 RawColumnOwned { offsets, data }
             })
             .collect();
-        Query { payload: Payload::Raw(cols), n_queries: n, stop_after: 0, deadline: None }
+        Query {
+            payload: Payload::Raw(cols),
+            n_queries: n,
+            n_criteria: criteria.len(),
+            criteria_fingerprint: protocol::criteria_fingerprint(criteria),
+            stop_after: 0,
+            deadline: None,
+        }
     }
 
     /// Rows encoded in process (`Engine::encoder`) against the rule-set version the server
-    /// serves; `codes.len()` must be a multiple of `width`.
-    pub fn encoded(encoding_version: u64, width: u16, codes: Vec<u32>) -> Query {
+    /// serves; `codes.len()` must be a multiple of `width`. `criteria_fingerprint`: of the rule
+    /// type the rows were encoded with ([`protocol::rule_type_fingerprint`]).
+    pub fn encoded(criteria_fingerprint: u64, encoding_version: u64, width: u16, codes: Vec<u32>) -> Query {
         let n = if width == 0 { 0 } else { codes.len() / width as usize };
         Query {
             payload: Payload::Encoded { encoding_version, width, codes },
             n_queries: n,
+            n_criteria: 0, // not checked here: the server checks the fingerprint and width
+            criteria_fingerprint,
             stop_after: 0,
             deadline: None,
         }
@@ -98,6 +115,13 @@ impl Query {
     fn check(&self) -> Result<(), ClientError> {
         match &self.payload {
             Payload::Raw(cols) => {
+                if cols.len() != self.n_criteria {
+                    return Err(ClientError::BadRequest(format!(
+                        "{} columns for {} criteria",
+                        cols.len(),
+                        self.n_criteria
+                    )));
+                }
                 if let Some(c) = cols.iter().find(|c| c.offsets.len() != self.n_queries + 1) {
                     return Err(ClientError::BadRequest(format!(
                         "columns differ in length ({} and {} values)",
@@ -161,6 +185,7 @@ impl Client {
             deadline_us,
             stop_after: query.stop_after,
             n_queries: query.n_queries as u32,
+            criteria_fingerprint: query.criteria_fingerprint,
             payload: query.payload,
         };
         self.sock.send(protocol::encode_request(&req), 0).map_err(|e| ClientError::Zmq(e.to_string()))?;

@@ -34,7 +34,8 @@ pub fn serve(
     serve_files(&r.ruletype, &r.rules, r.matcher, &r.config, stop, |s| ready(s, &r.config))
 }
 
-/// Loads and compiles a rule set and serves it until SIGINT/SIGTERM (or `stop`).
+/// Loads and compiles a rule set and serves it until SIGINT/SIGTERM (or `stop`); `ready` is
+/// called once every endpoint is bound.
 pub fn serve_files(
     rule_type: &Path,
     rules: &Path,
@@ -45,12 +46,12 @@ pub fn serve_files(
 ) -> Result<Vec<(&'static str, u64)>, String> {
     let rs = offload_rules::load(rule_type, rules).map_err(|e| e.to_string())?;
     let engine = Engine::compile(Arc::new(rs), matcher)?;
-    let served = Arc::new(server::Served { engine, version: 1, matcher });
+    let served = Arc::new(server::Served::new(engine, 1, matcher));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signal handler: {e}"))?;
     }
-    ready(&served);
-    server::run(Arc::new(std::sync::RwLock::new(served)), cfg, stop).map(|c| c.snapshot())
+    // `ready` (which prints "serving ...") runs once every endpoint is bound.
+    server::run_with(Arc::new(std::sync::RwLock::new(served)), cfg, stop, ready).map(|c| c.snapshot())
 }
 
 /// A bare ZeroMQ echo server (ROUTER returning every message unchanged) until `stop`: the

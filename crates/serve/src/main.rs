@@ -17,7 +17,8 @@ Options (flags override the settings file; keys as in docs/serve-protocol.md, e.
   --kernels N                 kernel executors (k) [default: 1]
   --engine-threads N          matching threads per executor (e) [default: 1]
   --queue N                   requests that may wait before \"busy\" [default: 64]
-  --matcher NAME              linear, nfa, fast or nfa:<order> [default: fast]
+  --matcher NAME              linear, nfa, nfa:<given|asc|desc|h2>, fast, gpu-host (the GPU's algorithm on
+                              the CPU) or gpu (CUDA device) [default: fast]
   --batch-max-queries N       cross-request batch size, 0 = per request [default: 0]
   --batch-timeout-us N        wait for a fuller batch, from the first request's arrival [default: 200]
   --control EP                control endpoint (stats, reload, set) [default: none]
@@ -124,7 +125,7 @@ fn main() {
         Ok(counters) => eprintln!("stopped: {counters:?}"),
         Err(e) => {
             eprintln!("error: {e}");
-            std::process::exit(1)
+            std::process::exit(2)
         }
     }
 }

@@ -1,12 +1,14 @@
-//! The wire protocol, version 1 — its one definition (docs/serve-protocol.md describes it for
+//! The wire protocol, version 2 — its one definition (docs/serve-protocol.md describes it for
 //! people; the Python client calls these functions through `offload._native`).
 //!
 //! Every message is one ZeroMQ frame (after the ROUTER envelope), little-endian throughout.
 //!
-//! Request:
+//! Request (version 2: version 1 had no `criteria_fingerprint`; its frames, magic "OFQ1", are
+//! answered `Malformed` saying so):
 //! ```text
-//! magic "OFQ1" | request_id u64 | deadline_us u64 (µs since the Unix epoch, 0 = none)
+//! magic "OFQ2" | request_id u64 | deadline_us u64 (µs since the Unix epoch, 0 = none)
 //! | stop_after u32 (valid answers wanted, 0 = all) | n_queries u32 | layout u8
+//! | criteria_fingerprint u64 (criteria_fingerprint() of the criterion names the columns follow)
 //! | layout 0 (raw):     n_columns u16, then per column: offsets (n_queries + 1) × u32, bytes
 //! | layout 1 (encoded): encoding_version u64, width u16, then n_queries × width × u32
 //! ```
@@ -19,8 +21,36 @@
 
 use std::fmt;
 
-pub const REQUEST_MAGIC: &[u8; 4] = b"OFQ1";
+pub const REQUEST_MAGIC: &[u8; 4] = b"OFQ2";
+/// Requests of protocol version 1 (no criteria fingerprint): recognised only to refuse them.
+pub const REQUEST_MAGIC_V1: &[u8; 4] = b"OFQ1";
+/// Replies did not change from version 1, so an old client can read why it was refused.
 pub const REPLY_MAGIC: &[u8; 4] = b"OFR1";
+/// The protocol version requests speak (the `2` of "OFQ2").
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// What identifies the columns of a request: FNV-1a (64-bit) over each criterion name's UTF-8
+/// bytes followed by one 0 byte, in rule-type (column) order. Two rule types whose criteria
+/// have the same names in the same order have the same fingerprint; swapping two columns,
+/// renaming, adding or removing one changes it. `criteria_fingerprint(["A", "B"])` is
+/// `0xacb6188cd5c60c36` (the test `fingerprint_is_fnv1a_of_names_each_ended_by_0`).
+pub fn criteria_fingerprint<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |b: u8| {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    };
+    for name in names {
+        name.as_ref().bytes().for_each(&mut eat);
+        eat(0);
+    }
+    h
+}
+
+/// The fingerprint of a rule type's criteria (what the server checks requests against).
+pub fn rule_type_fingerprint(rule_type: &offload_rules::RuleType) -> u64 {
+    criteria_fingerprint(rule_type.criteria.iter().map(|c| c.code.as_str()))
+}
 
 /// How a request's queries are laid out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +74,8 @@ pub struct Request {
     pub deadline_us: u64,
     pub stop_after: u32,
     pub n_queries: u32,
+    /// [`criteria_fingerprint`] of the criteria the columns (or the encoded rows) follow.
+    pub criteria_fingerprint: u64,
     pub payload: Payload,
 }
 
@@ -209,8 +241,9 @@ impl<'a> Cursor<'a> {
 
 /// The request id of a frame, if it has one: the broker answers even undecodable frames with
 /// the id they claim.
+/// Version 1 frames too, so an old client matches the refusal to its request.
 pub fn peek_request_id(frame: &[u8]) -> u64 {
-    if frame.len() >= 12 && &frame[..4] == REQUEST_MAGIC {
+    if frame.len() >= 12 && (&frame[..4] == REQUEST_MAGIC || &frame[..4] == REQUEST_MAGIC_V1) {
         u64::from_le_bytes(frame[4..12].try_into().expect("8 bytes"))
     } else {
         0
@@ -242,9 +275,13 @@ pub fn encode_request(r: &Request) -> Vec<u8> {
     b.extend_from_slice(&r.deadline_us.to_le_bytes());
     b.extend_from_slice(&r.stop_after.to_le_bytes());
     b.extend_from_slice(&r.n_queries.to_le_bytes());
+    b.push(match r.payload {
+        Payload::Raw(_) => 0,
+        Payload::Encoded { .. } => 1,
+    });
+    b.extend_from_slice(&r.criteria_fingerprint.to_le_bytes());
     match &r.payload {
         Payload::Raw(cols) => {
-            b.push(0);
             b.extend_from_slice(&(cols.len() as u16).to_le_bytes());
             for c in cols {
                 c.offsets.iter().for_each(|o| b.extend_from_slice(&o.to_le_bytes()));
@@ -252,7 +289,6 @@ pub fn encode_request(r: &Request) -> Vec<u8> {
             }
         }
         Payload::Encoded { encoding_version, width, codes } => {
-            b.push(1);
             b.extend_from_slice(&encoding_version.to_le_bytes());
             b.extend_from_slice(&width.to_le_bytes());
             codes.iter().for_each(|c| b.extend_from_slice(&c.to_le_bytes()));
@@ -263,15 +299,27 @@ pub fn encode_request(r: &Request) -> Vec<u8> {
 
 pub fn decode_request(frame: &[u8]) -> Result<Request, DecodeError> {
     let mut c = Cursor { b: frame, at: 0 };
-    if c.take(4, "magic")? != REQUEST_MAGIC {
-        return Err(DecodeError { offset: 0, what: "not an offload request (magic is not OFQ1)".into() });
+    match c.take(4, "magic")? {
+        m if m == REQUEST_MAGIC => {}
+        m if m == REQUEST_MAGIC_V1 => {
+            return Err(DecodeError {
+                offset: 0,
+                what: "a request of protocol version 1 (magic OFQ1); this server speaks protocol version 2, whose \
+                       requests carry the fingerprint of the criteria their columns follow: update the client \
+                       (docs/serve-protocol.md)"
+                    .into(),
+            })
+        }
+        _ => return Err(DecodeError { offset: 0, what: "not an offload request (magic is not OFQ2)".into() }),
     }
     let request_id = c.u64("request_id")?;
     let deadline_us = c.u64("deadline_us")?;
     let stop_after = c.u32("stop_after")?;
     let n_queries = c.u32("n_queries")?;
     let n = n_queries as usize;
-    let payload = match c.u8("layout")? {
+    let layout = c.u8("layout")?;
+    let criteria_fingerprint = c.u64("criteria_fingerprint")?;
+    let payload = match layout {
         0 => {
             let n_cols = c.u16("n_columns")? as usize;
             let mut cols = Vec::with_capacity(n_cols);
@@ -297,7 +345,7 @@ pub fn decode_request(frame: &[u8]) -> Result<Request, DecodeError> {
         other => return Err(c.err(format!("unknown layout {other}; expected 0 (raw) or 1 (encoded)"))),
     };
     c.done()?;
-    Ok(Request { request_id, deadline_us, stop_after, n_queries, payload })
+    Ok(Request { request_id, deadline_us, stop_after, n_queries, criteria_fingerprint, payload })
 }
 
 pub fn encode_reply(r: &Reply) -> Vec<u8> {
@@ -375,6 +423,7 @@ mod tests {
             deadline_us: 123,
             stop_after: 2,
             n_queries: 2,
+            criteria_fingerprint: criteria_fingerprint(["CTN_TYPE", "APT"]),
             payload: raw(&[&["DD", "II"], &["ZRH", "Zürich"]]),
         };
         assert_eq!(decode_request(&encode_request(&r)).unwrap(), r);
@@ -397,7 +446,14 @@ mod tests {
 
     #[test]
     fn truncated_and_garbage_frames_are_errors_with_offsets() {
-        let r = Request { request_id: 1, deadline_us: 0, stop_after: 0, n_queries: 1, payload: raw(&[&["DD"]]) };
+        let r = Request {
+            request_id: 1,
+            deadline_us: 0,
+            stop_after: 0,
+            n_queries: 1,
+            criteria_fingerprint: 5,
+            payload: raw(&[&["DD"]]),
+        };
         let f = encode_request(&r);
         for cut in 0..f.len() {
             assert!(decode_request(&f[..cut]).is_err(), "prefix of {cut} bytes decoded");
@@ -408,8 +464,57 @@ mod tests {
         assert_eq!(decode_request(b"GET / HTTP/1.1").unwrap_err().offset, 0);
     }
 
+    #[test]
+    fn fingerprint_is_fnv1a_of_names_each_ended_by_0() {
+        assert_eq!(criteria_fingerprint(["A", "B"]), 0xacb6_188c_d5c6_0c36);
+        assert_eq!(criteria_fingerprint(["B", "A"]), 0x8ae8_eaa5_d6ed_03ee);
+        assert_eq!(criteria_fingerprint(Vec::<&str>::new()), 0xcbf2_9ce4_8422_2325);
+        // the 0 byte ends each name: moving a boundary changes the fingerprint
+        assert_ne!(criteria_fingerprint(["AB", "C"]), criteria_fingerprint(["A", "BC"]));
+    }
+
+    #[test]
+    fn version_1_requests_are_refused_saying_so() {
+        let r = Request {
+            request_id: 42,
+            deadline_us: 0,
+            stop_after: 0,
+            n_queries: 1,
+            criteria_fingerprint: 1,
+            payload: raw(&[&["DD"]]),
+        };
+        let mut f = encode_request(&r);
+        f[..4].copy_from_slice(REQUEST_MAGIC_V1);
+        let e = decode_request(&f).unwrap_err();
+        assert_eq!(e.offset, 0);
+        assert!(e.what.contains("protocol version 1") && e.what.contains("version 2"), "{}", e.what);
+        assert_eq!(peek_request_id(&f), 42, "the refusal goes back to the old client's request");
+    }
+
     proptest! {
         /// The decoder never panics, whatever the bytes (the broker feeds it untrusted frames).
+        #[test]
+        fn decoder_never_panics_on_old_frames(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+            let mut f = REQUEST_MAGIC_V1.to_vec();
+            f.extend_from_slice(&bytes);
+            prop_assert!(decode_request(&f).is_err());
+        }
+
+        /// Whatever a request holds, it decodes to itself.
+        #[test]
+        fn requests_round_trip(id in any::<u64>(), fp in any::<u64>(), layout in any::<bool>(),
+                               vals in prop::collection::vec("[a-zA-Z0-9]{0,5}", 0..8)) {
+            let n = vals.len() as u32;
+            let payload = if layout {
+                let col: Vec<&str> = vals.iter().map(String::as_str).collect();
+                raw(&[&col, &col])
+            } else {
+                Payload::Encoded { encoding_version: id, width: 2, codes: (0..2 * n).collect() }
+            };
+            let r = Request { request_id: id, deadline_us: 0, stop_after: 0, n_queries: n, criteria_fingerprint: fp, payload };
+            prop_assert_eq!(decode_request(&encode_request(&r)).unwrap(), r);
+        }
+
         #[test]
         fn decoder_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..200), prefix in any::<bool>()) {
             let mut f = if prefix { REQUEST_MAGIC.to_vec() } else { Vec::new() };

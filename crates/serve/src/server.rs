@@ -193,6 +193,51 @@ pub struct Served {
     pub engine: Engine,
     pub version: u64,
     pub matcher: MatcherKind,
+    /// [`protocol::rule_type_fingerprint`] of the engine's rule type: what requests must carry.
+    pub criteria_fingerprint: u64,
+}
+
+impl Served {
+    pub fn new(engine: Engine, version: u64, matcher: MatcherKind) -> Served {
+        let criteria_fingerprint = protocol::rule_type_fingerprint(&engine.rules().rule_type);
+        Served { engine, version, matcher, criteria_fingerprint }
+    }
+
+    /// The criteria, as a person reads them: `CTN_TYPE (equ), APT (equ), ...`.
+    fn criteria_names(&self) -> String {
+        let c = &self.engine.rules().rule_type.criteria;
+        c.iter().map(|c| c.code.as_str()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// Why a rule type cannot replace the served one in a reload: its criteria differ in names,
+/// order or kinds (requests would then be read against other columns). `None` when they agree.
+pub fn criteria_change(old: &offload_rules::RuleType, new: &offload_rules::RuleType) -> Option<String> {
+    let show = |rt: &offload_rules::RuleType| {
+        rt.criteria.iter().map(|c| format!("{} ({})", c.code, c.kind.as_str())).collect::<Vec<_>>().join(", ")
+    };
+    let (o, n) = (&old.criteria, &new.criteria);
+    let same = |a: &offload_rules::Criterion, b: &offload_rules::Criterion| a.code == b.code && a.kind == b.kind;
+    if o.len() == n.len() && o.iter().zip(n).all(|(a, b)| same(a, b)) {
+        return None;
+    }
+    let first = o.iter().zip(n).position(|(a, b)| !same(a, b)).unwrap_or(o.len().min(n.len()));
+    let at = |c: &[offload_rules::Criterion]| {
+        c.get(first).map_or("nothing".to_string(), |c| format!("{} ({})", c.code, c.kind.as_str()))
+    };
+    Some(format!(
+        "the new rule type's criteria differ from the served one's: {} criteria instead of {}, first difference \
+         at column {}: {} instead of {}. A reload may change the rules, not the criteria (names, order, kinds): \
+         changing the rule type needs a restart of the daemon, with clients sending the new columns. Served: [{}]; \
+         new: [{}]",
+        n.len(),
+        o.len(),
+        first + 1,
+        at(n),
+        at(o),
+        show(old),
+        show(new)
+    ))
 }
 
 /// The rule set being served. A reload builds a new [`Served`] off the hot path and swaps the
@@ -251,8 +296,11 @@ fn rebuild(old: &Served, source: RuleSource) -> Result<(Served, f64), String> {
             offload_rules::parse(&rule_type_name, rule_type, &rules_name, rules).map_err(|e| e.to_string())?
         }
     };
+    if let Some(why) = criteria_change(&old.engine.rules().rule_type, &rs.rule_type) {
+        return Err(why);
+    }
     let engine = Engine::compile(Arc::new(rs), old.matcher)?;
-    Ok((Served { engine, version: old.version + 1, matcher: old.matcher }, t.elapsed().as_secs_f64()))
+    Ok((Served::new(engine, old.version + 1, old.matcher), t.elapsed().as_secs_f64()))
 }
 
 /// A rule file a control peer named for `reload`: a relative path is taken under the first
@@ -403,6 +451,17 @@ fn zerr(what: &str, e: zmq::Error) -> String {
 
 /// Serves until `stop` becomes true; returns the final counters.
 pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<Counters>, String> {
+    run_with(current, cfg, stop, |_| {})
+}
+
+/// [`run`], calling `ready` once every endpoint is bound (and not before: a bind that fails
+/// means the daemon never said it was serving).
+pub fn run_with(
+    current: Current,
+    cfg: &Config,
+    stop: Arc<AtomicBool>,
+    ready: impl FnOnce(&Served),
+) -> Result<Arc<Counters>, String> {
     check_exposure(cfg)?;
     let sec = &cfg.security;
     let counters = Arc::new(Counters::default());
@@ -418,13 +477,17 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
         curve.apply(&front, auth::DATA_DOMAIN)?;
     }
     for ep in &cfg.endpoints {
-        front.bind(ep).map_err(|e| zerr(&format!("bind {ep}"), e))?;
-        socket_files.push(IpcFile::of(ep));
+        socket_files.push(bind_endpoint(&front, ep)?);
     }
     let back = ctx.socket(zmq::PULL).map_err(|e| zerr("PULL socket", e))?;
     back.bind("inproc://offload-replies").map_err(|e| zerr("bind inproc", e))?;
-    let control = cfg.control.as_deref().map(|ep| bind_control(&ctx, ep, sec)).transpose()?;
-    socket_files.extend(cfg.control.as_deref().map(IpcFile::of));
+    let control = match cfg.control.as_deref().map(|ep| bind_control(&ctx, ep, sec)).transpose()? {
+        Some((sock, file)) => {
+            socket_files.push(file);
+            Some(sock)
+        }
+        None => None,
+    };
     let mut pending_reload: Option<std::sync::mpsc::Receiver<String>> = None;
 
     let policy = Arc::new(BatchPolicy {
@@ -467,6 +530,7 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
     }
     // Workers and executors exit in turn once the queues they read are closed and drained.
     drop((rx, ktx));
+    ready(&snapshot(&current)); // every endpoint is bound: now the daemon may say it serves
 
     let mut tx = Some(tx);
     let mut leave_by: Option<Instant> = None;
@@ -579,19 +643,75 @@ fn start_zap(ctx: &zmq::Context, sec: &Security, counters: &Counters) -> Result<
     auth::Zap::start(ctx, allowed, counters.auth.clone()).map(Some)
 }
 
-/// Removes a bound IPC endpoint's socket file when dropped (nothing for other transports).
-struct IpcFile(Option<PathBuf>);
+/// The socket file of an `ipc://` endpoint (none for abstract `ipc://@name` and other transports).
+fn ipc_path(endpoint: &str) -> Option<PathBuf> {
+    endpoint.strip_prefix("ipc://").filter(|p| !p.starts_with('@') && !p.is_empty()).map(PathBuf::from)
+}
+
+/// Makes sure binding `endpoint` takes nothing from another process. libzmq unlinks an existing
+/// IPC socket file before it binds, so a second daemon would silently take the endpoint over
+/// (and remove the file when it stops, leaving the first unreachable). So: if a process accepts
+/// a connection on the file, refuse; if nobody listens (a file left by a killed daemon), remove
+/// it as stale; a path that is not a socket is refused, never removed. (A process binding the
+/// same path between this check and the bind is not caught; daemons started one after the
+/// other are.)
+pub fn claim_ipc(endpoint: &str) -> Result<(), String> {
+    let Some(path) = ipc_path(endpoint) else { return Ok(()) };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { return Ok(()) };
+        if !meta.file_type().is_socket() {
+            return Err(format!("{endpoint}: {} exists and is not a socket; not touching it", path.display()));
+        }
+        match std::os::unix::net::UnixStream::connect(&path) {
+            Ok(_) => return Err(format!("{endpoint} is in use by another process")),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                std::fs::remove_file(&path).map_err(|e| format!("{endpoint}: removing the stale socket file: {e}"))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("{endpoint}: cannot tell whether another process uses it: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// Binds `sock` to `endpoint`, first checking (IPC) that no other process serves there; returns
+/// the guard that removes the socket file when the daemon stops.
+fn bind_endpoint(sock: &zmq::Socket, endpoint: &str) -> Result<IpcFile, String> {
+    claim_ipc(endpoint)?;
+    sock.bind(endpoint).map_err(|e| zerr(&format!("bind {endpoint}"), e))?;
+    Ok(IpcFile::bound(endpoint))
+}
+
+/// Removes a socket file this daemon bound when dropped, only if it is still the daemon's own
+/// (the same inode): a file another process put there meanwhile is left alone.
+struct IpcFile(Option<(PathBuf, u64, u64)>);
 
 impl IpcFile {
-    fn of(endpoint: &str) -> IpcFile {
-        IpcFile(endpoint.strip_prefix("ipc://").filter(|p| !p.starts_with('@')).map(PathBuf::from))
+    fn bound(endpoint: &str) -> IpcFile {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let path = ipc_path(endpoint);
+            IpcFile(path.and_then(|p| std::fs::symlink_metadata(&p).ok().map(|m| (p, m.dev(), m.ino()))))
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = endpoint;
+            IpcFile(None)
+        }
     }
 }
 
 impl Drop for IpcFile {
     fn drop(&mut self) {
-        if let Some(p) = &self.0 {
-            let _ = std::fs::remove_file(p);
+        #[cfg(unix)]
+        if let Some((p, dev, ino)) = &self.0 {
+            use std::os::unix::fs::MetadataExt;
+            if std::fs::symlink_metadata(p).is_ok_and(|m| m.dev() == *dev && m.ino() == *ino) {
+                let _ = std::fs::remove_file(p);
+            }
         }
     }
 }
@@ -606,21 +726,21 @@ const CONTROL_MAX_BYTES: i64 = 1 << 30;
 
 /// Binds the control socket: REP, CURVE when the daemon has a key pair, and an IPC socket file
 /// only its owner may open.
-fn bind_control(ctx: &zmq::Context, ep: &str, sec: &Security) -> Result<zmq::Socket, String> {
+fn bind_control(ctx: &zmq::Context, ep: &str, sec: &Security) -> Result<(zmq::Socket, IpcFile), String> {
     let s = ctx.socket(zmq::REP).map_err(|e| zerr("REP socket", e))?;
     s.set_linger(0).map_err(|e| zerr("linger", e))?;
     s.set_maxmsgsize(CONTROL_MAX_BYTES).map_err(|e| zerr("maxmsgsize", e))?;
     if let Some(curve) = &sec.curve {
         curve.apply(&s, auth::CONTROL_DOMAIN)?;
     }
-    s.bind(ep).map_err(|e| zerr(&format!("bind {ep}"), e))?;
+    let file = bind_endpoint(&s, ep)?;
     #[cfg(unix)]
-    if let Some(path) = ep.strip_prefix("ipc://").filter(|p| !p.starts_with('@')) {
+    if let Some(path) = ipc_path(ep) {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| format!("control socket {path}: {e}"))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("control socket {}: {e}", path.display()))?;
     }
-    Ok(s)
+    Ok((s, file))
 }
 
 /// A multipart message: the ROUTER envelope (client identity, and the empty delimiter of a REQ
@@ -776,6 +896,24 @@ fn prepare(served: &Served, job: &Job) -> Result<Prepared, Reply> {
     }
     let req = protocol::decode_request(&job.body)
         .map_err(|e| Reply::status_only(id, Status::Malformed, version, e.to_string()))?;
+    if req.criteria_fingerprint != served.criteria_fingerprint {
+        let rt = &served.engine.rules().rule_type;
+        return Err(Reply::status_only(
+            id,
+            Status::BadRequest,
+            version,
+            format!(
+                "the request's columns follow criteria with fingerprint {:016x}, not this server's: rule type {} \
+                 expects {} criteria in this order: {} (fingerprint {:016x}); send the columns by these names \
+                 (offload.serve.Client(criteria=...))",
+                req.criteria_fingerprint,
+                rt.code,
+                rt.criteria.len(),
+                served.criteria_names(),
+                served.criteria_fingerprint
+            ),
+        ));
+    }
     let enc = &served.engine.encoder;
     let w = enc.width();
     let codes = match req.payload {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{engine, in_process, queries};
+use common::{engine, fingerprint, in_process, names, queries};
 use offload_rules::{MatcherKind, NO_MATCH};
 use offload_serve::client::{Client, ClientError, Query};
 use offload_serve::protocol::Status;
@@ -20,7 +20,7 @@ struct Daemon {
 }
 
 fn start(endpoint: &str, kernels: usize) -> Daemon {
-    let served = Served { engine: engine(), version: 1, matcher: MatcherKind::Fast };
+    let served = Served::new(engine(), 1, MatcherKind::Fast);
     let cfg = Config { endpoints: vec![endpoint.into()], workers: 2, kernels, engine_threads: 2, ..Config::default() };
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
@@ -51,29 +51,29 @@ fn raw_and_encoded_answers_equal_the_in_process_matcher() {
     let cols = queries(&eng, 50);
     let (codes, expected) = in_process(&eng, &cols);
     let mut c = Client::connect(&ep).unwrap();
-    let r = c.call(Query::raw(&cols)).unwrap();
+    let r = c.call(Query::raw(&names(), &cols)).unwrap();
     assert_eq!((r.status, r.ruleset_version), (Status::Ok, 1), "{}", r.message);
     assert_eq!(r.rule, expected);
     let contents = &eng.rules().contents;
     let want: Vec<i64> = expected.iter().map(|&x| if x == NO_MATCH { 0 } else { contents[x as usize] }).collect();
     assert_eq!(r.content, want);
-    let r = c.call(Query::encoded(1, eng.encoder.width() as u16, codes)).unwrap();
+    let r = c.call(Query::encoded(fingerprint(), 1, eng.encoder.width() as u16, codes)).unwrap();
     assert_eq!(r.rule, expected);
     // early stop: a prefix of the full answer holding at least that many matches
-    let r = c.call(Query::raw(&cols).stop_after(3)).unwrap();
+    let r = c.call(Query::raw(&names(), &cols).stop_after(3)).unwrap();
     assert!(r.rule.iter().filter(|&&x| x != NO_MATCH).count() >= 3 && r.rule.len() < expected.len());
     assert_eq!(r.rule[..], expected[..r.rule.len()]);
     // encoded for another version: refused with a reason
-    let r = c.call(Query::encoded(7, eng.encoder.width() as u16, vec![0; eng.encoder.width()])).unwrap();
+    let r = c.call(Query::encoded(fingerprint(), 7, eng.encoder.width() as u16, vec![0; eng.encoder.width()])).unwrap();
     assert_eq!(r.status, Status::BadRequest);
     assert!(r.message.contains("version 7"), "{}", r.message);
     // an empty request is answered with nothing
     let empty: Vec<Vec<String>> = cols.iter().map(|_| Vec::new()).collect();
-    assert_eq!(c.call(Query::raw(&empty)).unwrap().rule.len(), 0);
+    assert_eq!(c.call(Query::raw(&names(), &empty)).unwrap().rule.len(), 0);
     // ragged columns never leave the client
     let mut ragged = cols.clone();
     ragged[0].pop();
-    assert!(matches!(c.call(Query::raw(&ragged)), Err(ClientError::BadRequest(_))));
+    assert!(matches!(c.call(Query::raw(&names(), &ragged)), Err(ClientError::BadRequest(_))));
     d.stop();
 }
 
@@ -85,13 +85,13 @@ fn the_same_client_reconnects_across_a_daemon_restart() {
     let (_, expected) = in_process(&eng, &cols);
     let mut c = Client::connect(&ep).unwrap();
     let d = start(&ep, 1);
-    assert_eq!(c.call(Query::raw(&cols)).unwrap().rule, expected);
+    assert_eq!(c.call(Query::raw(&names(), &cols)).unwrap().rule, expected);
     d.stop();
     c.timeout = Duration::from_millis(200);
-    assert!(matches!(c.call(Query::raw(&cols)), Err(ClientError::Timeout(_))));
+    assert!(matches!(c.call(Query::raw(&names(), &cols)), Err(ClientError::Timeout(_))));
     let d = start(&ep, 1);
     c.timeout = Duration::from_secs(20);
-    let r = c.call(Query::raw(&cols)).unwrap();
+    let r = c.call(Query::raw(&names(), &cols)).unwrap();
     assert_eq!((r.status, &r.rule), (Status::Ok, &expected));
     d.stop();
 }

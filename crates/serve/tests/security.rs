@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{engine, example, in_process, queries, scratch};
+use common::{engine, example, in_process, names, queries, scratch};
 use offload_rules::MatcherKind;
 use offload_serve::auth::{self, ClientKey, CurveClient, CurveServer};
 use offload_serve::client::{self, Client, ClientError, Query};
@@ -51,7 +51,7 @@ struct Daemon {
 }
 
 fn start(cfg: Config) -> Daemon {
-    let served = Served { engine: engine(), version: 1, matcher: MatcherKind::Fast };
+    let served = Served::new(engine(), 1, MatcherKind::Fast);
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     let thread = std::thread::spawn(move || server::run(Arc::new(RwLock::new(Arc::new(served))), &cfg, s).map(|_| ()));
@@ -105,7 +105,7 @@ fn the_control_socket_admits_only_listed_keys_and_counts_the_others() {
     // The data endpoint (no CURVE asked for it) still answers anyone on loopback.
     let eng = engine();
     let cols = queries(&eng, 2);
-    let reply = Client::connect(&data).unwrap().call(Query::raw(&cols)).unwrap();
+    let reply = Client::connect(&data).unwrap().call(Query::raw(&names(), &cols)).unwrap();
     assert_eq!((reply.status, reply.rule), (Status::Ok, in_process(&eng, &cols).1));
     d.stop();
 }
@@ -124,7 +124,7 @@ fn open_binds_are_refused_with_the_way_to_do_it_properly() {
     let e = check_exposure(&open(Some("tcp://0.0.0.0:5592"), loopback, None, Security::default())).unwrap_err();
     assert!(e.contains("control endpoint tcp://0.0.0.0:5592") && e.contains("offload serve keys"), "{e}");
     // run() itself refuses before binding anything
-    let served = Served { engine: engine(), version: 1, matcher: MatcherKind::Fast };
+    let served = Served::new(engine(), 1, MatcherKind::Fast);
     let cfg = open(Some("tcp://0.0.0.0:5592"), loopback, None, Security::default());
     let r = server::run(Arc::new(RwLock::new(Arc::new(served))), &cfg, Arc::new(AtomicBool::new(true)));
     assert!(r.is_err());
@@ -235,11 +235,11 @@ fn data_endpoints_can_require_curve_too() {
     for curve in [None, Some(keys.client("stranger", "server"))] {
         let mut c = Client::connect_with(&data, curve.as_ref()).unwrap();
         c.timeout = SHORT;
-        assert!(matches!(c.call(Query::raw(&cols)), Err(ClientError::Timeout(_))));
+        assert!(matches!(c.call(Query::raw(&names(), &cols)), Err(ClientError::Timeout(_))));
     }
     let mut c = Client::connect_with(&data, Some(&keys.client("ops", "server"))).unwrap();
     c.timeout = LONG;
-    let r = c.call(Query::raw(&cols)).unwrap();
+    let r = c.call(Query::raw(&names(), &cols)).unwrap();
     assert_eq!((r.status, r.rule), (Status::Ok, in_process(&eng, &cols).1));
     let st = stats(&control, Some(&keys.client("ops", "server")));
     assert_eq!(st["auth"]["data"], "curve");

@@ -98,7 +98,10 @@ def _decode(frame: bytes, t0: float) -> ServeReply:
 
 
 class Client:
-    """A synchronous client (one request in flight). ZeroMQ reconnects by itself, so a client
+    """A synchronous client (one request in flight). ``criteria``: the criterion codes in the
+    server's rule-type order (``RuleSet.criterion_codes``); every request carries their
+    fingerprint, and the server answers BadRequest to columns that follow other criteria or
+    another order. ZeroMQ reconnects by itself, so a client
     survives a daemon restart; a reply that does not come within ``timeout_s`` raises
     :class:`ServeError` and a late one is discarded by its request id. ``curve``: the keys for
     data endpoints that require CURVE (a key the daemon does not admit shows as a timeout)."""
@@ -113,6 +116,7 @@ class Client:
     ) -> None:
         self.endpoint = endpoint
         self.criteria = list(criteria) if criteria is not None else None
+        self._fp: int | None = None
         self.timeout_s = timeout_s
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
@@ -133,12 +137,27 @@ class Client:
     def close(self) -> None:
         self._sock.close(linger=0)
 
+    def _fingerprint(self) -> int:
+        """The fingerprint of ``criteria`` every request carries (protocol version 2): the server
+        refuses columns in another order instead of misreading them."""
+        if self.criteria is None:
+            raise ValueError(
+                "give Client(criteria=...), the criterion codes in the server's rule-type order "
+                "(e.g. rules.load(...).criterion_codes): requests carry their fingerprint"
+            )
+        if self._fp is None:
+            self._fp = int(_native.criteria_fingerprint(self.criteria))
+        return self._fp
+
     def _columns(self, queries: Any) -> list[Any]:
+        self._fingerprint()
+        assert self.criteria is not None
         if isinstance(queries, Mapping) or hasattr(queries, "column_names") or hasattr(queries, "columns"):
-            if self.criteria is None:
-                raise ValueError("give Client(criteria=...) to send queries keyed by criterion code")
             return [_to_column(queries[c], c) for c in self.criteria]
-        return [_to_column(col, str(i)) for i, col in enumerate(queries)]
+        cols = [_to_column(col, name) for col, name in zip(queries, self.criteria, strict=False)]
+        if len(cols) != len(queries) or len(cols) != len(self.criteria):
+            raise ValueError(f"{len(queries)} query columns for {len(self.criteria)} criteria")
+        return cols
 
     def send_frame(self, frame: bytes) -> None:
         """Sends a raw frame (for tests and tools); read the answer with :meth:`receive`."""
@@ -160,15 +179,17 @@ class Client:
     def request_frame(
         self, queries: Any, deadline_s: float | None = None, stop_after: int = 0
     ) -> tuple[int, bytes]:
-        """(request id, frame) for raw query columns, or for a uint32 array from
-        ``CompiledRules.encode`` (then ``encoding_version`` must be the server's version, 1)."""
+        """(request id, frame) for raw query columns (keyed by criterion code, or positional in
+        the order of ``criteria``), or for a uint32 array from ``CompiledRules.encode`` (then
+        ``encoding_version`` must be the server's version, 1)."""
         rid = next(self._ids)
         deadline_us = int((time.time() + deadline_s) * 1e6) if deadline_s is not None else 0
         if isinstance(queries, np.ndarray) and queries.dtype == np.uint32 and queries.ndim == 2:
             codes = np.ascontiguousarray(queries)
-            frame = _native.encode_request_codes(rid, deadline_us, stop_after, 1, codes)
+            frame = _native.encode_request_codes(rid, deadline_us, stop_after, self._fingerprint(), 1, codes)
         else:
-            frame = _native.encode_request(rid, deadline_us, stop_after, self._columns(queries))
+            cols = self._columns(queries)
+            frame = _native.encode_request(rid, deadline_us, stop_after, self._fingerprint(), cols)
         return rid, bytes(frame)
 
     def match(self, queries: Any, deadline_s: float | None = None, stop_after: int = 0) -> ServeReply:
@@ -202,6 +223,7 @@ class AsyncClient:
 
         self._frames = Client.__new__(Client)  # reuse Client's frame building, no socket
         self._frames.criteria = list(criteria) if criteria is not None else None
+        self._frames._fp = None
         self._frames._ids = itertools.count(1)
         self.endpoint, self.timeout_s = endpoint, timeout_s
         self._ctx = zmq.asyncio.Context.instance()

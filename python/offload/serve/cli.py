@@ -93,7 +93,11 @@ def serve(
         typer.Option(help="Requests that may wait; beyond that the reply is 'busy'. \\[default: 64]"),
     ] = None,
     matcher: Annotated[
-        str | None, typer.Option(help="linear, nfa, fast, or nfa:<order>. \\[default: fast]")
+        str | None,
+        typer.Option(
+            help="linear, nfa, nfa:<given|asc|desc|h2>, fast, gpu-host (the GPU's algorithm on the "
+            "CPU) or gpu (the kernel executors run on the CUDA device). \\[default: fast]"
+        ),
     ] = None,
     batch_max_queries: Annotated[
         int | None,

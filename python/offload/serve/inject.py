@@ -16,7 +16,8 @@ import multiprocessing as mp
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,9 @@ from typing import Any
 import numpy as np
 import zmq
 
+from offload.files import write_text
 from offload.rules.bench import machine
-from offload.serve import CurveKeys
+from offload.serve import CurveKeys, ServeError
 
 # Requests one client process sends at most in a run.
 MAX_REQUESTS = 1_000_000
@@ -43,16 +45,18 @@ class Trace:
     columns: list[list[str]]
     requests: list[tuple[int, int, int]]
     codes: np.ndarray | None = None
+    # The criterion codes the columns follow (requests carry their fingerprint).
+    criteria: list[str] = field(default_factory=list)
 
     def fixed_size(self, size: int) -> Trace:
         """The same queries cut into requests of `size` queries (for throughput runs)."""
         n = len(self.columns[0]) if self.columns else 0
         reqs = [(lo, min(size, n - lo), 0) for lo in range(0, n, max(size, 1))]
-        return Trace(self.columns, reqs, self.codes)
+        return Trace(self.columns, reqs, self.codes, self.criteria)
 
     def encoded(self, codes: np.ndarray) -> Trace:
         """The same requests sent pre-encoded (`CompiledRules.encode` of all queries)."""
-        return Trace(self.columns, self.requests, codes)
+        return Trace(self.columns, self.requests, codes, self.criteria)
 
 
 def load_trace(trace_dir: Path, criteria: list[str]) -> Trace:
@@ -67,10 +71,18 @@ def load_trace(trace_dir: Path, criteria: list[str]) -> Trace:
                 cols[k].append(row[i])
     with open(trace_dir / "requests.csv", newline="") as f:
         reqs = [(int(x["FIRST_QUERY"]), int(x["N_QUERIES"]), int(x["WANTED"])) for x in csv.DictReader(f)]
-    return Trace(cols, reqs)
+    return Trace(cols, reqs, criteria=list(criteria))
 
 
-def _frames(trace: Trace, which: list[int], early_stop: bool) -> list[tuple[int, bytes]]:
+# Statuses that make `offload inject` fail (exit 1): the request was not served. Busy and
+# DeadlineExceeded are load outcomes a run may be measuring: counted, not failures.
+FAILED = ("BadRequest", "Malformed", "ShuttingDown")
+# Seconds to wait for the first reply (is a daemon there?) and, later, for any outstanding
+# reply before the daemon counts as gone (`offload inject --connect-timeout`).
+CONNECT_TIMEOUT_S = 5.0
+
+
+def _frames(trace: Trace, which: list[int], early_stop: bool, fingerprint: int) -> list[tuple[int, bytes]]:
     from offload import _native
 
     out = []
@@ -79,37 +91,67 @@ def _frames(trace: Trace, which: list[int], early_stop: bool) -> list[tuple[int,
         stop = wanted if early_stop else 0
         if trace.codes is not None:
             rows = np.ascontiguousarray(trace.codes[first : first + n])
-            out.append((n, bytes(_native.encode_request_codes(k + 1, 0, stop, 1, rows))))
+            out.append((n, bytes(_native.encode_request_codes(k + 1, 0, stop, fingerprint, 1, rows))))
         else:
             cols = [c[first : first + n] for c in trace.columns]
-            out.append((n, bytes(_native.encode_request(k + 1, 0, stop, cols))))
+            out.append((n, bytes(_native.encode_request(k + 1, 0, stop, fingerprint, cols))))
     return out
 
 
-def _client(
-    args: tuple[str, Trace, list[int], str, float, float, bool, Any, Any, list[int] | None, CurveKeys | None],
-) -> None:
-    endpoint, trace, which, mode, rate, duration, early_stop, queue, go, cpus, curve = args
-    from offload import _native
-
-    if cpus:
-        os.sched_setaffinity(0, cpus)
-
-    frames = _frames(trace, which, early_stop)
-    ctx = zmq.Context()
+def _socket(ctx: zmq.Context[Any], endpoint: str, curve: CurveKeys | None) -> zmq.Socket[Any]:
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
     if curve is not None:
         curve.apply(s)
     s.connect(endpoint)
-    records: list[tuple[float, int, int, str, dict[str, int]]] = []  # rtt_s, n, answered, status, stages
-    sent: dict[int, tuple[float, int]] = {}
+    return s
 
-    def take(timeout_ms: int) -> None:
-        if s.poll(timeout_ms):
-            rid, status, _v, rule, _c, stages, _m = _native.decode_reply(s.recv())
-            t0, n = sent.pop(rid, (time.perf_counter(), 0))
-            records.append((time.perf_counter() - t0, n, len(rule), status, dict(stages)))
+
+# What a client process is given: endpoint, trace, its requests, mode, rate, duration, early
+# stop, result queue, start event, CPUs, CURVE keys, criteria fingerprint, reply timeout.
+_ClientArgs = tuple[
+    str, Trace, list[int], str, float, float, bool, Any, Any, list[int] | None, CurveKeys | None, int, float
+]
+
+
+def _client(args: _ClientArgs) -> None:
+    endpoint, trace, which, mode, rate, duration, early_stop, queue, go, cpus, curve, fingerprint, wait_s = (
+        args
+    )
+    from offload import _native
+
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+    frames = _frames(trace, which, early_stop, fingerprint)
+    ctx = zmq.Context()
+    s = _socket(ctx, endpoint, curve)
+    records: list[tuple[float, int, int, str, dict[str, int]]] = []  # rtt_s, n, answered, status, stages
+    sent: dict[int, tuple[float, int]] = {}  # in sending order: the first is the oldest outstanding
+    messages: dict[str, str] = {}  # the first message of each status other than Ok
+    stopped: str | None = None  # why this process stopped before the duration was over
+    last_reply = 0.0
+
+    def take(timeout_ms: int) -> bool:
+        nonlocal stopped, last_reply
+        if not s.poll(timeout_ms):
+            return False
+        rid, status, _v, rule, _c, stages, message = _native.decode_reply(s.recv())
+        last_reply = time.perf_counter()
+        t0, n = sent.pop(rid, (last_reply, 0))
+        records.append((last_reply - t0, n, len(rule), status, dict(stages)))
+        if status != "Ok":
+            messages.setdefault(status, message)
+        if status == "ShuttingDown" and stopped is None:
+            stopped = "the daemon is shutting down"
+        return True
+
+    def gone(now: float) -> bool:
+        """No reply to the oldest outstanding request within `wait_s`: the daemon is gone."""
+        nonlocal stopped
+        if sent and now - next(iter(sent.values()))[0] > wait_s and stopped is None:
+            stopped = f"no reply within {wait_s:g} s (the daemon is gone or stuck)"
+        return stopped is not None
 
     rng = np.random.default_rng(len(which))
     # Every process starts sending at once (after all have built their frames and connected),
@@ -120,30 +162,59 @@ def _client(
     cpu0 = time.process_time()  # this process's CPU, all its threads (ZeroMQ's I/O thread too)
     end = start + duration
     next_at = start
-    # The trace is replayed in a loop until the duration is over (at most MAX_REQUESTS).
+    last_send = start
+    # The trace is replayed in a loop until the duration is over (at most MAX_REQUESTS), or until
+    # the daemon shuts down or stops answering.
     for k in range(MAX_REQUESTS if frames else 0):
         n, frame = frames[k % len(frames)]
         now = time.perf_counter()
-        if now >= end:
+        if now >= end or gone(now):
             break
         if mode == "open":
-            while now < next_at:  # take replies while waiting for the next arrival
+            while now < next_at and stopped is None:  # take replies while waiting for the next arrival
                 take(max(1, int((next_at - now) * 1000)))
                 now = time.perf_counter()
+            if gone(now):
+                break
             next_at += rng.exponential(1.0 / rate)
         rid = k + 1
-        sent[rid] = (time.perf_counter(), n)
+        last_send = time.perf_counter()
+        sent[rid] = (last_send, n)
         s.send(frame[:4] + rid.to_bytes(8, "little") + frame[12:])  # a fresh id per send
-        if mode == "closed":
-            take(60_000)
-    deadline = time.perf_counter() + 30
+        if mode == "closed" and not take(int(wait_s * 1000)):
+            gone(time.perf_counter() + wait_s)
+    # Replies still owed: a daemon that shuts down answers them at once; one that is gone never.
+    deadline = time.perf_counter() + wait_s
     while sent and time.perf_counter() < deadline:
-        take(100)
+        take(50)
     cpu = time.process_time() - cpu0
-    elapsed = time.perf_counter() - start
-    queue.put({"records": records, "start": start, "elapsed": elapsed, "unanswered": len(sent), "cpu_s": cpu})
+    # The window requests really ran in: to the last reply (or the last send, if none came).
+    active = max(last_reply, last_send if not records else 0.0) - start
+    queue.put({"records": records, "start": start, "elapsed": max(active, 0.0),
+               "wall": time.perf_counter() - start, "unanswered": len(sent), "cpu_s": cpu,
+               "messages": messages, "stopped": stopped})  # fmt: skip
     s.close()
     ctx.term()
+
+
+def probe(
+    endpoint: str, frame: bytes, curve: CurveKeys | None = None, timeout_s: float = CONNECT_TIMEOUT_S
+) -> None:
+    """Sends one request and waits `timeout_s` for any reply: raises ServeError when nothing
+    answers (no daemon there, a wrong endpoint, or CURVE keys it does not admit)."""
+    ctx = zmq.Context()
+    s = _socket(ctx, endpoint, curve)
+    try:
+        s.send(frame)
+        if not s.poll(int(timeout_s * 1000)):
+            keys = " or does it refuse these CURVE keys?" if curve is not None else ""
+            raise ServeError(
+                f"no reply from {endpoint} within {timeout_s:g} s: is `offload serve` running there{keys} "
+                "(inject --connect-timeout)"
+            )
+    finally:
+        s.close(linger=0)
+        ctx.term()
 
 
 def run(
@@ -156,37 +227,55 @@ def run(
     early_stop: bool = False,
     cpus: list[int] | None = None,
     curve: CurveKeys | None = None,
+    criteria: Sequence[str] | None = None,
+    connect_timeout_s: float = CONNECT_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Replays the trace; `rate` is requests/s over all processes (open loop). With `cpus`, the
     client processes run only on those CPUs (to keep them off the daemon's); with `curve`, they
-    connect with CURVE (for data endpoints that require it)."""
+    connect with CURVE (for data endpoints that require it). `criteria`: the criterion codes the
+    trace's columns follow (requests carry their fingerprint; default: the trace's own
+    `criteria`). Fails with ServeError when no reply comes within `connect_timeout_s`; a daemon
+    that shuts down or stops answering (nothing for `connect_timeout_s`) ends the run early
+    (`stopped`), with the requests it never answered counted as `unanswered`."""
+    from offload import _native
+
     if mode not in ("closed", "open"):
         raise ValueError("mode is closed or open")
+    names = list(criteria if criteria is not None else trace.criteria)
+    if not names:
+        raise ValueError("the criterion codes the trace's columns follow are needed (criteria=...)")
+    if not trace.requests:
+        raise ValueError("the trace holds no requests")
+    fingerprint = int(_native.criteria_fingerprint(names))
+    probe(endpoint, _frames(trace, [0], False, fingerprint)[0][1], curve, connect_timeout_s)
     p = max(1, processes)
     order = list(range(len(trace.requests)))
     shares = [order[i::p] for i in range(p)]
     ctx = mp.get_context("spawn")
     q, go = ctx.Queue(), ctx.Event()
-    procs = [
-        ctx.Process(
-            target=_client,
-            args=((endpoint, trace, share, mode, rate / p, duration, early_stop, q, go, cpus, curve),),
-        )
+    args: list[_ClientArgs] = [
+        (endpoint, trace, share, mode, rate / p, duration, early_stop, q, go, cpus, curve, fingerprint,
+         connect_timeout_s)
         for share in shares
-    ]
+    ]  # fmt: skip
+    procs = [ctx.Process(target=_client, args=(a,)) for a in args]
     for pr in procs:
         pr.start()
     for _ in procs:
         if q.get(timeout=300) != "ready":
             raise RuntimeError("a client process failed to start")
     go.set()
-    parts = [q.get(timeout=duration + 120) for _ in procs]
+    parts = [q.get(timeout=duration + 2 * connect_timeout_s + 120) for _ in procs]
     for pr in procs:
         pr.join(timeout=30)
     recs = [r for part in parts for r in part["records"]]
     ok = [r for r in recs if r[3] == "Ok"]
     elapsed = max((part["elapsed"] for part in parts), default=0.0)
     lat = sorted(r[0] for r in ok)
+    messages: dict[str, str] = {}
+    for part in parts:
+        for k, v in part["messages"].items():
+            messages.setdefault(k, v)
 
     def pct(x: float) -> float:
         return lat[min(len(lat) - 1, int(x * len(lat)))] * 1e6 if lat else 0.0
@@ -202,13 +291,17 @@ def run(
         "mode": mode,
         "target_rate_rps": rate if mode == "open" else None,
         "early_stop": early_stop,
+        # The window requests ran in (start to the last reply): the rates are over it.
         "elapsed_s": elapsed,
+        "wall_s": max((part["wall"] for part in parts), default=0.0),
         # CLOCK_MONOTONIC is system-wide: how far apart the processes began sending.
         "start_spread_s": max(x["start"] for x in parts) - min(x["start"] for x in parts),
         "requests": len(recs),
         "unanswered": sum(part["unanswered"] for part in parts),
+        "stopped": next((part["stopped"] for part in parts if part["stopped"]), None),
         "client_cpu_s": sum(part.get("cpu_s", 0.0) for part in parts),
         "status": {s: sum(1 for r in recs if r[3] == s) for s in sorted({r[3] for r in recs})},
+        "messages": messages,
         "requests_per_s": len(ok) / elapsed if elapsed else 0.0,
         "queries_per_s": sum(r[2] for r in ok) / elapsed if elapsed else 0.0,
         "latency_us": {
@@ -220,6 +313,29 @@ def run(
         "stage_median_us": {k: _median_ns(ok, k) / 1e3 for k in stages} if ok else {},
         "by_size": _by_size(ok),
     }
+
+
+def failures(result: dict[str, Any]) -> str | None:
+    """One line saying which requests failed (statuses of FAILED, and unanswered ones) and why,
+    or None when every request was served: `offload inject` then exits 1."""
+    status: dict[str, int] = result["status"]
+    bad = {k: v for k, v in status.items() if k in FAILED and v}
+    unanswered = int(result.get("unanswered", 0))
+    if not bad and not unanswered:
+        return None
+    sent = int(result["requests"]) + unanswered
+    n = sum(bad.values()) + unanswered
+    parts = ", ".join([*(f"{k} {v:,}" for k, v in sorted(bad.items())), f"{unanswered:,} unanswered"])
+    lead = ""
+    if "ShuttingDown" in bad:
+        lead = "the daemon shut down during the run: "
+    elif result.get("stopped"):
+        lead = f"the run stopped early ({result['stopped']}): "
+    line = f"{lead}{n:,} of {sent:,} requests failed ({parts})"
+    first = next((k for k in ("BadRequest", "Malformed") if k in bad), None)
+    if first and result.get("messages", {}).get(first):
+        line += f"; first {first}: {result['messages'][first]}"
+    return line
 
 
 def _median_ns(rs: list[tuple[float, int, int, str, dict[str, int]]], stage: str) -> float:
@@ -279,5 +395,5 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 
 def write(result: dict[str, Any], out: Path) -> tuple[Path, Path]:
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    write_text(out, json.dumps(result, indent=2))
     return out, plot(result, out.with_suffix(".png"))

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from offload.files import atomic_write, write_text
 from offload.serve import daemon
 from offload.serve.inject import Trace, run
 
@@ -106,6 +107,7 @@ def sweep(
                     "p50_us": r["latency_us"]["p50"],
                     "p99_us": r["latency_us"]["p99"],
                     "requests": r["requests"],
+                    "unanswered": r["unanswered"],
                     "status": r["status"],
                     # What `offload plan calibrate` fits stage costs to: stage medians by request
                     # size, and the host CPU the daemon and the clients spent per answered request.
@@ -162,8 +164,8 @@ def write(rows: list[dict[str, Any]], out: Path, p99_us: float, qps: float) -> d
         "best_under_p99": {"p99_us": p99_us, "config": best_under_p99(rows, p99_us)},
         "lowest_latency_for": {"queries_per_s": qps, "config": lowest_latency_for(rows, qps)},
     }
-    out.write_text(json.dumps(summary, indent=2))
-    with open(out.with_suffix(".csv"), "w", newline="") as f:
+    write_text(out, json.dumps(summary, indent=2))
+    with atomic_write(out.with_suffix(".csv"), "w", newline="") as f:
         keys = [k for k in rows[0] if k not in ("status", "stage_median_us", "by_size")] if rows else []
         wr = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
         wr.writeheader()

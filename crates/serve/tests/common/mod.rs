@@ -15,6 +15,16 @@ pub fn engine() -> Engine {
     Engine::compile(Arc::new(rs), MatcherKind::Fast).unwrap()
 }
 
+/// The example rule type's criterion names, in column order (what raw requests are keyed by).
+pub fn names() -> Vec<String> {
+    engine().rules().rule_type.criteria.iter().map(|c| c.code.clone()).collect()
+}
+
+/// The fingerprint pre-encoded requests carry for the example rule type.
+pub fn fingerprint() -> u64 {
+    offload_serve::protocol::rule_type_fingerprint(&engine().rules().rule_type)
+}
+
 /// The example queries as raw columns, repeated `times` (so requests are not tiny).
 pub fn queries(engine: &Engine, times: usize) -> Vec<Vec<String>> {
     let q = offload_rules::queries::load_queries(&engine.rules().rule_type, &example("queries.csv")).unwrap();
