@@ -96,6 +96,8 @@ def test_cluster_files_and_the_cli(nodes: list[Node], tmp_path: Path) -> None:
     run = CliRunner().invoke
     r = run(app, ["node", "cluster-load", "p2", "--cluster", str(cf), "--rows", "3000"])
     assert r.exit_code == 0 and "n2 1,000 rows" in r.output, r.output
+    r = run(app, ["node", "cluster-load", "p3", "--cluster", str(cf), "--rows", "300", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["rows"] == {"n0": 100, "n1": 100, "n2": 100}, r.output
     r = run(app, ["node", "cluster-query", "select count(*) as n from p2", "--cluster", str(cf), "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["timing"]["rows"] == 1

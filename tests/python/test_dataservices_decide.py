@@ -167,6 +167,8 @@ def test_train_writes_samples_from_a_real_node(node: Node, tmp_path: Path) -> No
     samples = json.loads(out.read_text())["samples"]
     assert len(samples) == 2 * 4 * 4 and {s["system"] for s in samples} == {"nic", "host"}
     assert "held-out" in r.output
+    r = CliRunner().invoke(app, [*args[:8], "--sizes", "2000", "--queries", "1", "--repeat", "1", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["samples"] == 2 * 4 * 4 + 4, r.output
     with NodeClient(f"127.0.0.1:{node.port}", TOKEN) as c:
         assert not any(d["name"].startswith("train_") for d in c.status()["datasets"])
 
