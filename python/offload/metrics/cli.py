@@ -22,6 +22,15 @@ app = typer.Typer(
 console = Console()
 
 
+def _table(title: str) -> Table:
+    """A table that reads in 80 columns: a rule under the header, no frame, one space between
+    columns, the title on one line; cells wrap rather than being cut short."""
+    from rich import box
+
+    return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False,
+                 min_width=min(80, len(title)))  # fmt: skip
+
+
 def _progress(status: Any, line: str) -> None:
     """A step of a long measurement on stderr: the spinner's text on a terminal; elsewhere (a
     log, a pipe) a plain line, so a run is never silent for long and stdout stays JSON."""
@@ -72,7 +81,7 @@ def rpwu(
     if json_out:
         print(json.dumps(r, indent=2))
         return
-    t = Table(title=f"relative performance (bogo-ops/s over {reference}'s)")
+    t = _table(f"relative performance (bogo-ops/s over {reference}'s)")
     t.add_column("stressor")
     t.add_column("class")
     for p in r["relative"]:
@@ -173,7 +182,7 @@ def headroom(
         print(json.dumps(r, indent=2))
         return
     link = f"{rate_mbit:g} Mbit/s link, {packet_bytes} B x {burst}"
-    t = Table(title=f"network processing headroom: {link} ({r['machine']})")
+    t = _table(f"network processing headroom: {link} ({r['machine']})")
     cols = ("budget", "threads", "Mbit/s", "link used", "burst period", "max delay (CPU)", "headroom")
     for col in (*cols, "from CPU"):
         t.add_column(col, justify="left" if col == "budget" else "right")
@@ -303,12 +312,12 @@ def availability(
         print(json.dumps(r, indent=2))
         return
     when = "rare-failure limit" if window is None else f"window λT = {window:g}"
-    t = Table(title=f"relative benefit: P(loss, {servers} servers) ÷ P(loss, embedded) ({when})")
+    t = _table(f"relative benefit: P(loss, {servers} servers) ÷ P(loss, embedded) ({when})")
     for col in ("case", "n", "c", "f", "server devices", "embedded nodes", "model, limit"):
         t.add_column(col, justify="left" if col == "case" else "right")
     if window is not None:
         t.add_column("model, window", justify="right")
-    t.add_column("seed published", justify="right")
+    t.add_column("seed", justify="right")
     for row in r["cases"]:
         cells = [row["case"], str(row["n"]), str(row["c"]), f"{row['f']:g}", str(row["server_devices"])]
         cells += [str(row["embedded_nodes"]), f"{row['benefit_rare_limit']:.1f}"]
@@ -409,7 +418,7 @@ def mbwu(
         return
     if measure:
         m = out["machine"]
-        t = Table(title=f"MBWU of the disk under {m['work_dir']} ({m['cpus']} CPUs, "
+        t = _table(f"MBWU of the disk under {m['work_dir']} ({m['cpus']} CPUs, "
                   f"{m['memory_bytes'] / 2**30:.0f} GiB memory)")  # fmt: skip
         left = ("workload", "unit", "sweep (median per step)")
         for col in ("workload", "MBWU", "unit", "at workers", "plateau", "sweep (median per step)"):
@@ -427,8 +436,8 @@ def mbwu(
             t.add_row(*row)
         console.print(t)
         console.print("[dim]~: no steady window within the bound; the median of the step's second half[/]")
-    t = Table(title="seed 003's key-value case study: reductions host -> embedded, ours (catalog) | seed's")
-    for col in ("test", "MBWUs host, emb.", "$/MBWU", "kWh/MBWU", "m³/MBWU", "implied price, watts ratio"):
+    t = _table("seed 003's key-value case study: reductions host -> embedded, ours | seed's")
+    for col in ("test", "MBWUs host, emb.", "$/MBWU", "kWh/MBWU", "m³/MBWU", "implied price, watts"):
         t.add_column(col, justify="left" if col == "test" else "right")
 
     def pct(x: float | None) -> str:
@@ -438,9 +447,9 @@ def mbwu(
         red, rep, imp = row["reduction"], row["reported"], row["implied_host_over_embedded"]
         t.add_row(
             row["test"], f"{row['host']['mbwus']:g}, {row['embedded']['mbwus']:g}",
-            f"{pct(red['usd_per_mbwu'])} | {pct(rep['usd_per_mbwu'])}",
-            f"{pct(red['kwh_per_mbwu'])} | {pct(rep['kwh_per_mbwu'])}",
-            f"{pct(red['m3_per_mbwu'])} | -", f"{imp['price']:.1f}x, {imp['watts']:.1f}x",
+            f"{pct(red['usd_per_mbwu'])}|{pct(rep['usd_per_mbwu'])}",
+            f"{pct(red['kwh_per_mbwu'])}|{pct(rep['kwh_per_mbwu'])}",
+            f"{pct(red['m3_per_mbwu'])}|-", f"{imp['price']:.1f}x, {imp['watts']:.1f}x",
         )  # fmt: skip
     console.print(t)
     ratio = case["catalog_host_over_embedded"]
