@@ -5,11 +5,13 @@ a client whose columns are in another order. Every wait is bounded."""
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,11 +40,22 @@ def flags(data: dict[str, object]) -> list[str]:
     return daemon.rule_flags(d / "ruletype.xml", d / "rules.csv")
 
 
+_SOCK_DIRS: list[Path] = []
+
+
 def sock_dir() -> Path:
-    """A short directory for IPC socket files (their paths are limited to ~107 bytes)."""
-    d = Path(f"/tmp/offload-faults-{os.getpid()}-{time.monotonic_ns() % 10**9}")
-    d.mkdir()
+    """A short directory for IPC socket files (their paths are limited to ~107 bytes), removed
+    after the test."""
+    d = Path(tempfile.mkdtemp(prefix="offload-faults-", dir="/tmp"))
+    _SOCK_DIRS.append(d)
     return d
+
+
+@pytest.fixture(autouse=True)
+def _remove_sock_dirs() -> Iterator[None]:
+    yield
+    while _SOCK_DIRS:
+        shutil.rmtree(_SOCK_DIRS.pop(), ignore_errors=True)
 
 
 def stop(proc: subprocess.Popen[str]) -> str:
@@ -197,12 +210,16 @@ def test_sigterm_under_inject_stops_it_promptly_and_counts_the_unanswered(
 ) -> None:
     d = data["dir"]
     assert isinstance(d, Path)
-    proc, ep, _ = start_with_control(data)
+    from offload.serve.cli import control_request
+
+    proc, ep, ctl = start_with_control(data)
     cmd = inject_cmd(ep, d / "ruletype.xml", d / "rules.csv", d, tmp_path / "i.json", "--duration", "60",
                      "--mode", "open", "--rate", "400", "--json")  # fmt: skip
     inj = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(4.0)  # the clients start (spawned processes) and send for a while
+        deadline = time.monotonic() + 60  # the clients start (spawned processes) and send a while
+        while control_request(ctl, "stats", 5)["ok"] < 100 and time.monotonic() < deadline:
+            time.sleep(0.1)
         stop(proc)
         t_stop = time.monotonic()
         out, err = inj.communicate(timeout=30)
@@ -221,6 +238,38 @@ def test_sigterm_under_inject_stops_it_promptly_and_counts_the_unanswered(
     assert abs(result["requests_per_s"] - result["status"]["Ok"] / result["elapsed_s"]) < 1e-6
     summary = [x for x in err.splitlines() if x.strip()]
     assert len(summary) == 1 and "shut" in summary[0].lower() and "unanswered" in summary[0], err
+
+
+def test_a_daemon_killed_under_inject_ends_the_run_within_the_timeout(
+    data: dict[str, object], tmp_path: Path
+) -> None:
+    from offload.serve.cli import control_request
+
+    d = data["dir"]
+    assert isinstance(d, Path)
+    proc, ep, ctl = start_with_control(data)
+    cmd = inject_cmd(ep, d / "ruletype.xml", d / "rules.csv", d, tmp_path / "i.json", "--duration", "60",
+                     "--mode", "open", "--rate", "400", "--connect-timeout", "1", "--json")  # fmt: skip
+    inj = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while control_request(ctl, "stats", 5)["ok"] < 100 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.kill()
+        proc.wait(10)
+        t_kill = time.monotonic()
+        out, err = inj.communicate(timeout=30)
+        took = time.monotonic() - t_kill
+    finally:
+        for p in (inj, proc):
+            if p.poll() is None:
+                p.kill()
+    assert took < 6, took
+    assert inj.returncode == 1, out + err
+    result = json.loads(out)
+    assert result["unanswered"] > 0 and "no reply within 1 s" in result["stopped"], result
+    summary = [x for x in err.splitlines() if x.strip()]
+    assert len(summary) == 1 and "unanswered" in summary[0] and "no reply" in summary[0], err
 
 
 def test_columns_in_another_order_are_refused(data: dict[str, object]) -> None:
