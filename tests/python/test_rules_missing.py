@@ -80,7 +80,7 @@ def _text(x: Any) -> Any:
 
 
 def _np_date(v: list[Any]) -> np.ndarray:
-    return np.array([np.datetime64("NaT") if x is MISSING_DATE else np.datetime64(x, "D") for x in v])
+    return np.array([np.datetime64("NaT", "D") if x is MISSING_DATE else np.datetime64(x, "D") for x in v])
 
 
 def _pd_date(v: list[Any]) -> pd.Series:
