@@ -23,6 +23,9 @@ from typing import IO, Any
 class WriteError(OSError):
     """A file the product writes could not be written whole; the message names it."""
 
+    def __str__(self) -> str:  # the one line, without OSError's "[Errno 28] " prefix
+        return str(self.strerror)
+
 
 def describe(path: str | os.PathLike[str], e: OSError) -> str:
     """One line for a failed write of ``path``."""
