@@ -73,7 +73,7 @@ def same_cores_throughput(a: argparse.Namespace, rs: rules.RuleSet, tmp: str) ->
     _, cols = load_query_columns(rs, Path(a.queries), limit=a.throughput_queries)
     eng = rules.compile(rs)
     codes = eng.encode(cols)
-    trace = inject.Trace(cols, []).fixed_size(a.throughput_size).encoded(codes)
+    trace = inject.Trace(cols, [], criteria=list(rs.criterion_codes)).fixed_size(a.throughput_size).encoded(codes)
     endpoint = f"ipc://{tmp}/throughput.sock"
     clients = [c for c in cpus if c != 0]
     flags = ["-e", endpoint, "--workers", "1", "--kernels", "1", "--engine-threads", "1", "--queue", "256"]
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         stop = threading.Event()
 
         def load() -> None:
-            with Client(endpoint, timeout_s=60) as c:
+            with Client(endpoint, criteria=rs.criterion_codes, timeout_s=60) as c:
                 while not stop.is_set():
                     t0 = time.perf_counter()
                     r = c.match(q)

@@ -79,7 +79,7 @@ def test_keys_are_zeromq_certificates_and_secrets_stay_private(keys: Path) -> No
     assert secret is not None and zmq.auth.load_certificate(str(keys / "ops.key"))[0] == public
     assert stat.S_IMODE(os.stat(keys / "ops.key_secret").st_mode) == 0o600
     again = offload("serve", "keys", str(keys), "--name", "ops")
-    assert again.returncode == 1 and "--force" in again.stderr
+    assert again.returncode == 2 and "--force" in again.stderr
 
 
 def test_control_admits_only_the_listed_key(keys: Path, secured: dict[str, str]) -> None:

@@ -215,7 +215,7 @@ def keys(
         try:
             public, secret = _native.curve_key_pair(str(directory), n, force)
         except ValueError as e:
-            raise _fail(str(e), 1) from None
+            raise _fail(str(e)) from None
         print(f"{public}  (public: share it)\n{secret}  (secret: keep it, mode 600)")
 
 
