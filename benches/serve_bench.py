@@ -73,7 +73,8 @@ def same_cores_throughput(a: argparse.Namespace, rs: rules.RuleSet, tmp: str) ->
     _, cols = load_query_columns(rs, Path(a.queries), limit=a.throughput_queries)
     eng = rules.compile(rs)
     codes = eng.encode(cols)
-    trace = inject.Trace(cols, [], criteria=list(rs.criterion_codes)).fixed_size(a.throughput_size).encoded(codes)
+    trace = inject.Trace(cols, [], criteria=list(rs.criterion_codes))
+    trace = trace.fixed_size(a.throughput_size).encoded(codes)
     endpoint = f"ipc://{tmp}/throughput.sock"
     clients = [c for c in cpus if c != 0]
     flags = ["-e", endpoint, "--workers", "1", "--kernels", "1", "--engine-threads", "1", "--queue", "256"]
