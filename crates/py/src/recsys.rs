@@ -65,16 +65,58 @@ fn recsys_write_table(py: Python<'_>, path: PathBuf, values: PyReadonlyArray2<'_
     .map_err(err)
 }
 
-/// Rows, dim, bytes and extents of a table file (validated as `RM_open_table` does).
+fn header_dict<'py>(
+    py: Python<'py>,
+    m: &table::TableMeta,
+    version: u32,
+    sums_crc: u32,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("version", version)?;
+    d.set_item("rows", m.rows)?;
+    d.set_item("dim", m.dim)?;
+    d.set_item("dtype", "float32")?;
+    d.set_item("row_bytes", m.row_bytes)?;
+    d.set_item("block_bytes", m.block_bytes())?;
+    d.set_item("blocks", m.blocks())?;
+    d.set_item("file_bytes", m.file_bytes())?;
+    d.set_item("sums_crc32c", format!("{sums_crc:08x}"))?;
+    Ok(d)
+}
+
+/// A table's header (version, rows, dim, dtype, row and block bytes, size, the CRC-32C of its
+/// row checksums), validated with the file's size; the rows are not read.
+#[pyfunction]
+fn recsys_table_header<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyAny>> {
+    let h = py.allow_threads(|| table::Header::read(&path)).map_err(err)?;
+    Ok(header_dict(py, &h.meta, h.version, h.sums_crc)?.into_any())
+}
+
+/// Checks every row of a table against its checksums; `progress(bytes_checked)` now and then.
+/// Raises RecsysError naming the first damaged block and the count.
+#[pyfunction]
+#[pyo3(signature = (path, progress=None))]
+fn recsys_verify_table(py: Python<'_>, path: PathBuf, progress: Option<PyObject>) -> PyResult<()> {
+    py.allow_threads(|| {
+        let t = table::Table::open(&path)?;
+        t.verify(|done| {
+            if let Some(cb) = &progress {
+                Python::with_gil(|py| {
+                    let _ = cb.call1(py, (done,));
+                });
+            }
+        })
+    })
+    .map_err(err)
+}
+
+/// The header (as `recsys_table_header`) and the extents of a table file, opened as
+/// `RM_open_table` does (the row checksum area is read and checked; the rows are not).
 #[pyfunction]
 fn recsys_table_info<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyAny>> {
     let t = py.allow_threads(|| table::Table::open(&path)).map_err(err)?;
     let x = recsys::extents::Extents::of(&t.file, t.meta.file_bytes());
-    let d = PyDict::new(py);
-    d.set_item("rows", t.meta.rows)?;
-    d.set_item("dim", t.meta.dim)?;
-    d.set_item("row_bytes", t.meta.row_bytes)?;
-    d.set_item("file_bytes", t.meta.file_bytes())?;
+    let d = header_dict(py, &t.meta, table::VERSION, t.sums_crc)?;
     d.set_item("extents", x.extents.len())?;
     d.set_item("extents_source", x.source)?;
     d.set_item("first_physical", x.extents.first().map(|e| e.physical))?;
@@ -360,6 +402,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(recsys_create_table, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_write_table, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_table_info, m)?)?;
+    m.add_function(wrap_pyfunction!(recsys_table_header, m)?)?;
+    m.add_function(wrap_pyfunction!(recsys_verify_table, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_read_rows, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_random_reads, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_flash_model, m)?)?;

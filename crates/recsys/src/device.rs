@@ -73,6 +73,14 @@ pub fn fresh_of(misses: &[(usize, u64, usize)]) -> Vec<(usize, u64)> {
     fresh
 }
 
+/// Checks the checksum block of every row a unit was read for (the block lies inside the unit:
+/// units are whole sectors or pages holding the row, blocks a sector or a row).
+fn check_unit(tables: &[Table], plan: &ReadPlan, u: usize, bytes: &[u8]) -> Result<()> {
+    let unit = plan.units[u];
+    let uses = &plan.uses[plan.first_use[u] as usize..plan.first_use[u + 1] as usize];
+    tables[unit.table as usize].check_rows_in(unit.offset, bytes, uses.iter().map(|x| x.at))
+}
+
 impl Device {
     pub fn open(paths: &[PathBuf], dim: usize, mode: Mode, queue_depth: usize) -> Result<Device> {
         let mut tables = Vec::with_capacity(paths.len());
@@ -127,12 +135,20 @@ impl Device {
                 let t0 = Instant::now();
                 let mut sum_s = 0.0;
                 let reader = self.direct.as_mut().expect("opened in disk mode");
+                let tables = &self.tables;
+                let mut damaged = None;
                 reader.read_plan(plan, |u, bytes| {
                     let t1 = Instant::now();
+                    if damaged.is_none() {
+                        damaged = check_unit(tables, plan, u, bytes).err();
+                    }
                     plan.scatter(u, bytes, d, pooled);
                     sum_s += elapsed(t1);
                     keep(u, bytes);
                 })?;
+                if let Some(e) = damaged {
+                    return Err(e);
+                }
                 let total = elapsed(t0);
                 st.emb_ssd += total - sum_s;
                 if on_host {
@@ -162,6 +178,7 @@ impl Device {
                     let t = &self.tables[u.table as usize];
                     t.file.read_exact_at(b, u.offset).map_err(|e| Error::io(&t.path, "pread", e))?;
                     let t1 = Instant::now();
+                    check_unit(&self.tables, plan, i, b)?;
                     plan.scatter(i, b, d, pooled);
                     sum_s += elapsed(t1);
                     keep(i, b);

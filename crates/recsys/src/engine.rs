@@ -320,7 +320,7 @@ impl Engine {
                     let pages = ((table_bytes as f64 * s.dram_share().unwrap_or(1.0)) as u64 / PAGE).max(1);
                     self.page_model = Some(LruCache::new(NonZeroUsize::new(pages as usize).expect("≥ 1")));
                     if let Some(t) = self.tables.first() {
-                        self.page_hit_s = page_hit_seconds(t, self.model.dim)?;
+                        self.page_hit_s = page_hit_seconds(t)?;
                     }
                 }
             }
@@ -607,18 +607,25 @@ impl Engine {
     ) -> Result<()> {
         let d = self.model.dim;
         let nt = bags.len();
-        let mut buf = vec![0u8; d * 4];
+        let max_block = self.metas.iter().map(|m| m.block_bytes() as usize).max().unwrap_or(0);
+        let mut buf = vec![0u8; max_block];
         let before = proc_read_bytes();
         let (mut read_s, mut sum_s) = (0.0, 0.0);
         for (t, b) in bags.iter().enumerate() {
             for (s, &row) in sls::bag_of_each(b.offsets).zip(b.indices) {
                 let meta = self.metas[t];
                 let at = meta.row_offset(row as u64);
+                // The pread takes the row's checksum block (the row, or the 512 B sector of
+                // rows holding it) and checks it: part of the operator's time.
+                let block = meta.block_of(row as u64);
+                let blk = &mut buf[..meta.block_bytes() as usize];
                 let t0 = Instant::now();
-                self.tables[t]
+                let table = &self.tables[t];
+                table
                     .file
-                    .read_exact_at(&mut buf, at)
-                    .map_err(|e| Error::io(&self.tables[t].path, "pread", e))?;
+                    .read_exact_at(blk, meta.block_offset(block))
+                    .map_err(|e| Error::io(&table.path, "pread", e))?;
+                table.check_block(block, blk, Some(row as u64))?;
                 read_s += elapsed(t0);
                 if let Some(pm) = self.page_model.as_mut() {
                     if pm.put((t as u32, at / PAGE), ()).is_none() {
@@ -629,7 +636,8 @@ impl Engine {
                 }
                 let t1 = Instant::now();
                 let slot = s * nt + t;
-                crate::table::add_row(&buf, &mut pooled[slot * d..slot * d + d]);
+                let within = (at - meta.block_offset(block)) as usize;
+                crate::table::add_row(&buf[within..within + d * 4], &mut pooled[slot * d..slot * d + d]);
                 sum_s += elapsed(t1);
             }
         }
@@ -717,21 +725,24 @@ fn advise_random(t: &Table) -> Result<()> {
         .map_err(|e| Error::io(&t.path, "posix_fadvise", e))
 }
 
-/// Median time of a `pread` of a row whose page is in the kernel's page cache: 64 rows spread
-/// over the table are read once (bringing their pages in), then timed on a second pass — random
-/// pages, as the lookups' hits are, not one hot row.
-fn page_hit_seconds(t: &Table, dim: usize) -> Result<f64> {
+/// Median time of a `pread` of a row whose page is in the kernel's page cache, with the check of
+/// its checksum block as ssd-s does it: 64 rows spread over the table are read once (bringing
+/// their pages in), then timed on a second pass — random pages, as the lookups' hits are, not
+/// one hot row.
+fn page_hit_seconds(t: &Table) -> Result<f64> {
     if t.meta.rows == 0 {
         return Ok(0.0);
     }
-    let mut buf = vec![0u8; dim * 4];
+    let mut buf = vec![0u8; t.meta.block_bytes() as usize];
     let step = (t.meta.rows / 64).max(1);
     let rows: Vec<u64> = (0..64u64).map(|i| (i * step + i * 7919) % t.meta.rows).collect();
     let mut times = Vec::with_capacity(rows.len());
     for pass in 0..2 {
         for &r in &rows {
             let t0 = Instant::now();
-            t.file.read_exact_at(&mut buf, t.meta.row_offset(r)).map_err(|e| Error::io(&t.path, "pread", e))?;
+            let block = t.meta.block_of(r);
+            t.file.read_exact_at(&mut buf, t.meta.block_offset(block)).map_err(|e| Error::io(&t.path, "pread", e))?;
+            t.check_block(block, &buf, Some(r))?;
             if pass == 1 {
                 times.push(elapsed(t0));
             }

@@ -228,6 +228,15 @@ def compare(runs: dict[str, dict[str, Any]], base: str = "ssd-s") -> dict[str, d
     return out
 
 
+class BenchFailed(RuntimeError):
+    """A strategy failed part-way: `result` holds the strategies measured before it and the
+    failure (`complete: false`, `failure: {strategy, error}`)."""
+
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 def run(
     model_dir: E.ModelDir,
     trace: T.Trace,
@@ -237,8 +246,11 @@ def run(
     *,
     progress: Callable[[str], None] | None = None,
     on_batch: Callable[[], None] | None = None,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Every strategy in `strategies` over the same trace, one after the other, in one process."""
+    """Every strategy in `strategies` over the same trace, one after the other, in one process.
+    `on_result(result so far)` is called after each strategy (and on a failure) so that a long
+    bench keeps what it measured; a strategy that fails raises `BenchFailed` carrying that."""
     for s in strategies:
         if s not in E.STRATEGIES:
             raise ValueError(f"unknown strategy {s!r}; one of {', '.join(E.STRATEGIES)}")
@@ -247,11 +259,32 @@ def run(
     for s in strategies:
         if progress:
             progress(s)
-        summary, preds = run_strategy(model_dir, trace, s, mode, opts, on_batch)
+        try:
+            summary, preds = run_strategy(model_dir, trace, s, mode, opts, on_batch)
+        except (E.RecsysError, ValueError, OSError) as e:
+            res = _result(model_dir, trace, strategies, mode, opts, runs, {"strategy": s, "error": str(e)})
+            if on_result:
+                on_result(res)
+            raise BenchFailed(f"{s}: {e}", res) from e
         if reference is None:
             reference = preds
         summary["max_abs_diff_vs_first"] = float(np.max(np.abs(preds - reference))) if preds.size else 0.0
         runs[s] = summary
+        if on_result:
+            on_result(_result(model_dir, trace, strategies, mode, opts, runs))
+    return _result(model_dir, trace, strategies, mode, opts, runs)
+
+
+def _result(
+    model_dir: E.ModelDir,
+    trace: T.Trace,
+    strategies: Sequence[str],
+    mode: str,
+    opts: RunOptions,
+    runs: dict[str, dict[str, Any]],
+    failure: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The bench's JSON for the strategies measured so far (`complete` once all are)."""
     spec = model_dir.spec
     return _header("offload.recsys.bench", model_dir) | {
         "model_dir": str(model_dir.path),
@@ -263,7 +296,9 @@ def run(
         "warmup_batches": opts.warmup,
         "options": asdict(opts),
         "reference_strategy": strategies[0] if strategies else None,
-        "strategies": runs,
+        "complete": failure is None and len(runs) == len(strategies),
+        "failure": failure,
+        "strategies": dict(runs),
         "vs_ssd_s": compare(runs),
         "paper": {"table_iv": PAPER_TABLE_IV.get(spec.name), "speedups": PAPER_SPEEDUPS},
     }

@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from offload.clitools import fail, size_bytes
+from offload.clitools import err, fail, size_bytes
+from offload.files import WriteError, atomic_write, write_text
 from offload.recsys import engine as E
 from offload.recsys import traces as T
 from offload.recsys.models import SPECS
@@ -50,6 +51,22 @@ def _size(text: str) -> int:
         raise fail(str(e)) from None
 
 
+def _bar(what: str, unit: str = "") -> Progress:
+    """A progress bar on stderr (stdout stays the result, e.g. --json)."""
+    return Progress(
+        TextColumn(what),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%" + unit),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    )
+
+
+def _write_error(e: Exception) -> typer.Exit:
+    return fail(str(e) if isinstance(e, WriteError) else f"{type(e).__name__}: {e}")
+
+
 @app.command()
 def create(
     out: Annotated[Path, typer.Option("--out", "-o", help="Model directory to write.")],
@@ -61,21 +78,47 @@ def create(
         int | None, typer.Option(help="Rows per table instead of --size. \\[default: from --size]")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the weights and table values.")] = 0,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace an existing model at --out (once the new one is complete)."),
+    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Write a random model (DLRM's initialisation) and its table files (RM_create_table)."""
+    """Write a random model (DLRM's initialisation) and its table files (RM_create_table). The
+    directory appears whole or not at all; an existing one is kept unless --force."""
     spec = _spec(model)
-    per = [rows] * spec.tables if rows else E.rows_for_bytes(spec, _size(size))
+    if rows is not None and rows < 1:
+        raise fail(f"--rows {rows}: every table needs at least one row")
+    try:
+        per = [rows] * spec.tables if rows else E.rows_for_bytes(spec, _size(size))
+    except ValueError as e:
+        raise fail(f"--size {size}: {e}") from None
     total = sum(per)
-    with Progress(
-        TextColumn("writing tables"),
-        BarColumn(),
-        TextColumn("{task.percentage:>3.0f}%"),
-        TimeRemainingColumn(),
-    ) as bar:
-        task = bar.add_task("tables", total=total)
-        t0 = time.perf_counter()
-        d = E.create(out, spec, per, seed=seed, progress=lambda k: bar.update(task, completed=k))
+    t0 = time.perf_counter()
+    try:
+        with _bar("writing tables") as bar:
+            task = bar.add_task("tables", total=total)
+            d = E.create(
+                out, spec, per, seed=seed, progress=lambda k: bar.update(task, completed=k), overwrite=force
+            )
+    except FileExistsError as e:
+        raise fail(str(e.strerror or e)) from None
+    except (OSError, E.RecsysError, ValueError) as e:
+        raise _write_error(e) from None
     secs = time.perf_counter() - t0
+    res = {
+        "out": str(out),
+        "model": spec.name,
+        "tables": spec.tables,
+        "rows_per_table": per,
+        "dim": spec.dim,
+        "table_bytes": d.table_bytes,
+        "seed": seed,
+        "seconds": secs,
+    }
+    if as_json:
+        print(json.dumps(res, indent=2))
+        return
     console.print(
         f"{spec.name}: {spec.tables} tables × {per[0]:,} rows × dim {spec.dim} = "
         f"{d.table_bytes / 2**30:.2f} GiB in {secs:.1f} s → {out}"
@@ -100,22 +143,33 @@ def synth(
         int | None, typer.Option(help="Lookups per table per sample. \\[default: the model's]")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    as_json: JsonOpt = False,
 ) -> None:
     """Generate a seeded trace of dense features and EmbeddingBag inputs for a model directory."""
     d = _open(model_dir)
-    cfg = T.TraceConfig(
-        rows=d.rows,
-        batch_size=batch_size,
-        lookups=lookups if lookups is not None else d.spec.lookups,
-        dense_width=d.spec.dense_width,
-        seed=seed,
-        kind=kind,  # type: ignore[arg-type]
-        recssd_k=k,
-        zipf_alpha=alpha,
-    )
-    trace = T.generate_trace(cfg, batches)
-    T.save_trace(out, trace)
+    try:
+        cfg = T.TraceConfig(
+            rows=d.rows,
+            batch_size=batch_size,
+            lookups=lookups if lookups is not None else d.spec.lookups,
+            dense_width=d.spec.dense_width,
+            seed=seed,
+            kind=kind,  # type: ignore[arg-type]
+            recssd_k=k,
+            zipf_alpha=alpha,
+        )
+        with err.status(f"synthesising {batches} batches × {batch_size} samples ({kind})"):
+            trace = T.generate_trace(cfg, batches)
+            T.save_trace(out, trace)
+    except WriteError as e:
+        raise fail(str(e)) from None
+    except (ValueError, OSError) as e:
+        raise fail(f"{type(e).__name__}: {e}" if isinstance(e, OSError) else str(e)) from None
     stats = T.locality_stats(T.table_streams(trace.batches)[0])
+    res = {"out": str(out), "batches": batches, "batch_size": batch_size, "kind": kind, "table0": stats}
+    if as_json:
+        print(json.dumps(res, indent=2, default=float))
+        return
     console.print(
         f"{batches} batches × {batch_size} samples ({kind}) → {out}; table 0: "
         f"{stats['unique_share']:.1%} unique, top-10k share {stats['top_share']:.1%}"
@@ -125,8 +179,40 @@ def synth(
 def _open(model_dir: Path) -> E.ModelDir:
     try:
         return E.ModelDir.open(model_dir)
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:  # RecsysError is a ValueError
         raise fail(str(e)) from None
+
+
+# The predictions file of `infer --out`, by suffix.
+PREDICTION_FORMATS = {".npy": "numpy array", ".csv": "one per line", ".json": "a JSON list"}
+
+
+def _save_predictions(out: Path, p: np.ndarray) -> None:
+    """Writes exactly `out` (temp + fsync + rename), in the format its suffix names."""
+    suffix = out.suffix.lower()
+    with atomic_write(out, "wb") as f:
+        if suffix == ".npy":
+            np.save(f, p)
+        elif suffix == ".csv":
+            np.savetxt(f, p, fmt="%.9g")
+        else:
+            f.write(json.dumps([float(x) for x in p]).encode())
+
+
+# One default for both commands: the seed's Table II model (reproducible anywhere).
+MODE_DEFAULT = "flash"
+DEVICE_DEFAULT = "process"
+ModeOpt = Annotated[
+    str,
+    typer.Option(help="flash: the seed's Table II model of the media; disk: this machine's disk, measured."),
+]
+DeviceOpt = Annotated[
+    str,
+    typer.Option(
+        help="Where the in-storage device runs: process (its own process, pinned to the last CPU, "
+        "behind a shared-memory channel) or in-process."
+    ),
+]
 
 
 @app.command()
@@ -136,41 +222,51 @@ def infer(
     strategy: Annotated[
         str, typer.Option("--strategy", "-s", help=f"One of: {', '.join(E.STRATEGIES)}.")
     ] = "dram",
-    mode: Annotated[
-        str, typer.Option(help="disk: this machine's disk, measured; flash: the seed's Table II model.")
-    ] = "disk",
-    out: Annotated[Path | None, typer.Option(help="Write predictions (.npy). \\[default: none]")] = None,
+    mode: ModeOpt = MODE_DEFAULT,
+    device: DeviceOpt = DEVICE_DEFAULT,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the predictions to exactly this file: .npy, .csv or .json. \\[default: none]"
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run every batch of a trace through one strategy; print the stage breakdown and I/O."""
+    if out is not None and out.suffix.lower() not in PREDICTION_FORMATS:
+        raise fail(f"--out {out}: unknown suffix {out.suffix!r}; use one of {', '.join(PREDICTION_FORMATS)}")
     d = _open(model_dir)
+    preds, stages, io = [], {}, {}
     try:
         tr = T.load_trace(trace, rows=d.rows)
-        eng = E.Engine(d, strategy, mode)
-    except (ValueError, E.RecsysError) as e:
+        with E.Engine(d, strategy, mode, device=device) as eng, _bar(f"{strategy} ({mode})") as bar:
+            task = bar.add_task("batches", total=len(tr))
+            for b in tr:
+                p, info = eng.infer(b.dense, b.offsets, b.indices)
+                bar.advance(task)
+                preds.append(p)
+                for key, v in info["stages"].items():
+                    stages[key] = stages.get(key, 0.0) + v
+                for key, v in info["io"].items():
+                    io[key] = io.get(key, 0) + v
+    except (OSError, ValueError) as e:  # RecsysError is a ValueError
         raise fail(str(e)) from None
-    preds, stages, io = [], {}, {}
-    for b in tr:
-        try:
-            p, info = eng.infer(b.dense, b.offsets, b.indices)
-        except E.RecsysError as e:
-            raise fail(str(e)) from None
-        preds.append(p)
-        for key, v in info["stages"].items():
-            stages[key] = stages.get(key, 0.0) + v
-        for key, v in info["io"].items():
-            io[key] = io.get(key, 0) + v
     allp = np.concatenate(preds) if preds else np.zeros(0, np.float32)
     if out:
-        np.save(out, allp)
+        try:
+            _save_predictions(out, allp)
+        except OSError as e:
+            raise _write_error(e) from None
     summary = {
         "strategy": strategy,
         "mode": mode,
+        "device": device,
         "samples": int(allp.size),
         "mean_prediction": float(allp.mean()) if allp.size else None,
         "stages_s": stages,
         "io": io,
         "read_amplification": io.get("media_bytes", 0) / max(1, io.get("useful_bytes", 0)),
+        "out": str(out) if out else None,
     }
     if as_json:
         print(json.dumps(summary, indent=2))
@@ -217,9 +313,7 @@ def bench(
     strategies: Annotated[
         str, typer.Option("--strategies", "-s", help="Comma list, first = the reference for the answers.")
     ] = ",".join(E.STRATEGIES),
-    mode: Annotated[
-        str, typer.Option(help="disk: this machine's disk, measured; flash: the seed's Table II model.")
-    ] = "flash",
+    mode: ModeOpt = MODE_DEFAULT,
     batches: Annotated[int, typer.Option(help="Batches of the trace made here (without --trace).")] = 8,
     batch_size: Annotated[int, typer.Option(help="Samples per batch (without --trace).")] = 16,
     warmup: Annotated[int, typer.Option(help="First batches of each strategy run but not recorded.")] = 1,
@@ -232,17 +326,12 @@ def bench(
             "host_iops_4k, clock_mhz, link_bytes_per_s, doorbell_us. \\[default: Table II]"
         ),
     ] = None,
-    device: Annotated[
-        str,
-        typer.Option(
-            help="Where the in-storage device runs: process (its own process, pinned to the last CPU, "
-            "behind a shared-memory channel) or in-process."
-        ),
-    ] = "process",
+    device: DeviceOpt = DEVICE_DEFAULT,
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Write the results as JSON here. \\[default: none]",
+            help="Write the results as JSON here, after each strategy (a failure keeps what was measured "
+            "and records the failure). \\[default: none]",
         ),
     ] = None,
     plots: Annotated[
@@ -269,6 +358,8 @@ def bench(
             TextColumn("{task.description:<14}"),
             BarColumn(),
             TextColumn("{task.completed}/{task.total} batches"),
+            console=err,
+            transient=True,
         ) as bar:
             task = bar.add_task("", total=len(tr) * len(names))
             opts = B.RunOptions(warmup, _flash_params(flash), queue_depth, host_cache, device)
@@ -280,18 +371,30 @@ def bench(
                 opts,
                 progress=lambda s: bar.update(task, description=s),
                 on_batch=lambda: bar.advance(task),
+                on_result=(lambda r: _save_json(out, r)) if out else None,
             )
-    except (ValueError, E.RecsysError) as e:
+    except B.BenchFailed as e:
+        done = len(e.result["strategies"])
+        kept = (
+            f"; the {done} strateg{'y' if done == 1 else 'ies'} measured before are in {out}" if out else ""
+        )
+        raise fail(f"{e}{kept}") from None
+    except WriteError as e:
         raise fail(str(e)) from None
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res, indent=2))
+    except (ValueError, OSError) as e:  # RecsysError is a ValueError
+        raise fail(str(e)) from None
     if plots:
         res["plots"] = [str(p) for p in P.per_bench(res, plots)]
     if as_json:
         print(json.dumps(res, indent=2))
         return
     print_bench(res)
+
+
+def _save_json(out: Path, res: dict[str, Any]) -> None:
+    """The results so far, whole (temp + fsync + rename)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text(out, json.dumps(res, indent=2))
 
 
 def _compact(x: float) -> str:
@@ -335,19 +438,57 @@ def print_bench(res: dict[str, Any]) -> None:
 
 
 @app.command()
-def info(model_dir: ModelDirOpt, as_json: JsonOpt = False) -> None:
-    """What a model directory holds: spec, tables, extents (as RM_open_table sees them)."""
+def info(
+    model_dir: ModelDirOpt,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify/--no-verify",
+            help="Check every row against its checksum (reads all the tables); --no-verify checks the "
+            "manifest, headers and checksum areas only.",
+        ),
+    ] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """What a model directory holds: spec, tables, extents (as RM_open_table sees them), and
+    whether every row matches its checksum."""
     from offload import _native
 
     d = _open(model_dir)
-    tables = [_native.recsys_table_info(str(p)) for p in d.table_paths]
-    res = {"spec": d.spec.name, "rows": d.rows, "table_bytes": d.table_bytes, "tables": tables}
+    try:
+        tables = [_native.recsys_table_info(str(p)) for p in d.table_paths]
+        t0 = time.perf_counter()
+        if verify:
+            total = sum(t["file_bytes"] for t in tables)
+            with _bar("checking rows") as bar:
+                task = bar.add_task("rows", total=total)
+                base = 0
+                for p, t in zip(d.table_paths, tables, strict=True):
+                    _native.recsys_verify_table(
+                        str(p), lambda k, base=base: bar.update(task, completed=base + k)
+                    )
+                    base += t["file_bytes"]
+    except (OSError, ValueError) as e:  # RecsysError is a ValueError
+        raise fail(str(e)) from None
+    res = {
+        "spec": d.spec.name,
+        "rows": d.rows,
+        "table_bytes": d.table_bytes,
+        "rows_checked": verify,
+        "check_seconds": time.perf_counter() - t0 if verify else None,
+        "tables": tables,
+    }
     if as_json:
         print(json.dumps(res, indent=2))
         return
+    checked = (
+        f"every row matches its checksum ({res['check_seconds']:.2f} s)"
+        if verify
+        else "rows not checked (--no-verify)"
+    )
     console.print(
         f"{d.spec.name}: {len(tables)} tables, {d.table_bytes / 2**20:.1f} MiB; extents: "
-        f"{sum(t['extents'] for t in tables)} ({tables[0]['extents_source'] if tables else '-'})"
+        f"{sum(t['extents'] for t in tables)} ({tables[0]['extents_source'] if tables else '-'}); {checked}"
     )
 
 

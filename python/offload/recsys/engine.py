@@ -5,12 +5,16 @@ Layout of a model directory::
 
     DIR/model.safetensors     MLP weights with DLRM's tensor names, the spec in the metadata
     DIR/tables/t000.emb ...   one table file per embedding table (crates/recsys/src/table.rs)
-    DIR/manifest.json         spec name, rows per table, seed, bytes
+    DIR/manifest.json         spec name, rows per table, seed, bytes, and what each table's header
+                              says (compared with the headers on open)
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from offload import _native
+from offload.files import WriteError, atomic_dir, describe, write_text
 from offload.recsys.models import Model, ModelSpec
 
 STRATEGIES: tuple[str, ...] = tuple(_native.RECSYS_STRATEGIES)
@@ -60,23 +65,86 @@ class ModelDir:
 
     @staticmethod
     def open(path: Path | str) -> ModelDir:
+        """Opens a model directory and checks that its parts belong together: the manifest, the
+        model's spec, and every table's header (version, rows, dim, dtype, the fingerprint of its
+        row checksums) against the manifest. Every disagreement is a ValueError naming the file."""
         path = Path(path)
         man = path / "manifest.json"
         if not man.exists():
             raise FileNotFoundError(f"{man}: no manifest: make one with `offload recsys create --out {path}`")
-        m = json.loads(man.read_text())
+        m = read_manifest(man)
         model = Model.load(path / "model.safetensors")
-        d = ModelDir(path, model.spec, [int(r) for r in m["rows"]], int(m["seed"]))
-        for p in d.table_paths:
-            if not p.exists():
-                raise FileNotFoundError(f"{p}: table file missing")
+        if m["spec"] != model.spec.name or len(m["tables"]) != model.spec.tables:
+            raise ValueError(
+                f"{man}: describes {m['spec']!r} with {len(m['tables'])} tables, but "
+                f"{path / 'model.safetensors'} is {model.spec.name!r} with {model.spec.tables}"
+            )
+        d = ModelDir(path, model.spec, [int(t["rows"]) for t in m["tables"]], int(m["seed"]))
+        for want, p in zip(m["tables"], d.table_paths, strict=True):
+            check_table(p, want | {"dim": model.spec.dim})
         return d
 
 
+MANIFEST_VERSION = 2
+# What the manifest records of each table and compares with its header on open.
+TABLE_KEYS = ("version", "rows", "dim", "dtype", "row_bytes", "sums_crc32c")
+
+
+def read_manifest(man: Path) -> dict[str, Any]:
+    """The manifest, or a ValueError saying which file and what is wrong with it."""
+    redo = f"recreate the model: offload recsys create --out {man.parent} --force"
+    try:
+        m = json.loads(man.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{man}: cannot read the manifest: {e}") from None
+    except json.JSONDecodeError as e:
+        what = "empty" if not man.stat().st_size else f"not valid JSON ({e})"
+        raise ValueError(f"{man}: the manifest is {what}; {redo}") from None
+    if not isinstance(m, dict):
+        raise ValueError(f"{man}: the manifest is not a JSON object; {redo}")
+    if m.get("manifest_version") != MANIFEST_VERSION or not isinstance(m.get("tables"), list):
+        raise ValueError(f"{man}: a manifest of an older format (tables without row checksums); {redo}")
+    try:
+        str(m["spec"]), int(m["seed"])
+        for t in m["tables"]:
+            for k in TABLE_KEYS:
+                t[k]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{man}: the manifest lacks {e}; {redo}") from None
+    return m
+
+
+def check_table(path: Path, want: dict[str, Any]) -> dict[str, Any]:
+    """A table's header against what the manifest says of it; a ValueError naming the table and
+    every mismatch (a table of another model, a damaged or old file)."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: table file missing")
+    h = _native.recsys_table_header(str(path))
+    bad = [f"{k} {h[k]} (the manifest says {want[k]})" for k in TABLE_KEYS if k in want and h[k] != want[k]]
+    if bad:
+        raise ValueError(
+            f"{path}: does not belong to this model: its header has "
+            + ", ".join(bad)
+            + "; put back the model's own table or recreate the model"
+        )
+    return dict(h)
+
+
+def min_table_bytes(spec: ModelSpec) -> int:
+    """The smallest --size: one row in every table."""
+    return spec.tables * spec.dim * 4
+
+
 def rows_for_bytes(spec: ModelSpec, total_bytes: int) -> list[int]:
-    """Rows per table so that the tables hold about `total_bytes` in all (equal tables)."""
+    """Rows per table so that the tables hold about `total_bytes` in all (equal tables); a
+    ValueError, saying the minimum, where that is less than one row per table."""
     row = spec.dim * 4
-    per_table = max(1, total_bytes // (spec.tables * row))
+    if total_bytes < min_table_bytes(spec):
+        raise ValueError(
+            f"size {total_bytes} B is too small for {spec.name}: {spec.tables} tables of {row} B rows "
+            f"need at least {min_table_bytes(spec)} B (one row per table)"
+        )
+    per_table = total_bytes // (spec.tables * row)
     return [int(per_table)] * spec.tables
 
 
@@ -86,17 +154,49 @@ def create(
     rows: list[int],
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
+    *,
+    overwrite: bool = True,
 ) -> ModelDir:
-    """Writes a random model (DLRM's init) and its tables (`RM_create_table`) into `out`.
-    `progress(rows_written_total)` is called as the tables fill."""
+    """Writes a random model (DLRM's init) and its tables (`RM_create_table`) into `out`, whole or
+    not at all: everything is written under a temporary sibling directory (every file fsynced)
+    and renamed into place when complete (`offload.files.atomic_dir`). `overwrite=False` refuses
+    an existing non-empty `out` (FileExistsError; the CLI's default without --force); with it, an
+    old model is replaced only once the new one is complete. `progress(rows_written_total)` is
+    called as the tables fill. A failed write is a WriteError naming the file."""
     out = Path(out)
-    (out / "tables").mkdir(parents=True, exist_ok=True)
     if len(rows) != spec.tables:
         raise ValueError(f"{len(rows)} row counts for {spec.tables} tables")
+    if any(int(n) < 1 for n in rows):
+        raise ValueError(f"every table needs at least one row, got {list(rows)}")
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        try:
+            _write_model(tmp, spec, rows, seed, progress)
+        except (RecsysError, OSError) as e:  # name the file where it would be, not the temporary
+            raise _located(e, tmp, out) from None
+    return ModelDir(out, spec, list(rows), seed)
+
+
+def _located(e: Exception, tmp: Path, out: Path) -> WriteError:
+    msg = str(e).replace(str(tmp), str(out))
+    if isinstance(e, WriteError):
+        return WriteError(e.errno, msg)
+    if isinstance(e, OSError):
+        return WriteError(e.errno, describe(str(e.filename or out).replace(str(tmp), str(out)), e))
+    # A table writer's error (Rust): "PATH: OP: MESSAGE (os error N)".
+    found = re.search(r"\(os error (\d+)\)", msg)
+    code = int(found.group(1)) if found else errno.EIO
+    return WriteError(code, describe(msg.split(": ", 1)[0], OSError(code, os.strerror(code))))
+
+
+def _write_model(
+    out: Path, spec: ModelSpec, rows: list[int], seed: int, progress: Callable[[int], None] | None
+) -> None:
+    (out / "tables").mkdir(parents=True, exist_ok=True)
     model = Model.random(spec, rows=[1] * spec.tables, seed=seed, with_tables=False)
     model.save(out / "model.safetensors")
     done = 0
     d = ModelDir(out, spec, list(rows), seed)
+    tables = []
     for t, (n, p) in enumerate(zip(rows, d.table_paths, strict=True)):
         base = done
 
@@ -105,13 +205,18 @@ def create(
                 progress(base + k)
 
         _native.recsys_create_table(str(p), int(n), spec.dim, seed * 1_000_003 + t, tick)
+        h = _native.recsys_table_header(str(p))
+        tables.append({"file": f"tables/{p.name}"} | {k: h[k] for k in TABLE_KEYS})
         done += n
-    (out / "manifest.json").write_text(
-        json.dumps(
-            {"spec": spec.name, "rows": list(rows), "seed": seed, "table_bytes": d.table_bytes}, indent=2
-        )
-    )
-    return d
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "spec": spec.name,
+        "rows": list(rows),
+        "seed": seed,
+        "table_bytes": d.table_bytes,
+        "tables": tables,
+    }
+    write_text(out / "manifest.json", json.dumps(manifest, indent=2))
 
 
 def kernel_shape(spec: ModelSpec) -> Any:

@@ -64,7 +64,6 @@ from __future__ import annotations
 import json
 import math
 import operator
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -588,7 +587,7 @@ class Model:
             raise ValueError(f"names must be 'dlrm' or 'torchrec', got {names!r}")
         if names == "torchrec" and len(self.spec.top) < 2:
             raise ModelError(f"{self.spec.name}: TorchRec's OverArch needs at least two top layers")
-        from safetensors.numpy import save_file
+        from safetensors.numpy import save
 
         tnames = list(table_names) if table_names is not None else default_table_names(self.spec.tables)
         mapping = tensor_names(self.spec, names, tnames)
@@ -597,10 +596,9 @@ class Model:
         meta = {META_SPEC: json.dumps(self.spec.to_dict()), META_NAMES: names}
         if names == "torchrec":
             meta[META_TABLE_NAMES] = json.dumps(tnames)
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        save_file(data, str(tmp), metadata=meta)
-        os.replace(tmp, path)
+        from offload.files import write_bytes
+
+        write_bytes(Path(path), save(data, metadata=meta))  # temp + fsync + rename
 
     @staticmethod
     def load(

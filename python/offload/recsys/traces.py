@@ -744,7 +744,9 @@ def save_trace(path: str | Path, trace: Trace) -> Path:
         arrays[f"indices_{t}"] = np.concatenate(
             [bt.indices[t].astype(np.int64, copy=False) for bt in trace.batches]
         )
-    with path.open("wb") as fh:
+    from offload.files import atomic_write
+
+    with atomic_write(path, "wb") as fh:  # temp + fsync + rename: whole or not at all
         np.savez(fh, **arrays)  # type: ignore[arg-type]
     return path
 
@@ -753,6 +755,32 @@ def _int_array(arr: np.ndarray, name: str) -> np.ndarray:
     if not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"{name}: expected an integer array, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an .npz, or a ValueError naming the file and what is wrong with it (an
+    empty, truncated or foreign file; numpy's own errors do not say which file)."""
+    import zipfile
+
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such trace file")
+    if path.stat().st_size == 0:
+        raise ValueError(
+            f"{path}: the trace file is empty (0 bytes); make it again with `offload recsys synth`"
+        )
+    bad = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zipfile.LargeZipFile)
+    again = "make it again with `offload recsys synth`"
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except bad as e:
+        raise ValueError(f"{path}: not a readable trace (.npz): {e or type(e).__name__}; {again}") from None
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path}: one array (.npy), not a trace (.npz); {again}")
+    try:
+        with npz:
+            return {k: npz[k] for k in npz.files}
+    except bad as e:
+        raise ValueError(f"{path}: a damaged trace (.npz): {e or type(e).__name__}; {again}") from None
 
 
 def load_trace(path: str | Path, rows: Sequence[int] | None = None) -> Trace:
@@ -768,8 +796,7 @@ def load_trace(path: str | Path, rows: Sequence[int] | None = None) -> Trace:
             start at 0, decrease or do not end at the number of indices, or an index outside
             ``[0, rows_t)`` — naming the table, the batch and the position of the first bad value.
     """
-    with np.load(Path(path), allow_pickle=False) as npz:
-        data = {k: npz[k] for k in npz.files}
+    data = _read_npz(Path(path))
     if "meta" not in data:
         raise ValueError(f"{path}: no 'meta' entry (not a trace file)")
     try:
