@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from offload import __version__
+from offload.clitools import fail
 from offload.clitools import floats as _floats
 from offload.clitools import ints as _ints
 from offload.dataservices.cli import app as node_app
@@ -200,7 +201,10 @@ def inject(
     from offload.serve import inject as inj
 
     rs = rules_api.load(ruletype, rules)
-    tr = inj.load_trace(Path(trace), rs.criterion_codes)
+    try:
+        tr = inj.load_trace(Path(trace), rs.criterion_codes)
+    except inj.TraceError as e:
+        raise fail(str(e)) from None
     if request_size > 0:
         tr = tr.fixed_size(request_size)
     if encoded:
@@ -287,7 +291,10 @@ def sweep(
             Console(stderr=True).print(f"error: {e}", highlight=False)
             raise typer.Exit(2) from None
     rs = rules_api.load(ruletype, rules)
-    tr = inj.load_trace(Path(trace), rs.criterion_codes)
+    try:
+        tr = inj.load_trace(Path(trace), rs.criterion_codes)
+    except inj.TraceError as e:
+        raise fail(str(e)) from None
     if request_size > 0:
         tr = tr.fixed_size(request_size)
     p = p_old if p_old is not None else processes

@@ -316,3 +316,22 @@ def test_help_lists_every_matcher_and_the_one_vocabulary() -> None:
         h = " ".join(runner.invoke(app, [*cmd, "--help"], terminal_width=200).output.split())
         if "batch-timeout-us" in h:
             assert "default: 200" in h or "200]" in h, h
+
+
+def test_a_truncated_trace_is_refused_with_its_line(data: dict[str, object], tmp_path: Path) -> None:
+    """A queries.csv cut mid-row (a full disk in an older version, a copy cut short) is named
+    with its line before anything is sent, never replayed wrong or an IndexError."""
+    d = data["dir"]
+    assert isinstance(d, Path)
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    text = (d / "queries.csv").read_text()
+    (trace / "queries.csv").write_text(text[: len(text) // 2])
+    shutil.copy(d / "requests.csv", trace / "requests.csv")
+    ep = f"ipc://{sock_dir()}/none.sock"
+    r = subprocess.run(
+        [*OFFLOAD, "inject", "-e", ep, *flags(data), "--trace", str(trace)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("error: ") and "queries.csv:" in r.stderr and "Traceback" not in r.stderr

@@ -59,19 +59,52 @@ class Trace:
         return Trace(self.columns, self.requests, codes, self.criteria)
 
 
+class TraceError(ValueError):
+    """A trace file that cannot be replayed; the message says which file, line and why."""
+
+
 def load_trace(trace_dir: Path, criteria: list[str]) -> Trace:
-    """Reads `queries.csv` + `requests.csv` as written by `offload rules synth`."""
-    with open(trace_dir / "queries.csv", newline="") as f:
+    """Reads `queries.csv` + `requests.csv` as written by `offload rules synth`; a damaged or
+    truncated file is a `TraceError` naming the file and line, never a wrong replay."""
+    qpath, rpath = trace_dir / "queries.csv", trace_dir / "requests.csv"
+    for path in (qpath, rpath):
+        if not path.is_file():
+            raise TraceError(f"{path}: no such file (a trace directory holds queries.csv and requests.csv)")
+    with open(qpath, newline="") as f:
         r = csv.reader(f)
-        header = next(r)
+        header = next(r, None)
+        missing = [c for c in criteria if header is None or c not in header]
+        if header is None or missing:
+            raise TraceError(f"{qpath}:1: the header lacks the rule type's criteria {', '.join(missing)}")
         idx = [header.index(c) for c in criteria]
         cols: list[list[str]] = [[] for _ in criteria]
         for row in r:
+            if len(row) != len(header):
+                raise TraceError(f"{qpath}:{r.line_num}: {len(row)} fields, the header has {len(header)}")
             for k, i in enumerate(idx):
                 cols[k].append(row[i])
-    with open(trace_dir / "requests.csv", newline="") as f:
-        reqs = [(int(x["FIRST_QUERY"]), int(x["N_QUERIES"]), int(x["WANTED"])) for x in csv.DictReader(f)]
-    return Trace(cols, reqs, criteria=list(criteria))
+    n_queries = len(cols[0]) if cols else 0
+    return Trace(cols, _load_requests(rpath, n_queries), criteria=list(criteria))
+
+
+def _load_requests(path: Path, n_queries: int) -> list[tuple[int, int, int]]:
+    reqs = []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        for row in reader:
+            try:
+                first, n, wanted = (int(row[k]) for k in ("FIRST_QUERY", "N_QUERIES", "WANTED"))
+            except (KeyError, TypeError, ValueError):
+                raise TraceError(
+                    f"{path}:{reader.line_num}: expected integers FIRST_QUERY, N_QUERIES, WANTED"
+                ) from None
+            if first < 0 or n < 0 or first + n > n_queries:
+                raise TraceError(
+                    f"{path}:{reader.line_num}: queries {first}..{first + n} lie outside queries.csv's "
+                    f"{n_queries} (a truncated trace?)"
+                )
+            reqs.append((first, n, wanted))
+    return reqs
 
 
 # Statuses that make `offload inject` fail (exit 1): the request was not served. Busy and
