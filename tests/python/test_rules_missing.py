@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from offload import rules
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "data" / "examples" / "mct-mini"
 CODES = ("A", "N", "D")
 RULETYPE = """code = "MISSING"
 description = "missing-value tests"
@@ -203,3 +204,15 @@ def test_explain_refuses_missing_values(engine: rules.CompiledRules) -> None:
     for values in ({"A": None, "N": "1", "D": "2026-01-01"}, ["x", float("nan"), "2026-01-01"]):
         with pytest.raises(ValueError, match=r"criterion (A|N): missing value"):
             engine.explain(values)  # type: ignore[arg-type]
+
+
+def test_whole_floats_are_integers_in_every_container() -> None:
+    """150.0 from a float column (pandas makes an int column float) is the integer 150, not the
+    text "150.0" (an error on a range criterion, silently no match on an equality one)."""
+    rs = rules.load(EXAMPLE / "ruletype.toml", EXAMPLE / "rules.csv")
+    eng = rules.compile(rs)
+    q = {"CTN_TYPE": "II", "APT": "ZRH", "IN_CRR": "LX", "OUT_CRR": "LX", "VALIDITY": "15MAR2026"}
+    want = eng.match([[q[c]] if c in q else [1234] for c in rs.criterion_codes]).rule
+    for flt in ([1234.0], np.array([1234.0]), pd.Series([1234.0]), np.array([1234.0], dtype=np.float32)):
+        cols = [[q[c]] if c in q else flt for c in rs.criterion_codes]
+        assert list(eng.match(cols).rule) == list(want)

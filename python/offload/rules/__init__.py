@@ -236,6 +236,19 @@ def _packed(arr: Any, name: str) -> tuple[str, np.ndarray, np.ndarray]:
     return ("packed", data, offsets)
 
 
+def _whole(values: np.ndarray) -> bool:
+    """True if every float is a whole number that fits an int64."""
+    finite = np.isfinite(values).all()
+    return bool(finite and (np.abs(values) < 2.0**63).all() and (values == np.floor(values)).all())
+
+
+def _text(v: Any) -> str:
+    """A query value as the text the encoder parses; a whole float is written as an integer."""
+    if isinstance(v, (float, np.floating)) and v == v and abs(v) < 2.0**63 and float(v).is_integer():
+        return str(int(v))
+    return str(v)
+
+
 def _to_column(values: Any, name: str) -> Column:
     """Turn one query column into what the native encoder takes: an int64 array (integers,
     or day numbers for dates), Arrow-style packed strings, or a list of str. A missing value
@@ -267,6 +280,8 @@ def _to_column(values: Any, name: str) -> Column:
             nan = np.isnan(values)
             if nan.any():
                 raise missing_value(name, int(np.argmax(nan)), "nan", int(nan.sum()))
+            if _whole(values):  # 150.0 is the number 150 (pandas makes ints float), not "150.0"
+                return np.ascontiguousarray(values.astype(np.int64))
         if values.dtype.kind in "OU":
             import pyarrow as pa
 
@@ -278,7 +293,7 @@ def _to_column(values: Any, name: str) -> Column:
                 if not packed.null_count:
                     return _packed(packed, name)
         values = values.tolist()
-    out = [v if isinstance(v, str) else str(v) for v in values]
+    out = [v if isinstance(v, str) else _text(v) for v in values]
     if not _MISSING_TEXTS.isdisjoint(out):  # a C loop; the slow check only where one may hide
         _check_list(values, name)
     return out
