@@ -230,3 +230,17 @@ def test_a_full_disk_leaves_nothing_and_names_the_file(small_tmpfs: Path, model:
         "no space",
     )
     assert sorted(p.name for p in small_tmpfs.iterdir()) == ["filler"]
+
+
+def test_infer_shows_progress_on_stderr_and_keeps_stdout_for_json(model: Path) -> None:
+    env = os.environ | {"TTY_COMPATIBLE": "1", "FORCE_COLOR": "1", "COLUMNS": "100"}
+    r = subprocess.run(
+        [OFFLOAD, "recsys", "infer", "-m", str(model), "-t", str(model / "trace.npz"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["samples"] == 8
+    assert "dram (flash)" in r.stderr and "%" in r.stderr

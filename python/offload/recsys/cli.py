@@ -238,7 +238,8 @@ def infer(
     d = _open(model_dir)
     preds, stages, io = [], {}, {}
     try:
-        tr = T.load_trace(trace, rows=d.rows)
+        with err.status("reading the trace"):
+            tr = T.load_trace(trace, rows=d.rows)
         with E.Engine(d, strategy, mode, device=device) as eng, _bar(f"{strategy} ({mode})") as bar:
             task = bar.add_task("batches", total=len(tr))
             for b in tr:
@@ -347,13 +348,14 @@ def bench(
     d = _open(model_dir)
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     try:
-        if trace is not None:
-            tr = T.load_trace(trace, rows=d.rows)
-        else:
-            cfg = T.TraceConfig(
-                rows=d.rows, batch_size=batch_size, lookups=d.spec.lookups, dense_width=d.spec.dense_width
-            )
-            tr = T.generate_trace(cfg, batches)
+        with err.status("reading the trace" if trace is not None else f"making a trace of {batches} batches"):
+            if trace is not None:
+                tr = T.load_trace(trace, rows=d.rows)
+            else:
+                cfg = T.TraceConfig(
+                    rows=d.rows, batch_size=batch_size, lookups=d.spec.lookups, dense_width=d.spec.dense_width
+                )
+                tr = T.generate_trace(cfg, batches)
         with Progress(
             TextColumn("{task.description:<14}"),
             BarColumn(),
