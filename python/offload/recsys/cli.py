@@ -377,9 +377,12 @@ def bench(
             )
     except B.BenchFailed as e:
         done = len(e.result["strategies"])
-        kept = (
-            f"; the {done} strateg{'y' if done == 1 else 'ies'} measured before are in {out}" if out else ""
+        what = (
+            "the strategy measured before it is"
+            if done == 1
+            else f"the {done} strategies measured before it are"
         )
+        kept = f"; {what} in {out}" if out else ""
         raise fail(f"{e}{kept}") from None
     except WriteError as e:
         raise fail(str(e)) from None
