@@ -26,6 +26,7 @@ from rich.table import Table
 
 from offload import rules
 from offload.datafiles import data_path
+from offload.files import write_text
 from offload.rules import bench
 from offload.rules.cli import print_explanation
 from offload.rules.synth import synth
@@ -194,7 +195,7 @@ def _probe_section(out: Path) -> dict[str, Any]:
     with console.status("probing memory, IPC, ZeroMQ and io_uring (quick mode)"):
         profile = probe.run(quick=True, directory=out)
     print_profile(profile)
-    (out / "probe-quick.json").write_text(json.dumps(profile, indent=2))
+    write_text((out / "probe-quick.json"), json.dumps(profile, indent=2))
     written = plot.all_plots(profile, out / "probe-quick.json")
     console.print("wrote " + ", ".join(str(p) for p in [out / "probe-quick.json", *written]))
     return profile
@@ -214,7 +215,7 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
     channel = calibrate.profile_channel(json.loads((out / "probe-quick.json").read_text()))
     with console.status("calibrating the pipeline simulator on the sweep and the probe profile"):
         cal = calibrate.calibrate(rows, sizes, channel=channel)
-    (out / "calibration.json").write_text(json.dumps(cal, indent=2))
+    write_text((out / "calibration.json"), json.dumps(cal, indent=2))
     mae = cal["median_abs_error"]
     console.print(
         f"simulator calibrated (φ = {cal['cpu_share_outside']:.1f}); leave-one-out over "
@@ -230,7 +231,7 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
     chosen = rec["best_under_p99"]["config"]
     png = recommend.plot(all_rows, chosen, out / "recommend.png", "offload plan recommend (demo)")
     rec |= {"rows": all_rows, "plot": str(png), "preset": None}
-    (out / "recommend.json").write_text(json.dumps(rec, indent=2))
+    write_text((out / "recommend.json"), json.dumps(rec, indent=2))
     if chosen:
         simulated = chosen["source"] == "simulated"
         console.print(
@@ -249,7 +250,7 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
     )
     scenario = cost.load_scenario(data_path("plans", "seed-table1.toml"))
     lines = cost.cost(scenario)
-    (out / "cost.json").write_text(json.dumps(cost.report(scenario, lines), indent=2))
+    write_text((out / "cost.json"), json.dumps(cost.report(scenario, lines), indent=2))
     console.print(
         "the seed's Table 1 from its inputs: "
         + "; ".join(
@@ -286,7 +287,7 @@ def _recsys_section(out: Path) -> dict[str, Any]:
         res = rbench.run(
             d, T.generate_trace(cfg, 4), list(E.STRATEGIES), "flash", rbench.RunOptions(warmup=1)
         )
-    (out / "recsys-bench.json").write_text(json.dumps(res, indent=2))
+    write_text((out / "recsys-bench.json"), json.dumps(res, indent=2))
     res["plots"] = [str(p) for p in plots.per_bench(res, out)]
     print_bench(res)
     dev = res["strategies"]["rm-ssd"]["device"]
@@ -313,7 +314,7 @@ def _flows_section(out: Path) -> dict[str, Any]:
                 for codec in (None, "zstd"):
                     runs.append(F.partition_under(prof, name, 200_000, 8, codec, out / "flows"))
     print_partition(runs)
-    (out / "flows-partition.json").write_text(json.dumps(runs, indent=2))
+    write_text((out / "flows-partition.json"), json.dumps(runs, indent=2))
     F.plot_partition(runs, out / "flows-partition.png")
     res: dict[str, Any] = {"partition": runs, "nodes": _flows_over_nodes(out), "metrics": _metrics(out)}
     why = R.unavailable_reason()
@@ -322,7 +323,7 @@ def _flows_section(out: Path) -> dict[str, Any]:
         return res
     with console.status("stress-ng: matrix and pipe on one core and on a quarter core"):
         prof = R.profile(["bluefield2"], ["matrix", "pipe"], seconds=1)
-    (out / "rpwu.json").write_text(json.dumps(prof, indent=2))
+    write_text((out / "rpwu.json"), json.dumps(prof, indent=2))
     rel = prof["relative"]["bluefield2"]
     console.print(
         f"bluefield2 against one core (the seed's RPWU): matrix {rel['matrix']:.2f}, pipe {rel['pipe']:.2f}"
@@ -344,7 +345,7 @@ def _metrics(out: Path) -> dict[str, Any]:
 
     console.rule("metrics (offload metrics availability / mbwu --no-measure)")
     avail = A.report()
-    (out / "availability.json").write_text(json.dumps(avail, indent=2))
+    write_text((out / "availability.json"), json.dumps(avail, indent=2))
     for c in avail["cases"]:
         console.print(
             f"availability, {c['case']} (n={c['n']}, c={c['c']}, f={c['f']:g}): embedded storage loses data "
@@ -379,7 +380,7 @@ def _flows_over_nodes(out: Path) -> list[dict[str, Any]]:
                 r | {"profile": "bluefield2", "cores": os.cpu_count(), "share": R.share("bluefield2")}
             )
     print_run(runs)
-    (out / "flows-nodes.json").write_text(json.dumps(runs, indent=2))
+    write_text((out / "flows-nodes.json"), json.dumps(runs, indent=2))
     R.plot_nodes(runs, out / "flows-nodes.png")
     model = fm.fit(runs, R.share("bluefield2"), float(os.cpu_count() or 1))
     p = model.predict(100, 4.1, 100, None, 10.0)  # one dump per rank, as the seed's producers put them
@@ -428,7 +429,7 @@ def _dataservices_section(out: Path) -> dict[str, Any]:
     print_cases(results)
     console.print(f"explain: {explain['estimate']['rows']:,.1f} groups expected; {explain['why']}")
     res = {"cases": results, "explain": explain}
-    (out / "dataservices-cases.json").write_text(json.dumps(res, indent=2))
+    write_text((out / "dataservices-cases.json"), json.dumps(res, indent=2))
     return res
 
 
@@ -489,7 +490,7 @@ def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dic
     for q in _pick_examples(rs, fast_result):
         console.print(f"[dim]query {ids[q]}[/]")
         print_explanation(fast.explain([c[q] for c in cols]))
-    (out / "rules-bench.json").write_text(json.dumps(report, indent=2))
+    write_text((out / "rules-bench.json"), json.dumps(report, indent=2))
     png = bench.plot(report, out / "rules-bench.png")
     gpu = _gpu_section(rs, cols)
     service = _serve_section(out, paths, rs)
@@ -503,7 +504,7 @@ def run(out: str | Path, n_rules: int = 100_000, n_requests: int = 2_000) -> dic
         "probe": probe, "plan": plan, "recsys": recsys, "dataservices": dataservices, "flows": flows,
         "gpu": gpu,
     }  # fmt: skip
-    (out / "demo.json").write_text(json.dumps(result, indent=2, default=str))
+    write_text((out / "demo.json"), json.dumps(result, indent=2, default=str))
     console.print(f"wrote {out / 'demo.json'}, {png} and the service plots in {out}")
     if not agree:
         raise SystemExit("matchers disagree")

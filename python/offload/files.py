@@ -132,3 +132,10 @@ def atomic_dir(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iter
         if not ok:
             shutil.rmtree(tmp, ignore_errors=True)
     _fsync_dir(target.parent)
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], **savefig_kw: Any) -> None:
+    """``fig.savefig(path)``, whole or not at all (the format from the suffix, PNG by default)."""
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format=savefig_kw.pop("format", fmt), **savefig_kw)

@@ -17,6 +17,7 @@ from rich.table import Table
 from offload.clitools import err
 from offload.clitools import fail as _fail
 from offload.clitools import ints as _ints
+from offload.files import write_text
 
 app = typer.Typer(
     help="Plan a deployment: what it costs (cost, arithmetic shown), how a pipeline configuration "
@@ -139,7 +140,7 @@ def cost(
     result = c.report(s, lines)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2))
+        write_text(out, json.dumps(result, indent=2))
     if as_json:
         print(json.dumps(result, indent=2))
         return
@@ -364,7 +365,7 @@ def calibrate(
     result["sweep"] = str(sweep)
     result["profile"] = str(profile) if profile else None
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    write_text(out, json.dumps(result, indent=2))
     if as_json:
         return _json_out(result)
     t = Table(title=f"Predicted vs measured ({result['cpus']} cores; φ = {result['cpu_share_outside']:.1f})")
@@ -422,7 +423,7 @@ def preset(
     except (OSError, KeyError, ValueError) as ex:
         raise _fail(f"{ex}") from None
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(measured.to_toml(about, costs))
+    write_text(out, measured.to_toml(about, costs))
     if as_json:
         return _json_out({"about": about, "costs": costs, "out": str(out)})
     t = Table(title=escape(about["name"]))
@@ -477,7 +478,7 @@ def check(
         raise _fail(f"{ex}") from None
     result.update(sweep=str(sweep), calibration=str(calibration), preset=about or None)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    write_text(out, json.dumps(result, indent=2))
     if as_json:
         return _json_out(result)
     t = Table(title=f"Predicted vs measured ({result['cpus']} cores{'; ' + about['name'] if about else ''})")
@@ -597,7 +598,7 @@ def recommend(
     with _progress("plotting"):
         png = rec.plot(rows, chosen, out.with_suffix(".png"), title[:110])
     result |= {"rows": rows, "preset": about or None, "plot": str(png)}
-    out.write_text(json.dumps(result, indent=2))
+    write_text(out, json.dumps(result, indent=2))
     if as_json:
         return _json_out(result)
 

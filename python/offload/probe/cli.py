@@ -15,7 +15,7 @@ from rich.table import Table
 from offload.clitools import err
 from offload.clitools import fail as _fail
 from offload.clitools import seconds as _us
-from offload.files import write_text
+from offload.files import save_figure, write_text
 
 app = typer.Typer(
     help="Measure the channels that decide whether offloading pays (memory, IPC, ZeroMQ, io_uring, "
@@ -301,5 +301,5 @@ def _reuse_plot(pv: dict[str, Any], sh: dict[str, Any], steps: dict[str, float],
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    save_figure(fig, out, dpi=110)
     plt.close(fig)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from offload.files import save_figure
 from offload.probe import presets
 
 
@@ -41,7 +42,7 @@ def bandwidth(profile: dict[str, Any], path: Path) -> Path:
         f"offload probe ({profile['mode']}): effective bandwidth by payload — {profile['environment']['cpu']}"
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -87,7 +88,7 @@ def loss(profile: dict[str, Any], path: Path) -> Path:
         ax.set_title(title, fontsize=10)
     fig.suptitle("From advertised to effective, step by step (the seed's Figure 5)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -114,7 +115,7 @@ def uring(profile: dict[str, Any], path: Path) -> Path | None:
     ax2.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
     ax.set_title("io_uring random reads by queue depth")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import matplotlib
 
+from offload.files import save_figure
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
@@ -34,7 +36,7 @@ def _title(b: dict[str, Any]) -> str:
 def _save(fig: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from offload.files import write_text
+from offload.files import save_figure, write_text
 from offload.rules.bench import machine
 from offload.serve import CurveKeys, ServeError
 
@@ -422,7 +422,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     ax.set_title(f"{result['mode']} loop, {result['processes']} client process(es): where the time goes")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from offload.files import atomic_write, write_text
+from offload.files import atomic_write, save_figure, write_text
 from offload.serve import daemon
 from offload.serve.inject import Trace, run
 
@@ -245,6 +245,6 @@ def pareto_plot(
     ax.set_title(title)
     fig.tight_layout()
     _labels(fig, ax, rows, front, chosen)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
