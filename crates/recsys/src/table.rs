@@ -35,7 +35,10 @@ const SUMMED: usize = 64;
 /// The element type code in the header: little-endian f32.
 const DTYPE_F32: u32 = 1;
 
-/// Bytes per stored row for `dim` f32 values (see the module doc).
+/// The most values a row may hold (1 GiB rows), so that `row_bytes` fits 32 bits.
+pub const MAX_DIM: u32 = 1 << 28;
+
+/// Bytes per stored row for `dim` f32 values (see the module doc); `dim` ≤ [`MAX_DIM`].
 pub fn row_bytes(dim: u32) -> u32 {
     let v = dim.max(1) * 4;
     if u64::from(v) <= SECTOR {
@@ -119,6 +122,18 @@ impl TableMeta {
         h[SUMMED..SUMMED + 8].copy_from_slice(&sum.to_le_bytes());
         h
     }
+    /// Whether the sizes of a table of `rows` × `dim` (the file's, and every offset in it) fit
+    /// 64 bits: false only for a crafted header, whose arithmetic would otherwise wrap (in a
+    /// release build) into a small file that is accepted (found by fuzzing, docs/fuzzing.md).
+    fn size_fits(&self) -> bool {
+        // Beyond the rows: their roundings to a block and a page (< 2^31 B) and the checksums
+        // (4 B a block of ≥ 512 B: < rows' bytes / 64).
+        self.dim <= MAX_DIM
+            && self
+                .rows
+                .checked_mul(u64::from(row_bytes(self.dim)))
+                .is_some_and(|b| b.checked_add(b / 64 + (1 << 31)).is_some())
+    }
     /// The header's metadata and the CRC-32C of the checksum area.
     fn parse(path: &Path, h: &[u8]) -> Result<(TableMeta, u32)> {
         let bad = |p: String| Error::bad_table(path, p);
@@ -146,6 +161,12 @@ impl TableMeta {
             return Err(bad("header checksum mismatch (the header is damaged)".into()));
         }
         let meta = TableMeta { rows: u64_at(16), dim: u32_at(12), row_bytes: u32_at(24) };
+        if !meta.size_fits() {
+            return Err(bad(format!(
+                "impossible size: {} rows × {} (the file size overflows 64 bits)",
+                meta.rows, meta.dim
+            )));
+        }
         if meta.dim == 0
             || meta.row_bytes != row_bytes(meta.dim)
             || u64_at(32) != HEADER_BYTES
@@ -259,10 +280,13 @@ pub struct TableWriter {
 
 impl TableWriter {
     pub fn create(path: &Path, rows: u64, dim: u32) -> Result<TableWriter> {
-        if dim == 0 {
-            return Err(Error::Shape("an embedding table needs dim ≥ 1".into()));
+        if dim == 0 || dim > MAX_DIM {
+            return Err(Error::Shape(format!("an embedding table needs 1 ≤ dim ≤ {MAX_DIM}")));
         }
         let meta = TableMeta::new(rows, dim);
+        if !meta.size_fits() {
+            return Err(Error::Shape(format!("{rows} rows × {dim} overflows a file's size")));
+        }
         let tmp = temp_beside(path);
         let file = File::create(&tmp).map_err(|e| Error::io(path, "create", e))?;
         let mut w = TableWriter {
@@ -606,6 +630,42 @@ mod tests {
         let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
         assert_eq!(crc32c(0, &data), crc32c_table(0, &data));
         assert_eq!(crc32c(crc32c(0, &data[..333]), &data[333..]), crc32c(0, &data));
+    }
+
+    /// A version-2 header with these fields and a right checksum (what a crafted file has).
+    fn crafted(dim: u32, rows: u64, row_bytes: u32, block_bytes: u32, sums_offset: u64, blocks: u64) -> Vec<u8> {
+        let mut h = vec![0u8; HEADER_BYTES as usize];
+        h[0..8].copy_from_slice(MAGIC);
+        h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        h[12..16].copy_from_slice(&dim.to_le_bytes());
+        h[16..24].copy_from_slice(&rows.to_le_bytes());
+        h[24..28].copy_from_slice(&row_bytes.to_le_bytes());
+        h[28..32].copy_from_slice(&block_bytes.to_le_bytes());
+        h[32..40].copy_from_slice(&HEADER_BYTES.to_le_bytes());
+        h[40..48].copy_from_slice(&sums_offset.to_le_bytes());
+        h[48..56].copy_from_slice(&blocks.to_le_bytes());
+        h[60..64].copy_from_slice(&DTYPE_F32.to_le_bytes());
+        let sum = fnv1a(&h[..SUMMED]);
+        h[SUMMED..SUMMED + 8].copy_from_slice(&sum.to_le_bytes());
+        h
+    }
+
+    /// Fuzzing found these (fuzz/, target recsys_table): sizes that overflow were computed from
+    /// a crafted header, a panic in a debug build and, wrapped in a release one, a 4 KiB file
+    /// accepted as a table of 2^62 rows whose reads then index past its checksums.
+    #[test]
+    fn headers_whose_sizes_overflow_are_refused_not_wrapped() {
+        let path = Path::new("t.bin");
+        let huge_dim = crafted(0xecec_0010, 16, 16, 512, 4096, 0);
+        let e = TableMeta::parse(path, &huge_dim).unwrap_err().to_string();
+        assert!(e.contains("impossible size"), "{e}");
+        // 2^62 rows of 4 B: 2^64 bytes, which wraps to 0 (0 blocks, checksums at 4096).
+        let wrapping_rows = crafted(1, 1 << 62, 4, 512, 4096, 0);
+        let e = TableMeta::parse(path, &wrapping_rows).unwrap_err().to_string();
+        assert!(e.contains("impossible size"), "{e}");
+        let m = TableMeta::new(1000, MAX_DIM);
+        assert!(m.size_fits() && !TableMeta::new(u64::MAX / 2, 1).size_fits());
+        assert!(matches!(TableWriter::create(Path::new("/nonexistent/t.bin"), 1, MAX_DIM + 1), Err(Error::Shape(_))));
     }
 
     #[test]
