@@ -89,3 +89,29 @@ bench-tools:
 
 clean:
 	rm -rf build target $(VENV)
+
+# Coverage-guided fuzzing of the decoders that take bytes from outside (fuzz/, docs/fuzzing.md):
+# cargo-fuzz on nightly Rust, one process per target. `make fuzz` runs each target to
+# FUZZ_RUNS executions (at most FUZZ_TIME s); `make fuzz-short` is CI's run (FUZZ_SHORT_TIME s
+# each). Any crash fails the target and leaves its input in fuzz/artifacts/<target>/.
+.PHONY: fuzz fuzz-short fuzz-tools fuzz-py-tools
+FUZZ_TARGETS ?= serve_frame rules_load recsys_table
+# The trace reader is Python: Atheris (not in CI's short run while its findings are open).
+FUZZ_PY_TARGETS ?= trace_load
+FUZZ_RUNS ?= 10000000
+FUZZ_TIME ?= 1800
+FUZZ_SHORT_TIME ?= 20
+fuzz-tools: sys-deps
+	rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	cd fuzz && cargo +nightly fuzz build
+
+fuzz-py-tools: develop
+	$(PY) -m pip install -q --only-binary atheris "atheris>=2.3"
+
+fuzz: fuzz-tools fuzz-py-tools
+	fail=0; for t in $(FUZZ_TARGETS) $(FUZZ_PY_TARGETS); do fuzz/run.sh $$t $(FUZZ_TIME) $(FUZZ_RUNS) || fail=1; done; \
+		exit $$fail
+
+fuzz-short: fuzz-tools
+	fail=0; for t in $(FUZZ_TARGETS); do fuzz/run.sh $$t $(FUZZ_SHORT_TIME) || fail=1; done; exit $$fail
