@@ -361,6 +361,32 @@ def test_load_errors(tmp_path: Path) -> None:
         T.load_trace(data_path)
 
 
+def test_load_refuses_metadata_found_by_fuzzing(tmp_path: Path) -> None:
+    """fuzz/python/trace_load.py found these escaping as TypeError, IndexError or OverflowError
+    (BENCHMARKS.md, "Fuzzing"): each is a ValueError naming what is wrong."""
+    cfg = T.TraceConfig(rows=[100], batch_size=2, lookups=1, dense_width=1, seed=1)
+    path = T.generate_trace(cfg, 1).save(tmp_path / "t.npz")
+    with np.load(path) as npz:
+        meta = json.loads(str(npz["meta"][()]))
+
+    def with_meta(**changes: object) -> np.ndarray:
+        return np.array(json.dumps({**meta, **changes}))
+
+    for config in (7, {"batch_size": 1}):
+        with pytest.raises(ValueError, match="'config' is not a trace configuration"):
+            T.load_trace(_rewrite(path, meta=with_meta(config=config)))
+    with pytest.raises(ValueError, match="incomplete metadata"):
+        T.load_trace(_rewrite(path, meta=with_meta(batch_size=float("inf"))))
+    no_batches = {
+        "meta": with_meta(num_batches=0),
+        "dense": np.zeros((0, 2, 1), np.float32),
+        "offsets_0": np.zeros((0, 3), np.int64),
+        "indices_0": np.zeros(0, np.int64),
+    }
+    with pytest.raises(ValueError, match="num_batches is 0"):
+        T.load_trace(_rewrite(path, **no_batches))
+
+
 def test_save_rejects_bad_batches(tmp_path: Path) -> None:
     trace = T.generate_trace(T.TraceConfig(rows=[10], batch_size=4, lookups=2, dense_width=1), 1)
     trace.batches[0].indices[0][1] = 10

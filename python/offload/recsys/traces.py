@@ -810,8 +810,10 @@ def load_trace(path: str | Path, rows: Sequence[int] | None = None) -> Trace:
     try:
         nb, b, w, nt = (int(meta[k]) for k in ("num_batches", "batch_size", "dense_width", "num_tables"))
         meta_rows = [int(r) for r in meta["rows"]]
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise ValueError(f"{path}: incomplete metadata: {exc}") from exc
+    if nb < 1:
+        raise ValueError(f"{path}: num_batches is {nb}; a trace holds at least one batch")
     if len(meta_rows) != nt:
         raise ValueError(f"{path}: metadata names {nt} tables but {len(meta_rows)} row counts")
     if rows is not None:
@@ -820,7 +822,10 @@ def load_trace(path: str | Path, rows: Sequence[int] | None = None) -> Trace:
         check_rows = [int(r) for r in rows]
     else:
         check_rows = meta_rows
-    config = TraceConfig.from_dict(meta["config"]) if meta.get("config") is not None else None
+    try:
+        config = TraceConfig.from_dict(meta["config"]) if meta.get("config") is not None else None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: metadata 'config' is not a trace configuration: {exc}") from None
 
     if "dense" not in data:
         raise ValueError(f"{path}: missing 'dense'")
