@@ -72,7 +72,7 @@ bench: develop bench-tools
 		--trace $(BENCH_DATA) --out build/bench/serve-curve-100k.json
 	mkdir -p build/probe && offload probe --dir build/probe --out build/bench/probe-full.json
 	python benches/probe_compare.py --dir build/probe --out build/bench/probe-compare.json
-	offload sweep --ruletype $(BENCH_DATA)/ruletype.xml --rules $(BENCH_DATA)/rules.csv --trace $(BENCH_DATA) \
+	offload serve sweep --ruletype $(BENCH_DATA)/ruletype.xml --rules $(BENCH_DATA)/rules.csv --trace $(BENCH_DATA) \
 		-p 1,2,4 --w 1,2 --k 1,2 --batch 0 --duration 2 --out build/bench/sweep-calibration-100k.json
 	offload plan calibrate --sweep build/bench/sweep-calibration-100k.json --trace $(BENCH_DATA) \
 		--profile build/bench/probe-full.json --out build/bench/calibration-100k.json

@@ -56,9 +56,9 @@ step bench && python3 -m offload.cli rules bench "${rt[@]}" --queries "$demo/que
 # 3. The service feeding the GPU, and the same service with fast: the fast sweep has the
 #    1p 1w 1k 1e row that `offload plan calibrate` needs, so the planner's GPU what-if can be
 #    checked against the gpu sweep (gpu replies carry H2D / kernel / D2H: device_stages_us).
-step sweep && python3 -m offload.cli sweep "${rt[@]}" --trace "$demo" --matcher fast -p 1,4,16 --w 1,4,8 --k 1 --e 1 \
+step sweep && python3 -m offload.cli serve sweep "${rt[@]}" --trace "$demo" --matcher fast -p 1,4,16 --w 1,4,8 --k 1 --e 1 \
     --batch 0 --duration 3 --out "$out/sweep-fast.json" 2>&1 | tail -14
-step sweep && python3 -m offload.cli sweep "${rt[@]}" --trace "$demo" --matcher gpu -p 4,16 --w 4,8 --k 1,2 --e 1 \
+step sweep && python3 -m offload.cli serve sweep "${rt[@]}" --trace "$demo" --matcher gpu -p 4,16 --w 4,8 --k 1,2 --e 1 \
     --batch 0,16384 --duration 3 --out "$out/sweep-gpu.json" 2>&1 | tail -20
 # 4. The channels: pageable / pinned / allocation + copy, launch latency (CuPy, where present).
 # (no plots: an installed wheel does not find the repo's data/presets, which the plots read)

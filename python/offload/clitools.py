@@ -1,19 +1,48 @@
-"""What every `offload` subcommand shares: the error console, located-error exits, comma lists,
+"""What every `offload` subcommand shares: the two consoles (``console`` for stdout, ``err`` for
+stderr), the one ``--json`` option, located-error exits (``fail``, ``failing``), comma lists,
 sizes with K/M/G/T, and how a duration is printed."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+console = Console()
+"""stdout: results, tables; with --json only the JSON goes here."""
 err = Console(stderr=True)
+"""stderr: errors, progress, notes."""
+
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print the machine-readable result as JSON on stdout (nothing else goes to stdout)."
+    ),
+]
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Prints `error: message` to stderr; raise the returned Exit."""
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+@contextmanager
+def failing(*errors: type[Exception], code: int = 2) -> Iterator[None]:
+    """Turns the known ``errors`` raised in the block into ``fail(str(e), code)``: one line on
+    stderr and the exit, no traceback.
+
+    >>> with failing(OSError, ValueError):
+    ...     data = read(path)
+    """
+    try:
+        yield
+    except errors as e:
+        raise fail(str(e), code) from None
 
 
 def ints(text: str) -> list[int]:

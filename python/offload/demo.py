@@ -63,7 +63,7 @@ def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[
     """The rule set as a service: replay the trace through a real daemon, then a small sweep."""
     from offload.serve import daemon, inject, sweep
 
-    console.rule("the rule engine as a service (offload serve + offload inject)")
+    console.rule("the rule engine as a service (offload serve + offload serve inject)")
     trace = inject.load_trace(Path(paths["queries"]).parent, rs.criterion_codes)
     endpoint = f"ipc://{out.resolve()}/demo-serve.sock"
     keys, control = _demo_keys(out), f"tcp://127.0.0.1:{_free_port()}"

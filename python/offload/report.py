@@ -79,7 +79,7 @@ class ReportInputError(ValueError):
 KINDS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
     "bench": ("an `offload rules bench` result", ("matchers",), None),
     "probe": ("an `offload probe` profile", ("channels",), None),
-    "sweep": ("an `offload sweep` result", ("rows",), None),
+    "sweep": ("an `offload serve sweep` result", ("rows",), None),
     "calibration": ("an `offload plan calibrate` result", ("median_abs_error", "base_config"), None),
     "recommend": ("an `offload plan recommend` result", ("best_under_p99", "plot"), None),
     "cost": ("an `offload plan cost` result", ("deployments",), None),
@@ -203,7 +203,7 @@ def probe_section(profile: dict[str, Any] | None, path: Path | None) -> str:
 
 def sweep_section(sweep: dict[str, Any] | None, path: Path | None) -> str:
     if sweep is None:
-        return _missing("service sweep", "offload sweep ... --out sweep.json")
+        return _missing("service sweep", "offload serve sweep ... --out sweep.json")
     front = set(sweep.get("pareto", []))
     rows = [
         (

@@ -1,5 +1,5 @@
 """`offload plan ...` as a user meets it: bounded simulations, one-line located errors, one
-vocabulary with `offload inject` (-p/--processes, the daemon's 200 µs batching timeout),
+vocabulary with `offload serve inject` (-p/--processes, the daemon's 200 µs batching timeout),
 `--json` on every command that reports, and progress on stderr where it takes a while."""
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ def test_cli_simulates_from_a_costs_file(tmp_path: Path) -> None:
 
 # ---- calibration -------------------------------------------------------------------------
 
-SWEEP = Path(__file__).parent / "data" / "sweep-2cpu"  # a recorded `offload sweep` on 2 vCPUs
+SWEEP = Path(__file__).parent / "data" / "sweep-2cpu"  # a recorded `offload serve sweep` on 2 vCPUs
 
 
 @given(a=st.floats(0, 1e-3), b=st.floats(0, 1e-5), xs=st.lists(st.integers(0, 9999), min_size=2, unique=True))

@@ -59,7 +59,7 @@ def test_without_a_gpu_compiling_for_it_says_why() -> None:
     r = offload("rules", "eval", *MINI, "--queries", q, "--out", "/dev/null", "--matcher", "gpu")
     assert r.returncode == 2 and "no GPU" in r.stderr and "Traceback" not in r.stderr
     # the service sweep says so before starting any daemon
-    r = offload("sweep", *MINI, "--trace", str(DATA), "--matcher", "gpu", "--out", "/dev/null")
+    r = offload("serve", "sweep", *MINI, "--trace", str(DATA), "--matcher", "gpu", "--out", "/dev/null")
     assert r.returncode == 2 and "no GPU" in r.stderr and "Traceback" not in r.stderr
 
 

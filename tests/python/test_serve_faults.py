@@ -167,7 +167,7 @@ def mini_trace(tmp: Path) -> Path:
 
 
 def inject_cmd(ep: str, ruletype: Path, rules_csv: Path, trace: Path, out: Path, *extra: str) -> list[str]:
-    return [*OFFLOAD, "inject", "-e", ep, "--ruletype", str(ruletype), "--rules", str(rules_csv),
+    return [*OFFLOAD, "serve", "inject", "-e", ep, "--ruletype", str(ruletype), "--rules", str(rules_csv),
             "--trace", str(trace), "-p", "1", "--out", str(out), *extra]  # fmt: skip
 
 
@@ -308,14 +308,33 @@ def test_help_lists_every_matcher_and_the_one_vocabulary() -> None:
     for m in ("linear", "nfa", "fast", "gpu-host", "gpu"):
         assert m in serve_help
     for cmd in ("inject", "sweep"):
-        h = " ".join(runner.invoke(app, [cmd, "--help"], terminal_width=200).output.split())
+        h = " ".join(runner.invoke(app, ["serve", cmd, "--help"], terminal_width=200).output.split())
         assert "--json" in h and "--processes" in h and "-p" in h, h
         if cmd == "sweep":
             assert "--p " not in h  # the old spelling stays as a hidden alias
-    for cmd in (["serve"], ["inject"], ["sweep"]):
+    for cmd in (["serve"], ["serve", "inject"], ["serve", "sweep"]):
         h = " ".join(runner.invoke(app, [*cmd, "--help"], terminal_width=200).output.split())
         if "batch-timeout-us" in h:
             assert "default: 200" in h or "200]" in h, h
+
+
+def test_the_old_top_level_names_still_work_and_say_the_new_one(tmp_path: Path) -> None:
+    """`offload inject` and `offload sweep` moved under `offload serve`; the old names stay,
+    hidden, for one release, and say so on stderr."""
+    from typer.testing import CliRunner
+
+    from offload.cli import app
+
+    top = " ".join(CliRunner().invoke(app, ["--help"], terminal_width=200).output.split())
+    assert " inject " not in top and " sweep " not in top  # hidden
+    given = ["--ruletype", str(tmp_path / "none.xml"), "--rules", "r.csv", "--trace", str(tmp_path)]
+    for cmd, extra in (("inject", ["-e", "ipc:///none"]), ("sweep", [])):
+        r = subprocess.run([*OFFLOAD, cmd, *given, *extra], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.splitlines()[0] == (
+            f"offload {cmd} is now offload serve {cmd} (the old name goes in the next release)"
+        ), r.stderr
+        assert "Traceback" not in r.stderr
 
 
 def test_a_truncated_trace_is_refused_with_its_line(data: dict[str, object], tmp_path: Path) -> None:
@@ -330,7 +349,7 @@ def test_a_truncated_trace_is_refused_with_its_line(data: dict[str, object], tmp
     shutil.copy(d / "requests.csv", trace / "requests.csv")
     ep = f"ipc://{sock_dir()}/none.sock"
     r = subprocess.run(
-        [*OFFLOAD, "inject", "-e", ep, *flags(data), "--trace", str(trace)],
+        [*OFFLOAD, "serve", "inject", "-e", ep, *flags(data), "--trace", str(trace)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert r.returncode == 2, r.stderr

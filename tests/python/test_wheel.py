@@ -143,8 +143,8 @@ def test_every_part_runs_from_the_installed_wheel(installed: tuple[Path, Path]) 
         while not sock.exists() and serve.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert sock.exists(), f"serve did not bind {sock}: {serve.poll()=}"
-        offload("inject", "-e", f"ipc://{sock}", rt, rules, "--trace", "r", "--duration", "0.5", "-p", "1",
-                "--out", "inject.json")  # fmt: skip
+        offload("serve", "inject", "-e", f"ipc://{sock}", rt, rules, "--trace", "r", "--duration", "0.5",
+                "-p", "1", "--out", "inject.json")  # fmt: skip
         assert json.loads((work / "inject.json").read_text())["requests"] > 0
     finally:
         serve.terminate()

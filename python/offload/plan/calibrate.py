@@ -3,7 +3,7 @@ predictions checked against configurations that were actually run.
 
 1. **Stage costs from one measured configuration** (by default the sweep's 1p 1w 1k 1e per-request
    row, where nothing overlaps): the daemon reports, per request, how long each stage took;
-   `offload sweep` keeps their medians per request-size bucket. A straight line
+   `offload serve sweep` keeps their medians per request-size bucket. A straight line
    a + b·n (weighted least squares over the buckets) gives each stage's cost per request and per
    query: decode/encode → the workers, match → the kernel, reply → the executor after the
    match. What the server does not see — client, ZeroMQ, broker — is the round trip minus the
@@ -145,7 +145,7 @@ def pipeline_of(row: dict[str, Any], cpus: int | None) -> Pipeline:
         p=int(row["p"]), w=int(row["w"]), k=int(row["k"]), e=int(row["e"]),
         batch_queries=int(row.get("batch_max_queries", 0)),
         batch_timeout_s=float(row.get("batch_timeout_us", 200)) * 1e-6,  # the daemon's default
-        queue_capacity=1024,  # what `offload sweep` gives the daemon
+        queue_capacity=1024,  # what `offload serve sweep` gives the daemon
         cpus=cpus,
     )  # fmt: skip
 

@@ -29,7 +29,7 @@ console = Console()
 if not console.is_terminal:  # a pipe or a log: wide enough for the tables, not 80 columns
     console = Console(width=150)
 
-# -p/--processes as in `offload inject`; the old spelling stays, hidden, for one release.
+# -p/--processes as in `offload serve inject`; the old spelling stays, hidden, for one release.
 OLD_P = "The old spelling of -p/--processes (hidden; kept for one release)."
 
 
@@ -328,7 +328,9 @@ def simulate(
 
 @app.command()
 def calibrate(
-    sweep: Annotated[Path, typer.Option(help="`offload sweep` JSON with a 1p 1w 1k 1e per-request row.")],
+    sweep: Annotated[
+        Path, typer.Option(help="`offload serve sweep` JSON with a 1p 1w 1k 1e per-request row.")
+    ],
     trace: Annotated[Path, typer.Option(help="The trace directory the sweep replayed (requests.csv).")],
     out: Annotated[Path, typer.Option(help="Calibration JSON to write.")] = Path("calibration.json"),
     cpus: Annotated[int, typer.Option(help="Cores of the measured machine (0: this machine's).")] = 0,
@@ -437,7 +439,7 @@ def preset(
 
 @app.command()
 def check(
-    sweep: Annotated[Path, typer.Option(help="`offload sweep` JSON of the runs to predict.")],
+    sweep: Annotated[Path, typer.Option(help="`offload serve sweep` JSON of the runs to predict.")],
     calibration: Annotated[Path, typer.Option(help="Host-side costs from `offload plan calibrate`.")],
     trace: Annotated[Path, typer.Option(help="The trace directory the sweep replayed (requests.csv).")],
     preset: Annotated[
@@ -503,7 +505,8 @@ def check(
 @app.command()
 def recommend(
     sweep: Annotated[
-        list[Path] | None, typer.Option(help="Measured `offload sweep` JSON (repeats). \\[default: none]")
+        list[Path] | None,
+        typer.Option(help="Measured `offload serve sweep` JSON (repeats). \\[default: none]"),
     ] = None,
     calibration: Annotated[
         Path | None,

@@ -4,7 +4,7 @@ Two questions, as in the seed's Figure 8:
 - the most throughput whose p99 stays under an SLA;
 - the lowest p99 that still delivers a throughput target.
 
-Measured rows come from `offload sweep`; simulated rows from `offload plan simulate`'s model
+Measured rows come from `offload serve sweep`; simulated rows from `offload plan simulate`'s model
 over a grid (calibrated costs, optionally a what-if kernel preset), each carrying the
 calibration's validation error. Both go on one Pareto plot with the choice marked.
 """
@@ -34,7 +34,7 @@ def simulated_rows(
     error: dict[str, float] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per configuration of the grid, in `offload sweep`'s row format."""
+    """One row per configuration of the grid, in `offload serve sweep`'s row format."""
     say = progress or (lambda _m: None)
     rows = []
     grid = list(itertools.product(p, w, k, e, batch))

@@ -7,7 +7,7 @@ The model follows the daemon (docs/serve-protocol.md), stage by stage:
        └──────channel─────┘◀─────────────────────── reply ◀──────────────────────────── + match
 
 - **Arrivals**: a closed loop of p clients (each sends its next request when the last is
-  answered, like `offload inject --mode closed`) or Poisson arrivals at a rate (open loop).
+  answered, like `offload serve inject --mode closed`) or Poisson arrivals at a rate (open loop).
   Request sizes (queries per request) are drawn from a list — a trace's, or a distribution.
 - **Channel** client ↔ daemon: T(n) = L + n/B per direction (a probe profile's ZeroMQ fit).
 - **Broker**: one thread, a cost per message in and out.

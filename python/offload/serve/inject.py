@@ -1,4 +1,4 @@
-"""`offload inject`: replay a user-request trace against `offload serve` with P client
+"""`offload serve inject`: replay a user-request trace against `offload serve` with P client
 processes, closed loop (each process sends its next request when the previous is answered) or
 open loop (Poisson arrivals at a target rate), and report throughput, latency percentiles and
 the per-stage breakdown.
@@ -107,11 +107,11 @@ def _load_requests(path: Path, n_queries: int) -> list[tuple[int, int, int]]:
     return reqs
 
 
-# Statuses that make `offload inject` fail (exit 1): the request was not served. Busy and
+# Statuses that make `offload serve inject` fail (exit 1): the request was not served. Busy and
 # DeadlineExceeded are load outcomes a run may be measuring: counted, not failures.
 FAILED = ("BadRequest", "Malformed", "ShuttingDown")
 # Seconds to wait for the first reply (is a daemon there?) and, later, for any outstanding
-# reply before the daemon counts as gone (`offload inject --connect-timeout`).
+# reply before the daemon counts as gone (`offload serve inject --connect-timeout`).
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -351,7 +351,7 @@ def run(
 
 def failures(result: dict[str, Any]) -> str | None:
     """One line saying which requests failed (statuses of FAILED, and unanswered ones) and why,
-    or None when every request was served: `offload inject` then exits 1."""
+    or None when every request was served: `offload serve inject` then exits 1."""
     status: dict[str, int] = result["status"]
     bad = {k: v for k, v in status.items() if k in FAILED and v}
     unanswered = int(result.get("unanswered", 0))

@@ -1,4 +1,4 @@
-"""`offload sweep`: run the service over a grid of configurations (p client processes, w
+"""`offload serve sweep`: run the service over a grid of configurations (p client processes, w
 workers, k kernel executors, e engine threads, batching policy and batch size; closed loop or
 open loop at given arrival rates), measure each with the injector,
 and draw the latency-vs-throughput Pareto front (the seed's Figure 8). Answers the two
@@ -175,7 +175,7 @@ def write(rows: list[dict[str, Any]], out: Path, p99_us: float, qps: float) -> d
 
 
 def _plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
-    pareto_plot(rows, path, "offload sweep: latency vs throughput")
+    pareto_plot(rows, path, "offload serve sweep: latency vs throughput")
 
 
 def _labels(
