@@ -40,6 +40,7 @@ from offload.dataservices import estimate as E
 from offload.dataservices import particles as P
 from offload.dataservices import plans
 from offload.dataservices import stats as S
+from offload.host.machine import describe
 
 console = Console(stderr=True)
 
@@ -420,7 +421,7 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     if "cardinality" in a.parts.split(","):
         r = cardinality(a.rows, a.queries)
-        r |= {"date": time.strftime("%Y-%m-%d"), "machine": _machine()}
+        r |= {"date": time.strftime("%Y-%m-%d"), "machine": describe()}
         (a.out / "cardinality.json").write_text(json.dumps(r, indent=2))
         console.print(
             f"cardinality: {r['queries']} queries, median error {100 * r['median_rel_error']:.2f}% "
@@ -431,7 +432,7 @@ def main() -> None:
         )
     if "decisions" in a.parts.split(","):
         r = decisions(a.decision_rows, a.decision_queries, a.repeat)
-        r |= {"date": time.strftime("%Y-%m-%d"), "machine": _machine()}
+        r |= {"date": time.strftime("%Y-%m-%d"), "machine": describe()}
         (a.out / "decisions.json").write_text(json.dumps(r, indent=2))
         for prof, links in r.get("profiles", {}).items():
             for link, v in links.items():
@@ -444,21 +445,13 @@ def main() -> None:
                 )
     if "crossover" in a.parts.split(","):
         r = crossover(a.decision_rows, a.repeat)
-        r |= {"date": time.strftime("%Y-%m-%d"), "machine": _machine()}
+        r |= {"date": time.strftime("%Y-%m-%d"), "machine": describe()}
         (a.out / "crossover.json").write_text(json.dumps(r, indent=2))
         for q in r.get("queries", []):
             console.print(
                 f"{q['sql'][:60]}: crossover measured {q['measured_crossover_mbit']} Mbit/s, predicted "
                 f"{q['predicted_crossover_mbit']} Mbit/s ({q['above_crossover']} above)"
             )
-
-
-def _machine() -> str:
-    import os
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    return f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from offload.dataservices import flows as F
+from offload.host.machine import describe
 
 console = Console(stderr=True)
 
@@ -142,7 +142,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("benches/results/flows"))
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    stamp = {"date": time.strftime("%Y-%m-%d"), "machine": _machine()}
+    stamp = {"date": time.strftime("%Y-%m-%d"), "machine": describe()}
     if a.refit is not None:  # the model changed, the runs did not
         doc = json.loads(a.refit.read_text())
         a.refit.write_text(json.dumps(doc | nodes_model(doc["runs"]), indent=2))
@@ -173,11 +173,6 @@ def main() -> None:
                           f"{'fit' if c['fitted_on'] else 'validation'})")  # fmt: skip
         for k, p in r["predict_100"].items():
             console.print(f"100 nodes, {k}: {p['gb_per_s']:.2f} GB/s ({p['bound']}-bound); seed 1.32 GB/s")
-
-
-def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    return f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"
 
 
 if __name__ == "__main__":

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from offload import _native
+from offload.host.machine import machine
 from offload.probe import ZMQ_PEER
-from offload.rules.bench import machine
 
 CPUS = sorted(os.sched_getaffinity(0))
 

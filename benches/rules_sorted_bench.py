@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from offload import rules
-from offload.rules.bench import load_query_columns, machine
+from offload.host.machine import machine
+from offload.rules.bench import load_query_columns
 
 
 def main() -> None:

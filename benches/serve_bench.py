@@ -28,7 +28,8 @@ import numpy as np
 import zmq
 
 from offload import _native, rules
-from offload.rules.bench import load_query_columns, machine
+from offload.host.machine import machine
+from offload.rules.bench import load_query_columns
 from offload.serve import Client, daemon, inject
 from offload.serve.cli import control_request
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from offload import _native, rules
-from offload.rules.bench import machine
+from offload.host.machine import machine
 from offload.serve import CurveKeys, daemon, inject
 
 

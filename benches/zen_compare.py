@@ -51,7 +51,8 @@ from typing import Any
 import numpy as np
 
 from offload import __version__, _native, rules
-from offload.rules.bench import load_query_columns, machine
+from offload.host.machine import machine
+from offload.rules.bench import load_query_columns
 
 MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()

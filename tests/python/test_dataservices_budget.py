@@ -8,13 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from offload.dataservices import budget as B
 from offload.dataservices import link as L
+from offload.host.children import wait_ready
 
 pytest.importorskip("datafusion")
 
@@ -43,22 +43,16 @@ def _serve(tmp: Path, *args: str) -> tuple[subprocess.Popen[str], int, Path]:
     p = subprocess.Popen(
         [*cmd, "--max-seconds", "60", *args], stdout=out, stderr=subprocess.STDOUT, text=True, env=env
     )
-    assert p.stdout is not None
-    deadline = time.monotonic() + 30
-    out = ""
-    while time.monotonic() < deadline:
-        line = p.stdout.readline()
-        out += line
-        if "serving on grpc://127.0.0.1:" in line:
-            port = int(line.split("127.0.0.1:")[1].split()[0])
-            while "profile" not in line and time.monotonic() < deadline:
-                line = p.stdout.readline()
-                out += line
-            return p, port, tf
-        if p.poll() is not None:
-            break
-    p.kill()
-    raise AssertionError(f"node did not start: {out}")
+    serving = "serving on grpc://127.0.0.1:"
+
+    def ready(text: str) -> bool:  # the serving line, then the line that names the profile
+        return serving in text and "profile" in text[text.index(serving) :]
+
+    try:
+        said = wait_ready(p, ready, 30, "node")
+    except RuntimeError as e:
+        raise AssertionError(str(e)) from None
+    return p, int(said.split(serving)[1].split()[0]), tf
 
 
 def _cli(tmp: Path, port: int, tf: Path, *args: str) -> subprocess.CompletedProcess[str]:

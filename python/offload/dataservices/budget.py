@@ -7,7 +7,7 @@ host is about 4x faster than a BlueField-2 at the same thread count, so the node
 of a core per thread; 16 GB of DRAM on the card (a 4 GiB share here, the machine is small);
 its 100 GbE port shaped to 10 Gbit/s and 50 µs here, as loopback cannot carry more reliably.
 
-CPU and memory limits are cgroup v1 children (:mod:`offload.cgroups`) where the controllers
+CPU and memory limits are cgroup v1 children (:mod:`offload.host.cgroups`) where the controllers
 are writable; else the node pins itself to its thread count of CPUs and says the quota is
 missing. :func:`apply` reports what was done.
 """
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from offload import cgroups
+from offload.host import cgroups
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from offload.dataservices import flownet as W
 from offload.dataservices import flows as F
 from offload.dataservices.client import NodeClient, NodeError
 from offload.dataservices.cluster import NodeSpec
+from offload.host.children import wait_ready
 
 # ------------------------------------------------------------------------------ node processes
 
@@ -94,19 +95,10 @@ def start_nodes(
 
 def _wait_serving(p: subprocess.Popen[str], name: str, timeout_s: float = 60) -> str:
     """The endpoint a starting node prints ("... serving on grpc://HOST:PORT")."""
+    said = wait_ready(p, "serving on grpc://", timeout_s, f"node {name}")
     assert p.stdout is not None
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = p.stdout.readline()
-        if not line:
-            break
-        seen.append(line.strip())
-        if "serving on grpc://" in line:
-            threading.Thread(target=p.stdout.read, daemon=True).start()  # keep its pipe drained
-            return line.split("grpc://", 1)[1].split()[0]
-    p.kill()
-    raise RuntimeError(f"node {name} did not start: {' | '.join(seen[-3:]) or 'no output'}")
+    threading.Thread(target=p.stdout.read, daemon=True).start()  # keep its pipe drained
+    return said.split("grpc://", 1)[1].split()[0]
 
 
 # ------------------------------------------------------------------------------------ the run

@@ -40,8 +40,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
-import select
 import socket
 import statistics
 import subprocess
@@ -51,6 +49,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from offload.host.children import LineReader
+from offload.host.machine import describe
 
 SEED = {"bluefield2-kernel": 0.785, "bluefield2-dpdk": 0.875, "bluefield2-half-bandwidth": 0.21}
 """The seed's headroom figures (share of the burst period left)."""
@@ -244,15 +245,7 @@ def unavailable_reason() -> str | None:
 
 def machine() -> str:
     """The machine, in words, for the record (figures mean little without it)."""
-    virt = "VM" if Path("/sys/hypervisor/type").exists() or _hypervisor_flag() else "machine"
-    return f"{os.cpu_count()} vCPU {virt}, {platform.machine()}, Linux {platform.release()}"
-
-
-def _hypervisor_flag() -> bool:
-    try:
-        return " hypervisor" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+    return describe()
 
 
 class _Child:
@@ -264,6 +257,7 @@ class _Child:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, bufsize=1)  # fmt: skip
         self.role = role
+        self.lines = LineReader(self.proc, self.proc.stdout, role)  # raw reads: a deadline that fires
 
     def send(self, msg: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
@@ -272,14 +266,13 @@ class _Child:
 
     def reply(self, timeout_s: float) -> dict[str, Any]:
         """The next line, or RuntimeError with the child's stderr where it died or stalled."""
-        out = self.proc.stdout
-        assert out is not None
-        ready, _, _ = select.select([out], [], [], timeout_s)
-        line = out.readline() if ready else ""
-        if not line:
+        try:
+            line = self.lines.until(lambda text: True, timeout_s)
+        except RuntimeError:
             self.stop()
             err = self.proc.stderr.read() if self.proc.stderr else ""
-            raise RuntimeError(f"{self.role} did not answer in {timeout_s:g} s: {err.strip()[-400:]}")
+            msg = f"{self.role} did not answer in {timeout_s:g} s: {err.strip()[-400:]}"
+            raise RuntimeError(msg) from None
         return json.loads(line)
 
     def stop(self) -> None:

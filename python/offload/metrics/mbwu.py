@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from offload.host.machine import machine
+
 # ---- the procedure's knobs ---------------------------------------------------------------
 
 VALUE_BYTES = 1024  # YCSB's default record: 10 fields x 100 B; one 1 KiB field here
@@ -638,7 +640,8 @@ def measure(plan: Plan, progress: Callable[[str], None] | None = None) -> dict[s
     plan.check()
     say = progress or (lambda _s: None)
     plan.work_dir.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"machine": machine(plan.work_dir), "plan": _plan_json(plan), "workloads": {}}
+    here = machine(plan.work_dir) | {"load_average_at_start": os.getloadavg()}  # the disk under work_dir too
+    report: dict[str, Any] = {"machine": here, "plan": _plan_json(plan), "workloads": {}}
     try:
         if any(w in KV_WORKLOADS for w in plan.workloads):
             say("precondition: load and overwrite the key space")
@@ -670,26 +673,6 @@ def _plan_json(plan: Plan) -> dict[str, Any]:
     d = {k: getattr(plan, k) for k in plan.__dataclass_fields__}
     d["work_dir"], d["workloads"], d["threads"] = str(plan.work_dir), list(plan.workloads), list(plan.threads)
     return d
-
-
-def machine(path: Path) -> dict[str, Any]:
-    """What the figures are of: CPUs, memory (the page cache's ceiling) and the disk under ``path``."""
-    import platform
-
-    mem = 0
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    st = os.statvfs(path)
-    return {
-        "cpus": os.cpu_count(), "memory_bytes": mem, "platform": platform.platform(),
-        "load_average_at_start": os.getloadavg(),
-        "processor": platform.processor() or platform.machine(), "work_dir": str(path),
-        "disk_free_bytes": st.f_bavail * st.f_frsize,
-    }  # fmt: skip
 
 
 def plot(r: dict[str, Any], path: Path) -> None:

@@ -12,10 +12,8 @@ one JSON document; :mod:`offload.probe.plot` draws it.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -25,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from offload import __version__, _native
+from offload.host.machine import filesystem, machine
 
 __all__ = ["CHANNELS", "check", "environment", "filesystem", "flag_unphysical", "gpu_section", "run"]
 
@@ -53,45 +52,13 @@ def _read(path: str) -> str:
 
 
 def environment() -> dict[str, Any]:
-    """What the numbers depend on: CPU, cores, VM or not, kernel, transparent huge pages."""
-    cpuinfo = _read("/proc/cpuinfo")
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if "model name" in line), "")
-    flags = next((line for line in cpuinfo.splitlines() if line.startswith("flags")), "")
-    return {
-        "cpu": model or platform.processor(),
+    """What the numbers depend on: the machine record (CPU, cores, VM or not, kernel, Python;
+    :mod:`offload.host.machine`), the CPUs allowed, transparent huge pages, the memlock limit."""
+    return machine() | {
         "cpus_allowed": sorted(os.sched_getaffinity(0)),
-        "virtual_machine": " hypervisor" in flags,
-        "kernel": platform.release(),
         "transparent_hugepages": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
         "memlock_limit": _memlock(),
-        "python": platform.python_version(),
     }
-
-
-# statfs(2) f_type of the file systems that live in memory, and of a few common disk ones (for the
-# profile; any other is given in hex).
-MEMORY_FS = {0x01021994: "tmpfs", 0x858458F6: "ramfs"}
-_DISK_FS = {
-    0xEF53: "ext4", 0x58465342: "xfs", 0x9123683E: "btrfs", 0x794C7630: "overlay", 0x2FC12FC1: "zfs",
-    0x6969: "nfs", 0x65735546: "fuse", 0x4D44: "vfat", 0x5346544E: "ntfs", 0xF2F52010: "f2fs",
-}  # fmt: skip
-
-
-def filesystem(directory: str | Path) -> dict[str, Any]:
-    """The file system `directory` is on (statfs f_type) and whether it lives in memory (tmpfs,
-    ramfs). Linux >= 6.6 opens tmpfs files with O_DIRECT, so the disk probe alone cannot tell."""
-    path = Path(directory).resolve()
-    buf = ctypes.create_string_buffer(256)  # struct statfs (120 B on 64-bit Linux); f_type comes first
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.statfs(os.fsencode(path), buf) != 0:
-        return {
-            "path": str(path),
-            "type": f"unknown ({os.strerror(ctypes.get_errno())})",
-            "memory_backed": None,
-        }
-    magic = ctypes.c_ulong.from_buffer(buf).value & 0xFFFFFFFF
-    name = MEMORY_FS.get(magic) or _DISK_FS.get(magic) or f"0x{magic:x}"
-    return {"path": str(path), "type": name, "memory_backed": magic in MEMORY_FS}
 
 
 def _memlock() -> str:

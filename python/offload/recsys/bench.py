@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from offload import __version__
+from offload.host.machine import machine
 from offload.recsys import engine as E
 from offload.recsys import memlimit
 from offload.recsys import traces as T
-from offload.rules.bench import machine
 
 # Fig. 2's stages (seconds), plus the host link.
 STAGES = ("bot_mlp", "emb_ssd", "emb_fs", "emb_op", "concat", "top_mlp", "link")

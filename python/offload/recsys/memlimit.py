@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from offload import cgroups
+from offload.host import cgroups
 
 # Room for the process's own allocations while it runs (batches, sums, Python objects).
 SLACK_BYTES = 64 << 20

@@ -6,8 +6,6 @@ chooses what to run and writes JSON.
 from __future__ import annotations
 
 import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -19,6 +17,7 @@ import numpy as np
 
 from offload import __version__, _native
 from offload.files import atomic_write
+from offload.host.machine import machine
 from offload.rules import DEVICE_MATCHERS, CompiledRules, RuleSet
 
 # One timed pass of a configuration takes roughly this many seconds (see _queries_for).
@@ -74,25 +73,6 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     finally:
         plt.close(fig)
     return path
-
-
-def machine() -> dict[str, Any]:
-    """What the numbers were measured on."""
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "system": platform.system(),
-    }
 
 
 ENCODE_QUERIES = 200_000

@@ -26,7 +26,7 @@ import numpy as np
 import zmq
 
 from offload.files import save_figure, write_text
-from offload.rules.bench import machine
+from offload.host.machine import machine
 from offload.serve import CurveKeys, ServeError
 
 # Requests one client process sends at most in a run.

@@ -33,9 +33,17 @@ def own(controller: str, root: Path = ROOT) -> Path | None:
     return None
 
 
+def unified(root: Path = ROOT) -> bool:
+    """Whether ``root`` is a cgroup v2 (unified hierarchy) mount: budgets here are v1 only."""
+    return (root / "cgroup.controllers").exists()
+
+
 def unavailable_reason(controller: str, probe_file: str, root: Path = ROOT) -> str | None:
     """Why a child cgroup of ``controller`` cannot be made here (``probe_file`` is a file the
-    controller must have, e.g. ``memory.limit_in_bytes``), or None where it can."""
+    controller must have, e.g. ``memory.limit_in_bytes``), or None where it can. A cgroup v2
+    host is said to be one, not taken for a host without cgroups."""
+    if unified(root):
+        return "cgroup v2 host: not supported yet"
     d = own(controller, root)
     if d is None or not (d / probe_file).exists():
         return f"no cgroup v1 {controller} controller under {root}"
