@@ -21,17 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
 from offload import rules
+from offload.clitools import console
 from offload.datafiles import data_path
 from offload.files import write_text
 from offload.rules import bench
 from offload.rules.cli import print_explanation
 from offload.rules.synth import synth
-
-console = Console()
 
 
 def _pick_examples(rs: rules.RuleSet, result: rules.MatchResult) -> list[int]:

@@ -14,18 +14,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from offload.clitools import err, fail, size_bytes
+from offload.clitools import JsonOpt, console, err, fail, failing, size_bytes
 
 app = typer.Typer(
     help="Near-data query nodes (Arrow Flight + Substrait): serve, particles, load, list, query, "
     "explain, train, case-study, cluster-load, cluster-query.",
     no_args_is_help=True,
 )
-console = Console()
 
 DEFAULT_PORT = 8815
 NodeOpt = Annotated[str, typer.Option("--node", "-n", help="The node's host:port.")]
@@ -37,7 +35,6 @@ TokenFileOpt = Annotated[
         "~/.offload/node-PORT.token, which `serve` writes]",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
 def table(title: str) -> Table:
@@ -159,10 +156,8 @@ def serve(
     from offload.dataservices import budget as B
     from offload.dataservices import link as L
 
-    try:
+    with failing(ValueError):
         prof = _profile(B.profile(profile), threads, cpu_per_thread, memory, link)
-    except ValueError as e:
-        raise fail(str(e)) from None
     if prof.link.shaped and netns is None:
         if link is not None:
             raise fail("a shaped link needs --netns (tc shapes that namespace's loopback, never the host's)")
@@ -178,10 +173,8 @@ def serve(
     if models is not None:
         from offload.dataservices.timemodel import Models
 
-        try:
+        with failing(ValueError):
             cfg.models = Models.load(models)
-        except ValueError as e:
-            raise fail(str(e)) from None
     if port and (busy := _port_in_use(host, port)):  # before gRPC, which logs its own lines first
         raise fail(busy)
     try:
@@ -338,17 +331,13 @@ def load(
         raise fail("give exactly one of --file (upload) or --path (a file on the node)")
     table = None
     if file is not None:
-        try:
+        with failing(tablefiles.DamagedFile):
             table = tablefiles.read(file.absolute())
-        except tablefiles.DamagedFile as e:
-            raise fail(str(e)) from None
     elif not Path(path).is_absolute() and Path(path).exists():  # type: ignore[arg-type]
         path = str(Path(path).absolute())  # type: ignore[arg-type]
     with _client(node, token_file, netns, timeout_s=900) as c:  # loading sketches every column
-        try:
+        with failing(NodeError):
             d = c.upload(name, table) if table is not None else c.register(name, str(path))
-        except NodeError as e:
-            raise fail(str(e)) from None
     if as_json:
         print(json.dumps(d, indent=2))
         return
@@ -368,10 +357,8 @@ def list_(
     from offload.dataservices.client import NodeError
 
     with _client(node, token_file, netns) as c:
-        try:
+        with failing(NodeError):
             st = c.status()
-        except NodeError as e:
-            raise fail(str(e)) from None
     if as_json:
         print(json.dumps(st, indent=2))
         return
@@ -416,12 +403,10 @@ def query(
     comp = None if compression == "none" else compression
     runs = {}
     with _client(node, token_file, netns) as c:
-        try:
+        with failing(NodeError, PlanError, ValueError):
             plan = c.plan(sql)
             for w in ways:
                 runs[w] = c.query(plan, w, comp)
-        except (NodeError, PlanError, ValueError) as e:
-            raise fail(str(e)) from None
     same = plans.same_answer(*(r[0] for r in runs.values())) if len(runs) == 2 else None
     if as_json:
         out = {"sql": sql, "runs": {w: t.as_dict() for w, (_, t) in runs.items()}, "same_answer": same}
@@ -474,12 +459,10 @@ def explain(
     from offload.dataservices.plans import PlanError
 
     with _client(node, token_file, netns) as c:
-        try:
+        with failing(NodeError, PlanError):
             plan = c.plan(sql)
             est = c.estimate(plan)
             runs = {w: c.query(plan, w)[1] for w in ("offload", "pushback")} if run else {}
-        except (NodeError, PlanError) as e:
-            raise fail(str(e)) from None
     if as_json:
         print(
             json.dumps(
@@ -539,11 +522,11 @@ def train(
         raise fail(f"--repeat {repeat}: give at least 1 run")
     samples = []
     with _client(node, token_file, netns, timeout_s=900) as c:
-        try:
+        with failing(NodeError):
             st = c.status()
             system = st.get("system", "host")
             if (st.get("budget") or {}).get("link", {}).get("rate_mbit"):
-                console.print("[yellow]the node's link is shaped: its stream times will include the link[/]")
+                err.print("[yellow]the node's link is shaped: its stream times will include the link[/]")
             with Progress(console=err) as bar:
                 task = bar.add_task(f"training on {system}", total=len(counts) * queries)
                 for i, n in enumerate(counts):
@@ -552,13 +535,9 @@ def train(
                     sqls = TM.training_queries(queries, seed + i)
                     samples += TM.measure(c, name, sqls, system, lambda _: bar.advance(task), repeat)
                     c.drop(name)
-        except NodeError as e:
-            raise fail(str(e)) from None
-    try:
+    with failing(OSError, ValueError):
         old = TM.Models.load(out).samples if out.exists() else []
         TM.Models(old + samples).save(out)
-    except (OSError, ValueError) as e:
-        raise fail(str(e)) from None
     errors = TM.held_out_error(old + samples)
     if as_json:
         doc = {"path": str(out.absolute()), "system": system, "samples_added": len(samples),
@@ -592,21 +571,17 @@ def case_study(
     from offload.dataservices.client import NodeError
 
     with _client(node, token_file, netns, timeout_s=900) as c:
-        try:
+        with failing(NodeError):
             if "particles" not in c.schemas():
-                console.print(f"loading {rows:,} particles into the node")
+                err.print(f"loading {rows:,} particles into the node")
                 c.upload("particles", P.generate(rows))
             results = [C.run_case(c, name, repeat) for name in C.CASES]
-        except NodeError as e:
-            raise fail(str(e)) from None
     if out is not None:
         from offload.files import write_text
 
         out.parent.mkdir(parents=True, exist_ok=True)
-        try:
+        with failing(OSError):
             write_text(out, json.dumps(results, indent=2))
-        except OSError as e:
-            raise fail(str(e)) from None
     if as_json:
         print(json.dumps(results, indent=2))
         return
@@ -622,10 +597,8 @@ def _cluster(path: Path, netns: str | None) -> Any:
     from offload.dataservices.cluster import ClusterClient, load_cluster
 
     _enter_netns(netns)
-    try:
+    with failing(ValueError):
         return ClusterClient(load_cluster(path), timeout_s=900)
-    except ValueError as e:
-        raise fail(str(e)) from None
 
 
 @app.command(name="cluster-load")
@@ -648,15 +621,11 @@ def cluster_load(
     from offload.dataservices import tablefiles
     from offload.dataservices.client import NodeError
 
-    try:
+    with failing(ValueError):
         table = tablefiles.read(file.absolute()) if file else P.generate(rows)
-    except ValueError as e:
-        raise fail(str(e)) from None
     with _cluster(cluster, netns) as cc:
-        try:
+        with failing(NodeError, ValueError):
             parts = cc.upload_partitioned(name, table, by if by in table.schema.names else None)
-        except (NodeError, ValueError) as e:
-            raise fail(str(e)) from None
     if as_json:
         print(json.dumps({"name": name, "rows": parts}, indent=2))
         return
@@ -678,10 +647,8 @@ def cluster_query(
     from offload.dataservices.plans import PlanError
 
     with _cluster(cluster, netns) as cc:
-        try:
+        with failing(NodeError, PlanError, ValueError):
             result, timing = cc.query(sql, way)
-        except (NodeError, PlanError, ValueError) as e:
-            raise fail(str(e)) from None
     if as_json:
         print(json.dumps({"sql": sql, "timing": timing.as_dict()}, indent=2))
         return

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import Progress
 
-from offload.clitools import choices, err, fail
+from offload.clitools import JsonOpt, choices, console, err, fail
 from offload.dataservices.cli import oneline
 from offload.dataservices.cli import table as Table
 
@@ -21,7 +20,6 @@ app = typer.Typer(
     "compression pays.",
     no_args_is_help=True,
 )
-console = Console()
 
 DataSetsOpt = Annotated[str, typer.Option(help="Data sets, comma-separated: particles, airplanes, ships.")]
 RowsOpt = Annotated[int, typer.Option(help="Rows of each data set.")]
@@ -44,7 +42,7 @@ def partition(
     plot: Annotated[
         Path | None, typer.Option(help="Write the breakdown as stacked bars here (.png). \\[default: none]")
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Run the partition service (unpack, split by id, repack, compress) over each data set, in a
     process held to each node budget, and break its time down per step. Data sets are generated
@@ -87,7 +85,7 @@ def sift(
     memtable: Annotated[int, typer.Option(help="Rows a partition's memtable holds before a flush.")] = 16_384,
     fanout: Annotated[int, typer.Option(help="Runs a level holds before they are compacted.")] = 4,
     work: WorkOpt = Path("build/flows"),
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Run a node that partitions each data set by id and sifts every partition into an LSM tree
     (memtable, sorted runs, compaction), in a process held to each budget; then read everything
@@ -157,7 +155,7 @@ def run(
     plot: Annotated[
         Path | None, typer.Option(help="Write the per-node breakdown as stacked bars here. \\[default: none]")
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Run the particle pipeline over several nodes: producers (one per node, as simulation
     ranks) put packed messages to the nodes' partition services, which forward each partition
@@ -344,7 +342,7 @@ def compression(
             help="The budget whose runs' decode times are the host reading the partitions, or 'none'."
         ),
     ] = "core",
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Where compression pays, per data set: each codec's seconds per GB of input when the node's
     partitioning, its link and the host reading the partitions back overlap, in software as
@@ -395,7 +393,7 @@ def gpu_codec(
     datasets: DataSetsOpt = "particles,airplanes,ships",
     rows: RowsOpt = 1_000_000,
     repeats: Annotated[int, typer.Option(help="Timed repeats; the median is kept.")] = 3,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Compress each data set's column buffers on a GPU with nvCOMP (LZ4, Zstd, Cascaded),
     transfers included, and check that they decode to the same bytes; beside it, what Arrow's

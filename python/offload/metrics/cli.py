@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from offload.clitools import choices, err, fail
+from offload.clitools import JsonOpt, choices, console, err, fail, failing
 from offload.files import WriteError
 
 app = typer.Typer(
@@ -19,7 +18,6 @@ app = typer.Typer(
     "docs/metrics.md.",
     no_args_is_help=True,
 )
-console = Console()
 
 
 def _table(title: str) -> Table:
@@ -55,7 +53,7 @@ def rpwu(
     plot: Annotated[
         Path | None, typer.Option(help="Write a bar chart of the ratios here (.png, .svg). \\[default: none]")
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Relative performance of node budgets, stressor by stressor: each stress-ng stressor runs
     with one instance in a process held to each budget, and its bogo-ops per second are divided
@@ -71,11 +69,9 @@ def rpwu(
     why = R.unavailable_reason()
     if why:
         raise fail(why)
-    with console.status("stress-ng") as status:
-        try:
+    with err.status("stress-ng") as status:  # progress on stderr: stdout holds only the result
+        with failing(RuntimeError, ValueError):
             r = R.profile(profs, names, seconds, reference, lambda what: status.update(f"stress-ng: {what}"))
-        except (RuntimeError, ValueError) as e:
-            raise fail(str(e)) from None
     if plot is not None:
         _plot(r, plot)
     if json_out:
@@ -148,7 +144,7 @@ def headroom(
         Path | None,
         typer.Option(help="Plot throughput vs inter-burst delay, headroom marked (.png). \\[default: none]"),
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Network processing headroom (seed 003): on a loopback link shaped in a private namespace,
     the fewest UDP sender threads that saturate it at a packet and burst size; then, with those,
@@ -159,23 +155,19 @@ def headroom(
     from offload.metrics import headroom as H
 
     profs = choices(profiles, tuple(B.PROFILES), "profile")
-    try:
+    with failing(ValueError):
         if rate_mbit is None:
             rate_mbit = B.Link.parse(link).rate_mbit
             if rate_mbit is None:
                 raise ValueError(f"--link {link!r}: give a rate such as 200mbit or 1gbit")
         cfg = H.Config(rate_mbit, packet_bytes, burst, max_threads, tolerance, iterations, repeats, seconds,
                        port=port, netns=netns)  # fmt: skip
-    except ValueError as e:
-        raise fail(str(e)) from None
     why = H.unavailable_reason()
     if why:
         raise fail(why)
-    with console.status("headroom") as status:
-        try:
+    with err.status("headroom") as status:
+        with failing(OSError, RuntimeError, ValueError):
             r = H.measure_profiles(profs, cfg, lambda what: status.update(f"headroom: {what}"))
-        except (OSError, RuntimeError, ValueError) as e:
-            raise fail(str(e)) from None
     if plot is not None:
         _plot_headroom(r, plot)
     if json_out:
@@ -272,7 +264,7 @@ def availability(
         Path | None,
         typer.Option(help="Write the benefit over n, c and f here (.png, .svg). \\[default: none]"),
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Relative data availability of embedded storage nodes against servers (seed 003, HotEdge'20):
     P(data loss) of m servers over that of m·c embedded nodes, both 3-way replicated on copysets,
@@ -293,7 +285,7 @@ def availability(
                 cases.append(A.Case("--case", int(n), int(c), float(f), 0.0))
             except ValueError:
                 raise fail(f"--case {text!r}: expected n,c,f such as 12,17,2") from None
-    try:
+    with failing(ValueError):
         r = A.report(
             cases, servers=servers, window=window, scatter_width=scatter_width, replicas=replicas, f_per=per
         )
@@ -306,8 +298,6 @@ def availability(
                 replicas=replicas,
                 f_per=per,
             )
-    except ValueError as e:
-        raise fail(str(e)) from None
     if json_out:
         print(json.dumps(r, indent=2))
         return
@@ -371,7 +361,7 @@ def mbwu(
         Path | None,
         typer.Option(help="Plot throughput vs workers, plateau marked (.png). \\[default: none]"),
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Media-based work units (seed 003): the throughput one storage device gives a workload when
     only the device limits it. Preconditions the data, sweeps the worker count until throughput
@@ -387,15 +377,13 @@ def mbwu(
         from offload.dataservices import budget as B
 
         choices(embedded, tuple(B.PROFILES), "profile")
-    try:
+    with failing(InputError, ValueError):
         ts = tuple(ints(threads))
         plan = M.Plan(names, work_dir, keys, ts, seconds, warmup, bucket, rate, overwrite, precondition_rate,
                       scan_rows, threshold, bound, window, embedded)  # fmt: skip
         if measure:
             plan.check()
         case = M.seed_case_study(catalog)
-    except (InputError, ValueError) as e:
-        raise fail(str(e)) from None
     out: dict = {"seed_case_study": case}
     if measure:
         with err.status("mbwu") as status:

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from offload.clitools import err
+from offload.clitools import JsonOpt, console, err, failing
 from offload.clitools import fail as _fail
 from offload.clitools import ints as _ints
 from offload.files import write_text
@@ -25,8 +25,7 @@ app = typer.Typer(
     "fleet of them costs (fleet). See docs/plan.md.",
     no_args_is_help=True,
 )
-console = Console()
-if not console.is_terminal:  # a pipe or a log: wide enough for the tables, not 80 columns
+if not console.is_terminal:  # a pipe or a log: wide enough for the plan tables, not 80 columns
     console = Console(width=150)
 
 # -p/--processes as in `offload serve inject`; the old spelling stays, hidden, for one release.
@@ -100,7 +99,7 @@ def cost(
     rounding: Annotated[
         str | None, typer.Option(help="Override unit rounding: up or nearest. \\[default: the scenario's]")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")] = False,
+    as_json: JsonOpt = False,
     out: Annotated[
         Path | None, typer.Option(help="Also write the JSON here (for `offload report`). \\[default: none]")
     ] = None,
@@ -117,10 +116,8 @@ def cost(
 
     from offload.plan import cost as c
 
-    try:
+    with failing(c.InputError):
         s = c.load_scenario(scenario, catalog)
-    except c.InputError as e:
-        raise _fail(str(e)) from None
     w = s.workload
     if offload_share is not None:
         if not 0 <= offload_share < 1:
@@ -229,7 +226,7 @@ def simulate(
             "machine's time at the default)."
         ),
     ] = 500_000,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of the summary.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Simulate the serving pipeline (p/w/k/e, batching) with given or calibrated stage costs:
     throughput and latency percentiles.
@@ -332,7 +329,9 @@ def calibrate(
         Path, typer.Option(help="`offload serve sweep` JSON with a 1p 1w 1k 1e per-request row.")
     ],
     trace: Annotated[Path, typer.Option(help="The trace directory the sweep replayed (requests.csv).")],
-    out: Annotated[Path, typer.Option(help="Calibration JSON to write.")] = Path("calibration.json"),
+    out: Annotated[Path, typer.Option(help="Calibration JSON to write (with --json too).")] = Path(
+        "calibration.json"
+    ),
     cpus: Annotated[int, typer.Option(help="Cores of the measured machine (0: this machine's).")] = 0,
     profile: Annotated[
         Path | None,
@@ -341,9 +340,7 @@ def calibrate(
             "\\[default: none]"
         ),
     ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the calibration JSON (also written to --out).")
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Fit the simulator's stage costs to measured runs and report predicted vs measured
     throughput and p50/p99 for every configuration of the sweep, each predicted by a model
@@ -400,15 +397,14 @@ def preset(
         Path,
         typer.Option(help="`offload rules bench --matcher gpu` JSON from that machine (device profile)."),
     ],
-    out: Annotated[Path, typer.Option(help="Preset TOML to write.")] = Path("gpu-measured.toml"),
+    out: Annotated[
+        Path, typer.Option(help="Preset TOML to write (with --json too; the JSON is {about, costs}).")
+    ] = Path("gpu-measured.toml"),
     batch: Annotated[
         int,
         typer.Option(help="Queries per kernel batch where the kernel's floor is fitted (a typical request)."),
     ] = 256,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="Print the preset as JSON ({about, costs}; the TOML goes to --out)."),
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Make a what-if kernel preset from a GPU machine's measurements: the launch and the pinned
     copies from the probe, the kernel's floor and rate from the bench's device profile.
@@ -446,11 +442,9 @@ def check(
         str | None,
         typer.Option(help="What-if kernel (bundled name or TOML) the sweep ran with. \\[default: none]"),
     ] = None,
-    out: Annotated[Path, typer.Option(help="Check JSON to write.")] = Path("check.json"),
+    out: Annotated[Path, typer.Option(help="Check JSON to write (with --json too).")] = Path("check.json"),
     cpus: Annotated[int, typer.Option(help="Cores of the measured machine (0: the calibration's).")] = 0,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the check JSON (also written to --out).")
-    ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Predict every configuration of a measured sweep that the model was not fitted on, and
     say how far off each prediction is: a what-if (a --preset kernel) checked against the
@@ -541,12 +535,10 @@ def recommend(
     target_qps: Annotated[
         float | None, typer.Option(help="Q2: lowest p99 with at least this (q/s). \\[default: not asked]")
     ] = None,
-    out: Annotated[Path, typer.Option(help="JSON to write (the Pareto plot goes next to it, .png).")] = Path(
-        "recommend.json"
-    ),
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the recommendation JSON (also written to --out).")
-    ] = False,
+    out: Annotated[
+        Path, typer.Option(help="JSON to write, with --json too (the Pareto plot goes next to it, .png).")
+    ] = Path("recommend.json"),
+    as_json: JsonOpt = False,
 ) -> None:
     """Recommend a configuration: the most throughput under a p99 SLA, and/or the lowest p99
     for a throughput target, from measured sweeps and/or a simulated grid; a Pareto plot marks it.
@@ -655,7 +647,7 @@ def fleet(
     catalog: Annotated[
         Path | None, typer.Option(help="Price catalog TOML. \\[default: the bundled one]")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Simulate one node, then size and price the fleet that carries a workload — fleet scale
     fed into the cost model (e.g. the seed's 400 nodes × 48 processes).
@@ -737,7 +729,7 @@ def flows(
             "each put one dump of about 41 MB)."
         ),
     ] = 0.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Fit the particle pipeline model (docs/flows.md) to runs on a few nodes of this machine,
     show its error on every node count run (those it was not fitted on are the validation), and

@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from offload.clitools import err
+from offload.clitools import JsonOpt, console, err, failing
 from offload.clitools import fail as _fail
 from offload.clitools import seconds as _us
 from offload.files import save_figure, write_text
@@ -22,7 +21,6 @@ app = typer.Typer(
     "GPU when present): a JSON profile with T(n) = L + n/B fits, and plots. Without a subcommand: run it.",
     invoke_without_command=True,
 )
-console = Console()
 
 
 def _si(bps: float | None) -> str:
@@ -67,9 +65,7 @@ def probe(
     ] = None,
     uring: Annotated[bool, typer.Option(help="Measure io_uring (NOP and O_DIRECT random reads).")] = True,
     plots: Annotated[bool, typer.Option(help="Write the PNG plots.")] = True,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print the profile (JSON) on stdout instead of the tables.")
-    ] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Run the probe and write the profile; exits 1 if an ordering check fails."""
     if ctx.invoked_subcommand is not None:
@@ -91,10 +87,8 @@ def probe(
             done = steps.index(name) if name in steps else 0
             bar.update(task, completed=done, description=f"probing {name}")
 
-        try:
+        with failing(ValueError):
             profile = pr.run(quick=quick, directory=directory, channels=channel, uring=uring, progress=step)
-        except ValueError as e:
-            raise _fail(str(e)) from None
         bar.update(task, completed=len(steps))
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, json.dumps(profile, indent=2))
@@ -190,7 +184,7 @@ def ctc(
         Path | None,
         typer.Option(help="A probe profile: add its measured channels. \\[default: none: presets only]"),
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Computation-to-communication ratio of a kernel on each channel: time to compute a batch /
     time to move it. Above 1: compute-bound (a faster link would not help); below 1:
@@ -237,7 +231,7 @@ def reuse(
     private: Annotated[str, typer.Option(help="Private-memory preset.")] = "alpha_data",
     shared: Annotated[str, typer.Option(help="Shared-memory preset.")] = "xeon_fpga_v1",
     out: Annotated[Path | None, typer.Option(help="Write the curve plot (PNG). \\[default: no plot]")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Effective bandwidth against the device-memory reuse ratio r, and the r above which the
     private-memory platform wins, next to the ≈7 that seed 004 reports for Alpha Data vs

@@ -14,11 +14,10 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 from rich import box
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from offload.clitools import err, fail, size_bytes
+from offload.clitools import JsonOpt, console, err, fail, failing, size_bytes
 from offload.files import WriteError, atomic_write, write_text
 from offload.recsys import engine as E
 from offload.recsys import traces as T
@@ -29,12 +28,10 @@ app = typer.Typer(
     "create, synth, infer, bench, kernels.",
     no_args_is_help=True,
 )
-console = Console()
 
 ModelDirOpt = Annotated[
     Path, typer.Option("--model-dir", "-m", help="Model directory made by `offload recsys create`.")
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
 
 def _spec(name: str) -> Any:
@@ -45,10 +42,8 @@ def _spec(name: str) -> Any:
 
 def _size(text: str) -> int:
     """'8G', '512M', '64k' or a plain byte count; a clear exit otherwise."""
-    try:
+    with failing(ValueError):
         return size_bytes(text)
-    except ValueError as e:
-        raise fail(str(e)) from None
 
 
 def _bar(what: str, unit: str = "") -> Progress:
@@ -177,10 +172,8 @@ def synth(
 
 
 def _open(model_dir: Path) -> E.ModelDir:
-    try:
+    with failing(OSError, ValueError):  # RecsysError is a ValueError
         return E.ModelDir.open(model_dir)
-    except (OSError, ValueError) as e:  # RecsysError is a ValueError
-        raise fail(str(e)) from None
 
 
 # The predictions file of `infer --out`, by suffix.
@@ -237,7 +230,7 @@ def infer(
         raise fail(f"--out {out}: unknown suffix {out.suffix!r}; use one of {', '.join(PREDICTION_FORMATS)}")
     d = _open(model_dir)
     preds, stages, io = [], {}, {}
-    try:
+    with failing(OSError, ValueError):  # RecsysError is a ValueError
         with err.status("reading the trace"):
             tr = T.load_trace(trace, rows=d.rows)
         with E.Engine(d, strategy, mode, device=device) as eng, _bar(f"{strategy} ({mode})") as bar:
@@ -250,8 +243,6 @@ def infer(
                     stages[key] = stages.get(key, 0.0) + v
                 for key, v in info["io"].items():
                     io[key] = io.get(key, 0) + v
-    except (OSError, ValueError) as e:  # RecsysError is a ValueError
-        raise fail(str(e)) from None
     allp = np.concatenate(preds) if preds else np.zeros(0, np.float32)
     if out:
         try:
@@ -460,7 +451,7 @@ def info(
     from offload import _native
 
     d = _open(model_dir)
-    try:
+    with failing(OSError, ValueError):  # RecsysError is a ValueError
         tables = [_native.recsys_table_info(str(p)) for p in d.table_paths]
         t0 = time.perf_counter()
         if verify:
@@ -473,8 +464,6 @@ def info(
                         str(p), lambda k, base=base: bar.update(task, completed=base + k)
                     )
                     base += t["file_bytes"]
-    except (OSError, ValueError) as e:  # RecsysError is a ValueError
-        raise fail(str(e)) from None
     res = {
         "spec": d.spec.name,
         "rows": d.rows,

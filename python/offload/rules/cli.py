@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from offload import _native
+from offload.clitools import JsonOpt, console, err, fail, failing
 from offload.files import WriteError, atomic_dir, write_text
 from offload.rules import DEVICE_MATCHERS, MATCHERS, NFA_ORDERS, CompiledRules, RuleError, RuleSet, is_matcher
 
@@ -23,8 +22,6 @@ app = typer.Typer(
     help="The business-rule engine (ERBIUM-style MCT rules): synth, check, compile, eval, bench, explain.",
     no_args_is_help=True,
 )
-console = Console()
-err = Console(stderr=True)
 
 RulesOpt = Annotated[
     Path, typer.Option("--rules", help="Rules CSV (ERBIUM or native format).", show_default=False)
@@ -32,13 +29,6 @@ RulesOpt = Annotated[
 RuleTypeOpt = Annotated[
     Path, typer.Option("--ruletype", help="Rule type: ERBIUM .xml or native .toml.", show_default=False)
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    """Print an error (verbatim: file:line:column stays on one line) and return the exit."""
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
 
 
 KNOWN_MATCHERS = f"{', '.join(MATCHERS + DEVICE_MATCHERS)} or nfa:<{'|'.join(NFA_ORDERS)}>"
@@ -47,13 +37,11 @@ KNOWN_MATCHERS = f"{', '.join(MATCHERS + DEVICE_MATCHERS)} or nfa:<{'|'.join(NFA
 def _load(ruletype: Path, rules: Path, spinner: bool = True) -> RuleSet:
     """Loads a rule set (a spinner on stderr while it does: 100k rules take a few seconds);
     a bad file exits 2 with file:line:column."""
-    try:
+    with failing(RuleError):
         if not spinner:
             return RuleSet.load(ruletype, rules)
         with err.status(f"loading {rules}"):
             return RuleSet.load(ruletype, rules)
-    except RuleError as e:
-        raise fail(str(e)) from None
 
 
 def _matcher(name: str) -> str:
@@ -224,11 +212,8 @@ def compile(
     for name in names:
         if not is_matcher(name):
             raise fail(f"unknown matcher {name!r}; expected {KNOWN_MATCHERS} or all")
-        try:
-            with err.status(f"compiling {name}"):
-                eng = CompiledRules(rs, name)
-        except RuntimeError as e:  # gpu without a device: the reason, not a traceback
-            raise fail(str(e)) from None
+        with failing(RuntimeError), err.status(f"compiling {name}"):  # gpu without a device: the reason
+            eng = CompiledRules(rs, name)
         report["matchers"][name] = {
             "compile_s": eng.compile_seconds,
             "memory_bytes": eng.memory_bytes(),
@@ -267,13 +252,10 @@ def eval_(
     if threads < 1:
         raise fail(f"--threads {threads}: expected a thread count of 1 or more")
     _writable_dir(out, "--out")
-    try:
-        with err.status(f"answering {queries} ({matcher})"):
-            stats = json.loads(
-                _native.eval_files(str(ruletype), str(rules), str(queries), str(out), matcher, threads)
-            )
-    except (RuleError, RuntimeError, OSError) as e:
-        raise fail(str(e)) from None
+    with failing(RuleError, RuntimeError, OSError), err.status(f"answering {queries} ({matcher})"):
+        stats = json.loads(
+            _native.eval_files(str(ruletype), str(rules), str(queries), str(out), matcher, threads)
+        )
     if json_out:
         print(json.dumps(stats, indent=2))
     else:
@@ -318,9 +300,7 @@ def bench(
     ] = "1,16,256,4096,65536",
     limit: Annotated[int, typer.Option(help="Use at most this many queries.")] = 1_000_000,
     repeats: Annotated[int, typer.Option(help="Timed repeats per configuration (median quoted).")] = 5,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print the result as JSON on stdout (it is written to --out too).")
-    ] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Measure throughput per matcher, thread count and batch size; encode cost; compile time;
     memory. Writes JSON (the numbers of BENCHMARKS.md); progress goes to stderr."""
@@ -342,10 +322,8 @@ def bench(
         task = bar.add_task(f"loading {rules}")
         rs = _load(ruletype, rules, spinner=False)
         bar.update(task, description=f"loading {queries}")
-        try:
+        with failing(RuleError):
             _, cols = b.load_query_columns(rs, queries, limit)
-        except RuleError as e:
-            raise fail(str(e)) from None
         result = b.run(
             rs,
             cols,
@@ -431,11 +409,8 @@ def explain(
             raise fail("--queries needs --query-id")
         from offload.rules.bench import load_query_columns
 
-        try:
-            with err.status(f"loading {queries}"):
-                ids, cols = load_query_columns(rs, queries)
-        except RuleError as e:
-            raise fail(str(e)) from None
+        with failing(RuleError), err.status(f"loading {queries}"):
+            ids, cols = load_query_columns(rs, queries)
         if query_id not in ids:
             raise fail(f"no query {query_id!r} in {queries}")
         i = ids.index(query_id)
@@ -450,10 +425,8 @@ def explain(
             raise fail(f"give a value for every criterion: missing {', '.join(missing)} (-v CODE=VALUE)")
         vals = [given[c] for c in codes]
     eng = CompiledRules(rs, _matcher(matcher))
-    try:
+    with failing(ValueError):
         ex = eng.explain(vals)
-    except ValueError as e:
-        raise fail(f"{e}") from None
     res = eng.match([[v] for v in vals])
     ex["matcher"] = {"name": matcher, "rule": int(res.rule[0])}
     if json_out:

@@ -170,7 +170,7 @@ def serve(
         return
     from offload import _native
 
-    try:
+    with failing(ValueError, OverflowError):
         counters = _native.serve(
             config=config,
             ruletype=ruletype,
@@ -193,8 +193,6 @@ def serve(
             allow_remote_data=True if allow_remote_data else None,
             allow_remote_metrics=True if allow_remote_metrics else None,
         )
-    except (ValueError, OverflowError) as e:
-        raise _fail(str(e)) from None
     err.print("stopped: " + ", ".join(f"{k} {v}" for k, v in counters), highlight=False)
 
 
@@ -213,10 +211,8 @@ def keys(
     from offload import _native
 
     for n in name or ["server", "client"]:
-        try:
+        with failing(ValueError):
             public, secret = _native.curve_key_pair(str(directory), n, force)
-        except ValueError as e:
-            raise _fail(str(e)) from None
         print(f"{public}  (public: share it)\n{secret}  (secret: keep it, mode 600)")
 
 
@@ -279,10 +275,8 @@ def _command(
     control: str, message: str | list[bytes], timeout: float, server_key: Path | None, client_key: Path | None
 ) -> None:
     """Sends a control command, prints the JSON answer, exits 1 if it says not ok."""
-    try:
+    with failing(TimeoutError, PermissionError, ValueError):
         answer = control_request(control, message, timeout, curve_keys(server_key, client_key))
-    except (TimeoutError, PermissionError, ValueError) as e:
-        raise _fail(str(e)) from None
     print(json.dumps(answer, indent=2))
     if answer.get("ok") is False:
         raise typer.Exit(1)
@@ -323,10 +317,8 @@ def reload(
     read by the daemon, only under its reload directories (relative ones under the first)."""
     message: str | list[bytes]
     if send:
-        try:
+        with failing(OSError):
             contents = [ruletype.read_bytes(), rules.read_bytes()]
-        except OSError as e:
-            raise _fail(str(e)) from None
         message = [f"reload-inline\n{ruletype.name}\n{rules.name}".encode(), *contents]
     else:
         message = f"reload\n{ruletype}\n{rules}"
