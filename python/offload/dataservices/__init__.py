@@ -1,10 +1,31 @@
 """Near-data services (seed 003): Arrow Flight nodes that own data sets and run Substrait plans
-next to the data, or push the data back to the host.
+next to the data, or push the data back to the host; and the seed's particle data flows.
+
+Nodes and queries:
 
 * :mod:`~offload.dataservices.node` — the node (a Flight server) and its request format;
 * :mod:`~offload.dataservices.client` — the host side: SQL to Substrait, queries either way, timings;
 * :mod:`~offload.dataservices.plans` — Substrait plans: produce, read, execute (DataFusion);
-* :mod:`~offload.dataservices.particles` — the seed's particle tables.
+* :mod:`~offload.dataservices.stats` — column statistics kept with each data set (DataSketches);
+* :mod:`~offload.dataservices.estimate` — a plan's result rows and bytes from those statistics;
+* :mod:`~offload.dataservices.timemodel` — learned time models and the offload decision;
+* :mod:`~offload.dataservices.cluster` — several nodes: partitioned data sets, fanned-out queries;
+* :mod:`~offload.dataservices.cases` — the seed's two case studies on a node;
+* :mod:`~offload.dataservices.tablefiles` — Parquet and Arrow IPC files, whole and checked;
+* :mod:`~offload.dataservices.particles` — the seed's particle tables;
+* :mod:`~offload.dataservices.budget` — a node's resource budget (CPU quota, threads, memory, link);
+* :mod:`~offload.dataservices.link` — the shaped link between a node and the host (netns + tc);
+* :mod:`~offload.dataservices.cli` — ``offload node ...``.
+
+Particle data flows (``offload flows ...``):
+
+* :mod:`~offload.dataservices.flows` — partition by id and sift into id order, under a budget;
+* :mod:`~offload.dataservices.lsm` — the sift service's log-structured merge tree of Arrow tables;
+* :mod:`~offload.dataservices.flownet` — the flow over several nodes: partition and sift services;
+* :mod:`~offload.dataservices.flowrun` — running such a flow: start the nodes, put, flush, account;
+* :mod:`~offload.dataservices.compression` — where compression pays on a flow;
+* :mod:`~offload.dataservices.gpucodec` — a GPU codec (nvCOMP) for the flows' buffers, where lent;
+* :mod:`~offload.dataservices.flows_cli` — ``offload flows ...``.
 
 Importing this package does not import DataFusion; the modules that need it load it lazily.
 """
