@@ -19,7 +19,8 @@ from offload.serve import CurveKeys
 
 app = typer.Typer(
     help="Serve a rule set over ZeroMQ (protocol and security: docs/serve-protocol.md). Without a "
-    "subcommand: start the daemon. Every endpoint binds loopback or IPC unless you say otherwise; "
+    "subcommand: start the daemon; `inject` replays a trace against it, `sweep` measures a grid of its "
+    "configurations. Every endpoint binds loopback or IPC unless you say otherwise; "
     "a control endpoint on the network needs CURVE keys (offload serve keys).",
     invoke_without_command=True,
 )
