@@ -48,29 +48,34 @@ def _fsync_dir(directory: Path) -> None:
 
 
 @contextlib.contextmanager
+def _as_write_error(target: Path) -> Iterator[None]:
+    """An OSError inside becomes a `WriteError` naming ``target`` (one that already is, stays)."""
+    try:
+        yield
+    except WriteError:
+        raise
+    except OSError as e:
+        raise WriteError(e.errno, describe(target, e)) from None
+
+
+@contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], mode: str = "w", **open_kw: Any) -> Iterator[IO[Any]]:
     """``with atomic_write(p) as f: f.write(...)``: the content appears at ``p`` whole when the
     block ends without an exception; otherwise ``p`` is untouched and the temporary is removed.
     Errors while writing raise `WriteError` naming ``p``."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
-    try:
+    with _as_write_error(target):
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    except OSError as e:
-        raise WriteError(e.errno, describe(target, e)) from None
     ok = False
     try:
-        with os.fdopen(fd, mode, **open_kw) as f:
+        with _as_write_error(target), os.fdopen(fd, mode, **open_kw) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644 & ~_umask())
-        os.replace(tmp, target)
-        ok = True
-    except OSError as e:
-        if isinstance(e, WriteError):
-            raise
-        raise WriteError(e.errno, describe(target, e)) from None
+            os.chmod(tmp, 0o644 & ~_umask())
+            os.replace(tmp, target)
+            ok = True
     finally:
         if not ok:
             with contextlib.suppress(OSError):
@@ -108,26 +113,21 @@ def atomic_dir(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iter
             errno.EEXIST, f"{target} already exists and is not empty (choose another --out, or --force)"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with _as_write_error(target):
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    except OSError as e:
-        raise WriteError(e.errno, describe(target, e)) from None
     ok = False
     try:
-        yield tmp
-        os.chmod(tmp, 0o755 & ~_umask())
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-        ok = True
-    except OSError as e:
-        if isinstance(e, WriteError):
-            raise
-        raise WriteError(e.errno, describe(target, e)) from None
+        with _as_write_error(target):
+            yield tmp
+            os.chmod(tmp, 0o755 & ~_umask())
+            if target.exists():
+                old = target.with_name(f".{target.name}.old-{os.getpid()}")
+                os.replace(target, old)
+                os.replace(tmp, target)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, target)
+            ok = True
     finally:
         if not ok:
             shutil.rmtree(tmp, ignore_errors=True)
