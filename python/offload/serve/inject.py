@@ -140,17 +140,30 @@ def _socket(ctx: zmq.Context[Any], endpoint: str, curve: CurveKeys | None) -> zm
     return s
 
 
-# What a client process is given: endpoint, trace, its requests, mode, rate, duration, early
-# stop, result queue, start event, CPUs, CURVE keys, criteria fingerprint, reply timeout.
-_ClientArgs = tuple[
-    str, Trace, list[int], str, float, float, bool, Any, Any, list[int] | None, CurveKeys | None, int, float
-]
+@dataclass(frozen=True)
+class _ClientArgs:
+    """What one client process is given."""
+
+    endpoint: str
+    trace: Trace
+    which: list[int]  # its share of the trace's requests
+    mode: str  # "closed" or "open"
+    rate: float  # requests/s of this process (open loop)
+    duration: float
+    early_stop: bool
+    queue: Any  # results go back on it
+    go: Any  # the event that starts every process at once
+    cpus: list[int] | None
+    curve: CurveKeys | None
+    fingerprint: int  # of the criteria the columns follow
+    wait_s: float  # reply timeout: longer without one, the daemon counts as gone
 
 
-def _client(args: _ClientArgs) -> None:
-    endpoint, trace, which, mode, rate, duration, early_stop, queue, go, cpus, curve, fingerprint, wait_s = (
-        args
-    )
+def _client(a: _ClientArgs) -> None:
+    endpoint, trace, which, mode, rate, duration = a.endpoint, a.trace, a.which, a.mode, a.rate, a.duration
+    early_stop, queue, go, cpus, curve, fingerprint, wait_s = (
+        a.early_stop, a.queue, a.go, a.cpus, a.curve, a.fingerprint, a.wait_s
+    )  # fmt: skip
     from offload import _native
 
     if cpus:
@@ -287,9 +300,9 @@ def run(
     shares = [order[i::p] for i in range(p)]
     ctx = mp.get_context("spawn")
     q, go = ctx.Queue(), ctx.Event()
-    args: list[_ClientArgs] = [
-        (endpoint, trace, share, mode, rate / p, duration, early_stop, q, go, cpus, curve, fingerprint,
-         connect_timeout_s)
+    args = [
+        _ClientArgs(endpoint, trace, share, mode, rate / p, duration, early_stop, q, go, cpus, curve,
+                    fingerprint, connect_timeout_s)
         for share in shares
     ]  # fmt: skip
     procs = [ctx.Process(target=_client, args=(a,)) for a in args]
