@@ -212,8 +212,8 @@ WORK = Path("build/dsbench")
 def decisions(rows: int, queries: int, repeat: int) -> dict[str, Any]:
     import subprocess
 
-    from offload.dataservices import link as L
     from offload.dataservices import timemodel as TM
+    from offload.host import links as L
 
     why = L.unavailable_reason()
     if why:
@@ -305,7 +305,7 @@ def crossover(rows: int, repeat: int) -> dict[str, Any]:
     """CROSSOVER_SQL on a bluefield2 node at each of CROSSOVER_LINKS: the measured winner per
     rate, the measured crossover (interpolated in 1/rate, where times are linear) and the
     predicted one."""
-    from offload.dataservices import link as L
+    from offload.host import links as L
 
     why = L.unavailable_reason()
     work = WORK.resolve()
@@ -358,7 +358,7 @@ def _inside(work: Path) -> tuple[list[str], dict[str, str]]:
     import os
     import sys
 
-    from offload.dataservices import link as L
+    from offload.host import links as L
 
     ns = L.ensure_namespace("dsbench")
     return ["nsenter", f"--net=/run/netns/{ns}", sys.executable], {**os.environ, "HOME": str(work)}

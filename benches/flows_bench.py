@@ -105,7 +105,7 @@ def nodes_model(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The pipeline model fitted on the runs' smallest and middle node counts, its errors on
     the medians, and its prediction for the seed's 100 nodes (messages as here, and one dump per
     rank as the seed's producers put them)."""
-    from offload.dataservices import budget as B
+    from offload.host import budgets as B
     from offload.plan import flows as fm
 
     prof = B.profile(runs[0]["profile"])

@@ -23,7 +23,7 @@ from offload.dataservices.node import Node, NodeConfig
 TOKEN = "t"
 
 
-def _synthetic() -> list[TM.Sample]:
+def _synthetic() -> list[TM.QuerySample]:
     """A node 4x slower than the host at the engine (0.2 us a row on the host); streams cost
     5 ns a byte on the node, receiving 1 ns on the host."""
     out = []
@@ -37,10 +37,10 @@ def _synthetic() -> list[TM.Sample]:
             ship = scan.out_bytes * 5e-9 + 1e-4
             host = {"host_engine": engine, "host_receive_out": f.out_bytes * 1e-9 + 1e-4}
             out += [
-                TM.Sample("nic", f, node),
-                TM.Sample("nic", scan, {"node_stream_in": ship, "node_pushback": ship}),
-                TM.Sample("host", f, host),
-                TM.Sample("host", scan, {"host_receive_in": scan.out_bytes * 1e-9 + 1e-4}),
+                TM.QuerySample("nic", f, node),
+                TM.QuerySample("nic", scan, {"node_stream_in": ship, "node_pushback": ship}),
+                TM.QuerySample("host", f, host),
+                TM.QuerySample("host", scan, {"host_receive_in": scan.out_bytes * 1e-9 + 1e-4}),
             ]
     return out
 
@@ -49,7 +49,7 @@ def test_models_learn_the_stages_and_the_decision_follows_the_link(tmp_path: Pat
     m = TM.Models.fit(_synthetic())
     f = TM.QueryFeatures(1e6, 64e6, 1e4, 64e4, 1, False, False, False)
     assert m.predict("nic", "node_engine", f) == pytest.approx(0.8, rel=0.35)
-    slow = TM.Link(bytes_per_s=1e8, latency_s=1e-4)  # 800 Mbit/s: 64 MB take 0.64 s, the stream 0.32
+    slow = TM.TransferLink(bytes_per_s=1e8, latency_s=1e-4)  # 800 Mbit/s: 64 MB take 0.64 s, the stream 0.32
     d = TM.decide(m, "nic", f, slow)
     assert d.way == "offload" and d.pushback["link beyond the node"] > 0.25 and "offload" in d.why
     everything = TM.QueryFeatures(1e6, 64e6, 1e6, 64e6, 1, False, False, False)
@@ -101,14 +101,14 @@ def test_the_crossover_is_where_the_faster_way_changes_for_good(
 def test_the_decision_names_its_crossover_and_heavy_functions_count() -> None:
     m = TM.Models.fit(_synthetic())
     f = TM.QueryFeatures(1e6, 64e6, 1e4, 64e4, 1, False, False, False)
-    d = TM.decide(m, "nic", f, TM.Link(bytes_per_s=1e8, latency_s=1e-4))
+    d = TM.decide(m, "nic", f, TM.TransferLink(bytes_per_s=1e8, latency_s=1e-4))
     assert d.way == "offload" and d.above == "pushback" and d.crossover_mbit is not None
     assert d.offload["link beyond the node"] == 0.0  # 640 KB: the link keeps up with the node
     assert "wins on links above" in d.why and d.as_dict()["crossover_mbit"] == d.crossover_mbit
     # just above the crossover the decision turns, just below it does not
     rate = d.crossover_mbit * 1e6 / 8
-    assert TM.decide(m, "nic", f, TM.Link(rate * 1.05, 1e-4)).way == "pushback"
-    assert TM.decide(m, "nic", f, TM.Link(rate / 1.05, 1e-4)).way == "offload"
+    assert TM.decide(m, "nic", f, TM.TransferLink(rate * 1.05, 1e-4)).way == "pushback"
+    assert TM.decide(m, "nic", f, TM.TransferLink(rate / 1.05, 1e-4)).way == "offload"
     from offload.dataservices import plans
 
     schema = {"p": P.generate(10, seed=1).schema}
@@ -120,8 +120,8 @@ def test_the_decision_names_its_crossover_and_heavy_functions_count() -> None:
 
 
 def test_links_from_the_node_report() -> None:
-    assert TM.Link.of(None).bytes_per_s is None
-    link = TM.Link.of({"rate_mbit": 800.0, "delay_ms": 0.0})
+    assert TM.TransferLink.of(None).bytes_per_s is None
+    link = TM.TransferLink.of({"rate_mbit": 800.0, "delay_ms": 0.0})
     assert link.bytes_per_s == 1e8 and link.seconds(1e8) == pytest.approx(1.0, rel=1e-3)
 
 

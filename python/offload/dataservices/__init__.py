@@ -13,8 +13,6 @@ Nodes and queries:
 * :mod:`~offload.dataservices.cases` — the seed's two case studies on a node;
 * :mod:`~offload.dataservices.tablefiles` — Parquet and Arrow IPC files, whole and checked;
 * :mod:`~offload.dataservices.particles` — the seed's particle tables;
-* :mod:`~offload.dataservices.budget` — a node's resource budget (CPU quota, threads, memory, link);
-* :mod:`~offload.dataservices.link` — the shaped link between a node and the host (netns + tc);
 * :mod:`~offload.dataservices.cli` — ``offload node ...``.
 
 Particle data flows (``offload flows ...``):

@@ -80,7 +80,7 @@ def _enter_netns(netns: str | None) -> None:
     """Re-runs this command inside the namespace (made if missing) unless it runs there already."""
     if netns is None:
         return
-    from offload.dataservices import link as L
+    from offload.host import links as L
 
     why = L.unavailable_reason()
     if why:
@@ -153,8 +153,8 @@ def serve(
     it, or ships the columns they read back to the host, under a resource budget (CPU quota,
     memory limit, shaped link). Every call needs the node's token, written (mode 0600) to
     --token-file unless $OFFLOAD_NODE_TOKEN gives it."""
-    from offload.dataservices import budget as B
-    from offload.dataservices import link as L
+    from offload.host import budgets as B
+    from offload.host import links as L
 
     with failing(ValueError):
         prof = _profile(B.profile(profile), threads, cpu_per_thread, memory, link)
@@ -231,7 +231,7 @@ def _listen_error(host: str, port: int, e: Exception) -> str:
 
 
 def _profile(base: Any, threads: int | None, cpu: float | None, memory: str | None, link: str | None) -> Any:
-    from offload.dataservices.budget import Link
+    from offload.host.links import Link
 
     changes: dict[str, Any] = {}
     if threads is not None:

@@ -361,7 +361,7 @@ def _distinct_keys(tables: list[pa.Table], key: tuple[str, str]) -> int:
 
 def share(profile: str, cpu_per_thread: float | None = None) -> float:
     """The cores one node of ``profile`` gets (all of this machine's where it sets no quota)."""
-    from offload.dataservices import budget as B
+    from offload.host import budgets as B
 
     p = B.profile(profile)
     per = cpu_per_thread if cpu_per_thread is not None else p.cpu_per_thread

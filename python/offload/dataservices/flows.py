@@ -408,7 +408,7 @@ def partition_under(
 def _worker(args: dict[str, Any]) -> dict[str, Any]:
     """The child of :func:`partition_under`: holds itself to the budget, then times the service
     over every message of the data file (packed beforehand, outside the timing)."""
-    from offload.dataservices import budget as B
+    from offload.host import budgets as B
 
     prof = B.profile(args["profile"])
     applied = B.apply(prof, "flows")

@@ -47,8 +47,8 @@ def partition(
     """Run the partition service (unpack, split by id, repack, compress) over each data set, in a
     process held to each node budget, and break its time down per step. Data sets are generated
     once under --work and reused; each producer message is 65,536 rows."""
-    from offload.dataservices import budget as B
     from offload.dataservices import flows as F
+    from offload.host import budgets as B
 
     names = choices(datasets, tuple(F.DATASETS), "data set")
     profs = choices(profiles, tuple(B.PROFILES), "profile")
@@ -91,8 +91,8 @@ def sift(
     (memtable, sorted runs, compaction), in a process held to each budget; then read everything
     back in (id, time) order. Shows the time of each part, the input rate through partition and
     merge, and the write amplification of the compactions."""
-    from offload.dataservices import budget as B
     from offload.dataservices import flows as F
+    from offload.host import budgets as B
 
     names = choices(datasets, tuple(F.DATASETS), "data set")
     profs = choices(profiles, tuple(B.PROFILES), "profile")
@@ -349,8 +349,8 @@ def compression(
     measured and on a hardware engine (the
     compress step divided by the engine's published speed-up, lowest and highest); the link rate
     below which each pays; and the fastest way at each rate."""
-    from offload.dataservices import budget as B
     from offload.dataservices import compression as C
+    from offload.host import budgets as B
 
     try:
         data = json.loads(results.read_text())

@@ -191,7 +191,7 @@ class Node(flight.FlightServerBase):
             out["why"] = f"no time models for {self.config.system!r} on this node: offload by default"
             return out
         t0 = time.perf_counter()
-        d = TM.decide(models, self.config.system, f, TM.Link.of(self.config.budget.get("link")))
+        d = TM.decide(models, self.config.system, f, TM.TransferLink.of(self.config.budget.get("link")))
         out["decision"] = d.as_dict() | {"seconds": time.perf_counter() - t0}
         out["way"], out["why"] = d.way, d.why
         return out

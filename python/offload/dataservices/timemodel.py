@@ -123,7 +123,7 @@ def scan_features(f: QueryFeatures) -> QueryFeatures:
 
 
 @dataclass
-class Sample:
+class QuerySample:
     """One measured query: its features and the seconds of each stage (None where not run)."""
 
     system: str
@@ -134,14 +134,14 @@ class Sample:
         return {"system": self.system, "features": asdict(self.features), "times": self.times}
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> Sample:
-        return Sample(
+    def from_dict(d: dict[str, Any]) -> QuerySample:
+        return QuerySample(
             d["system"], QueryFeatures(**d["features"]), {k: float(v) for k, v in d["times"].items()}
         )
 
 
 @dataclass
-class Link:
+class TransferLink:
     """The link in the transfer model: bytes per second (None: not shaped, the stream times
     already hold the sending) and one-way latency in seconds."""
 
@@ -152,12 +152,12 @@ class Link:
         return self.latency_s + (nbytes / self.bytes_per_s if self.bytes_per_s else 0.0)
 
     @staticmethod
-    def of(shaped: dict[str, Any] | None, latency_s: float = 50e-6) -> Link:
+    def of(shaped: dict[str, Any] | None, latency_s: float = 50e-6) -> TransferLink:
         """From a node's link report (link.shape): its rate, and its delay or ``latency_s``."""
         if not shaped or not shaped.get("rate_mbit"):
-            return Link(None, latency_s)
+            return TransferLink(None, latency_s)
         delay = float(shaped.get("delay_ms") or 0.0) / 1e3
-        return Link(float(shaped["rate_mbit"]) * 1e6 / 8, delay or latency_s)
+        return TransferLink(float(shaped["rate_mbit"]) * 1e6 / 8, delay or latency_s)
 
 
 @dataclass
@@ -166,11 +166,11 @@ class Models:
     which on this machine's training files came out 2-6 points of median error ahead of random
     forests on the node's stages (held-out quarters, five splits)."""
 
-    samples: list[Sample]
+    samples: list[QuerySample]
     regressors: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     @classmethod
-    def fit(cls, samples: Sequence[Sample], seed: int = 0) -> Models:
+    def fit(cls, samples: Sequence[QuerySample], seed: int = 0) -> Models:
         from sklearn.ensemble import GradientBoostingRegressor
 
         m = cls(list(samples))
@@ -206,7 +206,7 @@ class Models:
     def load(cls, path: str | Path) -> Models:
         try:
             data = json.loads(Path(path).read_text())
-            return cls.fit([Sample.from_dict(d) for d in data["samples"]])
+            return cls.fit([QuerySample.from_dict(d) for d in data["samples"]])
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{path}: not a training file of `offload node train` ({e})") from None
 
@@ -246,7 +246,7 @@ class Decision:
 
 
 def decide(
-    models: Models, node_system: str, f: QueryFeatures, link: Link, host_system: str = "host"
+    models: Models, node_system: str, f: QueryFeatures, link: TransferLink, host_system: str = "host"
 ) -> Decision:
     """Predicts both ways' stages for a query with features ``f`` and picks the faster."""
     parts = _predicted(models, node_system, host_system, f)
@@ -262,7 +262,7 @@ def decide(
     )
 
     def both(rate: float) -> tuple[float, float]:
-        o_, b_ = _stages(parts, f, Link(rate, link.latency_s))
+        o_, b_ = _stages(parts, f, TransferLink(rate, link.latency_s))
         return sum(o_.values()), sum(b_.values())
 
     rate, above = crossover(both)
@@ -288,7 +288,9 @@ def _predicted(models: Models, node_system: str, host_system: str, f: QueryFeatu
     }
 
 
-def _stages(p: dict[str, float], f: QueryFeatures, link: Link) -> tuple[dict[str, float], dict[str, float]]:
+def _stages(
+    p: dict[str, float], f: QueryFeatures, link: TransferLink
+) -> tuple[dict[str, float], dict[str, float]]:
     """Both ways' stages over ``link``. The node streams batch by batch while the link carries
     them, so the link adds only what it takes beyond the node's stream (the stream times were
     learned on an unshaped link and already hold loopback's sending)."""
@@ -379,14 +381,14 @@ def measure(
     node_system: str,
     progress: Callable[[int], None] | None = None,
     repeat: int = 3,
-) -> list[Sample]:
+) -> list[QuerySample]:
     """Runs each query both ways against a node, ``repeat`` times, and turns the medians into
     samples: the node's engine and stream seconds (system ``node_system``), the host's receive
     and engine seconds (system ``host``). A quota-held node's times jitter by its CFS period;
     the median of a few runs is what a model can learn."""
     from offload.dataservices import plans
 
-    out: list[Sample] = []
+    out: list[QuerySample] = []
     desc = client.describe(table)
     width = {n: c["width_bytes"] for n, c in desc["stats"]["columns"].items()}
     for i, sql in enumerate(sqls):
@@ -404,10 +406,10 @@ def measure(
         node_out = {k: med[k] for k in ("node_engine", "node_stream_out", "node_offload", "node_request")}
         host_out = {"host_engine": med["host_engine"], "host_receive_out": med["host_receive_out"]}
         out += [
-            Sample(node_system, actual, node_out),
-            Sample(node_system, scanned, {k: med[k] for k in ("node_stream_in", "node_pushback")}),
-            Sample("host", actual, host_out),
-            Sample("host", scanned, {"host_receive_in": med["host_receive_in"]}),
+            QuerySample(node_system, actual, node_out),
+            QuerySample(node_system, scanned, {k: med[k] for k in ("node_stream_in", "node_pushback")}),
+            QuerySample("host", actual, host_out),
+            QuerySample("host", scanned, {"host_receive_in": med["host_receive_in"]}),
         ]
         if progress:
             progress(i + 1)
@@ -433,7 +435,7 @@ def _medians(runs: Sequence[tuple[Any, Any]]) -> dict[str, float]:
     return {k: float(np.median(v)) for k, v in stages.items()}
 
 
-def held_out_error(samples: Sequence[Sample], seed: int = 0, share: float = 0.25) -> dict[str, float]:
+def held_out_error(samples: Sequence[QuerySample], seed: int = 0, share: float = 0.25) -> dict[str, float]:
     """Median relative error per (system/target) of models fitted on the rest, on a random
     ``share`` of the queries held out."""
     rng = np.random.default_rng(seed)

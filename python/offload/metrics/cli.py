@@ -58,7 +58,7 @@ def rpwu(
     """Relative performance of node budgets, stressor by stressor: each stress-ng stressor runs
     with one instance in a process held to each budget, and its bogo-ops per second are divided
     by the reference's. Classes and the whole are geometric means (the seed's RPWU)."""
-    from offload.dataservices import budget as B
+    from offload.host import budgets as B
     from offload.metrics import rpwu as R
 
     profs = choices(profiles, tuple(B.PROFILES), "profile")
@@ -151,7 +151,7 @@ def headroom(
     the largest CPU work between bursts (found by bisection) that keeps the throughput within the
     tolerance. The headroom is that work's share of the CPU a sender thread has in one burst period
     (the seed's BlueField-2: 78.5% with the kernel's IP stack, 87.5% with DPDK)."""
-    from offload.dataservices import budget as B
+    from offload.host import budgets as B
     from offload.metrics import headroom as H
 
     profs = choices(profiles, tuple(B.PROFILES), "profile")
@@ -374,7 +374,7 @@ def mbwu(
     names = tuple(choices(workloads, M.WORKLOADS, "workload"))
     window = steady_samples if window is None else window
     if embedded is not None:
-        from offload.dataservices import budget as B
+        from offload.host import budgets as B
 
         choices(embedded, tuple(B.PROFILES), "profile")
     with failing(InputError, ValueError):

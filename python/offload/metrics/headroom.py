@@ -10,7 +10,7 @@ The seed's method, followed step by step:
    DPDK; at half bandwidth utilisation, 21%).
 
 Here the link is this machine's loopback in a private network namespace, shaped by an htb class
-(:mod:`offload.dataservices.link`) to a rate this small machine can fill. Senders are UDP: the
+(:mod:`offload.host.links`) to a rate this small machine can fill. Senders are UDP: the
 seed's generators (pktgen, DPDK) send UDP, and a datagram is a packet of exactly the size asked
 for, with no congestion control or coalescing between the sender's bursts and the wire (TCP
 would merge and pace them). A blocking UDP socket also gives the back-pressure a NIC's TX ring
@@ -22,7 +22,7 @@ work of a chosen length between bursts, which iperf3 cannot insert.
 
 Each sender is a process (Python threads share one interpreter lock, so a second thread would
 not add CPU, as a C sender's would) held to a node budget's per-thread CPU share
-(:mod:`offload.dataservices.budget`). The delay is CPU work, not a sleep: the headroom is the CPU
+(:mod:`offload.host.budgets`). The delay is CPU work, not a sleep: the headroom is the CPU
 left for offloaded functions, and under a quota a sleep would cost none of it. The headroom is
 the delay's CPU time over the CPU the thread may use in one burst period (its share times the
 period's wall time, the period measured with that delay from the receiver's throughput).
@@ -238,7 +238,7 @@ class Config:
 
 def unavailable_reason() -> str | None:
     """Why the real run cannot happen here (namespaces, tc), or None."""
-    from offload.dataservices import link as L
+    from offload.host import links as L
 
     return L.unavailable_reason()
 
@@ -364,8 +364,8 @@ def measure_profiles(
 ) -> dict[str, Any]:
     """The search on a link shaped to ``cfg.rate_mbit`` in a namespace made for it, once per node
     budget; the namespace (if made here), the class and the processes go at the end."""
-    from offload.dataservices import budget as B
-    from offload.dataservices import link as L
+    from offload.host import budgets as B
+    from offload.host import links as L
 
     for p in profiles:
         B.profile(p)  # unknown names fail before anything is set up
@@ -467,7 +467,7 @@ def _spin(cpu_s: float) -> None:
 def _sender(args: dict[str, Any]) -> None:
     """Holds itself to the budget, then on each command sends bursts with the delay between
     them from ``start`` to ``end`` and answers the share of a core it used from ``from`` on."""
-    from offload.dataservices import budget as B
+    from offload.host import budgets as B
 
     applied = B.apply(B.profile(args["profile"]).with_(threads=1), "headroom")
     try:

@@ -607,7 +607,7 @@ def _workload_sweep(plan: Plan, workload: str, progress: Callable[[str], None] |
 def _node(profile: str, plan: Plan, workload: str, out: Any) -> None:
     """The embedded side: this process holds itself to the node budget (its worker processes
     inherit the cgroup), then sweeps as the host does."""
-    from offload.dataservices import budget as B
+    from offload.host import budgets as B
 
     applied = B.apply(B.profile(profile), "mbwu")
     try:

@@ -4,7 +4,7 @@ the Raspberry-Pi-based Work Unit, RPWU).
 The seed runs stress-ng's stressors on a SmartNIC and on hosts and divides each stressor's
 throughput by a Raspberry Pi 4B's. Latency figures of different operations do not compare, but
 ratios of the same operation do. Here each stressor runs with one instance for a few seconds in a
-child process held to a node budget (:mod:`offload.dataservices.budget`). Its bogo-ops per second
+child process held to a node budget (:mod:`offload.host.budgets`). Its bogo-ops per second
 of wall time are divided by the reference budget's (``core``, one whole core of this machine,
 stands in for the Pi: we have none). Per class and over all stressors the profile is the
 geometric mean of the ratios.
@@ -118,7 +118,7 @@ def parse_metric(yaml_text: str, stressor: str, key: str) -> float:
 def _child(args: dict[str, Any]) -> dict[str, Any]:
     """The child of :func:`run_under`: holds itself to the budget, then runs stress-ng (which
     inherits the cgroups and the pinning)."""
-    from offload.dataservices import budget as B
+    from offload.host import budgets as B
 
     applied = B.apply(B.profile(args["profile"]), "rpwu")
     try:

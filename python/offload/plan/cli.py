@@ -740,7 +740,7 @@ def flows(
     """
     import os
 
-    from offload.dataservices import budget as B
+    from offload.host import budgets as B
     from offload.plan import flows as fm
 
     try:

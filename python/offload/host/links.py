@@ -17,10 +17,45 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from offload.dataservices.budget import Link
+
+@dataclass(frozen=True)
+class Link:
+    """A link's shape: rate in Mbit/s (None: unshaped) and one-way delay in ms."""
+
+    rate_mbit: float | None = None
+    delay_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.rate_mbit is not None and self.rate_mbit <= 0:
+            raise ValueError(f"link rate must be > 0 Mbit/s, got {self.rate_mbit}")
+        if self.delay_ms < 0:
+            raise ValueError(f"link delay must be >= 0 ms, got {self.delay_ms}")
+
+    @property
+    def shaped(self) -> bool:
+        return self.rate_mbit is not None or self.delay_ms > 0
+
+    @staticmethod
+    def parse(text: str) -> Link:
+        """``RATE[,DELAY]``: ``1000mbit,0.5ms``, ``10gbit``, ``none``."""
+        if text.strip().lower() in ("", "none"):
+            return Link()
+        rate, _, delay = text.lower().partition(",")
+        units = {"gbit": 1000.0, "mbit": 1.0, "kbit": 0.001}
+        for u, mult in units.items():
+            if rate.endswith(u):
+                try:
+                    r = float(rate[: -len(u)]) * mult
+                    d = float(delay.removesuffix("ms")) if delay else 0.0
+                except ValueError:
+                    break
+                return Link(r, d)
+        raise ValueError(f"link {text!r}: write RATE[,DELAY] like 1000mbit,0.5ms or 10gbit")
+
 
 PREFIX = "offload-"
 ENV = "OFFLOAD_NETNS"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from offload.dataservices import budget as B
-from offload.dataservices import link as L
+from offload.host import budgets as B
+from offload.host import links as L
 from offload.host.children import wait_ready
 
 pytest.importorskip("datafusion")

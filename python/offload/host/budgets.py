@@ -1,5 +1,5 @@
 """A node's resource budget — what makes a process on this machine a believable SmartNIC: a CPU
-quota and a thread count, a memory limit, and a link (:mod:`~offload.dataservices.link`).
+quota and a thread count, a memory limit, and a link (:mod:`~offload.host.links`).
 
 A budget is a named profile or explicit numbers. ``core`` is one whole core of this machine.
 ``bluefield2`` follows the seed (003): the
@@ -20,41 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from offload.host import cgroups
-
-
-@dataclass(frozen=True)
-class Link:
-    """A link's shape: rate in Mbit/s (None: unshaped) and one-way delay in ms."""
-
-    rate_mbit: float | None = None
-    delay_ms: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.rate_mbit is not None and self.rate_mbit <= 0:
-            raise ValueError(f"link rate must be > 0 Mbit/s, got {self.rate_mbit}")
-        if self.delay_ms < 0:
-            raise ValueError(f"link delay must be >= 0 ms, got {self.delay_ms}")
-
-    @property
-    def shaped(self) -> bool:
-        return self.rate_mbit is not None or self.delay_ms > 0
-
-    @staticmethod
-    def parse(text: str) -> Link:
-        """``RATE[,DELAY]``: ``1000mbit,0.5ms``, ``10gbit``, ``none``."""
-        if text.strip().lower() in ("", "none"):
-            return Link()
-        rate, _, delay = text.lower().partition(",")
-        units = {"gbit": 1000.0, "mbit": 1.0, "kbit": 0.001}
-        for u, mult in units.items():
-            if rate.endswith(u):
-                try:
-                    r = float(rate[: -len(u)]) * mult
-                    d = float(delay.removesuffix("ms")) if delay else 0.0
-                except ValueError:
-                    break
-                return Link(r, d)
-        raise ValueError(f"link {text!r}: write RATE[,DELAY] like 1000mbit,0.5ms or 10gbit")
+from offload.host.links import Link
 
 
 @dataclass(frozen=True)
