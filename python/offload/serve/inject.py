@@ -318,14 +318,11 @@ def run(
     recs = [r for part in parts for r in part["records"]]
     ok = [r for r in recs if r[3] == "Ok"]
     elapsed = max((part["elapsed"] for part in parts), default=0.0)
-    lat = sorted(r[0] for r in ok)
+    lat = [r[0] for r in ok]
     messages: dict[str, str] = {}
     for part in parts:
         for k, v in part["messages"].items():
             messages.setdefault(k, v)
-
-    def pct(x: float) -> float:
-        return lat[min(len(lat) - 1, int(x * len(lat)))] * 1e6 if lat else 0.0
 
     stages = sorted({k for r in ok for k in r[4]})
     return {
@@ -351,15 +348,20 @@ def run(
         "messages": messages,
         "requests_per_s": len(ok) / elapsed if elapsed else 0.0,
         "queries_per_s": sum(r[2] for r in ok) / elapsed if elapsed else 0.0,
-        "latency_us": {
-            "p50": pct(0.5),
-            "p90": pct(0.9),
-            "p99": pct(0.99),
-            "max": lat[-1] * 1e6 if lat else 0.0,
-        },
+        "latency_us": latency_us(lat),
         "stage_median_us": {k: _median_ns(ok, k) / 1e3 for k in stages} if ok else {},
         "by_size": _by_size(ok),
     }
+
+
+def latency_us(latencies_s: Sequence[float]) -> dict[str, float]:
+    """p50, p90, p99 and max in µs (0 when there are none). Percentiles are the simulator's
+    (offload.plan.simulate: np.percentile, linear between the two nearest ranks), so calibration
+    compares like with like."""
+    if not len(latencies_s):
+        return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
+    us = np.asarray(latencies_s, dtype=float) * 1e6
+    return {**{f"p{q}": float(np.percentile(us, q)) for q in (50, 90, 99)}, "max": float(us.max())}
 
 
 def failures(result: dict[str, Any]) -> str | None:
