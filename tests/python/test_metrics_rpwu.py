@@ -32,6 +32,13 @@ def test_stress_ngs_yaml_is_read_per_stressor() -> None:
         R.parse_ops(YAML, "udp")
 
 
+def test_output_that_is_not_stress_ngs_yaml_names_the_file() -> None:
+    with pytest.raises(ValueError, match=r"^out\.yaml:\d+:\d+: not YAML"):
+        R.parse_ops("metrics:\n  - stressor: [pipe\n", "pipe", "out.yaml")
+    with pytest.raises(ValueError, match=r"^out\.yaml: no metrics list"):
+        R.parse_ops("system-info: {}\n", "pipe", "out.yaml")
+
+
 def test_unknown_stressors_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown stressor 'nope'"):
         R.run_under("core", "nope", 1)

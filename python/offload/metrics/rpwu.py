@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +25,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 STRESSORS: dict[str, str] = {
     "matrix": "cpu", "vecmath": "cpu", "hash": "cpu", "crypt": "cpu", "zlib": "cpu",
@@ -100,19 +101,33 @@ def _geomean(values: Any) -> float:
     return math.exp(sum(math.log(v) for v in vs) / len(vs)) if vs else math.nan
 
 
-def parse_ops(yaml_text: str, stressor: str) -> float:
+def parse_ops(yaml_text: str, stressor: str, source: str = "stress-ng's output") -> float:
     """bogo-ops per second of wall time for ``stressor`` from stress-ng's --yaml output."""
-    return parse_metric(yaml_text, stressor, "bogo-ops-per-second-real-time")
+    return parse_metric(yaml_text, stressor, "bogo-ops-per-second-real-time", source)
 
 
-def parse_metric(yaml_text: str, stressor: str, key: str) -> float:
-    """One number of ``stressor``'s block in stress-ng's --yaml output."""
-    end = r"(?:\n    - stressor:|\n\.\.\.|\Z)"
-    block = re.search(rf"- stressor: {re.escape(stressor)}\n(.*?){end}", yaml_text, re.S)
-    value = block and re.search(rf"{re.escape(key)}: ([0-9.eE+-]+)", block.group(1))
-    if not value:
-        raise ValueError(f"no {key} for {stressor!r} in stress-ng's output")
-    return float(value.group(1))
+def parse_metric(yaml_text: str, stressor: str, key: str, source: str = "stress-ng's output") -> float:
+    """One number of ``stressor``'s block in stress-ng's --yaml output; ``source`` (the file)
+    names where the text came from in the one-line error."""
+    block = stressor_metrics(yaml_text, source).get(stressor, {})
+    try:
+        return float(block[key])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"no {key} for {stressor!r} in {source}") from None
+
+
+def stressor_metrics(yaml_text: str, source: str = "stress-ng's output") -> dict[str, dict[str, Any]]:
+    """The ``metrics:`` list of stress-ng's --yaml output, by stressor name."""
+    try:
+        doc = yaml.safe_load(yaml_text)
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        at = f":{where.line + 1}:{where.column + 1}" if where else ""
+        raise ValueError(f"{source}{at}: not YAML ({getattr(e, 'problem', None) or 'unreadable'})") from None
+    metrics = doc.get("metrics") if isinstance(doc, dict) else None
+    if not isinstance(metrics, list):
+        raise ValueError(f"{source}: no metrics list (is it stress-ng's --yaml output?)")
+    return {m["stressor"]: m for m in metrics if isinstance(m, dict) and "stressor" in m}
 
 
 def _child(args: dict[str, Any]) -> dict[str, Any]:
@@ -127,9 +142,10 @@ def _child(args: dict[str, Any]) -> dict[str, Any]:
             cmd = ["stress-ng", f"--{args['stressor']}", "1", "--timeout", f"{args['seconds']}s",
                    "--metrics-brief", "--yaml", str(out), "--temp-path", d]  # fmt: skip
             subprocess.run(cmd, capture_output=True, check=True, timeout=args["seconds"] + 60, cwd=d)
-            text = out.read_text()
-            cpu = parse_metric(text, args["stressor"], "cpu-usage-per-instance")
-            return {"ops_per_s": parse_ops(text, args["stressor"]), "cpu_percent": cpu, "budget": applied}
+            text, name = out.read_text(), f"stress-ng's --yaml output {out.name}"
+            cpu = parse_metric(text, args["stressor"], "cpu-usage-per-instance", name)
+            ops = parse_ops(text, args["stressor"], name)
+            return {"ops_per_s": ops, "cpu_percent": cpu, "budget": applied}
     finally:
         B.release(applied)
 
