@@ -77,13 +77,14 @@ def test_a_bluefield2_node_runs_under_its_cpu_quota_and_memory_limit(tmp_path: P
     try:
         st = json.loads(_cli(tmp_path, port, tf, "list", "--json").stdout)
         cpu, mem = st["budget"]["cpu"], st["budget"]["memory"]
-        if cpu["method"] == "cgroup-v1-cpu":
+        if cpu["method"].startswith("cgroup-v"):
             assert cpu["quota_us"] == 2_500 and cpu["period_us"] == 10_000
             assert Path(cpu["cgroup"], "cgroup.procs").read_text().split()[0] == str(p.pid)
         else:
             assert cpu["method"] == "pinned" and cpu["reason"]
-        if mem["method"] == "cgroup-v1-memory":
-            assert int(Path(mem["cgroup"], "memory.limit_in_bytes").read_text()) == 4 << 30
+        if mem["method"].startswith("cgroup-v"):
+            limit = "memory.max" if mem["method"] == "cgroup-v2-memory" else "memory.limit_in_bytes"
+            assert int(Path(mem["cgroup"], limit).read_text()) == 4 << 30
         else:
             assert mem["reason"]
     finally:

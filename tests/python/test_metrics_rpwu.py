@@ -55,6 +55,6 @@ def test_a_quarter_core_node_gets_a_quarter_of_the_cpu() -> None:
     assert r["relative"]["core"] == {"matrix": 1.0, "pipe": 1.0}
     assert 0 < r["summary"]["bluefield2"]["overall"] < 1.0
     one = R.run_under("bluefield2", "matrix", 1)
-    if one["budget"]["cpu"]["method"] != "cgroup-v1-cpu":
+    if not one["budget"]["cpu"]["method"].startswith("cgroup-v"):
         pytest.skip(f"no CPU quota here: {one['budget']['cpu'].get('reason')}")
     assert 5 < one["cpu_percent"] < 40  # a quarter of a core, give or take the period

@@ -7,8 +7,8 @@ host is about 4x faster than a BlueField-2 at the same thread count, so the node
 of a core per thread; 16 GB of DRAM on the card (a 4 GiB share here, the machine is small);
 its 100 GbE port shaped to 10 Gbit/s and 50 µs here, as loopback cannot carry more reliably.
 
-CPU and memory limits are cgroup v1 children (:mod:`offload.host.cgroups`) where the controllers
-are writable; else the node pins itself to its thread count of CPUs and says the quota is
+CPU and memory limits are cgroup children (:mod:`offload.host.cgroups`, v1 or v2) where the
+controllers are writable; else the node pins itself to its thread count of CPUs and says the quota is
 missing. :func:`apply` reports what was done.
 """
 
@@ -90,7 +90,7 @@ def _cpu(p: Profile, name: str) -> dict[str, Any]:
         settings = {"cpu.cfs_period_us": str(cgroups.PERIOD_US), "cpu.cfs_quota_us": str(quota)}
         child = cgroups.make_child("cpu", name, settings)
         return {
-            "method": "cgroup-v1-cpu",
+            "method": f"cgroup-v{cgroups.version()}-cpu",
             "cgroup": str(child),
             "quota_us": quota,
             "period_us": cgroups.PERIOD_US,
@@ -107,7 +107,11 @@ def _memory(p: Profile, name: str) -> dict[str, Any]:
     if why is not None:
         return {"method": "none", "reason": why}
     child = cgroups.make_child("memory", name, {"memory.limit_in_bytes": str(p.memory_bytes)})
-    return {"method": "cgroup-v1-memory", "cgroup": str(child), "limit_bytes": p.memory_bytes}
+    return {
+        "method": f"cgroup-v{cgroups.version()}-memory",
+        "cgroup": str(child),
+        "limit_bytes": p.memory_bytes,
+    }
 
 
 def release(applied: dict[str, Any]) -> None:
