@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from offload.metrics import mbwu as M
+from offload.metrics.mbwu import procedure
 from offload.plan.cost import Item, load_catalog
 
 # ---- plateau ------------------------------------------------------------------------------
@@ -247,7 +248,7 @@ def test_plans_are_checked_before_anything_runs(tmp_path: Path) -> None:
         M.Plan(("ycsb-a",), tmp_path, keys=2, threads=(1, 4)).check()
     with pytest.raises(ValueError, match="bucket"):
         M.Plan(("ycsb-a",), tmp_path, seconds=1, bucket_s=2).check()
-    if Path("/dev/shm").is_dir() and M._tmpfs(Path("/dev/shm")):
+    if Path("/dev/shm").is_dir() and procedure._tmpfs(Path("/dev/shm")):
         with pytest.raises(ValueError, match="memory file system"):
             M.Plan(("ycsb-a",), Path("/dev/shm/offload-mbwu")).check()
 

@@ -323,6 +323,9 @@ def plot(
         f"w = {scatter_width} ({when}); hollow: the seed's published figures"
     )
     fig.subplots_adjust(left=0.05, right=0.99, bottom=0.12, top=0.9, wspace=0.25)
-    from offload.metrics.mbwu import save_figure
+    from offload.files import save_figure
 
-    save_figure(fig, Path(path))
+    try:
+        save_figure(fig, Path(path))
+    finally:
+        plt.close(fig)

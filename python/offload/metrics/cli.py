@@ -110,9 +110,12 @@ def _plot(r: dict, path: Path) -> None:
     ax.set_title("stress-ng relative performance per budget (seed 003's RPWU)")
     ax.legend()
     fig.tight_layout()
-    from offload.metrics.mbwu import save_figure
+    from offload.files import save_figure
 
-    save_figure(fig, path)
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
 
 
 @app.command()
@@ -228,9 +231,12 @@ def _plot_headroom(r: dict, path: Path) -> None:
     bars.set_xlabel("headroom, % of a sender's CPU")
     bars.set_title(f"headroom ({r['machine'].split(',')[0]})")
     fig.tight_layout()
-    from offload.metrics.mbwu import save_figure
+    from offload.files import save_figure
 
-    save_figure(fig, path)
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
 
 
 @app.command()
