@@ -15,7 +15,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from offload.rules import synth as S
+from offload.rules.synth import synth
+from offload.rules.synth.criteria import CRITERIA, CRITERION_CODES, CTN_TYPES, INVALID_SHARE, TARGET_SHARES
+from offload.rules.synth.ruleset import SynthRules, generate_rules
+from offload.rules.synth.trace import SynthTrace, generate_trace
+from offload.rules.synth.world import EQUIPMENT, HUBS, MONTHS, UNKNOWN_CARRIERS, load_world
+from offload.rules.synth.write import ruletype_xml, write_ruleset, write_trace
 
 N_BIG = 100_000
 RULE_HEADER = [
@@ -25,13 +30,13 @@ RULE_HEADER = [
     "VICEVERSA",
     "TAGS",
     "CRITERIA",
-    *S.CRITERION_CODES,
+    *CRITERION_CODES,
     "CONTENT",
     "Hour",
     "INVALID",
     "Minutes",
 ]
-MONTHS = {m: i + 1 for i, m in enumerate(S._MONTHS)}
+MONTHS = {m: i + 1 for i, m in enumerate(MONTHS)}
 DATE_RE = re.compile(r"^(\d{2})([A-Z]{3})(\d{4})$")
 INT_RANGE_RE = re.compile(r"^(\d{4})/(\d{4})$")
 
@@ -63,8 +68,8 @@ def check_ruletype(path: Path) -> None:
     assert root.tag == "ruleTypeDefinition"
     assert root.findtext("code") == "MCT"
     defs = root.findall("criterionDefinition")
-    assert [d.findtext("code") for d in defs] == list(S.CRITERION_CODES)
-    for seq, (d, spec) in enumerate(zip(defs, S.CRITERIA, strict=True)):
+    assert [d.findtext("code") for d in defs] == list(CRITERION_CODES)
+    for seq, (d, spec) in enumerate(zip(defs, CRITERIA, strict=True)):
         assert d.findtext("sequenceNumber") == str(seq)
         assert d.findtext("isMandatory") == ("true" if spec.mandatory else "false")
         assert d.findtext("weight") == str(spec.weight)
@@ -88,7 +93,7 @@ def check_rules_csv(path: Path) -> list[dict[str, str]]:
     assert header == RULE_HEADER
     assert raw_lines[0] == ",".join(RULE_HEADER)
     assert len(rows) == len(raw_lines) - 1
-    weights = {s.code: s.weight for s in S.CRITERIA}
+    weights = {s.code: s.weight for s in CRITERIA}
     ids: set[str] = set()
     keys: set[tuple[str, ...]] = set()
     n_dup = 0
@@ -105,7 +110,7 @@ def check_rules_csv(path: Path) -> list[dict[str, str]]:
         ids.add(rec["RULE_ID"])
         for col in ("STATUS", "VICEVERSA", "TAGS", "CRITERIA", "CONTENT"):
             assert rec[col] == ""
-        for spec in S.CRITERIA:
+        for spec in CRITERIA:
             v = rec[spec.code]
             if spec.mandatory:
                 assert v != ""
@@ -115,18 +120,18 @@ def check_rules_csv(path: Path) -> list[dict[str, str]]:
             if v and spec.kind == "int_range":
                 lo, hi = parse_int_range(v)
                 assert 1 <= lo <= hi <= 9999
-        assert rec["CTN_TYPE"] in S.CTN_TYPES
+        assert rec["CTN_TYPE"] in CTN_TYPES
         # Flight ranges and numbers only ever come with the carrier of their leg.
         for side in ("IN", "OUT"):
             if rec[f"{side}_FLT_RG"] or rec[f"{side}_FLT_NB"]:
                 assert rec[f"{side}_CRR"]
             if rec[f"{side}_FLT_NB"]:
                 assert 1 <= int(rec[f"{side}_FLT_NB"]) <= 9999
-        assert int(rec["WEIGHT"]) == sum(weights[c] for c in S.CRITERION_CODES if rec[c])
+        assert int(rec["WEIGHT"]) == sum(weights[c] for c in CRITERION_CODES if rec[c])
         assert rec["INVALID"] in ("TRUE", "FALSE")
         hour, minutes = int(rec["Hour"]), int(rec["Minutes"])
         assert 0 <= minutes < 60 and hour >= 0
-        key = tuple(rec[c] for c in S.CRITERION_CODES)
+        key = tuple(rec[c] for c in CRITERION_CODES)
         n_dup += key in keys
         keys.add(key)
         out.append(rec)
@@ -139,14 +144,14 @@ def check_trace_files(queries: Path, requests: Path) -> tuple[list[list[str]], l
         q_rows = list(csv.reader(fh))
     with requests.open(newline="", encoding="utf-8") as fh:
         r_rows = list(csv.reader(fh))
-    assert q_rows[0] == ["QUERY_ID", *S.CRITERION_CODES]
+    assert q_rows[0] == ["QUERY_ID", *CRITERION_CODES]
     assert r_rows[0] == ["REQUEST_ID", "FIRST_QUERY", "N_QUERIES", "WANTED"]
     q_rows, r_rows = q_rows[1:], r_rows[1:]
-    col = {c: i + 1 for i, c in enumerate(S.CRITERION_CODES)}
+    col = {c: i + 1 for i, c in enumerate(CRITERION_CODES)}
     assert len({r[0] for r in q_rows}) == len(q_rows)
     for r in q_rows:
         assert len(r) == 23 and all(r), r
-        assert r[col["CTN_TYPE"]] in S.CTN_TYPES
+        assert r[col["CTN_TYPE"]] in CTN_TYPES
         parse_date(r[col["MCT_PRD"]])
         assert r[col["IN_FLT_NB"]] == r[col["IN_FLT_RG"]]
         assert r[col["OUT_FLT_NB"]] == r[col["OUT_FLT_RG"]]
@@ -154,8 +159,8 @@ def check_trace_files(queries: Path, requests: Path) -> tuple[list[list[str]], l
             assert r[col[c]].isdigit() and not r[col[c]].startswith("0")
             assert 1 <= int(r[col[c]]) <= 9999
         # CTN_TYPE agrees with the countries of previous / connection / next airports.
-        ctry = S._world().country
-        idx = S._world().index
+        ctry = load_world().country
+        idx = load_world().index
         off = ctry[idx[r[col["MCT_OFF"]]]]
         brd = ctry[idx[r[col["MCT_BRD"]]]]
         assert r[col["PRV_CTRY"]] == ctry[idx[r[col["PRV_APT"]]]]
@@ -181,7 +186,7 @@ def check_trace_files(queries: Path, requests: Path) -> tuple[list[list[str]], l
 class BruteMatcher:
     """Exact ERBIUM semantics by brute force over the rules of the query's MCT_OFF."""
 
-    def __init__(self, rules: S.SynthRules) -> None:
+    def __init__(self, rules: SynthRules) -> None:
         self.rules = rules
         self.by_airport: dict[str, np.ndarray] = {}
         off = rules.columns["MCT_OFF"]
@@ -202,7 +207,7 @@ class BruteMatcher:
         if cand is None:
             return -1
         ok = np.ones(len(cand), dtype=bool)
-        for spec in S.CRITERIA:
+        for spec in CRITERIA:
             if spec.kind == "equ":
                 col = self.rules.columns[spec.code][cand]
                 ok &= (col == "") | (col == q[spec.code])
@@ -227,20 +232,20 @@ class BruteMatcher:
 
 
 @pytest.fixture(scope="module")
-def big() -> S.SynthRules:
-    return S.generate_rules(N_BIG, seed=7)
+def big() -> SynthRules:
+    return generate_rules(N_BIG, seed=7)
 
 
 @pytest.fixture(scope="module")
-def big_trace(big: S.SynthRules) -> S.SynthTrace:
-    return S.generate_trace(big, 300, seed=7)
+def big_trace(big: SynthRules) -> SynthTrace:
+    return generate_trace(big, 300, seed=7)
 
 
 @pytest.fixture(scope="module")
 def small_files() -> Iterator[tuple[Path, dict[str, object]]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "a"
-        summary = S.synth(out, 5_000, 60, seed=3)
+        summary = synth(out, 5_000, 60, seed=3)
         yield out, summary
 
 
@@ -250,26 +255,26 @@ def small_files() -> Iterator[tuple[Path, dict[str, object]]]:
 
 
 def test_criteria_table() -> None:
-    assert len(S.CRITERIA) == 22
-    assert [c.code for c in S.CRITERIA if c.mandatory] == ["CTN_TYPE", "MCT_BRD", "MCT_OFF"]
-    assert {c.code: c.kind for c in S.CRITERIA if c.kind != "equ"} == {
+    assert len(CRITERIA) == 22
+    assert [c.code for c in CRITERIA if c.mandatory] == ["CTN_TYPE", "MCT_BRD", "MCT_OFF"]
+    assert {c.code: c.kind for c in CRITERIA if c.kind != "equ"} == {
         "MCT_PRD": "date_range",
         "IN_FLT_RG": "int_range",
         "OUT_FLT_RG": "int_range",
     }
-    nonzero = [c.weight for c in S.CRITERIA if c.weight]
+    nonzero = [c.weight for c in CRITERIA if c.weight]
     # Distinct powers of two (2^10 is unused in the MCT rule type), outbound above inbound.
     assert len(set(nonzero)) == 19 and all(w & (w - 1) == 0 for w in nonzero)
-    weight = {c.code: c.weight for c in S.CRITERIA}
+    weight = {c.code: c.weight for c in CRITERIA}
     assert weight["OUT_FLT_NB"] == 1 << 19 and weight["IN_FLT_NB"] == 1 << 9
     assert weight["MCT_PRD"] == 1 and weight["PRV_APT"] == 1 << 6
 
 
 def test_reproducible_bytes(tmp_path: Path) -> None:
     files = ("ruletype.xml", "rules.csv", "queries.csv", "requests.csv")
-    S.synth(tmp_path / "a", 3_000, 40, seed=11)
-    S.synth(tmp_path / "b", 3_000, 40, seed=11)
-    S.synth(tmp_path / "c", 3_000, 40, seed=12)
+    synth(tmp_path / "a", 3_000, 40, seed=11)
+    synth(tmp_path / "b", 3_000, 40, seed=11)
+    synth(tmp_path / "c", 3_000, 40, seed=12)
     for f in files:
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
     for f in ("rules.csv", "queries.csv", "requests.csv"):
@@ -293,17 +298,17 @@ def test_summary(small_files: tuple[Path, dict[str, object]]) -> None:
     timings = summary["timings"]
     assert isinstance(timings, dict) and timings["total_s"] > 0
     shares = summary["specific_shares"]
-    assert isinstance(shares, dict) and set(shares) == set(S.CRITERION_CODES)
+    assert isinstance(shares, dict) and set(shares) == set(CRITERION_CODES)
 
 
 def test_ruletype_mentions_seed() -> None:
-    assert "seed 5)" in S.ruletype_xml(5)
-    assert S.ruletype_xml(5).count("<criterionDefinition>") == 22
+    assert "seed 5)" in ruletype_xml(5)
+    assert ruletype_xml(5).count("<criterionDefinition>") == 22
 
 
-def test_specific_shares(big: S.SynthRules) -> None:
+def test_specific_shares(big: SynthRules) -> None:
     shares = big.specific_shares(valid_only=True)
-    for code, target in S.TARGET_SHARES.items():
+    for code, target in TARGET_SHARES.items():
         got = shares[code]
         if target >= 0.05:
             assert abs(got - target) <= 0.03, (code, got, target)
@@ -317,7 +322,7 @@ def test_specific_shares(big: S.SynthRules) -> None:
         assert shares[code] == 1.0
 
 
-def test_hub_heavy_airports(big: S.SynthRules) -> None:
+def test_hub_heavy_airports(big: SynthRules) -> None:
     off = big.columns["MCT_OFF"]
     _, counts = np.unique(off, return_counts=True)
     assert 2_000 <= len(counts) <= 4_000
@@ -325,15 +330,15 @@ def test_hub_heavy_airports(big: S.SynthRules) -> None:
     assert top.sum() / len(big) >= 0.20
     # Real hubs head the list.
     busiest = set(np.unique(off, return_counts=True)[0][np.argsort(-counts)[:20]].tolist())
-    assert len(busiest & {h for h, _ in S._HUBS}) >= 15
+    assert len(busiest & {h for h, _ in HUBS}) >= 15
     # Mostly MCT_BRD == MCT_OFF, with a few multi-airport-city connections.
     same = np.mean(big.columns["MCT_BRD"] == off)
     assert 0.97 <= same < 1.0
 
 
-def test_contents_and_invalid(big: S.SynthRules) -> None:
+def test_contents_and_invalid(big: SynthRules) -> None:
     assert len(np.unique(big.content)) < 60
-    assert abs(big.invalid.mean() - S.INVALID_SHARE) < 0.01
+    assert abs(big.invalid.mean() - INVALID_SHARE) < 0.01
     assert np.all(big.content[big.invalid] == 999)
     valid = big.minutes[~big.invalid]
     assert valid.min() >= 15 and valid.max() <= 240
@@ -343,9 +348,9 @@ def test_contents_and_invalid(big: S.SynthRules) -> None:
     assert ii > dd
 
 
-def test_no_duplicates_and_families(big: S.SynthRules) -> None:
+def test_no_duplicates_and_families(big: SynthRules) -> None:
     assert big.n_duplicates <= 5
-    keys = set(zip(*(big.columns[c].tolist() for c in S.CRITERION_CODES), strict=True))
+    keys = set(zip(*(big.columns[c].tolist() for c in CRITERION_CODES), strict=True))
     assert len(big) - len(keys) <= 5
     assert len(set(big.rule_id.tolist())) == len(big)
     # Families: far fewer distinct (airport, ctn, in carrier, out carrier) groups than rules.
@@ -354,13 +359,13 @@ def test_no_duplicates_and_families(big: S.SynthRules) -> None:
     )
     assert len(fam) < 0.6 * len(big)
     # Every airport has at least one default (all optional criteria wildcards).
-    optional = [c.code for c in S.CRITERIA if not c.mandatory]
+    optional = [c.code for c in CRITERIA if not c.mandatory]
     is_default = np.all(np.stack([big.columns[c] == "" for c in optional]), axis=0)
     assert set(big.columns["MCT_OFF"][is_default].tolist()) == set(big.columns["MCT_OFF"].tolist())
 
 
-def test_real_codes(big: S.SynthRules) -> None:
-    w = S._world()
+def test_real_codes(big: SynthRules) -> None:
+    w = load_world()
     carriers = set(w.carriers)
     for code in ("IN_CRR", "OUT_CRR"):
         used = set(big.columns[code].tolist()) - {""}
@@ -368,7 +373,7 @@ def test_real_codes(big: S.SynthRules) -> None:
     for code in ("MCT_OFF", "MCT_BRD", "PRV_APT", "NXT_APT"):
         assert set(big.columns[code].tolist()) - {""} <= set(w.codes)
     for code in ("IN_EQP", "OUT_EQP"):
-        assert set(big.columns[code].tolist()) - {""} <= set(S._EQUIPMENT)
+        assert set(big.columns[code].tolist()) - {""} <= set(EQUIPMENT)
     for code in ("PRV_AREA", "NXT_AREA"):
         assert set(big.columns[code].tolist()) - {""} <= {"1", "2", "3"}
     assert w.area[w.index["JFK"]] == "1" and w.area[w.index["FRA"]] == "2"
@@ -376,8 +381,8 @@ def test_real_codes(big: S.SynthRules) -> None:
     assert w.area[w.index["HNL"]] == "1"
 
 
-def test_rules_consistent_with_ctn(big: S.SynthRules) -> None:
-    w = S._world()
+def test_rules_consistent_with_ctn(big: SynthRules) -> None:
+    w = load_world()
     dom_in = np.isin(big.columns["CTN_TYPE"], ["DD", "DI"])
     for apt_col, ctry_col, dom in (("PRV_APT", "PRV_CTRY", dom_in), ("NXT_APT", "NXT_CTRY", None)):
         if dom is None:
@@ -392,7 +397,7 @@ def test_rules_consistent_with_ctn(big: S.SynthRules) -> None:
         assert np.all((ctry[sel] == home[sel]) == dom[sel])
 
 
-def test_trace_structure(big_trace: S.SynthTrace) -> None:
+def test_trace_structure(big_trace: SynthTrace) -> None:
     t = big_trace
     assert len(t.n_queries) == 300
     assert t.first_query[0] == 0
@@ -401,7 +406,7 @@ def test_trace_structure(big_trace: S.SynthTrace) -> None:
     assert t.n_queries.min() == 0 and t.n_queries.max() <= 6000
     assert 100 <= t.n_queries.mean() <= 600  # "a few hundred"
     assert np.all((t.wanted >= 50) & (t.wanted <= 200))
-    for code in S.CRITERION_CODES:
+    for code in CRITERION_CODES:
         assert np.all(t.columns[code] != ""), code
     assert np.all(t.columns["IN_FLT_NB"] == t.columns["IN_FLT_RG"])
     assert np.all(t.columns["OUT_FLT_NB"] == t.columns["OUT_FLT_RG"])
@@ -411,26 +416,26 @@ def test_trace_structure(big_trace: S.SynthTrace) -> None:
         if n:
             assert len(set(t.columns["MCT_PRD"][a : a + n].tolist())) == 1
     # A few codes never seen in any rule.
-    assert np.any(np.isin(t.columns["IN_CRR"], list(S._UNKNOWN_CARRIERS)))
+    assert np.any(np.isin(t.columns["IN_CRR"], list(UNKNOWN_CARRIERS)))
 
 
-def test_trace_max_queries(big: S.SynthRules) -> None:
-    t = S.generate_trace(big, 200, seed=1, max_queries=5_000)
+def test_trace_max_queries(big: SynthRules) -> None:
+    t = generate_trace(big, 200, seed=1, max_queries=5_000)
     assert len(t) == 5_000 == t.n_queries.sum()
-    full = S.generate_trace(big, 200, seed=1)
+    full = generate_trace(big, 200, seed=1)
     k = len(t.n_queries)
     assert np.array_equal(t.n_queries[:-1], full.n_queries[: k - 1])
     assert t.n_queries[-1] <= full.n_queries[k - 1]
 
 
-def test_trace_hits_specific_rules(big: S.SynthRules, big_trace: S.SynthTrace) -> None:
+def test_trace_hits_specific_rules(big: SynthRules, big_trace: SynthTrace) -> None:
     """Most queries are answered by carrier-level rules; a few percent match nothing."""
     matcher = BruteMatcher(big)
     rng = np.random.default_rng(0)
     sample = rng.choice(len(big_trace), size=2_000, replace=False)
     winners = []
     for i in sample.tolist():
-        q = {c: big_trace.columns[c][i] for c in S.CRITERION_CODES}
+        q = {c: big_trace.columns[c][i] for c in CRITERION_CODES}
         winners.append(matcher.match(q))
     win = np.array(winners)
     no_match = np.mean(win < 0)
@@ -438,7 +443,7 @@ def test_trace_hits_specific_rules(big: S.SynthRules, big_trace: S.SynthTrace) -
     hit = win[win >= 0]
     carrier_level = (big.columns["IN_CRR"][hit] != "") | (big.columns["OUT_CRR"][hit] != "")
     assert carrier_level.mean() >= 0.5, carrier_level.mean()
-    optional = [c.code for c in S.CRITERIA if not c.mandatory]
+    optional = [c.code for c in CRITERIA if not c.mandatory]
     default = np.all(np.stack([big.columns[c][hit] == "" for c in optional]), axis=0)
     assert 0.02 <= default.mean() <= 0.5, default.mean()
 
@@ -449,11 +454,11 @@ def test_trace_hits_specific_rules(big: S.SynthRules, big_trace: S.SynthTrace) -
 @example(n_rules=7, seed=3)
 @example(n_rules=2_000, seed=2**32 - 1)
 def test_well_formed_any_size(n_rules: int, seed: int) -> None:
-    rules = S.generate_rules(n_rules, seed)
+    rules = generate_rules(n_rules, seed)
     assert len(rules) == n_rules
-    trace = S.generate_trace(rules, 5, seed, max_queries=400)
+    trace = generate_trace(rules, 5, seed, max_queries=400)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        check_ruletype(S.write_ruleset(out, rules)[0])
+        check_ruletype(write_ruleset(out, rules)[0])
         assert len(check_rules_csv(out / "rules.csv")) == n_rules
-        check_trace_files(*S.write_trace(out, trace))
+        check_trace_files(*write_trace(out, trace))
