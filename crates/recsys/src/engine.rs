@@ -8,19 +8,19 @@
 //! kernel design's cycle counts; host work (MLPs, host sums, page-cache hits) is still measured.
 //! In both modes the values come from the table files, so answers never depend on the mode.
 //!
-//! The device side ([`Device`]) runs in this process by default, or in a device emulator process
-//! behind a shared-memory channel ([`DeviceAt::Process`], `crate::device`): the same functions
-//! either way, so the answers and counters are the same; where each step runs is what the
-//! counters and stages attribute.
+//! The device side runs in this process by default, or in a device emulator process behind a
+//! shared-memory channel ([`DeviceAt::Process`], `crate::device`); the engine holds either as one
+//! [`DeviceSide`] and calls the same functions, so the answers and counters are the same; where
+//! each step runs is what the counters and stages attribute.
 
 pub use crate::device::DeviceAt;
-use crate::device::{ChannelBytes, Device, DeviceInfo, DeviceLink, RmSsdOut};
+use crate::device::{ChannelBytes, Device, DeviceInfo, DeviceLink, DeviceSide, RmSsdOut};
 use crate::error::{Error, Result};
 use crate::extents::Extents;
-use crate::flash::FlashModel;
 use crate::mlp::Dlrm;
 use crate::sls::{self, Bags, Granularity};
 use crate::table::{Table, TableMeta, PAGE};
+pub use crate::timing::{IoCounters, Mode, Stages};
 use lru::LruCache;
 use serde::Serialize;
 use std::num::NonZeroUsize;
@@ -100,13 +100,6 @@ impl FromStr for Strategy {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-#[serde(tag = "mode", rename_all = "kebab-case")]
-pub enum Mode {
-    Disk,
-    Flash(FlashModel),
-}
-
 /// Device MLP cycles per sample from the kernel design (eq. 1): bottom′, `L_e` (the embedding
 /// half of the decomposed top layer 0, which runs beside the flash reads: eq. 1a's emb′ stage is
 /// the slower of the two) and top′; `flash` mode times the device MLP with them.
@@ -146,71 +139,6 @@ impl Options {
     }
 }
 
-/// Seconds per stage for one batch (Fig. 2's names).
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Stages {
-    pub bot_mlp: f64,
-    /// Time in the device / on the media.
-    pub emb_ssd: f64,
-    /// Time in the host I/O stack (page cache, system calls).
-    pub emb_fs: f64,
-    /// The pooled sums on the host (and merging partial sums).
-    pub emb_op: f64,
-    pub concat: f64,
-    pub top_mlp: f64,
-    /// Host↔device exchanges (inputs, pages or sums, outputs).
-    pub link: f64,
-}
-
-impl Stages {
-    pub fn total(&self) -> f64 {
-        self.bot_mlp + self.emb_ssd + self.emb_fs + self.emb_op + self.concat + self.top_mlp + self.link
-    }
-    pub fn add(&mut self, o: &Stages) {
-        self.bot_mlp += o.bot_mlp;
-        self.emb_ssd += o.emb_ssd;
-        self.emb_fs += o.emb_fs;
-        self.emb_op += o.emb_op;
-        self.concat += o.concat;
-        self.top_mlp += o.top_mlp;
-        self.link += o.link;
-    }
-}
-
-/// I/O of one batch (or a sum of batches).
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct IoCounters {
-    pub lookups: u64,
-    /// Bytes a byte-addressable device would read: lookups × vector bytes (Fig. 3's "ideal").
-    pub useful_bytes: u64,
-    pub media_reads: u64,
-    pub media_bytes: u64,
-    /// Bytes crossing the host↔device link (Table IV's I/O traffic).
-    pub link_bytes: u64,
-    pub cache_hits: u64,
-    pub cache_misses: u64,
-}
-
-impl IoCounters {
-    pub fn add(&mut self, o: &IoCounters) {
-        self.lookups += o.lookups;
-        self.useful_bytes += o.useful_bytes;
-        self.media_reads += o.media_reads;
-        self.media_bytes += o.media_bytes;
-        self.link_bytes += o.link_bytes;
-        self.cache_hits += o.cache_hits;
-        self.cache_misses += o.cache_misses;
-    }
-    /// Media bytes over useful bytes.
-    pub fn read_amplification(&self) -> f64 {
-        if self.useful_bytes == 0 {
-            0.0
-        } else {
-            self.media_bytes as f64 / self.useful_bytes as f64
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct Outcome {
     pub predictions: Vec<f32>,
@@ -234,11 +162,10 @@ pub struct Engine {
     pub extents: Vec<Extents>,
     pub opts: Options,
     dram: Vec<Vec<f32>>,
-    /// The device side in this process (every strategy that reads through the device, and
-    /// emb-mmio's host reads).
-    local: Option<Device>,
-    /// The device side elsewhere (`Options::device`), for the strategies it serves.
-    remote: Option<DeviceLink>,
+    /// Where the drive's compute runs, for every strategy that reads through the device (and
+    /// emb-mmio's host reads): in this process, or behind the channel (`Options::device`) for
+    /// the strategies whose sums the device does.
+    device: Option<Box<dyn DeviceSide>>,
     /// RecSSD's host cache: (table, row) → vector.
     host_cache: Option<VectorCache>,
     /// `flash`-mode page cache of the ssd strategies: (table, page) of the DRAM budget.
@@ -246,16 +173,17 @@ pub struct Engine {
     /// `flash` mode, ssd-s / ssd-m: what one read through the kernel costs when the page is in
     /// its cache, measured on this machine when the engine opens (the host stack's time).
     page_hit_s: f64,
-    /// Batches given to `send_inputs` and not yet to `read_outputs`: with the device in this
-    /// process their outcome is ready; with a device elsewhere only their counters are.
+    /// Batches given to `send_inputs` and not yet to `read_outputs`: their rows, the counters
+    /// known before the device answers, and their input bytes.
     sent: std::collections::VecDeque<Sent>,
     closed: bool,
 }
 
 /// One batch in flight between `send_inputs` and `read_outputs`.
-enum Sent {
-    Done(Outcome),
-    InDevice { rows: usize, io: IoCounters, input_bytes: u64 },
+struct Sent {
+    rows: usize,
+    io: IoCounters,
+    input_bytes: u64,
 }
 
 fn elapsed(t: Instant) -> f64 {
@@ -293,8 +221,7 @@ impl Engine {
             extents,
             opts,
             dram: Vec::new(),
-            local: None,
-            remote: None,
+            device: None,
             host_cache: None,
             page_model: None,
             page_hit_s: 0.0,
@@ -336,9 +263,9 @@ impl Engine {
         if device_reads && self.opts.device != DeviceAt::InProcess && self.served_by_device() {
             let model = (s == Strategy::RmSsd).then_some(&self.model);
             let at = self.opts.device.clone();
-            self.remote = Some(DeviceLink::start(&at, &paths, d, mode, qd, model, self.opts.channel_bytes)?);
+            self.device = Some(Box::new(DeviceLink::start(&at, &paths, d, mode, qd, model, self.opts.channel_bytes)?));
         } else if device_reads {
-            self.local = Some(Device::open(&paths, d, mode, qd)?);
+            self.device = Some(Box::new(Device::open(&paths, d, mode, qd)?));
         }
         Ok(())
     }
@@ -351,8 +278,8 @@ impl Engine {
 
     /// Where the device runs and what it was given (pid, CPU, memory limit, or why not).
     pub fn device_info(&self) -> DeviceInfo {
-        match &self.remote {
-            Some(r) => r.info.clone(),
+        match self.device.as_deref().filter(|d| d.behind_channel()) {
+            Some(d) => d.info(),
             None => DeviceInfo {
                 at: if self.opts.device == DeviceAt::InProcess {
                     "in-process".into()
@@ -367,18 +294,20 @@ impl Engine {
 
     /// Payload bytes this engine moved through the device channel (zero in process).
     pub fn channel_bytes(&self) -> ChannelBytes {
-        self.remote.as_ref().map(|r| r.bytes).unwrap_or_default()
+        self.device.as_deref().map(DeviceSide::channel_bytes).unwrap_or_default()
     }
 
     /// The device process's id, where there is one.
     pub fn device_pid(&self) -> Option<u32> {
-        self.remote.as_ref().and_then(DeviceLink::child_pid)
+        self.device.as_deref().and_then(DeviceSide::child_pid)
     }
 
     /// Stops the device process (if any); later batches of a device strategy fail.
     pub fn close(&mut self) {
-        if let Some(mut r) = self.remote.take() {
-            r.close();
+        if self.device.as_deref().is_some_and(DeviceSide::behind_channel) {
+            if let Some(mut d) = self.device.take() {
+                d.close();
+            }
             self.closed = true;
         }
     }
@@ -395,10 +324,9 @@ impl Engine {
         io: &mut IoCounters,
     ) -> Result<()> {
         let on_host = self.opts.strategy == Strategy::EmbMmio;
-        match (&mut self.remote, &mut self.local) {
-            (Some(r), _) => r.bag_sums(gran, dense, bags, rows, pooled, st, io),
-            (None, Some(l)) => l.bag_sums(gran, on_host, bags, pooled, st, io),
-            (None, None) => Err(self.no_device()),
+        match self.device.as_mut() {
+            Some(d) => d.bag_sums(gran, on_host, dense, bags, rows, pooled, st, io),
+            None => Err(self.no_device()),
         }
     }
 
@@ -414,10 +342,9 @@ impl Engine {
         st: &mut Stages,
         io: &mut IoCounters,
     ) -> Result<RmSsdOut> {
-        match (&mut self.remote, &mut self.local) {
-            (Some(r), _) => r.rm_ssd(dense, bags, rows, st, io),
-            (None, Some(l)) => l.rm_ssd(&self.model, dense, bags, rows, st, io),
-            (None, None) => Err(self.no_device()),
+        match self.device.as_mut() {
+            Some(d) => d.rm_ssd(&self.model, dense, bags, rows, st, io),
+            None => Err(self.no_device()),
         }
     }
 
@@ -452,11 +379,6 @@ impl Engine {
                 self.opts.strategy.as_str()
             )));
         }
-        let Some(link) = self.remote.as_mut() else {
-            let out = self.infer(dense, bags, rows)?;
-            self.sent.push_back(Sent::Done(out));
-            return Ok(());
-        };
         sls::validate_all(&self.metas, rows, bags)?;
         let pooled = vec![0f32; rows * self.model.tables * self.model.dim];
         self.model.check_batch(dense, &pooled, rows)?;
@@ -464,8 +386,9 @@ impl Engine {
         let io = IoCounters { lookups, useful_bytes: lookups * self.model.dim as u64 * 4, ..IoCounters::default() };
         let input_bytes =
             (dense.len() * 4) as u64 + bags.iter().map(|b| (b.offsets.len() + b.indices.len()) as u64 * 8).sum::<u64>();
-        link.rm_ssd_send(dense, bags, rows)?;
-        self.sent.push_back(Sent::InDevice { rows, io, input_bytes });
+        let Some(device) = self.device.as_mut() else { return Err(self.no_device()) };
+        device.rm_ssd_send(&self.model, dense, bags, rows)?;
+        self.sent.push_back(Sent { rows, io, input_bytes });
         Ok(())
     }
 
@@ -474,13 +397,10 @@ impl Engine {
         let Some(sent) = self.sent.pop_front() else {
             return Err(Error::Shape("read_outputs: no batch was sent".into()));
         };
-        let (rows, mut io, input_bytes) = match sent {
-            Sent::Done(out) => return Ok(out),
-            Sent::InDevice { rows, io, input_bytes } => (rows, io, input_bytes),
-        };
+        let Sent { rows, mut io, input_bytes } = sent;
         let mut st = Stages::default();
-        let link = self.remote.as_mut().ok_or_else(|| Error::Device("the engine was closed".into()))?;
-        let out = link.rm_ssd_read(&mut st, &mut io)?;
+        let device = self.device.as_mut().ok_or_else(|| Error::Device("the engine was closed".into()))?;
+        let out = device.rm_ssd_read(&mut st, &mut io)?;
         io.link_bytes += input_bytes + rows as u64 * 4;
         let (latency_s, interval_s) = self.rm_ssd_times(&mut st, out.bot_s, out.top_s, rows, io.link_bytes);
         Ok(Outcome { predictions: out.predictions, stages: st, latency_s, interval_s, io })
@@ -493,7 +413,7 @@ impl Engine {
 
     /// One batch: `dense` is rows × dense_width, `bags` one entry per table.
     pub fn infer(&mut self, dense: &[f32], bags: &[Bags<'_>], rows: usize) -> Result<Outcome> {
-        if self.remote.is_some() && !self.sent.is_empty() {
+        if self.device.as_deref().is_some_and(DeviceSide::behind_channel) && !self.sent.is_empty() {
             return Err(Error::Shape("infer: read the outputs of the batches sent first".into()));
         }
         sls::validate_all(&self.metas, rows, bags)?;
@@ -697,11 +617,8 @@ impl Engine {
         let mut partial = vec![0f32; pooled.len()];
         // The device sums the misses and sends the missed vectors (unique (table, row) pairs)
         // for the LRU.
-        let vectors = match (&mut self.remote, &mut self.local) {
-            (Some(r), _) => r.recssd_misses(&misses, rows, &mut partial, st, io)?,
-            (None, Some(l)) => l.recssd_misses(&misses, &mut partial, st, io)?,
-            (None, None) => return Err(self.no_device()),
-        };
+        let Some(device) = self.device.as_mut() else { return Err(self.no_device()) };
+        let vectors = device.recssd_misses(&misses, rows, &mut partial, st, io)?;
         let fresh = crate::device::fresh_of(&misses);
         io.link_bytes += sums_bytes + fresh.len() as u64 * d as u64 * 4;
         let t1 = Instant::now();

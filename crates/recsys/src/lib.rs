@@ -11,11 +11,13 @@ pub mod flash;
 pub mod mlp;
 pub mod sls;
 pub mod table;
+pub mod timing;
 pub mod uring;
 
-pub use engine::{Engine, IoCounters, Mode, Options, Outcome, Stages, Strategy, STRATEGIES};
+pub use engine::{Engine, Options, Outcome, Strategy, STRATEGIES};
 pub use error::{Error, Result};
 pub use flash::FlashModel;
 pub use mlp::{Dlrm, Linear, Mlp};
 pub use sls::Bags;
 pub use table::{Table, TableMeta, TableWriter};
+pub use timing::{IoCounters, Mode, Stages};
