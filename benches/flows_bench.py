@@ -18,7 +18,7 @@
 * ``nodes``: the whole pipeline over 1, 2, 4 and 8 quarter-core nodes (``offload flows run``:
   each node a process with its own budget; producers put to them, they forward partitions
   east-west and sift them), ``--nodes-rows`` particles, no midway queries; then the pipeline
-  model (``offload plan flows``) fitted on 1 and 4 nodes, its error on 2 and 8, and its
+  model (``offload flows model``) fitted on 1 and 4 nodes, its error on 2 and 8, and its
   prediction for 100 nodes against the seed's 1.32 GB/s. Each count runs three times, in turn.
 
     python benches/flows_bench.py --parts nodes --nodes-rows 4000000
@@ -36,7 +36,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from offload.dataservices import flows as F
+from offload.flows import partition as F
 from offload.host.machine import describe
 
 console = Console(stderr=True)
@@ -87,7 +87,7 @@ def nodes(rows: int, parts: int, work: Path, cpu: float | None = None, repeats: 
     """The pipeline over 1, 2, 4 and 8 bluefield2 nodes (each ``cpu`` of a core if given), each
     count ``repeats`` times (in turn, so that drifts in the machine's load spread over all
     counts), and the model fitted on 1 and 2, its errors on the medians."""
-    from offload.dataservices import flowrun as R
+    from offload.flows import run as R
 
     runs = []
     for n in [n for _ in range(repeats) for n in (1, 2, 4, 8)]:
@@ -105,8 +105,8 @@ def nodes_model(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The pipeline model fitted on the runs' smallest and middle node counts, its errors on
     the medians, and its prediction for the seed's 100 nodes (messages as here, and one dump per
     rank as the seed's producers put them)."""
+    from offload.flows import pipeline as fm
     from offload.host import budgets as B
-    from offload.plan import flows as fm
 
     prof = B.profile(runs[0]["profile"])
     share, cores = runs[0]["share"], float(runs[0]["cores"])
@@ -161,7 +161,7 @@ def main() -> None:
             console.print(f"{x['dataset']} on {x['profile']}: {rate:.1f} MB/s partitioned and sifted, "
                           f"write amplification {amp:.2f}")  # fmt: skip
     if "nodes" in a.parts.split(","):
-        from offload.dataservices import flowrun as R
+        from offload.flows import run as R
 
         r = nodes(a.nodes_rows, a.partitions, a.work, a.nodes_cpu, a.nodes_repeats) | stamp
         name = "nodes" if a.nodes_cpu is None else f"nodes-cpu{a.nodes_cpu:g}"

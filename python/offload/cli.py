@@ -11,7 +11,7 @@ import typer
 from offload import __version__
 from offload.clitools import err, failing
 from offload.dataservices.cli import app as node_app
-from offload.dataservices.flows_cli import app as flows_app
+from offload.flows.cli import app as flows_app
 from offload.metrics.cli import app as metrics_app
 from offload.plan.cli import app as plan_app
 from offload.probe.cli import app as probe_app

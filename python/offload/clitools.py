@@ -1,6 +1,7 @@
 """What every `offload` subcommand shares: the two consoles (``console`` for stdout, ``err`` for
-stderr), the one ``--json`` option, located-error exits (``fail``, ``failing``), comma lists,
-sizes with K/M/G/T, and how a duration is printed."""
+stderr), the one ``--json`` option, located-error exits (``fail``, ``failing``, ``oneline``), comma
+lists, sizes with K/M/G/T, how a duration is printed, tables that read in 80 columns, and
+re-running a command inside a network namespace."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 console = Console()
 """stdout: results, tables; with --json only the JSON goes here."""
@@ -81,3 +83,34 @@ def size_bytes(text: str) -> int:
 def seconds(s: float | None) -> str:
     """A duration as µs below a millisecond, else ms; "-" for none."""
     return "-" if s is None else (f"{s * 1e6:.2f} µs" if s < 1e-3 else f"{s * 1e3:.2f} ms")
+
+
+def oneline(e: BaseException) -> str:
+    """An error as one line: a WriteError's own words (they name the file), else its text."""
+    from offload.files import WriteError
+
+    text = e.strerror if isinstance(e, WriteError) and e.strerror else str(e)
+    return text.strip().splitlines()[0] if text.strip() else type(e).__name__
+
+
+def compact_table(title: str) -> Table:
+    """A table that reads in 80 columns: a rule under the header, no frame, one space between
+    columns; cells are never cut short ("nod… unp…"), they wrap instead."""
+    from rich import box
+
+    return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False,
+                 min_width=min(80, len(title)))  # fmt: skip
+
+
+def enter_netns(netns: str | None) -> None:
+    """Re-runs this command inside the network namespace ``netns`` (made if missing) unless it
+    runs there already; None: stays where it is. Where namespaces are not available here, a
+    located error (exit 2) says why."""
+    if netns is None:
+        return
+    from offload.host import links as L
+
+    why = L.unavailable_reason()
+    if why:
+        raise fail(f"--netns: {why}")
+    L.reexec_inside(netns)

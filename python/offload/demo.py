@@ -300,8 +300,8 @@ def _flows_section(out: Path) -> dict[str, Any]:
     process held to one core and to a quarter core (bluefield2), without and with zstd; then the
     node budgets' stress-ng profile on two stressors where stress-ng is installed. The gigabyte
     version: `python benches/flows_bench.py --parts partition --gb 1` (docs/flows.md)."""
-    from offload.dataservices import flows as F
-    from offload.dataservices.flows_cli import print_partition
+    from offload.flows import partition as F
+    from offload.flows.cli import print_partition
     from offload.metrics import rpwu as R
 
     console.rule("particle data flows: partition by id on a quarter-core node (offload flows)")
@@ -364,9 +364,9 @@ def _flows_over_nodes(out: Path) -> list[dict[str, Any]]:
     """The whole pipeline over 1 and 2 quarter-core node processes (offload flows run), and the
     pipeline model fitted on them, predicting 100 nodes (no node count is held out here: the
     benchmark's nodes part holds out 4 and 8)."""
-    from offload.dataservices import flowrun as R
-    from offload.dataservices.flows_cli import print_run
-    from offload.plan import flows as fm
+    from offload.flows import pipeline as fm
+    from offload.flows import run as R
+    from offload.flows.cli import print_run
 
     runs = []
     with console.status("the pipeline over 1 and 2 quarter-core nodes: 1,000,000 particles"):
@@ -383,7 +383,7 @@ def _flows_over_nodes(out: Path) -> list[dict[str, Any]]:
     model = fm.fit(runs, R.share("bluefield2"), float(os.cpu_count() or 1))
     p = model.predict(100, 4.1, 100, None, 10.0)  # one dump per rank, as the seed's producers put them
     console.print(
-        f"pipeline model (offload plan flows): {model.a:.1f} CPU s per GB, {1e3 * model.b:.2f} ms per "
+        f"pipeline model (offload flows model): {model.a:.1f} CPU s per GB, {1e3 * model.b:.2f} ms per "
         f"east-west batch; 100 such nodes, each rank putting one 41 MB dump, would take the seed's 64M "
         f"particles (4.1 GB) at {p['gb_per_s']:.2f} GB/s (the seed: 1.32 GB/s; fitted on these two short "
         "runs, nothing held out: the benchmark's nodes part validates it)"

@@ -148,7 +148,7 @@ def test_flight_reads_are_aligned(node: Node) -> None:
 def test_flows_tables_fit_80_columns() -> None:
     from rich.console import Console
 
-    from offload.dataservices import flows_cli as FC
+    from offload.flows import cli as FC
 
     per = {"breakdown": {k: 0.123 for k in ("unpack_s", "split_s", "repack_s", "compress_s", "transfer_s",
                                              "merge_s")}}  # fmt: skip

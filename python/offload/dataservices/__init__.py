@@ -1,5 +1,6 @@
 """Near-data services (seed 003): Arrow Flight nodes that own data sets and run Substrait plans
-next to the data, or push the data back to the host; and the seed's particle data flows.
+next to the data, or push the data back to the host. The seed's particle data flows, which run
+on these nodes, are their own part: :mod:`offload.flows`.
 
 Nodes and queries:
 
@@ -14,16 +15,6 @@ Nodes and queries:
 * :mod:`~offload.dataservices.tablefiles` — Parquet and Arrow IPC files, whole and checked;
 * :mod:`~offload.dataservices.particles` — the seed's particle tables;
 * :mod:`~offload.dataservices.cli` — ``offload node ...``.
-
-Particle data flows (``offload flows ...``):
-
-* :mod:`~offload.dataservices.flows` — partition by id and sift into id order, under a budget;
-* :mod:`~offload.dataservices.lsm` — the sift service's log-structured merge tree of Arrow tables;
-* :mod:`~offload.dataservices.flownet` — the flow over several nodes: partition and sift services;
-* :mod:`~offload.dataservices.flowrun` — running such a flow: start the nodes, put, flush, account;
-* :mod:`~offload.dataservices.compression` — where compression pays on a flow;
-* :mod:`~offload.dataservices.gpucodec` — a GPU codec (nvCOMP) for the flows' buffers, where lent;
-* :mod:`~offload.dataservices.flows_cli` — ``offload flows ...``.
 
 Importing this package does not import DataFusion; the modules that need it load it lazily.
 """

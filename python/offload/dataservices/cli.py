@@ -15,9 +15,18 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from offload.clitools import JsonOpt, console, err, fail, failing, size_bytes
+from offload.clitools import (
+    JsonOpt,
+    compact_table,
+    console,
+    enter_netns,
+    err,
+    fail,
+    failing,
+    oneline,
+    size_bytes,
+)
 
 app = typer.Typer(
     help="Near-data query nodes (Arrow Flight + Substrait): serve, particles, load, list, query, "
@@ -35,23 +44,6 @@ TokenFileOpt = Annotated[
         "~/.offload/node-PORT.token, which `serve` writes]",
     ),
 ]
-
-
-def table(title: str) -> Table:
-    """A table that reads in 80 columns: a rule under the header, no frame, one space between
-    columns; cells are never cut short ("nod… unp…"), they wrap instead."""
-    from rich import box
-
-    return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False,
-                 min_width=min(80, len(title)))  # fmt: skip
-
-
-def oneline(e: BaseException) -> str:
-    """An error as one line: a WriteError's own words (they name the file), else its text."""
-    from offload.files import WriteError
-
-    text = e.strerror if isinstance(e, WriteError) and e.strerror else str(e)
-    return text.strip().splitlines()[0] if text.strip() else type(e).__name__
 
 
 def default_token_file(port: int) -> Path:
@@ -76,22 +68,10 @@ def _port(node: str) -> int:
         raise fail(f"--node {node!r}: give host:port") from None
 
 
-def _enter_netns(netns: str | None) -> None:
-    """Re-runs this command inside the namespace (made if missing) unless it runs there already."""
-    if netns is None:
-        return
-    from offload.host import links as L
-
-    why = L.unavailable_reason()
-    if why:
-        raise fail(f"--netns: {why}")
-    L.reexec_inside(netns)
-
-
 def _client(node: str, token_file: Path | None, netns: str | None = None, timeout_s: float = 60.0) -> Any:
     from offload.dataservices.client import NodeClient
 
-    _enter_netns(netns)
+    enter_netns(netns)
 
     token, source = _token(node, token_file)
     return NodeClient(node, token, timeout_s, token_source=source)
@@ -163,7 +143,7 @@ def serve(
             raise fail("a shaped link needs --netns (tc shapes that namespace's loopback, never the host's)")
         console.print(f"the {prof.name} profile's link is not shaped: give --netns to shape it")
     data_dir = data_dir.absolute() if data_dir is not None else None
-    _enter_netns(netns)
+    enter_netns(netns)
     os.environ["TOKIO_WORKER_THREADS"] = str(prof.threads)  # before DataFusion starts its runtime
     from offload.dataservices.node import Node, NodeConfig
 
@@ -267,11 +247,11 @@ def _budget_line(applied: dict[str, Any], threads: int | None = None) -> str:
         return f"{threads or '?'} thread(s); no budget applied (a node run in-process: no quota, no limits)"
     cpu, mem, link = applied.get("cpu", {}), applied.get("memory", {}), applied.get("link")
     parts = [f"profile {applied['profile']}, {applied['threads']} thread(s)"]
-    if cpu.get("method") == "cgroup-v1-cpu":
+    if "cgroup" in cpu:  # a quota or limit was set (cgroup v1 or v2)
         parts.append(f"CPU quota {cpu['quota_us'] / cpu['period_us']:.2f} core")
     elif cpu.get("method") == "pinned":
         parts.append(f"pinned to CPU {cpu['cpus']} ({cpu['reason']})")
-    if mem.get("method") == "cgroup-v1-memory":
+    if "cgroup" in mem:  # a quota or limit was set (cgroup v1 or v2)
         parts.append(f"memory {mem['limit_bytes'] / 2**30:.1f} GiB")
     elif "reason" in mem and "sets no" not in mem["reason"]:
         parts.append(f"memory unlimited ({mem['reason']})")
@@ -363,7 +343,7 @@ def list_(
         print(json.dumps(st, indent=2))
         return
     console.print(f"{st['name']}: {_budget_line(st.get('budget') or {}, st['threads'])}")
-    t = table(f"{st['name']}: data sets")
+    t = compact_table(f"{st['name']}: data sets")
     for col in ("data set", "rows", "MiB", "columns", "source"):
         t.add_column(col, justify="right" if col in ("rows", "MiB") else "left")
     for d in st["datasets"]:
@@ -424,7 +404,7 @@ def query(
 
 def _timing_table(runs: dict[str, Any], same: bool | None) -> None:
     """Stages as rows, ways as columns (ms), so the table fits a terminal."""
-    t = table("where the time went (ms)" + ("" if same is None else f"; same answer: {same}"))
+    t = compact_table("where the time went (ms)" + ("" if same is None else f"; same answer: {same}"))
     t.add_column("stage")
     for w in runs:
         t.add_column(w, justify="right")
@@ -596,7 +576,7 @@ ClusterOpt = Annotated[
 def _cluster(path: Path, netns: str | None) -> Any:
     from offload.dataservices.cluster import ClusterClient, load_cluster
 
-    _enter_netns(netns)
+    enter_netns(netns)
     with failing(ValueError):
         return ClusterClient(load_cluster(path), timeout_s=900)
 
@@ -655,7 +635,7 @@ def cluster_query(
     if show:
         console.print(result.slice(0, show).to_pandas().to_string(index=False))
     total, final = 1e3 * timing.total, 1e3 * timing.host_final
-    t = table(f"{timing.rows:,} rows in {total:.1f} ms (host final step {final:.1f} ms)")
+    t = compact_table(f"{timing.rows:,} rows in {total:.1f} ms (host final step {final:.1f} ms)")
     for col in ("node", "way", "rows", "node engine ms", "fetch ms", "host ms", "Arrow MiB"):
         t.add_column(col, justify="left" if col in ("node", "way") else "right")
     for n, d in timing.nodes.items():
@@ -666,7 +646,7 @@ def cluster_query(
 
 def print_cases(results: list[dict[str, Any]]) -> None:
     """The case studies side by side, the seed's figures in brackets."""
-    t = table(escape("the seed's case studies: ours [seed]"))
+    t = compact_table(escape("the seed's case studies: ours [seed]"))
     t.add_column("")
     for r in results:
         t.add_column(f"Case {r['case']}", justify="right")

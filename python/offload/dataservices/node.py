@@ -34,9 +34,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from offload.dataservices import flownet, plans
+from offload.dataservices import plans
 from offload.dataservices.estimate import estimate
 from offload.dataservices.stats import TableStats
+from offload.flows import network as flownet
 
 WAYS = ("offload", "pushback")
 REQUEST_WAYS = (*WAYS, "auto")

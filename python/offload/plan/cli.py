@@ -703,94 +703,21 @@ def fleet(
     )
 
 
-@app.command()
-def flows(
-    runs: Annotated[
-        Path, typer.Option(help="`offload flows run --json` output: runs over several node counts.")
-    ],
-    predict: Annotated[str, typer.Option(help="Node counts to predict, comma-separated.")] = "100",
-    gb: Annotated[
-        float, typer.Option(help="GB the predicted nodes share (the seed: 64M particles, about 4.1 GB).")
-    ] = 4.1,
-    fit_on: Annotated[
-        str | None,
-        typer.Option(
-            help="Node counts to fit on, comma-separated. \\[default: the smallest and the middle one]"
-        ),
-    ] = None,
-    link_gbit: Annotated[
-        float | None,
-        typer.Option(help="Each predicted node's link, Gbit/s. \\[default: the runs' profile's]"),
-    ] = None,
-    message_mb: Annotated[
-        float,
-        typer.Option(
-            help="MB per producer message in the predictions (0: the runs' size; the seed's ranks "
-            "each put one dump of about 41 MB)."
-        ),
-    ] = 0.0,
-    as_json: JsonOpt = False,
-) -> None:
-    """Fit the particle pipeline model (docs/flows.md) to runs on a few nodes of this machine,
-    show its error on every node count run (those it was not fitted on are the validation), and
-    predict node counts one machine cannot hold, each node with its own cores (SmartNICs):
+def _moved_flows() -> None:
+    """`offload plan flows` kept, hidden, for one release after it became `offload flows model`
+    (the pipeline model lives with the flows it models)."""
+    import functools
+    from typing import Any
 
-        offload flows run --nodes 1,2,4,8 --json > nodes.json
-        offload plan flows --runs nodes.json --predict 16,100
-    """
-    import os
+    from offload.flows.cli import model
 
-    from offload.host import budgets as B
-    from offload.plan import flows as fm
+    @functools.wraps(model)
+    def alias(*args: Any, **kwargs: Any) -> None:
+        err.print("offload plan flows is now offload flows model (the old name goes in the next release)",
+                  highlight=False, soft_wrap=True)  # fmt: skip
+        model(*args, **kwargs)
 
-    try:
-        data = json.loads(runs.read_text())
-        data = data["runs"] if isinstance(data, dict) else data
-        prof = B.profile(data[0]["profile"])
-        share = data[0].get("share") or prof.threads * (prof.cpu_per_thread or 1.0)
-        counts = sorted({r["nodes"] for r in data})
-        use = _ints(fit_on) if fit_on else fm.default_fit_on(counts)
-        cores = float(data[0].get("cores") or os.cpu_count() or 1)
-        model = fm.fit(data, share, cores, use)
-        link = link_gbit if link_gbit is not None else (prof.link.rate_mbit or 0) / 1e3 or None
-        checks = fm.validate_by_count(model, data, cores)
-        per_msg = message_mb * 1e6 or data[0]["bytes_in"] / fm.messages(data[0])
-        msgs = max(1, round(gb * 1e9 / per_msg))
-        preds = [
-            model.predict(n, gb, msgs, None, link) | {"message_mb": per_msg / 1e6} for n in _ints(predict)
-        ]
-    except (OSError, KeyError, IndexError, ValueError, TypeError) as ex:
-        raise _fail(f"{runs}: {ex}") from None
-    held_out = [abs(c["error"]) for c in checks if not c["fitted_on"]]
-    out = {"model": model.as_dict(), "cores": cores, "validation": checks, "predictions": preds,
-           "max_abs_error_held_out": max(held_out) if held_out else None}  # fmt: skip
-    if as_json:
-        print(json.dumps(out, indent=2))
-        return
-    t = Table(title=f"particle pipeline on {prof.name} nodes ({share:g} core each) sharing {cores:g} cores")
-    for col in ("nodes", "runs", "measured MB/s", "model MB/s", "error", "bound", "role"):
-        t.add_column(col, justify="right")
-    for c in checks:
-        lo, hi = (1e3 * x for x in c["measured_range"])
-        spread = f" ({lo:.1f}-{hi:.1f})" if c["repeats"] > 1 else ""
-        rates = (f"{1e3 * c['measured_gb_per_s']:.1f}{spread}", f"{1e3 * c['predicted_gb_per_s']:.1f}")
-        t.add_row(
-            str(c["nodes"]),
-            str(c["repeats"]),
-            *rates,
-            f"{c['error']:+.1%}",
-            c["bound"],
-            "fit" if c["fitted_on"] else "validation",
-        )
-    console.print(t)
-    console.print(
-        f"model: {model.a:.1f} CPU s per GB partitioned and sifted, "
-        f"{1e3 * model.b:.2f} ms per east-west batch, "
-        f"{model.o:.2f} s fixed; producers {model.producer:.1f} CPU s per GB"
-    )
-    for p in preds:
-        console.print(
-            f"[bold]{p['nodes']} nodes[/] (own cores{f', {link:g} Gbit/s links' if link else ''}, "
-            f"{p['message_mb']:.2g} MB messages): "
-            f"{p['gb']:g} GB in {p['wall_s']:.2f} s = [bold]{p['gb_per_s']:.2f} GB/s[/] ({p['bound']}-bound)"
-        )
+    app.command("flows", hidden=True)(alias)
+
+
+_moved_flows()

@@ -11,9 +11,8 @@ from typing import Annotated, Any
 import typer
 from rich.progress import Progress
 
-from offload.clitools import JsonOpt, choices, console, err, fail
-from offload.dataservices.cli import oneline
-from offload.dataservices.cli import table as Table
+from offload.clitools import JsonOpt, choices, console, enter_netns, err, fail, ints, oneline
+from offload.clitools import compact_table as Table
 
 app = typer.Typer(
     help="Particle data flows (seed 003): partition by id on a node profile, sift into id order, and where "
@@ -47,7 +46,7 @@ def partition(
     """Run the partition service (unpack, split by id, repack, compress) over each data set, in a
     process held to each node budget, and break its time down per step. Data sets are generated
     once under --work and reused; each producer message is 65,536 rows."""
-    from offload.dataservices import flows as F
+    from offload.flows import partition as F
     from offload.host import budgets as B
 
     names = choices(datasets, tuple(F.DATASETS), "data set")
@@ -91,7 +90,7 @@ def sift(
     (memtable, sorted runs, compaction), in a process held to each budget; then read everything
     back in (id, time) order. Shows the time of each part, the input rate through partition and
     merge, and the write amplification of the compactions."""
-    from offload.dataservices import flows as F
+    from offload.flows import partition as F
     from offload.host import budgets as B
 
     names = choices(datasets, tuple(F.DATASETS), "data set")
@@ -166,8 +165,8 @@ def run(
     kept in files, never dropped: the command then fails."""
     import pyarrow as pa
 
-    from offload.dataservices import flowrun as R
-    from offload.dataservices import flows as F
+    from offload.flows import partition as F
+    from offload.flows import run as R
 
     counts = [int(c) for c in choices(nodes, tuple(str(i) for i in range(1, 17)), "node count")]
     choices(dataset, tuple(F.DATASETS), "data set")
@@ -177,9 +176,7 @@ def run(
             f"need 2-16 partitions, at least one per node, rows >= 1; got {parts} for {max(counts)} nodes"
         )
     if link is not None and cluster is None:
-        from offload.dataservices.cli import _enter_netns
-
-        _enter_netns("flows")
+        enter_netns("flows")
     work = work.absolute()  # the nodes and the error messages get whole paths
     results = []
     with Progress(console=err, transient=True) as bar:
@@ -234,7 +231,7 @@ def _run_on(
     n: int, cluster: Path | None, profile: str, link: str | None, flow: dict[str, Any], cpu: float | None
 ) -> dict:
     """One run on ``n`` nodes: the cluster file's first ``n``, else ``n`` started here."""
-    from offload.dataservices import flowrun as R
+    from offload.flows import run as R
 
     if cluster is not None:
         from offload.dataservices.cluster import load_cluster
@@ -325,6 +322,81 @@ def print_partition(results: list[dict]) -> None:
 
 
 @app.command()
+def model(
+    runs: Annotated[
+        Path, typer.Option(help="`offload flows run --json` output: runs over several node counts.")
+    ],
+    predict: Annotated[str, typer.Option(help="Node counts to predict, comma-separated.")] = "100",
+    gb: Annotated[
+        float, typer.Option(help="GB the predicted nodes share (the seed: 64M particles, about 4.1 GB).")
+    ] = 4.1,
+    fit_on: Annotated[
+        str | None,
+        typer.Option(
+            help="Node counts to fit on, comma-separated. \\[default: the smallest and the middle one]"
+        ),
+    ] = None,
+    link_gbit: Annotated[
+        float | None,
+        typer.Option(help="Each predicted node's link, Gbit/s. \\[default: the runs' profile's]"),
+    ] = None,
+    message_mb: Annotated[
+        float,
+        typer.Option(
+            help="MB per producer message in the predictions (0: the runs' size; the seed's ranks "
+            "each put one dump of about 41 MB)."
+        ),
+    ] = 0.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit the particle pipeline model (docs/flows.md) to runs on a few nodes of this machine,
+    show its error on every node count run (those it was not fitted on are the validation), and
+    predict node counts one machine cannot hold, each node with its own cores (SmartNICs):
+
+        offload flows run --nodes 1,2,4,8 --json > nodes.json
+        offload flows model --runs nodes.json --predict 16,100
+    """
+    from offload.flows import pipeline as fm
+
+    try:
+        data = json.loads(runs.read_text())
+        data = data["runs"] if isinstance(data, dict) else data
+        v = fm.from_runs(data, ints(predict), gb, ints(fit_on) if fit_on else None, link_gbit, message_mb)
+    except (OSError, KeyError, IndexError, ValueError, TypeError) as ex:
+        raise fail(f"{runs}: {ex}") from None
+    if as_json:
+        print(json.dumps(v.as_dict(), indent=2))
+        return
+    print_model(v)
+
+
+def print_model(v: Any) -> None:
+    """A :class:`~offload.flows.pipeline.Validated`: the validation as a table, the fitted
+    costs, and each prediction on a line."""
+    m = v.model
+    t = Table(f"particle pipeline on {v.profile} nodes ({m.share:g} core each) sharing {v.cores:g} cores")
+    for col in ("nodes", "runs", "measured MB/s", "model MB/s", "error", "bound", "role"):
+        t.add_column(col, justify="right")
+    for c in v.checks:
+        lo, hi = (1e3 * x for x in c["measured_range"])
+        spread = f" ({lo:.1f}-{hi:.1f})" if c["repeats"] > 1 else ""
+        rates = (f"{1e3 * c['measured_gb_per_s']:.1f}{spread}", f"{1e3 * c['predicted_gb_per_s']:.1f}")
+        role = "fit" if c["fitted_on"] else "validation"
+        t.add_row(str(c["nodes"]), str(c["repeats"]), *rates, f"{c['error']:+.1%}", c["bound"], role)
+    console.print(t)
+    console.print(
+        f"model: {m.a:.1f} CPU s per GB partitioned and sifted, {1e3 * m.b:.2f} ms per east-west batch, "
+        f"{m.o:.2f} s fixed; producers {m.producer:.1f} CPU s per GB"
+    )
+    link = f", {v.link_gbit:g} Gbit/s links" if v.link_gbit else ""
+    for p in v.predictions:
+        console.print(
+            f"[bold]{p['nodes']} nodes[/] (own cores{link}, {p['message_mb']:.2g} MB messages): "
+            f"{p['gb']:g} GB in {p['wall_s']:.2f} s = [bold]{p['gb_per_s']:.2f} GB/s[/] ({p['bound']}-bound)"
+        )
+
+
+@app.command()
 def compression(
     results: Annotated[
         Path, typer.Option(help="Partition runs (`offload flows partition --json`, or the benchmark's).")
@@ -349,7 +421,7 @@ def compression(
     measured and on a hardware engine (the
     compress step divided by the engine's published speed-up, lowest and highest); the link rate
     below which each pays; and the fastest way at each rate."""
-    from offload.dataservices import compression as C
+    from offload.flows import compression as C
     from offload.host import budgets as B
 
     try:
@@ -399,8 +471,8 @@ def gpu_codec(
     transfers included, and check that they decode to the same bytes; beside it, what Arrow's
     lz4 and zstd make of the same table here. Needs an NVIDIA GPU and `pip install
     nvidia-nvcomp-cu12`: without them it says which is missing and stops."""
-    from offload.dataservices import flows as F
-    from offload.dataservices import gpucodec as G
+    from offload.flows import gpucodec as G
+    from offload.flows import partition as F
 
     names = choices(datasets, tuple(F.DATASETS), "data set")
     why = G.unavailable_reason()

@@ -1,4 +1,4 @@
-"""Running a particle data flow over several nodes (:mod:`.flownet`): start the nodes (each an
+"""Running a particle data flow over several nodes (:mod:`.network`): start the nodes (each an
 ``offload node serve`` process with its own budget and link), or take running ones; put each
 producer's messages to its node; flush; read the sorted data back; account for every row.
 
@@ -27,10 +27,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from offload.dataservices import flownet as W
-from offload.dataservices import flows as F
 from offload.dataservices.client import NodeClient, NodeError
 from offload.dataservices.cluster import NodeSpec
+from offload.flows import network as W
+from offload.flows import partition as F
 from offload.host.children import wait_ready
 
 # ------------------------------------------------------------------------------ node processes

@@ -161,3 +161,55 @@ def validate_by_count(model: FlowModel, runs: list[dict[str, Any]], cores: float
                     "predicted_gb_per_s": predicted, "error": predicted / measured - 1,
                     "bound": mine[0]["bound"], "fitted_on": mine[0]["fitted_on"]})  # fmt: skip
     return out
+
+
+@dataclass
+class Validated:
+    """The model fitted on runs of ``offload flows run``, its error on every node count run (those
+    it was not fitted on are the validation) and its predictions for other node counts."""
+
+    model: FlowModel
+    profile: str
+    """The runs' node budget."""
+    cores: float
+    """The machine the runs shared."""
+    link_gbit: float | None
+    """Each predicted node's link."""
+    checks: list[dict[str, Any]]
+    predictions: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        held_out = [abs(c["error"]) for c in self.checks if not c["fitted_on"]]
+        return {"model": self.model.as_dict(), "cores": self.cores, "validation": self.checks,
+                "predictions": self.predictions,
+                "max_abs_error_held_out": max(held_out) if held_out else None}  # fmt: skip
+
+
+def from_runs(
+    runs: list[dict[str, Any]],
+    predict: list[int],
+    gb: float,
+    fit_on: list[int] | None = None,
+    link_gbit: float | None = None,
+    message_mb: float = 0.0,
+) -> Validated:
+    """The model fitted on ``runs`` (on ``fit_on`` node counts: :func:`default_fit_on` if None),
+    validated on all of them, predicting ``gb`` GB over each of ``predict`` node counts, each node
+    with its own cores and a ``link_gbit`` link (None: the runs' profile's), in producer messages
+    of ``message_mb`` MB (0: the runs' size). KeyError, IndexError, ValueError or TypeError where
+    the runs are not runs."""
+    import os
+
+    from offload.host import budgets as B
+
+    prof = B.profile(runs[0]["profile"])
+    share = runs[0].get("share") or prof.threads * (prof.cpu_per_thread or 1.0)
+    use = fit_on or default_fit_on(sorted({r["nodes"] for r in runs}))
+    cores = float(runs[0].get("cores") or os.cpu_count() or 1)
+    model = fit(runs, share, cores, use)
+    link = link_gbit if link_gbit is not None else (prof.link.rate_mbit or 0) / 1e3 or None
+    checks = validate_by_count(model, runs, cores)
+    per_msg = message_mb * 1e6 or runs[0]["bytes_in"] / messages(runs[0])
+    msgs = max(1, round(gb * 1e9 / per_msg))
+    preds = [model.predict(n, gb, msgs, None, link) | {"message_mb": per_msg / 1e6} for n in predict]
+    return Validated(model, prof.name, cores, link, checks, preds)

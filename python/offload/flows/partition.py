@@ -6,8 +6,8 @@ merges each partition's arrivals into sorted runs with an LSM tree (:mod:`.lsm`)
 Three data sets, generated with the shapes of the seed's three (scientific particles, airplanes,
 ships):
 
-* ``particles``: the case studies' particles (:mod:`.particles`), one dump per time step, each
-  sorted by position (x) as a simulation rank writes them;
+* ``particles``: the case studies' particles (:mod:`offload.dataservices.particles`), one dump
+  per time step, each sorted by position (x) as a simulation rank writes them;
 * ``airplanes``: ADS-B-like state vectors (24-bit ICAO address, time, position, barometric
   altitude, ground speed, track, vertical rate, callsign). Each aircraft flies a straight track
   at cruise speed and reports once a second; a receiver's feed comes sorted by time;
@@ -291,7 +291,7 @@ class Sift:
     """Seconds spent unpacking arrivals and merging them into the trees."""
 
     def __post_init__(self) -> None:
-        from offload.dataservices.lsm import Lsm
+        from offload.flows.lsm import Lsm
 
         self.trees = [
             Lsm(self.data.schema, self.data.key, self.memtable_rows, self.fanout) for _ in range(self.parts)
@@ -380,7 +380,7 @@ def partition_under(
     message_rows: int = 1 << 16,
 ) -> dict[str, Any]:
     """Runs the partition service over a data set in a child process held to a node budget
-    (:mod:`.budget`: ``host``, ``core``, ``bluefield2``), one producer message at a time, and
+    (:mod:`offload.host.budgets`: ``host``, ``core``, ``bluefield2``), one producer message at a time, and
     returns its breakdown with the budget as applied and the seconds per GB. Producer messages
     have ``message_rows`` rows. ``decode_s`` is the time to read the partitions back (unpack,
     decompressing), in the same budget: a receiver's cost. Given ``sift`` =
@@ -394,7 +394,7 @@ def partition_under(
     path = data_file(name, rows, work, seed, message_rows)
     args = {"profile": profile, "name": name, "rows": rows, "parts": parts, "codec": codec, "path": str(path),
             "sift": list(sift) if sift else None}  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "offload.dataservices.flows", json.dumps(args)],
+    done = subprocess.run([sys.executable, "-m", "offload.flows.partition", json.dumps(args)],
                           capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"partition worker ({profile}) failed: {done.stderr.strip().splitlines()[-1:]}")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from offload.dataservices import compression as C
+from offload.flows import compression as C
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITION = ROOT / "benches" / "results" / "flows" / "partition.json"
@@ -103,8 +103,8 @@ def test_the_host_reading_back_is_a_third_stage() -> None:
 def test_the_gpu_codec_says_why_it_cannot_run_or_gives_the_bytes_back() -> None:
     import pyarrow as pa
 
-    from offload.dataservices import flows as F
-    from offload.dataservices import gpucodec as G
+    from offload.flows import gpucodec as G
+    from offload.flows import partition as F
 
     table = F.dataset("ships").generate(2000, 0)
     bufs = G.column_buffers(table)

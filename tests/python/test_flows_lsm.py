@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offload.dataservices.lsm import Lsm
+from offload.flows.lsm import Lsm
 
 SCHEMA = pa.schema([("id", pa.int64()), ("t", pa.float64()), ("v", pa.float64())])
 

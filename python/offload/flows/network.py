@@ -2,8 +2,8 @@
 tables to partition services on the nodes, which forward each partition east-west to the node
 that owns it, where a sift service merges it into an LSM tree, queryable while data arrives.
 
-Every node is an ordinary query node (:mod:`.node`), a process with its own budget and link,
-and the flow is Flight's own protocol:
+Every node is an ordinary query node (:mod:`offload.dataservices.node`), a process with its own
+budget and link, and the flow is Flight's own protocol:
 
 * ``flow-setup`` (action): the flow's data set, partitions, codec and the nodes in order. Node
   i owns a contiguous run of partitions, so reading the nodes in turn reads the ids in order;
@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from offload.dataservices import flows as F
+from offload.flows import partition as F
 
 HEAD = ":flow"
 """The first element of a flow's put paths."""

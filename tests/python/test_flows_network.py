@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from offload.cli import app
-from offload.dataservices import flownet as W
-from offload.dataservices import flowrun as R
-from offload.dataservices import flows as F
 from offload.dataservices.client import NodeClient, NodeError
 from offload.dataservices.cluster import NodeSpec
 from offload.dataservices.node import Node, NodeConfig
+from offload.flows import network as W
+from offload.flows import partition as F
+from offload.flows import run as R
 
 ROWS = 30_000
 _names = (f"f{i}" for i in itertools.count())

@@ -1,5 +1,5 @@
 """Where compression pays on a particle flow (seed 003, slides 20 and 24), from measured partition
-runs (:func:`offload.dataservices.flows.partition_under`) and a compression engine's published
+runs (:func:`offload.flows.partition.partition_under`) and a compression engine's published
 speed-up (``data/presets/platforms.toml``, ``[engines]``).
 
 A node partitions its input and ships the partitions over its link to a host that reads them.

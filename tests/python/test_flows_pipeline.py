@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from offload.cli import app
-from offload.plan import flows as fm
+from offload.flows import pipeline as fm
 
 
 def synthetic(nodes: int, a: float, b: float, share: float = 0.25, gb: float = 0.25, msgs: int = 61) -> dict:
@@ -63,19 +63,28 @@ def test_fitting_needs_two_node_counts_with_traffic() -> None:
         fm.fit([synthetic(1, 10, 0)], 0.25, 64, [3])
 
 
-def test_the_planner_cli_prints_validation_and_predictions(tmp_path: Path) -> None:
+def test_the_model_cli_prints_validation_and_predictions(tmp_path: Path) -> None:
     path = tmp_path / "nodes.json"
     path.write_text(json.dumps([synthetic(n, 12.0, 5e-4) for n in (1, 2, 4)]))
-    res = CliRunner().invoke(app, ["plan", "flows", "--runs", str(path), "--predict", "16,100", "--json"])
+    res = CliRunner().invoke(app, ["flows", "model", "--runs", str(path), "--predict", "16,100", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert [p["nodes"] for p in out["predictions"]] == [16, 100]
     assert out["max_abs_error_held_out"] < 0.02
-    res = CliRunner().invoke(app, ["plan", "flows", "--runs", str(path)])
+    res = CliRunner().invoke(app, ["flows", "model", "--runs", str(path)])
     assert res.exit_code == 0 and "validation" in res.output and "100 nodes" in res.output
     path.write_text("[]")
-    res = CliRunner().invoke(app, ["plan", "flows", "--runs", str(path)])
+    res = CliRunner().invoke(app, ["flows", "model", "--runs", str(path)])
     assert res.exit_code != 0 and "nodes.json" in res.output
+
+
+def test_plan_flows_is_kept_hidden_and_names_its_new_name(tmp_path: Path) -> None:
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps([synthetic(n, 12.0, 5e-4) for n in (1, 2, 4)]))
+    res = CliRunner().invoke(app, ["plan", "flows", "--runs", str(path), "--json"])
+    assert res.exit_code == 0 and "offload flows model" in res.stderr
+    assert [p["nodes"] for p in json.loads(res.stdout)["predictions"]] == [100]
+    assert "flows" not in CliRunner().invoke(app, ["plan", "--help"]).stdout.split("Commands")[-1]
 
 
 def test_the_default_fit_is_the_smallest_and_the_middle_count() -> None:
