@@ -56,6 +56,15 @@ SEED_CASES: tuple[Case, ...] = (
 )
 
 
+def case_from_text(text: str, name: str = "case") -> Case:
+    """A configuration written ``n,c,f`` (as ``--case 12,17,2``), with no published figure."""
+    try:
+        n, c, f = text.split(",")
+        return Case(name, int(n), int(c), float(f), 0.0)
+    except ValueError:
+        raise ValueError(f"{name} {text!r}: expected n,c,f such as 12,17,2") from None
+
+
 def _check_layout(nodes: int, scatter_width: int, replicas: int) -> None:
     """A copyset layout needs ≥ 2 replicas, a scatter width made of whole permutations (w/(R-1) of
     them) and enough nodes for each one to have w distinct peers."""

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from offload.clitools import JsonOpt, choices, console, err, fail, failing
 from offload.files import WriteError
+from offload.metrics import tables
 
 app = typer.Typer(
     help="Offload metrics (seed 003): mbwu (work units of a disk, $/kWh/m³ per unit), headroom (CPU left at "
@@ -20,13 +20,10 @@ app = typer.Typer(
 )
 
 
-def _table(title: str) -> Table:
-    """A table that reads in 80 columns: a rule under the header, no frame, one space between
-    columns, the title on one line; cells wrap rather than being cut short."""
-    from rich import box
-
-    return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False,
-                 min_width=min(80, len(title)))  # fmt: skip
+def _show(renderables: list[Any]) -> None:
+    """A command's text result on stdout, each table and note on its own lines."""
+    for x in renderables:
+        console.print(x)
 
 
 def _progress(status: Any, line: str) -> None:
@@ -73,49 +70,11 @@ def rpwu(
         with failing(RuntimeError, ValueError):
             r = R.profile(profs, names, seconds, reference, lambda what: status.update(f"stress-ng: {what}"))
     if plot is not None:
-        _plot(r, plot)
+        R.plot(r, plot)
     if json_out:
         print(json.dumps(r, indent=2))
         return
-    t = _table(f"relative performance (bogo-ops/s over {reference}'s)")
-    t.add_column("stressor")
-    t.add_column("class")
-    for p in r["relative"]:
-        t.add_column(p, justify="right")
-    for s, c in r["classes"].items():
-        t.add_row(s, c, *(f"{r['relative'][p][s]:.2f}" for p in r["relative"]))
-    for c in ["overall", *sorted(set(r["classes"].values()))]:
-        t.add_row(f"[bold]{c}[/]", "geomean", *(f"{r['summary'][p][c]:.2f}" for p in r["relative"]))
-    console.print(t)
-
-
-def _plot(r: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(r["classes"])
-    profs = [p for p in r["relative"] if p != r["reference"]]
-    fig, ax = plt.subplots(figsize=(10, 4))
-    width = 0.8 / max(1, len(profs))
-    for i, p in enumerate(profs):
-        xs = [k + i * width for k in range(len(names))]
-        ax.bar(xs, [r["relative"][p][s] for s in names], width, label=p)
-    ax.axhline(1.0, color="black", lw=0.8)
-    ax.set_xticks([k + width * (len(profs) - 1) / 2 for k in range(len(names))])
-    ax.set_xticklabels([f"{s}\n({r['classes'][s]})" for s in names], rotation=45, ha="right", fontsize=8)
-    ax.set_yscale("log")
-    ax.set_ylabel(f"bogo-ops/s ÷ {r['reference']}'s")
-    ax.set_title("stress-ng relative performance per budget (seed 003's RPWU)")
-    ax.legend()
-    fig.tight_layout()
-    from offload.files import save_figure
-
-    try:
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
+    _show(tables.rpwu(r))
 
 
 @app.command()
@@ -172,71 +131,11 @@ def headroom(
         with failing(OSError, RuntimeError, ValueError):
             r = H.measure_profiles(profs, cfg, lambda what: status.update(f"headroom: {what}"))
     if plot is not None:
-        _plot_headroom(r, plot)
+        H.plot(r, plot)
     if json_out:
         print(json.dumps(r, indent=2))
         return
-    link = f"{rate_mbit:g} Mbit/s link, {packet_bytes} B x {burst}"
-    t = _table(f"network processing headroom: {link} ({r['machine']})")
-    cols = ("budget", "threads", "Mbit/s", "link used", "burst period", "max delay (CPU)", "headroom")
-    for col in (*cols, "from CPU"):
-        t.add_column(col, justify="left" if col == "budget" else "right")
-    for name, p in r["profiles"].items():
-        check = "-" if p["headroom_from_cpu"] is None else f"{p['headroom_from_cpu']:.1%}"
-        t.add_row(name, str(p["min_threads"]), f"{p['saturated_mbit_s']:.1f}", f"{p['link_utilisation']:.0%}",
-                  f"{p['burst_period_s'] * 1e3:.2f} ms", f"{p['max_delay_s'] * 1e3:.3f} ms",
-                  f"{p['headroom']:.1%}" + (" (≥, capped)" if p["capped"] else ""), check)  # fmt: skip
-    for name, v in r["seed"].items():
-        t.add_row(f"[dim]seed: {name}[/]", "", "", "", "", "", f"[dim]{v:.1%}[/]", "")
-    console.print(t)
-    console.print("[dim]from CPU, a cross-check: 1 - a sender's CPU at saturation (no delay) / its share[/]")
-
-
-def _plot_headroom(r: dict, path: Path) -> None:
-    """Left: the search (throughput against the delay offered, as a share of the CPU a sender has
-    in a saturated burst period); right: the headroom found beside the seed's."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    c = r["config"]
-    fig, (ax, bars) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [2.2, 1]})
-    for k, (name, p) in enumerate(r["profiles"].items()):
-        color = f"C{k}"
-        sat = p["by_threads"][p["min_threads"] - 1]
-        cpu = p["cpu_share_per_thread"] * sat["period_s"]  # a sender's CPU in a saturated period
-        pts = sorted((x["delay_s"] / cpu * 100, x["mbit_s"], x["keeps"]) for x in [sat, *p["by_delay"]])
-        ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], "-", color=color, lw=0.8, alpha=0.6)
-        for fill, label in ((True, f"{name}, {p['min_threads']} thread(s): kept"), (False, "lost")):
-            xs = [(x, y) for x, y, keeps in pts if keeps == fill]
-            if xs:
-                ax.plot(*zip(*xs, strict=True), "o", color=color, mfc=color if fill else "white",
-                        label=label if fill else f"{name}: lost")  # fmt: skip
-        ax.axvline(p["max_delay_s"] / cpu * 100, color=color, ls="--", lw=1)
-        ax.axhline(p["saturated_mbit_s"] * (1 - c["tolerance"]), color=color, ls=":", lw=0.8)
-    ax.set_xlabel("delay between bursts (CPU work), % of a sender's CPU in a saturated burst period")
-    ax.set_ylabel("receiver throughput, Mbit/s (median)")
-    ax.set_ylim(0, None)
-    ax.set_title(f"search: {c['rate_mbit']:g} Mbit/s link, {c['packet_bytes']} B x {c['burst']} per burst")
-    ax.legend(fontsize=7, loc="lower left")
-    names = [*r["profiles"], *(f"seed {s}" for s in r["seed"])]
-    values = [p["headroom"] * 100 for p in r["profiles"].values()] + [v * 100 for v in r["seed"].values()]
-    colors = [f"C{k}" for k in range(len(r["profiles"]))] + ["grey"] * len(r["seed"])
-    bars.barh(names, values, color=colors)
-    for y, v in enumerate(values):
-        bars.annotate(f"{v:.1f}%", (v, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
-    bars.invert_yaxis()
-    bars.set_xlim(0, 115)
-    bars.set_xlabel("headroom, % of a sender's CPU")
-    bars.set_title(f"headroom ({r['machine'].split(',')[0]})")
-    fig.tight_layout()
-    from offload.files import save_figure
-
-    try:
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
+    _show(tables.headroom(r))
 
 
 @app.command()
@@ -282,16 +181,8 @@ def availability(
     if len(pers) != 1:
         raise fail(f"--f-per takes one of {', '.join(A.F_PER)}, got {f_per!r}")
     per: A.FPer = "server" if pers[0] == "server" else "compute-unit"
-    cases = list(A.SEED_CASES)
-    if case:
-        cases = []
-        for text in case:
-            try:
-                n, c, f = text.split(",")
-                cases.append(A.Case("--case", int(n), int(c), float(f), 0.0))
-            except ValueError:
-                raise fail(f"--case {text!r}: expected n,c,f such as 12,17,2") from None
     with failing(ValueError):
+        cases = [A.case_from_text(text, "--case") for text in case] if case else list(A.SEED_CASES)
         r = A.report(
             cases, servers=servers, window=window, scatter_width=scatter_width, replicas=replicas, f_per=per
         )
@@ -307,21 +198,7 @@ def availability(
     if json_out:
         print(json.dumps(r, indent=2))
         return
-    when = "rare-failure limit" if window is None else f"window λT = {window:g}"
-    t = _table(f"relative benefit: P(loss, {servers} servers) ÷ P(loss, embedded) ({when})")
-    for col in ("case", "n", "c", "f", "server devices", "embedded nodes", "model, limit"):
-        t.add_column(col, justify="left" if col == "case" else "right")
-    if window is not None:
-        t.add_column("model, window", justify="right")
-    t.add_column("seed", justify="right")
-    for row in r["cases"]:
-        cells = [row["case"], str(row["n"]), str(row["c"]), f"{row['f']:g}", str(row["server_devices"])]
-        cells += [str(row["embedded_nodes"]), f"{row['benefit_rare_limit']:.1f}"]
-        if window is not None:
-            cells.append(f"{row['benefit_window']:.1f}")
-        cells.append("-" if row["published"] is None else f"{row['published']:g}")
-        t.add_row(*cells)
-    console.print(t)
+    _show(tables.availability(r, servers, window))
 
 
 @app.command()
@@ -410,52 +287,4 @@ def mbwu(
     if json_out:
         print(json.dumps(out, indent=2))
         return
-    if measure:
-        m = out["machine"]
-        t = _table(f"MBWU of the disk under {m['work_dir']} ({m['cpus']} CPUs, "
-                  f"{m['memory_bytes'] / 2**30:.0f} GiB memory)")  # fmt: skip
-        left = ("workload", "unit", "sweep (median per step)")
-        for col in ("workload", "MBWU", "unit", "at workers", "plateau", "sweep (median per step)"):
-            t.add_column(col, justify="left" if col in left else "right")
-        if embedded:
-            t.add_column(f"{embedded}, MBWUs", justify="right")
-        for w, x in out["workloads"].items():
-            steps = ", ".join(
-                f"{s['threads']}: {s['value']:,.0f}{'' if s['steady'] else '~'}" for s in x["host"]["steps"]
-            )
-            row = [w, f"{x['mbwu']:,.0f}", x["unit"], str(x["host"]["threads_at_mbwu"])]
-            row += ["yes" if x["host"]["plateau_reached"] else "not reached", steps]
-            if embedded:
-                row.append("-" if x.get("embedded_mbwus") is None else f"{x['embedded_mbwus']:.2f}")
-            t.add_row(*row)
-        console.print(t)
-        console.print("[dim]~: no steady window within the bound; the median of the step's second half[/]")
-    t = _table("seed 003's key-value case study: reductions host -> embedded, ours | seed's")
-    for col in ("test", "MBWUs host, emb.", "$/MBWU", "kWh/MBWU", "m³/MBWU", "implied price, watts"):
-        t.add_column(col, justify="left" if col == "test" else "right")
-
-    def pct(x: float | None) -> str:
-        return "-" if x is None else f"{x:.1%}"
-
-    for row in case["tests"]:
-        red, rep, imp = row["reduction"], row["reported"], row["implied_host_over_embedded"]
-        t.add_row(
-            row["test"], f"{row['host']['mbwus']:g}, {row['embedded']['mbwus']:g}",
-            f"{pct(red['usd_per_mbwu'])}|{pct(rep['usd_per_mbwu'])}",
-            f"{pct(red['kwh_per_mbwu'])}|{pct(rep['kwh_per_mbwu'])}",
-            f"{pct(red['m3_per_mbwu'])}|-", f"{imp['price']:.1f}x, {imp['watts']:.1f}x",
-        )  # fmt: skip
-    console.print(t)
-    ratio = case["catalog_host_over_embedded"]
-    console.print(
-        f"catalog host/embedded: price {ratio['price']:.1f}x, watts "
-        f"{'-' if ratio['watts'] is None else format(ratio['watts'], '.1f')}x (estimates), volume "
-        f"{'-' if ratio['volume'] is None else format(ratio['volume'], '.1f')}x"
-    )
-    for w, c in out.get("this_machine_costs", {}).items():
-        red = c["reduction"]
-        console.print(
-            f"{w}, this machine's MBWUs (host 1, {embedded} {c['embedded']['mbwus']:.2f}) at the catalog's "
-            f"prices: $/MBWU {pct(red['usd_per_mbwu'])}, kWh/MBWU {pct(red['kwh_per_mbwu'])}, "
-            f"m³/MBWU {pct(red['m3_per_mbwu'])}"
-        )
+    _show(tables.mbwu(out, embedded))

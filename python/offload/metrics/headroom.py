@@ -50,8 +50,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from offload.files import save_figure
 from offload.host.children import LineReader
 from offload.host.machine import describe
+from offload.host.plots import pyplot
 
 SEED = {"bluefield2-kernel": 0.785, "bluefield2-dpdk": 0.875, "bluefield2-half-bandwidth": 0.21}
 """The seed's headroom figures (share of the burst period left)."""
@@ -428,6 +430,48 @@ def _record(r: Search, cfg: Config, share: float, budgets: list[dict[str, Any]])
 
 
 # --- the helper processes (run inside the namespace) ---------------------------------------------
+
+
+def plot(r: dict[str, Any], path: Path) -> None:
+    """Left: the search (throughput against the delay offered, as a share of the CPU a sender has
+    in a saturated burst period); right: the headroom found beside the seed's."""
+    plt = pyplot()
+
+    c = r["config"]
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [2.2, 1]})
+    for k, (name, p) in enumerate(r["profiles"].items()):
+        color = f"C{k}"
+        sat = p["by_threads"][p["min_threads"] - 1]
+        cpu = p["cpu_share_per_thread"] * sat["period_s"]  # a sender's CPU in a saturated period
+        pts = sorted((x["delay_s"] / cpu * 100, x["mbit_s"], x["keeps"]) for x in [sat, *p["by_delay"]])
+        ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], "-", color=color, lw=0.8, alpha=0.6)
+        for fill, label in ((True, f"{name}, {p['min_threads']} thread(s): kept"), (False, "lost")):
+            xs = [(x, y) for x, y, keeps in pts if keeps == fill]
+            if xs:
+                ax.plot(*zip(*xs, strict=True), "o", color=color, mfc=color if fill else "white",
+                        label=label if fill else f"{name}: lost")  # fmt: skip
+        ax.axvline(p["max_delay_s"] / cpu * 100, color=color, ls="--", lw=1)
+        ax.axhline(p["saturated_mbit_s"] * (1 - c["tolerance"]), color=color, ls=":", lw=0.8)
+    ax.set_xlabel("delay between bursts (CPU work), % of a sender's CPU in a saturated burst period")
+    ax.set_ylabel("receiver throughput, Mbit/s (median)")
+    ax.set_ylim(0, None)
+    ax.set_title(f"search: {c['rate_mbit']:g} Mbit/s link, {c['packet_bytes']} B x {c['burst']} per burst")
+    ax.legend(fontsize=7, loc="lower left")
+    names = [*r["profiles"], *(f"seed {s}" for s in r["seed"])]
+    values = [p["headroom"] * 100 for p in r["profiles"].values()] + [v * 100 for v in r["seed"].values()]
+    colors = [f"C{k}" for k in range(len(r["profiles"]))] + ["grey"] * len(r["seed"])
+    bars.barh(names, values, color=colors)
+    for y, v in enumerate(values):
+        bars.annotate(f"{v:.1f}%", (v, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
+    bars.invert_yaxis()
+    bars.set_xlim(0, 115)
+    bars.set_xlabel("headroom, % of a sender's CPU")
+    bars.set_title(f"headroom ({r['machine'].split(',')[0]})")
+    fig.tight_layout()
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
 
 
 def _lines(stream: IO[str]) -> Any:

@@ -28,6 +28,9 @@ from typing import Any
 
 import yaml
 
+from offload.files import save_figure
+from offload.host.plots import pyplot
+
 STRESSORS: dict[str, str] = {
     "matrix": "cpu", "vecmath": "cpu", "hash": "cpu", "crypt": "cpu", "zlib": "cpu",
     "cache": "cpu-cache",
@@ -128,6 +131,31 @@ def stressor_metrics(yaml_text: str, source: str = "stress-ng's output") -> dict
     if not isinstance(metrics, list):
         raise ValueError(f"{source}: no metrics list (is it stress-ng's --yaml output?)")
     return {m["stressor"]: m for m in metrics if isinstance(m, dict) and "stressor" in m}
+
+
+def plot(r: dict[str, Any], path: Path) -> None:
+    """The ratios as bars per stressor, one bar per budget, on a log scale (1 = the reference)."""
+    plt = pyplot()
+
+    names = list(r["classes"])
+    profs = [p for p in r["relative"] if p != r["reference"]]
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width = 0.8 / max(1, len(profs))
+    for i, p in enumerate(profs):
+        xs = [k + i * width for k in range(len(names))]
+        ax.bar(xs, [r["relative"][p][s] for s in names], width, label=p)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks([k + width * (len(profs) - 1) / 2 for k in range(len(names))])
+    ax.set_xticklabels([f"{s}\n({r['classes'][s]})" for s in names], rotation=45, ha="right", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel(f"bogo-ops/s ÷ {r['reference']}'s")
+    ax.set_title("stress-ng relative performance per budget (seed 003's RPWU)")
+    ax.legend()
+    fig.tight_layout()
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
 
 
 def _child(args: dict[str, Any]) -> dict[str, Any]:
