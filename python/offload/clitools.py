@@ -1,13 +1,16 @@
 """What every `offload` subcommand shares: the two consoles (``console`` for stdout, ``err`` for
-stderr), the one ``--json`` option, located-error exits (``fail``, ``failing``, ``oneline``), comma
-lists, sizes with K/M/G/T, how a duration is printed, tables that read in 80 columns, and
-re-running a command inside a network namespace."""
+stderr), the one ``--json`` and ``--out`` options and ``emit``, which writes a JSON result to both,
+located-error exits (``fail``, ``failing``, ``oneline``), comma lists, sizes with K/M/G/T, how a
+duration is printed, tables that read in 80 columns, and re-running a command inside a network
+namespace."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -23,6 +26,14 @@ JsonOpt = Annotated[
     bool,
     typer.Option(
         "--json", help="Print the machine-readable result as JSON on stdout (nothing else goes to stdout)."
+    ),
+]
+
+
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out", help="Also write the JSON result to this file (whole or not at all). \\[default: none]"
     ),
 ]
 
@@ -45,6 +56,26 @@ def failing(*errors: type[Exception], code: int = 2) -> Iterator[None]:
         yield
     except errors as e:
         raise fail(str(e), code) from None
+
+
+def emit(result: Any, as_json: bool, out: Path | None = None) -> bool:
+    """A command's JSON result, the same way in every command: written whole to ``out`` (its
+    directory made) when given, and printed on stdout under ``--json``; both may be asked.
+    True when stdout took the result, so the command prints nothing more there.
+
+    >>> if emit(result, as_json, out):
+    ...     return
+    """
+    from offload.files import write_text
+
+    text = json.dumps(result, indent=2)
+    if out is not None:
+        with failing(OSError):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            write_text(out, text)
+    if as_json:
+        print(text)
+    return as_json
 
 
 def ints(text: str) -> list[int]:
