@@ -205,6 +205,11 @@ def test_the_command_prints_json_and_draws_the_plot(tmp_path: Path) -> None:
     assert [c["published"] for c in out["cases"]] == [7.1, 20.7, 114.3]
     assert out["cases"][1]["benefit_rare_limit"] == pytest.approx(20.583, rel=1e-4)
     assert png.stat().st_size > 10_000
+    saved = tmp_path / "sub" / "a.json"  # --out, as every metrics and plan command writes it
+    r = CliRunner().invoke(app, ["availability", "--json", "--out", str(saved)])
+    assert r.exit_code == 0 and json.loads(saved.read_text()) == json.loads(r.output) == out
+    r = CliRunner().invoke(app, ["availability", "--out", str(png / "x.json")])
+    assert r.exit_code == 2 and "a.png" in r.output and not list(tmp_path.rglob("*.tmp"))
     r = CliRunner().invoke(app, ["availability", "--case", "12,17,2", "--exposure", "0.01"])
     assert r.exit_code == 0 and "119.9" in r.output, r.output
     r = CliRunner().invoke(app, ["availability", "--case", "12,17"])

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from offload.clitools import JsonOpt, choices, console, err, fail, failing
-from offload.files import WriteError
+from offload.clitools import JsonOpt, OutOpt, choices, console, emit, err, fail, failing, oneline
 from offload.metrics import tables
 
 app = typer.Typer(
@@ -51,6 +49,7 @@ def rpwu(
         Path | None, typer.Option(help="Write a bar chart of the ratios here (.png, .svg). \\[default: none]")
     ] = None,
     json_out: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Relative performance of node budgets, stressor by stressor: each stress-ng stressor runs
     with one instance in a process held to each budget, and its bogo-ops per second are divided
@@ -70,9 +69,9 @@ def rpwu(
         with failing(RuntimeError, ValueError):
             r = R.profile(profs, names, seconds, reference, lambda what: status.update(f"stress-ng: {what}"))
     if plot is not None:
-        R.plot(r, plot)
-    if json_out:
-        print(json.dumps(r, indent=2))
+        with failing(OSError):
+            R.plot(r, plot)
+    if emit(r, json_out, out):
         return
     _show(tables.rpwu(r))
 
@@ -107,6 +106,7 @@ def headroom(
         typer.Option(help="Plot throughput vs inter-burst delay, headroom marked (.png). \\[default: none]"),
     ] = None,
     json_out: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Network processing headroom (seed 003): on a loopback link shaped in a private namespace,
     the fewest UDP sender threads that saturate it at a packet and burst size; then, with those,
@@ -131,9 +131,9 @@ def headroom(
         with failing(OSError, RuntimeError, ValueError):
             r = H.measure_profiles(profs, cfg, lambda what: status.update(f"headroom: {what}"))
     if plot is not None:
-        H.plot(r, plot)
-    if json_out:
-        print(json.dumps(r, indent=2))
+        with failing(OSError):
+            H.plot(r, plot)
+    if emit(r, json_out, out):
         return
     _show(tables.headroom(r))
 
@@ -170,6 +170,7 @@ def availability(
         typer.Option(help="Write the benefit over n, c and f here (.png, .svg). \\[default: none]"),
     ] = None,
     json_out: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Relative data availability of embedded storage nodes against servers (seed 003, HotEdge'20):
     P(data loss) of m servers over that of m·c embedded nodes, both 3-way replicated on copysets,
@@ -181,7 +182,7 @@ def availability(
     if len(pers) != 1:
         raise fail(f"--f-per takes one of {', '.join(A.F_PER)}, got {f_per!r}")
     per: A.FPer = "server" if pers[0] == "server" else "compute-unit"
-    with failing(ValueError):
+    with failing(OSError, ValueError):
         cases = [A.case_from_text(text, "--case") for text in case] if case else list(A.SEED_CASES)
         r = A.report(
             cases, servers=servers, window=window, scatter_width=scatter_width, replicas=replicas, f_per=per
@@ -195,8 +196,7 @@ def availability(
                 replicas=replicas,
                 f_per=per,
             )
-    if json_out:
-        print(json.dumps(r, indent=2))
+    if emit(r, json_out, out):
         return
     _show(tables.availability(r, servers, window))
 
@@ -245,6 +245,7 @@ def mbwu(
         typer.Option(help="Plot throughput vs workers, plateau marked (.png). \\[default: none]"),
     ] = None,
     json_out: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Media-based work units (seed 003): the throughput one storage device gives a workload when
     only the device limits it. Preconditions the data, sweeps the worker count until throughput
@@ -267,24 +268,21 @@ def mbwu(
         if measure:
             plan.check()
         case = M.seed_case_study(catalog)
-    out: dict = {"seed_case_study": case}
+    result: dict = {"seed_case_study": case}
     if measure:
         with err.status("mbwu") as status:
             try:
                 r = M.measure(plan, lambda what: _progress(status, f"mbwu: {what}"))
             except (OSError, RuntimeError, ValueError) as e:
-                raise fail(e.strerror if isinstance(e, WriteError) and e.strerror else str(e)) from None
-        out = {**r, **out}
+                raise fail(oneline(e)) from None
+        result = {**r, **result}
         if embedded:
-            out["this_machine_costs"] = M.this_machine_costs(r, catalog)
+            result["this_machine_costs"] = M.this_machine_costs(r, catalog)
         if plot is not None:
-            try:
+            with failing(OSError):
                 M.plot(r, plot)
-            except OSError as e:
-                raise fail(e.strerror or str(e)) from None
     elif plot is not None:
         raise fail("--plot draws the sweep: it needs --measure")
-    if json_out:
-        print(json.dumps(out, indent=2))
+    if emit(result, json_out, out):
         return
-    _show(tables.mbwu(out, embedded))
+    _show(tables.mbwu(result, embedded))

@@ -8,14 +8,7 @@ from typing import Any
 from rich.console import RenderableType
 from rich.table import Table
 
-
-def _table(title: str) -> Table:
-    """A table that reads in 80 columns: a rule under the header, no frame, one space between
-    columns, the title on one line; cells wrap rather than being cut short."""
-    from rich import box
-
-    return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False,
-                 min_width=min(80, len(title)))  # fmt: skip
+from offload.clitools import compact_table as _table
 
 
 def _pct(x: float | None) -> str:
