@@ -258,7 +258,7 @@ struct RecsysEngine {
 #[pymethods]
 impl RecsysEngine {
     #[new]
-    #[pyo3(signature = (strategy, mode, tables, dense_width, bottom, top, dim, queue_depth=64, host_cache_vectors=8192, flash=None, device_mlp=(0, 0, 0), device_command=None, device_cpu=None, device_memory_bytes=None, device_timeout_s=60.0, channel_bytes=None))]
+    #[pyo3(signature = (strategy, mode, tables, dense_width, bottom, top, dim, queue_depth=64, host_cache_vectors=8192, flash=None, device_mlp=(0, 0, 0), device_command=None, device_cpu=None, device_timeout_s=60.0, channel_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -275,7 +275,6 @@ impl RecsysEngine {
         device_mlp: (u64, u64, u64),
         device_command: Option<Vec<String>>,
         device_cpu: Option<usize>,
-        device_memory_bytes: Option<u64>,
         device_timeout_s: f64,
         channel_bytes: Option<usize>,
     ) -> PyResult<Self> {
@@ -295,12 +294,7 @@ impl RecsysEngine {
             if device_timeout_s.is_nan() || device_timeout_s <= 0.0 {
                 return Err(PyValueError::new_err(format!("device_timeout_s must be > 0, got {device_timeout_s}")));
             }
-            opts.device = DeviceAt::Process {
-                command,
-                cpu: device_cpu,
-                memory_bytes: device_memory_bytes,
-                timeout_s: device_timeout_s,
-            };
+            opts.device = DeviceAt::Process { command, cpu: device_cpu, timeout_s: device_timeout_s };
         }
         if let Some(b) = channel_bytes {
             opts.channel_bytes = b;
@@ -357,7 +351,7 @@ impl RecsysEngine {
         outcome(py, out)
     }
 
-    /// Where the device side runs: pid, CPU and memory limit applied (or why not), the channel.
+    /// Where the device side runs: pid, CPU applied (or why not), the channel.
     #[getter]
     fn device_info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_dict(py, &self.inner.device_info())

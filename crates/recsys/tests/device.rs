@@ -164,12 +164,8 @@ fn a_dead_or_silent_device_is_reported_in_bounded_time() {
     let c = case();
     let flash = Mode::Flash(FlashModel::default());
     // A "device" that exits at once: the error says so, with its exit status.
-    let dies = DeviceAt::Process {
-        command: vec!["sh".into(), "-c".into(), "exit 3".into()],
-        cpu: None,
-        memory_bytes: None,
-        timeout_s: 20.0,
-    };
+    let dies =
+        DeviceAt::Process { command: vec!["sh".into(), "-c".into(), "exit 3".into()], cpu: None, timeout_s: 20.0 };
     let t0 = Instant::now();
     let e = DeviceLink::start(&dies, &c.paths, 32, flash, 8, None, 1 << 16).err().unwrap().to_string();
     assert!(e.contains("is gone") && e.contains('3'), "{e}");
@@ -178,7 +174,6 @@ fn a_dead_or_silent_device_is_reported_in_bounded_time() {
     let silent = DeviceAt::Process {
         command: vec!["sh".into(), "-c".into(), "exec sleep 30".into(), "device".into()],
         cpu: None,
-        memory_bytes: None,
         timeout_s: 0.3,
     };
     let t0 = Instant::now();

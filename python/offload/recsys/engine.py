@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import re
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from offload.recsys.models import Model, ModelSpec
 STRATEGIES: tuple[str, ...] = tuple(_native.RECSYS_STRATEGIES)
 MODES = ("disk", "flash")
 DEVICES = ("in-process", "process")
+MEMORY_KEYS = ("memory_limit_bytes", "memory_cgroup", "memory_reason")
 RecsysError = _native.RecsysError
 
 STRATEGY_HELP = {
@@ -250,7 +252,8 @@ class Engine:
     `device="process"` runs the device side of emb-pagesum, emb-vectorsum, recssd and rm-ssd in
     its own process (``python -m offload.recsys.device``) behind a shared-memory channel, pinned
     to `device_cpu` (default: the last CPU) and, where cgroup v1 allows, held to
-    `device_memory_bytes`; see `device_info`. Answers and I/O counters are the same as in process.
+    `device_memory_bytes` (the device joins a memory cgroup made by `offload.host.cgroups`);
+    see `device_info`. Answers and I/O counters are the same as in process.
     Close the engine (or use it as a context manager) to stop the device process."""
 
     def __init__(
@@ -283,23 +286,33 @@ class Engine:
         self.device = device
         from offload.recsys import device as D
 
-        self._native = _native.RecsysEngine(
-            strategy,
-            mode,
-            [str(p) for p in model_dir.table_paths],
-            self.spec.dense_width,
-            [(np.ascontiguousarray(w), np.ascontiguousarray(b)) for w, b in model.layers("bot")],
-            [(np.ascontiguousarray(w), np.ascontiguousarray(b)) for w, b in model.layers("top")],
-            self.spec.dim,
-            queue_depth=queue_depth,
-            host_cache_vectors=host_cache_vectors,
-            flash=flash,
-            device_mlp=device_mlp_cycles,
-            device_command=D.command() if device == "process" else None,
-            device_cpu=device_cpu,
-            device_memory_bytes=device_memory_bytes,
-            device_timeout_s=device_timeout_s,
-        )
+        cgroup, self._memory = None, dict.fromkeys(MEMORY_KEYS)
+        if device == "process":
+            cgroup, self._memory = D.budget_cgroup(device_memory_bytes)
+        command = D.command(cgroup, device_memory_bytes) if device == "process" else None
+        try:
+            self._native = _native.RecsysEngine(
+                strategy,
+                mode,
+                [str(p) for p in model_dir.table_paths],
+                self.spec.dense_width,
+                [(np.ascontiguousarray(w), np.ascontiguousarray(b)) for w, b in model.layers("bot")],
+                [(np.ascontiguousarray(w), np.ascontiguousarray(b)) for w, b in model.layers("top")],
+                self.spec.dim,
+                queue_depth=queue_depth,
+                host_cache_vectors=host_cache_vectors,
+                flash=flash,
+                device_mlp=device_mlp_cycles,
+                device_command=command,
+                device_cpu=device_cpu,
+                device_timeout_s=device_timeout_s,
+            )
+        except BaseException:
+            if cgroup is not None:
+                D.release(cgroup)
+            raise
+        # Closing (or collecting) the engine stops the device, then removes its memory cgroup.
+        self._close = weakref.finalize(self, _close_device, self._native, cgroup)
 
     def infer(
         self, dense: np.ndarray, offsets: list[np.ndarray], indices: list[np.ndarray]
@@ -343,7 +356,9 @@ class Engine:
     def device_info(self) -> dict[str, Any]:
         """Where the device side runs: `at`, `pid`, `cpu` (or `cpu_reason`), `memory_limit_bytes`
         and `memory_cgroup` (or `memory_reason`), the channel and its area size."""
-        return dict(self._native.device_info)
+        info = dict(self._native.device_info)
+        spawned = info["at"] == "process"
+        return info | (self._memory if spawned else dict.fromkeys(MEMORY_KEYS))
 
     @property
     def channel_bytes(self) -> dict[str, int]:
@@ -352,10 +367,18 @@ class Engine:
 
     def close(self) -> None:
         """Stops the device process, if any (idempotent)."""
-        self._native.close()
+        self._close()
 
     def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _close_device(native: Any, cgroup: Path | None) -> None:
+    native.close()
+    if cgroup is not None:
+        from offload.recsys import device as D
+
+        D.release(cgroup)

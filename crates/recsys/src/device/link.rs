@@ -14,7 +14,7 @@ use crate::timing::{IoCounters, Mode, Stages};
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -28,7 +28,6 @@ pub struct DeviceLink {
     seq: u32,
     timeout: Duration,
     dead: Option<String>,
-    cgroup: Option<PathBuf>,
     pub info: DeviceInfo,
     pub bytes: ChannelBytes,
     dim: usize,
@@ -88,34 +87,6 @@ fn set_cpu(pid: u32, cpu: usize) -> std::result::Result<(), String> {
     Ok(())
 }
 
-const MEMORY_ROOT: &str = "/sys/fs/cgroup/memory";
-
-/// Puts `pid` in a new child of this process's v1 memory cgroup limited to `bytes`.
-fn memory_cgroup(pid: u32, bytes: u64) -> std::result::Result<PathBuf, String> {
-    let own = std::fs::read_to_string("/proc/self/cgroup")
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                let mut parts = l.splitn(3, ':');
-                let (_, ctl, path) = (parts.next()?, parts.next()?, parts.next()?);
-                ctl.split(',').any(|c| c == "memory").then(|| Path::new(MEMORY_ROOT).join(path.trim_start_matches('/')))
-            })
-        })
-        .filter(|p| p.join("memory.limit_in_bytes").exists())
-        .ok_or_else(|| format!("no cgroup v1 memory controller at {MEMORY_ROOT}"))?;
-    let child = own.join(format!("offload-recsys-device-{pid}"));
-    std::fs::create_dir_all(&child).map_err(|e| format!("{}: {e} (root needed)", child.display()))?;
-    let apply = || -> std::io::Result<()> {
-        std::fs::write(child.join("memory.limit_in_bytes"), bytes.to_string())?;
-        std::fs::write(child.join("cgroup.procs"), pid.to_string())
-    };
-    if let Err(e) = apply() {
-        let _ = std::fs::remove_dir(&child);
-        return Err(format!("{}: {e}", child.display()));
-    }
-    Ok(child)
-}
-
 impl DeviceLink {
     /// Starts a device (`at` is `Process` or `Thread`) for these tables and asks it to OPEN them;
     /// `model` is sent for rm-ssd.
@@ -135,7 +106,7 @@ impl DeviceLink {
         chan.set(R_HOST_PID, u64::from(std::process::id()));
         let path = format!("/proc/{}/fd/{}", std::process::id(), file.as_raw_fd());
         let mut info = DeviceInfo { channel: path.clone(), area_bytes, ..DeviceInfo::default() };
-        let (mut child, mut thread, mut cgroup) = (None, None, None);
+        let (mut child, mut thread) = (None, None);
         let timeout_s = match at {
             DeviceAt::InProcess => return Err(Error::Device("DeviceLink::start with DeviceAt::InProcess".into())),
             DeviceAt::Thread { timeout_s } => {
@@ -149,7 +120,7 @@ impl DeviceLink {
                 );
                 *timeout_s
             }
-            DeviceAt::Process { command, cpu, memory_bytes, timeout_s } => {
+            DeviceAt::Process { command, cpu, timeout_s } => {
                 info.at = "process".into();
                 info.command = command.clone();
                 let (prog, args) = command.split_first().ok_or_else(|| Error::Device("empty device command".into()))?;
@@ -183,17 +154,6 @@ impl DeviceLink {
                     },
                     None => info.cpu_reason = Some("this process's CPU set is unknown".into()),
                 }
-                match memory_bytes {
-                    None => info.memory_reason = Some("no memory limit asked".into()),
-                    Some(b) => match memory_cgroup(pid, *b) {
-                        Ok(cg) => {
-                            info.memory_limit_bytes = Some(*b);
-                            info.memory_cgroup = Some(cg.display().to_string());
-                            cgroup = Some(cg);
-                        }
-                        Err(why) => info.memory_reason = Some(why),
-                    },
-                }
                 child = Some(c);
                 *timeout_s
             }
@@ -206,7 +166,6 @@ impl DeviceLink {
             seq: 0,
             timeout: Duration::from_secs_f64(timeout_s.max(0.001)),
             dead: None,
-            cgroup,
             info,
             bytes: ChannelBytes::default(),
             dim,
@@ -396,10 +355,6 @@ impl DeviceLink {
             if t.is_finished() {
                 let _ = t.join();
             }
-        }
-        if let Some(cg) = self.cgroup.take() {
-            let _ = std::fs::write(cg.join("memory.force_empty"), "0");
-            let _ = std::fs::remove_dir(&cg);
         }
     }
 }

@@ -416,9 +416,10 @@ pub enum DeviceAt {
     #[default]
     InProcess,
     /// Its own process: `command` followed by the channel's path, on CPU `cpu` (default: the
-    /// last CPU this process may use), in a memory cgroup of `memory_bytes` where cgroup v1's
-    /// memory controller is writable. `timeout_s` bounds every wait for an answer.
-    Process { command: Vec<String>, cpu: Option<usize>, memory_bytes: Option<u64>, timeout_s: f64 },
+    /// last CPU this process may use). `timeout_s` bounds every wait for an answer. A memory
+    /// budget is the command's business: `python -m offload.recsys.device` joins the memory
+    /// cgroup its options name (made by `offload.host.cgroups`, the one home of cgroup code).
+    Process { command: Vec<String>, cpu: Option<usize>, timeout_s: f64 },
     /// A thread of this process serving the same channel (tests: the process's code path
     /// without spawning one).
     Thread { timeout_s: f64 },
@@ -438,10 +439,6 @@ pub struct DeviceInfo {
     pub cpu: Option<usize>,
     /// Why the CPU could not be set, where it could not.
     pub cpu_reason: Option<String>,
-    pub memory_limit_bytes: Option<u64>,
-    /// The cgroup, or why there is no limit.
-    pub memory_cgroup: Option<String>,
-    pub memory_reason: Option<String>,
 }
 
 /// Payload bytes moved through the channel by batch requests (OPEN and CLOSE not counted).
