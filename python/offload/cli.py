@@ -10,8 +10,10 @@ import typer
 
 from offload import __version__
 from offload.clitools import err, failing
+from offload.dataservices import cli as node_cli
 from offload.dataservices.cli import app as node_app
 from offload.flows.cli import app as flows_app
+from offload.flows.network import FlowService
 from offload.metrics.cli import app as metrics_app
 from offload.plan.cli import app as plan_app
 from offload.probe.cli import app as probe_app
@@ -31,6 +33,7 @@ app.add_typer(probe_app, name="probe")
 app.add_typer(plan_app, name="plan")
 app.add_typer(recsys_app, name="recsys")
 app.add_typer(node_app, name="node")
+node_cli.SERVICES["flows"] = FlowService  # every `offload node serve` takes part in particle flows
 app.add_typer(flows_app, name="flows")
 app.add_typer(metrics_app, name="metrics")
 

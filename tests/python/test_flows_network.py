@@ -31,7 +31,7 @@ _names = (f"f{i}" for i in itertools.count())
 
 @pytest.fixture(scope="module")
 def nodes() -> Iterator[list[NodeSpec]]:
-    ns = [Node(NodeConfig(f"tok{i}", name=f"n{i}")) for i in range(4)]
+    ns = [Node(NodeConfig(f"tok{i}", name=f"n{i}"), services=[W.FlowService]) for i in range(4)]
     yield [NodeSpec(f"n{i}", f"127.0.0.1:{n.port}", f"tok{i}") for i, n in enumerate(ns)]
     for n in ns:
         n.shutdown()

@@ -35,6 +35,10 @@ app = typer.Typer(
 )
 
 DEFAULT_PORT = 8815
+SERVICES: dict[str, Any] = {}
+"""What every node that `serve` starts hosts beside its data sets, by name (node.Service): the
+`offload` command adds the particle flows (offload/cli.py), as this package imports no part
+above it."""
 NodeOpt = Annotated[str, typer.Option("--node", "-n", help="The node's host:port.")]
 TokenFileOpt = Annotated[
     Path | None,
@@ -158,7 +162,7 @@ def serve(
     if port and (busy := _port_in_use(host, port)):  # before gRPC, which logs its own lines first
         raise fail(busy)
     try:
-        node = Node(cfg)
+        node = Node(cfg, services=list(SERVICES.values()))
     except ValueError as e:
         raise fail(str(e)) from None
     except Exception as e:  # gRPC says only "Server did not start properly"

@@ -16,8 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from offload.dataservices import node as N
-from offload.dataservices import plans
+from offload.dataservices import plans, wire
 
 
 class NodeError(RuntimeError):
@@ -175,7 +174,7 @@ class NodeClient:
         t0 = time.perf_counter()
         plan = self.plan(sql_or_plan) if isinstance(sql_or_plan, str) else sql_or_plan
         timing.plan = time.perf_counter() - t0
-        desc = flight.FlightDescriptor.for_command(N.request(plan, way, compression))
+        desc = flight.FlightDescriptor.for_command(wire.request(plan, way, compression))
         t1 = time.perf_counter()
         with self._call_errors():
             info = self._client.get_flight_info(desc, options=self._opts)
@@ -236,9 +235,9 @@ class _errors:
         if isinstance(e, flight.FlightUnauthenticatedError):
             msg = msg.removeprefix("gRPC returned unauthenticated error, with message: ")
             where = f" ({self.source})" if self.source else ""
-            if msg.startswith(N.WRONG_TOKEN):
+            if msg.startswith(wire.WRONG_TOKEN):
                 msg = f"{self.location} refused the token{where}: it is not this node's token"
-            elif msg.startswith(N.NO_TOKEN):
+            elif msg.startswith(wire.NO_TOKEN):
                 msg = f"{self.location} needs its bearer token, and none was given{where}"
         raise NodeError(msg) from None
 

@@ -5,12 +5,17 @@ Substrait plans, in one of two ways (seed 003, slides 26-31):
 * ``pushback``: the node ships the columns the plan reads, and the host runs the plan.
 
 The protocol is Flight's own. A query is a ``FlightDescriptor.for_command`` holding a JSON
-request (:func:`request`); ``get_flight_info`` checks it and answers with one endpoint per
+request (:func:`.wire.request`); ``get_flight_info`` checks it and answers with one endpoint per
 stream to fetch (one for ``offload``, one per table read for ``pushback``), each ticket a JSON
 request the node can run without remembering anything. The last chunk of every stream carries
 the node's timings as app_metadata. Data sets are uploaded with ``do_put`` or registered from
 files under the node's data directory (action ``register``); ``list_flights`` lists them and
 ``get_flight_info`` on a path describes one.
+
+A node may host services beside its data sets (the particle flows of :mod:`offload.flows`): a
+:data:`Service` registers its actions, the put paths it takes and the tickets it answers with
+:meth:`Node.handle_action`, :meth:`Node.handle_put` and :meth:`Node.handle_get`. The node
+knows them by name only, so this package imports none of them.
 
 Safe by default: the node binds loopback unless told otherwise, and every call must carry the
 node's bearer token (``authorization: Bearer <token>``). Errors sent to a peer name the problem
@@ -20,13 +25,12 @@ contents.
 
 from __future__ import annotations
 
-import base64
 import hmac
 import ipaddress
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,29 +38,20 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from offload.dataservices import plans
+from offload.dataservices import plans, wire
 from offload.dataservices.estimate import estimate
 from offload.dataservices.stats import TableStats
-from offload.flows import network as flownet
 
-WAYS = ("offload", "pushback")
-REQUEST_WAYS = (*WAYS, "auto")
-"""``auto``: the node decides (with its time models; offload where it has none)."""
-COMPRESSIONS = (None, "lz4", "zstd")
-PROTOCOL = 1
-WRONG_TOKEN = "wrong token"
-NO_TOKEN = "no bearer token"
-"""The words that start a refused call's error: a client tells the two apart by them."""
-
-
-def request(plan: bytes, way: str, compression: str | None = None) -> bytes:
-    """The JSON command of a query (a FlightDescriptor command or, for offload, a ticket)."""
-    if way not in REQUEST_WAYS:
-        raise ValueError(f"way must be one of {', '.join(REQUEST_WAYS)}, got {way!r}")
-    if compression not in COMPRESSIONS:
-        raise ValueError(f"compression must be none, lz4 or zstd, got {compression!r}")
-    body = {"v": PROTOCOL, "way": way, "plan": base64.b64encode(plan).decode(), "compression": compression}
-    return json.dumps(body).encode()
+ActionHandler = Callable[[bytes], Any]
+"""An action's body in, its answer out (sent as JSON)."""
+PutHandler = Callable[[list[str], flight.MetadataRecordBatchReader, flight.FlightMetadataWriter], None]
+"""A ``do_put`` to a path that starts with the handler's head: the whole path, the batches, the
+writer of the acknowledgements."""
+GetHandler = Callable[[dict[str, Any]], pa.Table]
+"""A ticket holding the handler's key (its version checked) in, the table to stream out."""
+Service = Callable[["Node"], Any]
+"""Something a node hosts beside its data sets: called once with the node, it registers its
+handlers (``offload node serve`` hosts the particle flows: :class:`offload.flows.network.FlowService`)."""
 
 
 @dataclass
@@ -124,17 +119,18 @@ class _TokenCheck(flight.ServerMiddlewareFactory):
         if any((v if isinstance(v, str) else bytes(v).decode(errors="replace")).strip() not in ("", "Bearer")
                for v in given):  # fmt: skip
             raise flight.FlightUnauthenticatedError(
-                f"{WRONG_TOKEN}: the bearer token given is not this node's"
+                f"{wire.WRONG_TOKEN}: the bearer token given is not this node's"
             )
         raise flight.FlightUnauthenticatedError(
-            f"{NO_TOKEN}: this node needs its bearer token (authorization header)"
+            f"{wire.NO_TOKEN}: this node needs its bearer token (authorization header)"
         )
 
 
 class Node(flight.FlightServerBase):
-    """The Flight server of one node; it serves from construction until :meth:`shutdown`."""
+    """The Flight server of one node; it serves from construction until :meth:`shutdown`. Each of
+    ``services`` is called with the node once its own actions are in place."""
 
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, services: Sequence[Service] = ()) -> None:
         if not config.token:
             raise ValueError("a node needs a token")
         if not is_loopback(config.host) and not config.allow_remote:
@@ -142,20 +138,70 @@ class Node(flight.FlightServerBase):
                 f"refusing to listen on {config.host}: a node binds loopback unless allow_remote is set "
                 "(the token then travels in clear text; put it behind TLS or a private network)"
             )
-        super().__init__(
-            f"grpc://{config.host}:{config.port}", middleware={"auth": _TokenCheck(config.token)}
-        )
         self.config = config
         self._datasets: dict[str, Dataset] = {}
-        self._flows: dict[str, Any] = {}
-        """Particle data flows this node takes part in (flownet.Flow by name)."""
         self._lock = threading.Lock()
+        self._actions: dict[str, tuple[str, ActionHandler]] = {}
+        """Action name → (what it does and takes, for list_actions; its handler)."""
+        self._puts: dict[str, PutHandler] = {}
+        """First element of a put path → its handler (other paths are data set uploads)."""
+        self._gets: dict[str, GetHandler] = {}
+        """A ticket's key → its handler (other tickets are queries and scans)."""
+        self._own_actions()
+        for service in services:
+            service(self)
+        super().__init__(  # serving from here on: every handler is in place
+            f"grpc://{config.host}:{config.port}", middleware={"auth": _TokenCheck(config.token)}
+        )
+
+    # ------------------------------------------------------------------------------ handlers
+
+    def handle_action(self, name: str, what: str, handler: ActionHandler) -> None:
+        """Routes action ``name`` to ``handler``; ``what`` is what list_actions says of it."""
+        if name in self._actions:
+            raise ValueError(f"the node has an action {name!r} already")
+        self._actions[name] = (what, handler)
+
+    def handle_put(self, head: str, handler: PutHandler) -> None:
+        """Routes a ``do_put`` whose path starts with ``head`` (no data set's name) to ``handler``."""
+        if head in self._puts or _is_name(head):
+            raise ValueError(f"put head {head!r} is taken or could be a data set's name")
+        self._puts[head] = handler
+
+    def handle_get(self, key: str, handler: GetHandler) -> None:
+        """Routes a ``do_get`` whose ticket holds ``key`` to ``handler``."""
+        if key in self._gets or key in ("scan", "way", "plan"):
+            raise ValueError(f"ticket key {key!r} is taken")
+        self._gets[key] = handler
+
+    def _own_actions(self) -> None:
+        def register(body: bytes) -> dict[str, Any]:
+            args = wire.json_object(body, "register")
+            return self.register_file(str(args.get("name", "")), str(args.get("path", ""))).describe()
+
+        def drop(body: bytes) -> dict[str, Any]:
+            with self._lock:
+                return {"dropped": self._datasets.pop(body.decode(), None) is not None}
+
+        own: list[tuple[str, str, ActionHandler]] = [
+            ("register", 'load a file of the data directory: {"name": ..., "path": ...}', register),
+            ("drop", "drop a data set: its name", drop),
+            ("describe", "a data set's rows, bytes, columns, source and statistics: its name",
+             lambda body: self.dataset(body.decode()).describe(with_stats=True)),
+            ("estimate", "a plan's estimated result rows and bytes, and why: the plan's bytes",
+             self.estimate),
+            ("explain", "the estimate, both ways' predicted times and the choice: the plan's bytes",
+             self.explain),
+            ("status", "the node's name, threads, data sets and counters", lambda _: self.status()),
+        ]  # fmt: skip
+        for name, what, handler in own:
+            self.handle_action(name, what, handler)
 
     # ------------------------------------------------------------------------------ data sets
 
     def add(self, name: str, table: pa.Table, source: str = "upload") -> Dataset:
         """Adds (or replaces) a data set and sketches its columns."""
-        _check_name(name)
+        check_name(name)
         ds = Dataset(name, table.combine_chunks(), source, TableStats.of(table))
         with self._lock:
             self._datasets[name] = ds
@@ -265,24 +311,22 @@ class Node(flight.FlightServerBase):
             meta = json.dumps(ex).encode()
         if req["way"] == "offload":
             tables = {t: self.dataset(t).table for t in info.reads}
-            ticket = request(req["plan"], "offload", req["compression"])
+            ticket = wire.request(req["plan"], "offload", req["compression"])
             endpoints = [flight.FlightEndpoint(ticket, [])]
             schema = _result_schema(req["plan"], tables)
             return flight.FlightInfo(schema, descriptor, endpoints, -1, -1, app_metadata=meta)
         endpoints = []
         for t, cols in info.reads.items():
-            ticket = json.dumps(
-                {"v": PROTOCOL, "scan": t, "columns": cols, "compression": req["compression"]}
-            )
-            endpoints.append(flight.FlightEndpoint(ticket.encode(), []))
+            endpoints.append(flight.FlightEndpoint(wire.scan_ticket(t, cols, req["compression"]), []))
         first, cols = next(iter(info.reads.items()))
         schema = self.dataset(first).table.select(cols).schema if len(info.reads) == 1 else pa.schema([])
         return flight.FlightInfo(schema, descriptor, endpoints, -1, -1, app_metadata=meta)
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> flight.FlightDataStream:
         req = self._parse(ticket.ticket)
-        if "flow" in req:
-            return flight.RecordBatchStream(self._flow_read(req))
+        for key, handler in self._gets.items():
+            if key in req:
+                return flight.RecordBatchStream(handler(req))
         opts = pa.ipc.IpcWriteOptions(compression=req.get("compression"))
         self.config.stats["queries"] += 1
         if "scan" in req:
@@ -305,41 +349,13 @@ class Node(flight.FlightServerBase):
         return _stream(schema, batches, t0, opts, way="offload", setup_s=time.perf_counter() - t0)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
-        return [
-            ("register", 'load a file of the data directory: {"name": ..., "path": ...}'),
-            ("drop", "drop a data set: its name"),
-            ("describe", "a data set's rows, bytes, columns, source and statistics: its name"),
-            ("estimate", "a plan's estimated result rows and bytes, and why: the plan's bytes"),
-            ("explain", "the estimate, both ways' predicted times and the choice: the plan's bytes"),
-            ("status", "the node's name, threads, data sets and counters"),
-            ("flow-setup", "join a particle data flow (flownet.check_setup): JSON with its name"),
-            ("flow-flush", "the producers are done: forward the rest and wait for acks: the flow's name"),
-            ("flow-status", "a flow's breakdown and row accounting: its name"),
-            ("flow-drop", "leave a flow and free its data: its name"),
-        ]
+        return [(name, what) for name, (what, _) in self._actions.items()]
 
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[bytes]:
         body = action.body.to_pybytes() if action.body is not None else b""
-        if action.type == "register":
-            args = _json(body, "register")
-            ds = self.register_file(str(args.get("name", "")), str(args.get("path", "")))
-            yield json.dumps(ds.describe()).encode()
-        elif action.type == "drop":
-            with self._lock:
-                gone = self._datasets.pop(body.decode(), None)
-            yield json.dumps({"dropped": gone is not None}).encode()
-        elif action.type == "describe":
-            yield json.dumps(self.dataset(body.decode()).describe(with_stats=True)).encode()
-        elif action.type == "estimate":
-            yield json.dumps(self.estimate(body)).encode()
-        elif action.type == "explain":
-            yield json.dumps(self.explain(body)).encode()
-        elif action.type == "status":
-            yield json.dumps(self.status()).encode()
-        elif action.type.startswith("flow-"):
-            yield json.dumps(self._flow_action(action.type, body)).encode()
-        else:
+        if action.type not in self._actions:
             raise flight.FlightServerError(f"unknown action {action.type!r}; see list_actions")
+        yield json.dumps(self._actions[action.type][1](body)).encode()
 
     def do_put(
         self,
@@ -353,8 +369,8 @@ class Node(flight.FlightServerBase):
             if descriptor.descriptor_type == flight.DescriptorType.PATH
             else []
         )
-        if path and path[0] == flownet.HEAD:
-            self._flow_put(path, reader, writer)
+        if path and path[0] in self._puts:
+            self._puts[path[0]](path, reader, writer)
             return
         if len(path) == 1:
             ds = self.add(path[0], reader.read_all())
@@ -377,79 +393,10 @@ class Node(flight.FlightServerBase):
             "counters": dict(self.config.stats),
         }
 
-    # ------------------------------------------------------------------------------ flows
-
-    def flow(self, name: str) -> Any:
-        with self._lock:
-            if name not in self._flows:
-                raise flight.FlightServerError(
-                    f"no flow {name[:40]!r} on this node; set it up with flow-setup"
-                )
-            return self._flows[name]
-
-    def _flow_action(self, kind: str, body: bytes) -> dict[str, Any]:
-        if kind == "flow-setup":
-            args = _json(body, "flow setup")
-            name = str(args.get("name", ""))
-            _check_name(name)
-            try:
-                f = flownet.Flow(name, args)
-            except (ValueError, TypeError) as e:
-                raise flight.FlightServerError(f"flow {name}: {e}") from None
-            pa.set_cpu_count(self.config.threads)  # the codecs compress on Arrow's pool: the budget's threads
-            with self._lock:
-                self._flows[name] = f
-            return f.status()
-        name = body.decode(errors="replace")
-        if kind == "flow-drop":
-            with self._lock:
-                return {"dropped": self._flows.pop(name, None) is not None}
-        f = self.flow(name)
-        if kind == "flow-flush":
-            f.flush()
-        elif kind != "flow-status":
-            raise flight.FlightServerError(f"unknown action {kind!r}; see list_actions")
-        return f.status()
-
-    def _flow_put(
-        self, path: list[str], reader: flight.MetadataRecordBatchReader, writer: flight.FlightMetadataWriter
-    ) -> None:
-        if len(path) == 2:
-            self.flow(path[1]).produce(reader, writer)
-        elif len(path) == 4 and path[2] == "from" and path[3].isdigit():
-            self.flow(path[1]).receive(int(path[3]), reader, writer)
-        else:
-            raise flight.FlightServerError("a flow put goes to [:flow, NAME] or [:flow, NAME, from, I]")
-
-    def _flow_read(self, req: dict[str, Any]) -> pa.Table:
-        f = self.flow(str(req["flow"]))
-        if req.get("read") == "sorted":
-            return f.sorted()
-        if req.get("read") == "held":
-            return f.held_table()
-        return f.query(str(req.get("query")))
-
     # ------------------------------------------------------------------------------ helpers
 
     def _parse(self, raw: bytes) -> dict[str, Any]:
-        req = _json(raw, "request")
-        if req.get("v") != PROTOCOL:
-            raise flight.FlightServerError(f"request version {req.get('v')!r}; this node speaks {PROTOCOL}")
-        if "scan" in req or "flow" in req:
-            return req
-        if req.get("way") not in REQUEST_WAYS:
-            raise flight.FlightServerError(
-                f"way must be one of {', '.join(REQUEST_WAYS)}, got {req.get('way')!r}"
-            )
-        if req.get("compression") not in COMPRESSIONS:
-            raise flight.FlightServerError(
-                f"compression must be none, lz4 or zstd, got {req.get('compression')!r}"
-            )
-        try:
-            req["plan"] = base64.b64decode(req.get("plan", ""), validate=True)
-        except ValueError:
-            raise flight.FlightServerError("the plan is not base64") from None
-        return req
+        return wire.parse(raw, ("scan", *self._gets))
 
     def _check_plan(self, plan: bytes) -> plans.PlanInfo:
         try:
@@ -504,16 +451,11 @@ def _stream(
     return flight.GeneratorStream(schema, gen(), options=opts)
 
 
-def _json(raw: bytes, what: str) -> dict[str, Any]:
-    try:
-        v = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise flight.FlightServerError(f"the {what} is not JSON") from None
-    if not isinstance(v, dict):
-        raise flight.FlightServerError(f"the {what} must be a JSON object")
-    return v
+def _is_name(name: str) -> bool:
+    return 0 < len(name) <= 128 and all(c.isalnum() or c in "_-." for c in name)
 
 
-def _check_name(name: str) -> None:
-    if not name or len(name) > 128 or not all(c.isalnum() or c in "_-." for c in name):
+def check_name(name: str) -> None:
+    """A data set's (or a hosted flow's) name: 1-128 letters, digits, _ - . (a Flight error if not)."""
+    if not _is_name(name):
         raise flight.FlightServerError(f"bad data set name {name[:40]!r}: use 1-128 letters, digits, _ - .")

@@ -3,7 +3,8 @@ tables to partition services on the nodes, which forward each partition east-wes
 that owns it, where a sift service merges it into an LSM tree, queryable while data arrives.
 
 Every node is an ordinary query node (:mod:`offload.dataservices.node`), a process with its own
-budget and link, and the flow is Flight's own protocol:
+budget and link, that hosts a :class:`FlowService` (``offload node serve`` does), and the flow is
+Flight's own protocol:
 
 * ``flow-setup`` (action): the flow's data set, partitions, codec and the nodes in order. Node
   i owns a contiguous run of partitions, so reading the nodes in turn reads the ids in order;
@@ -24,7 +25,6 @@ a node.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import deque
@@ -36,6 +36,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from offload.dataservices import wire
+from offload.dataservices.client import NodeClient
+from offload.dataservices.node import Node, check_name
 from offload.flows import partition as F
 
 HEAD = ":flow"
@@ -102,8 +105,6 @@ class AckedStream:
         on_lost: Callable[[pa.RecordBatch, int], None],
         timeout_s: float = 60.0,
     ) -> None:
-        from offload.dataservices.client import NodeClient
-
         self.client = NodeClient(endpoint, token, timeout_s)
         self.on_ack, self.on_lost, self.timeout_s = on_ack, on_lost, timeout_s
         self.pending: deque[_Sent] = deque()
@@ -271,6 +272,11 @@ class Flow:
         for s in streams:
             s.close()
 
+    def flushed(self) -> dict[str, Any]:
+        """:meth:`flush`, then the status."""
+        self.flush()
+        return self.status()
+
     # ------------------------------------------------------------------------------ sift service
 
     def store(self, part: int, blob: bytes, source: int) -> int:
@@ -361,6 +367,70 @@ def _acked(
 
 def ticket(flow: str, **what: Any) -> bytes:
     """A flow's do_get ticket: ``read="sorted"``, ``read="held"`` or ``query="box"|"speed"``."""
-    from offload.dataservices.node import PROTOCOL
+    return wire.message(flow=flow, **what)
 
-    return json.dumps({"v": PROTOCOL, "flow": flow, **what}).encode()
+
+class FlowService:
+    """The flows one node takes part in, by name: the node's ``flow-*`` actions, its puts to
+    ``[:flow, ...]`` and its ``flow`` tickets, registered on the node at construction (a node
+    :data:`~offload.dataservices.node.Service`)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.flows: dict[str, Flow] = {}
+        self.lock = threading.Lock()
+        actions = [
+            ("flow-setup", "join a particle data flow (check_setup): JSON with its name", self.setup),
+            ("flow-flush", "the producers are done: forward the rest and wait for acks: the flow's name",
+             lambda body: self.flow(body.decode(errors="replace")).flushed()),
+            ("flow-status", "a flow's breakdown and row accounting: its name",
+             lambda body: self.flow(body.decode(errors="replace")).status()),
+            ("flow-drop", "leave a flow and free its data: its name", self.drop),
+        ]  # fmt: skip
+        for name, what, handler in actions:
+            node.handle_action(name, what, handler)
+        node.handle_put(HEAD, self.put)
+        node.handle_get("flow", self.read)
+
+    def flow(self, name: str) -> Flow:
+        with self.lock:
+            if name not in self.flows:
+                raise flight.FlightServerError(
+                    f"no flow {name[:40]!r} on this node; set it up with flow-setup"
+                )
+            return self.flows[name]
+
+    def setup(self, body: bytes) -> dict[str, Any]:
+        args = wire.json_object(body, "flow setup")
+        name = str(args.get("name", ""))
+        check_name(name)
+        try:
+            f = Flow(name, args)
+        except (ValueError, TypeError) as e:
+            raise flight.FlightServerError(f"flow {name}: {e}") from None
+        pa.set_cpu_count(self.node.config.threads)  # the codecs compress on Arrow's pool: the budget's
+        with self.lock:
+            self.flows[name] = f
+        return f.status()
+
+    def drop(self, body: bytes) -> dict[str, Any]:
+        with self.lock:
+            return {"dropped": self.flows.pop(body.decode(errors="replace"), None) is not None}
+
+    def put(
+        self, path: list[str], reader: flight.MetadataRecordBatchReader, writer: flight.FlightMetadataWriter
+    ) -> None:
+        if len(path) == 2:
+            self.flow(path[1]).produce(reader, writer)
+        elif len(path) == 4 and path[2] == "from" and path[3].isdigit():
+            self.flow(path[1]).receive(int(path[3]), reader, writer)
+        else:
+            raise flight.FlightServerError("a flow put goes to [:flow, NAME] or [:flow, NAME, from, I]")
+
+    def read(self, req: dict[str, Any]) -> pa.Table:
+        f = self.flow(str(req["flow"]))
+        if req.get("read") == "sorted":
+            return f.sorted()
+        if req.get("read") == "held":
+            return f.held_table()
+        return f.query(str(req.get("query")))
