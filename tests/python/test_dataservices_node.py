@@ -214,3 +214,14 @@ def test_the_node_estimates_and_appends(client: NodeClient, data: dict[str, pa.T
         client.upload("particles", pa.table({"a": [1]}), append=True)
     with pytest.raises(NodeError, match="unknown data set"):
         client.upload("nothing", more, append=True)
+
+
+def test_the_wire_format_is_fixed() -> None:
+    """Requests and tickets are the bytes nodes of the same protocol version already speak."""
+    from offload.dataservices import wire
+
+    assert wire.request(b"x", "offload") == b'{"v": 1, "way": "offload", "plan": "eA==", "compression": null}'
+    scan = b'{"v": 1, "scan": "p", "columns": ["id"], "compression": "lz4"}'
+    assert wire.scan_ticket("p", ["id"], "lz4") == scan
+    with pytest.raises(ValueError, match="way must be"):
+        wire.request(b"x", "sideways")

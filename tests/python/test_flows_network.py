@@ -88,6 +88,10 @@ def test_the_pipeline_over_nodes_is_a_plain_sort(
     assert out < into if codec else sum(x["compress_s"] for x in b) == 0  # the codec ran, or no time for one
 
 
+def test_a_flow_ticket_is_the_wire_format_nodes_speak() -> None:
+    assert W.ticket("f", read="held") == b'{"v": 1, "flow": "f", "read": "held"}'
+
+
 def test_bad_flows_get_clear_errors(nodes: list[NodeSpec], tmp_path: Path) -> None:
     c = NodeClient(nodes[0].endpoint, nodes[0].token)
     good = R.setup(nodes[:2], "bad", "particles", 1000, 4, None, 64, 4)
