@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from offload import __version__, _native
-from offload.files import atomic_write
+from offload.files import atomic_write, write_text
 from offload.host.machine import machine
 from offload.rules import DEVICE_MATCHERS, CompiledRules, RuleSet
 
@@ -73,6 +73,13 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     finally:
         plt.close(fig)
     return path
+
+
+def write_result(result: dict[str, Any], path: Path) -> Path | None:
+    """Writes the result as JSON to ``path`` and, when a matcher ran, its plot beside it (.png),
+    each whole or not at all; returns the plot's path (None without one)."""
+    write_text(path, json.dumps(result, indent=2))
+    return plot(result, path.with_suffix(".png")) if result["matchers"] else None
 
 
 ENCODE_QUERIES = 200_000

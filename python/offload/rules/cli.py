@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,8 +16,9 @@ from rich.table import Table
 
 from offload import _native
 from offload.clitools import JsonOpt, console, err, fail, failing
-from offload.files import WriteError, atomic_dir, write_text
-from offload.rules import DEVICE_MATCHERS, MATCHERS, NFA_ORDERS, CompiledRules, RuleError, RuleSet, is_matcher
+from offload.files import WriteError
+from offload.rules import DEVICE_MATCHERS, MATCHERS, NFA_ORDERS, RuleError, RuleSet, is_matcher
+from offload.rules.summary import check_summary, compile_summary
 
 app = typer.Typer(
     help="The business-rule engine (ERBIUM-style MCT rules): synth, check, compile, eval, bench, explain.",
@@ -70,9 +72,19 @@ def _writable_dir(path: Path, flag: str) -> None:
         raise fail(f"{flag} {path}: is a directory; give a file name")
 
 
-def _peak_rss_mb() -> float:
-    # ru_maxrss is in KiB on Linux.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+@contextmanager
+def _stage_bar(stages: Sequence[str]) -> Iterator[Callable[[str, float], None]]:
+    """A progress bar on stderr over named stages; yields ``progress(stage, fraction)``."""
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True
+    ) as bar:
+        task = bar.add_task(stages[0], total=float(len(stages)))
+        index = {name: i for i, name in enumerate(stages)}
+
+        def progress(stage: str, frac: float) -> None:
+            bar.update(task, completed=index.get(stage, 0) + frac, description=stage)
+
+        yield progress
 
 
 @app.command()
@@ -95,7 +107,7 @@ def synth(
     The directory appears whole or not at all: it is built under a temporary sibling and
     renamed into place when every file is written.
     """
-    from offload.rules.synth import synth as run_synth
+    from offload.rules.synth import synth_dir
 
     if rules < 1:
         raise fail(f"--rules {rules}: a rule set needs at least 1 rule")
@@ -107,31 +119,13 @@ def synth(
         raise fail(
             f"--out {out}: already exists and is not empty; choose another --out, or --force to replace it"
         )
-    tmp: Path | None = None
     try:
-        with (
-            Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TimeElapsedColumn(),
-                console=err,
-                transient=True,
-            ) as bar,
-            atomic_dir(out, overwrite=force) as tmp,
-        ):
-            task = bar.add_task("rules", total=3.0)
-            stages = {"rules": 0, "trace": 1, "write": 2}
-
-            def progress(stage: str, frac: float) -> None:
-                bar.update(task, completed=stages.get(stage, 0) + frac, description=stage)
-
-            summary = run_synth(tmp, rules, requests, seed, progress)
-    except WriteError as e:  # a full disk: name the file where it was meant to go
-        why = e.strerror or str(e)
-        raise fail(why.replace(str(tmp), str(out)) if tmp is not None else why) from None
+        with _stage_bar(("rules", "trace", "write")) as progress:
+            summary = synth_dir(out, rules, requests, seed, overwrite=force, progress=progress)
+    except WriteError as e:  # a full disk: one line naming the file
+        raise fail(e.strerror or str(e)) from None
     except OSError as e:  # the parent cannot be made, say
         raise fail(f"cannot write {out}: {e.strerror or e}") from None
-    summary["paths"] = {k: str(out / Path(v).name) for k, v in summary["paths"].items()}
     if json_out:
         print(json.dumps(summary, indent=2))
         return
@@ -147,34 +141,13 @@ def check(ruletype: RuleTypeOpt, rules: RulesOpt, json_out: JsonOpt = False) -> 
     """Validate a rule set and print its statistics. Exits 2 with file:line:column on an error."""
     t0 = time.perf_counter()
     rs = _load(ruletype, rules)
-    load_s = time.perf_counter() - t0
-    stats = rs.criterion_stats()
-    contents = rs.contents
-    info: dict[str, Any] = {
-        "rule_type": rs.code,
-        "rules": len(rs),
-        "criteria": len(stats),
-        "load_s": load_s,
-        "distinct_contents": len(set(contents.tolist())),
-        "criterion_stats": [
-            {
-                "code": code,
-                "kind": kind,
-                "mandatory": mand,
-                "weight": w,
-                "specific": spec,
-                "specific_share": spec / len(rs) if len(rs) else 0.0,
-                "distinct": distinct,
-            }
-            for (code, spec, distinct), (_, kind, mand, w) in zip(stats, rs.criteria, strict=True)
-        ],
-    }
+    info = check_summary(rs, time.perf_counter() - t0)
     if json_out:
         print(json.dumps(info, indent=2))
         return
     console.print(
-        f"[green]ok[/] {rules}: {len(rs):,} rules of type {rs.code}, {len(stats)} criteria, "
-        f"{info['distinct_contents']} distinct contents, loaded in {load_s:.2f} s"
+        f"[green]ok[/] {rules}: {info['rules']:,} rules of type {info['rule_type']}, {info['criteria']} "
+        f"criteria, {info['distinct_contents']} distinct contents, loaded in {info['load_s']:.2f} s"
     )
     t = Table("criterion", "kind", "mandatory", "weight", "specific", "share", "distinct")
     for c in info["criterion_stats"]:
@@ -204,22 +177,15 @@ def compile(
     json_out: JsonOpt = False,
 ) -> None:
     """Compile a rule set; report build time, memory (structure and process peak) and structure."""
-    t0 = time.perf_counter()
-    rs = _load(ruletype, rules)
-    load_s = time.perf_counter() - t0
     names = MATCHERS if matcher == "all" else (matcher,)
-    report: dict[str, Any] = {"rules": len(rs), "load_s": load_s, "matchers": {}}
     for name in names:
         if not is_matcher(name):
             raise fail(f"unknown matcher {name!r}; expected {KNOWN_MATCHERS} or all")
-        with failing(RuntimeError), err.status(f"compiling {name}"):  # gpu without a device: the reason
-            eng = CompiledRules(rs, name)
-        report["matchers"][name] = {
-            "compile_s": eng.compile_seconds,
-            "memory_bytes": eng.memory_bytes(),
-            "structure": eng.stats(),
-        }
-    report["peak_rss_mb"] = _peak_rss_mb()
+    t0 = time.perf_counter()
+    rs = _load(ruletype, rules)
+    load_s = time.perf_counter() - t0
+    with failing(RuntimeError), err.status("compiling") as status:  # gpu without a device: the reason
+        report = compile_summary(rs, names, load_s, progress=lambda n: status.update(f"compiling {n}"))
     if json_out:
         print(json.dumps(report, indent=2))
         return
@@ -324,29 +290,29 @@ def bench(
         bar.update(task, description=f"loading {queries}")
         with failing(RuleError):
             _, cols = b.load_query_columns(rs, queries, limit)
-        result = b.run(
-            rs,
-            cols,
-            matchers=names,
-            threads=threads,
-            batch_sizes=sizes,
-            repeats=repeats,
-            progress=lambda msg: bar.update(task, description=msg),
-        )
-        bar.update(task, description=f"writing {out}")
-        try:
-            write_text(out, json.dumps(result, indent=2))
-            png = b.plot(result, out.with_suffix(".png")) if result["matchers"] else None
-        except WriteError as e:
-            raise fail(e.strerror or str(e)) from None
+
+        def say(msg: str) -> None:
+            bar.update(task, description=msg)
+
+        result = b.run(rs, cols, names, threads=threads, batch_sizes=sizes, repeats=repeats, progress=say)
+        say(f"writing {out}")
+        with failing(WriteError):
+            png = b.write_result(result, out)
     for name, why in result.get("skipped", {}).items():
         err.print(f"[yellow]{name}: skipped[/] ({why})")
     if json_out:
         print(json.dumps(result, indent=2))
-        return
-    if png is None:
+    elif png is None:
         console.print(f"no matcher could run; wrote {out}")
-        return
+    else:
+        _print_bench(result)
+        console.print(f"wrote {out} and {png}")
+
+
+def _print_bench(result: dict[str, Any]) -> None:
+    """The headline table of a bench result and the ratios between matchers."""
+    from offload.rules.bench import rate
+
     ref = result["reference_batch"]
     t = Table(
         "matcher", "compile", "memory", f"1 thread, batch {ref}", "same, incl. encoding", "best configuration"
@@ -357,15 +323,14 @@ def bench(
             name,
             f"{m['compile_s']:.2f} s",
             f"{m['memory_bytes'] / 1e6:.1f} MB",
-            b.rate(m["queries_per_s_1t"]),
-            b.rate(m["queries_per_s_1t_with_encode"]),
-            b.rate(best),
+            rate(m["queries_per_s_1t"]),
+            rate(m["queries_per_s_1t_with_encode"]),
+            rate(best),
         )
     console.print(t)
     for k in ("fast_over_nfa", "fast_over_linear", "fast_2t_over_1t"):
         if k in result:
             console.print(f"{k}: {result[k]:.1f}x")
-    console.print(f"wrote {out} and {png}")
 
 
 def print_explanation(ex: dict[str, Any]) -> None:
@@ -402,40 +367,25 @@ def explain(
     json_out: JsonOpt = False,
 ) -> None:
     """Show, for one query, the winning rule, its score, the criteria it matched, and the runner-up."""
+    from offload.rules.explain import agrees, explain_query, values_from_file, values_from_pairs
+
     rs = _load(ruletype, rules)
-    codes = rs.criterion_codes
     if queries is not None:
         if query_id is None:
             raise fail("--queries needs --query-id")
-        from offload.rules.bench import load_query_columns
-
-        with failing(RuleError), err.status(f"loading {queries}"):
-            ids, cols = load_query_columns(rs, queries)
-        if query_id not in ids:
-            raise fail(f"no query {query_id!r} in {queries}")
-        i = ids.index(query_id)
-        vals = [c[i] for c in cols]
+        with failing(RuleError, ValueError), err.status(f"loading {queries}"):
+            vals = values_from_file(rs, queries, query_id)
     else:
-        given = dict(v.split("=", 1) for v in (value or []) if "=" in v)
-        unknown = set(given) - set(codes)
-        if unknown:
-            raise fail(f"unknown criteria {', '.join(sorted(unknown))}; expected {', '.join(codes)}")
-        missing = [c for c in codes if c not in given]
-        if missing:
-            raise fail(f"give a value for every criterion: missing {', '.join(missing)} (-v CODE=VALUE)")
-        vals = [given[c] for c in codes]
-    eng = CompiledRules(rs, _matcher(matcher))
-    with failing(ValueError):
-        ex = eng.explain(vals)
-    res = eng.match([[v] for v in vals])
-    ex["matcher"] = {"name": matcher, "rule": int(res.rule[0])}
+        with failing(ValueError):
+            vals = values_from_pairs(rs, value or [])
+    with failing(ValueError, RuntimeError):
+        ex = explain_query(rs, vals, _matcher(matcher))
     if json_out:
         print(json.dumps(ex, indent=2))
         return
     print_explanation(ex)
-    agree = (ex["winner"] or {}).get("index", -1) == int(res.rule[0])
-    console.print(
-        f"  {matcher} matcher answers rule index {int(res.rule[0])}: {'agrees' if agree else 'DISAGREES'}"
-    )
+    rule = ex["matcher"]["rule"]
+    agree = agrees(ex)
+    console.print(f"  {matcher} matcher answers rule index {rule}: {'agrees' if agree else 'DISAGREES'}")
     if not agree:
         sys.exit(1)

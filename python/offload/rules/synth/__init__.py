@@ -40,11 +40,12 @@ from typing import Any
 
 import numpy as np
 
+from offload.files import WriteError, atomic_dir
 from offload.rules.synth.ruleset import generate_rules
 from offload.rules.synth.trace import generate_trace
 from offload.rules.synth.write import write_ruleset, write_trace
 
-__all__ = ["synth"]
+__all__ = ["synth", "synth_dir"]
 
 
 def synth(
@@ -103,3 +104,28 @@ def synth(
         "mean_queries_per_request": float(trace.n_queries.mean()) if len(trace.n_queries) else 0.0,
         "timings": timings,
     }
+
+
+def synth_dir(
+    out: Path,
+    n_rules: int,
+    n_requests: int,
+    seed: int = 0,
+    overwrite: bool = False,
+    progress: Callable[[str, float], None] | None = None,
+) -> dict[str, Any]:
+    """:func:`synth` into the directory ``out``, which appears whole or not at all: it is built
+    under a temporary sibling and renamed into place once every file is written. An existing
+    non-empty ``out`` is a FileExistsError unless ``overwrite`` (then it is replaced only once
+    the new one is complete). The summary's paths and a WriteError's message name ``out``."""
+    tmp: Path | None = None
+    try:
+        with atomic_dir(out, overwrite=overwrite) as tmp:
+            summary = synth(tmp, n_rules, n_requests, seed, progress)
+    except WriteError as e:  # a full disk: name the file where it was meant to go
+        if tmp is None:
+            raise
+        why = e.strerror or str(e)
+        raise WriteError(e.errno, why.replace(str(tmp), str(out))) from None
+    summary["paths"] = {k: str(Path(out) / Path(v).name) for k, v in summary["paths"].items()}
+    return summary
