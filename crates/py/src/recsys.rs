@@ -214,6 +214,14 @@ fn recsys_flash_model<'py>(py: Python<'py>, params: Option<&Bound<'py, PyDict>>)
     Ok(d)
 }
 
+/// C_EV: cycles of one vector read of `ev_bytes` under the Table II flash model (defaults) or
+/// the one given — the kernel search's `b_EV` comes from here, not from a copy of the model.
+#[pyfunction]
+#[pyo3(signature = (ev_bytes, params=None))]
+fn recsys_flash_vector_cycles(py: Python<'_>, ev_bytes: u32, params: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
+    Ok(flash_from(py, params)?.vector_cycles(ev_bytes))
+}
+
 fn flash_from(py: Python<'_>, params: Option<&Bound<'_, PyDict>>) -> PyResult<FlashModel> {
     let base = serde_json::to_value(FlashModel::default()).expect("serialisable");
     let mut obj = base.as_object().cloned().expect("an object");
@@ -401,6 +409,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(recsys_read_rows, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_random_reads, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_flash_model, m)?)?;
+    m.add_function(wrap_pyfunction!(recsys_flash_vector_cycles, m)?)?;
     m.add_function(wrap_pyfunction!(recsys_device_serve, m)?)?;
     Ok(())
 }

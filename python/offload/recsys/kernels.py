@@ -117,6 +117,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+from offload import _native
+
 __all__ = [
     "CLOCK_HZ",
     "DEVICES",
@@ -370,26 +372,36 @@ class CostModel:
 COSTS = CostModel()
 
 
-@dataclass(frozen=True)
 class FlashModel:
-    """The emulated SSD of Table II / §V-A; gives the default ``b_EV``.
+    """The emulated SSD of Table II / §V-A, as ``crates/recsys/src/flash.rs`` has it (the one
+    copy of the model): Table II's parameters, or those given by name (``channels``,
+    ``t_page_us``, ``flush_fraction``, ...); gives the default ``b_EV``.
 
-    A vector read takes ``T_EV = EV/P * T_trans + T_flush`` with ``T_trans = 0.3 T_page`` and
-    ``T_flush = 0.7 T_page``: ``C_EV = ceil((60 EV/P + 140) * T_page_us)`` cycles at 200 MHz.
-    Each channel serves one vector read at a time, so ``b_EV = channels / C_EV`` vectors per cycle.
+    A vector read takes ``T_EV = EV/P * T_trans + T_flush`` with ``T_flush = flush_fraction *
+    T_page`` (0.7) and ``T_trans`` the rest: ``C_EV = ceil((60 EV/P + 140) * T_page_us)`` cycles
+    at 200 MHz. Each channel serves one vector read at a time, so ``b_EV = channels / C_EV``
+    vectors per cycle.
     """
 
-    channels: int = 4
-    t_page_us: float = 20.0
-    page_bytes: int = 4096
-    transfer_fraction: float = 0.3
-    clock_hz: int = CLOCK_HZ
+    def __init__(self, **params: float) -> None:
+        self._given = dict(params)
+        self.params: dict[str, float] = dict(_native.recsys_flash_model(self._given or None))
+
+    def __repr__(self) -> str:
+        return f"FlashModel({', '.join(f'{k}={v!r}' for k, v in self._given.items())})"
+
+    @property
+    def channels(self) -> int:
+        return int(self.params["channels"])
+
+    @property
+    def clock_hz(self) -> int:
+        """The device's clock (the design's cycles are counted at it too)."""
+        return round(self.params["clock_mhz"] * 1_000_000)
 
     def ev_read_cycles(self, ev_bytes: int) -> int:
         """``C_EV`` for a vector of ``ev_bytes``."""
-        tf = Fraction(str(self.transfer_fraction))
-        per_page = Fraction(str(self.t_page_us)) * Fraction(self.clock_hz, 1_000_000)
-        return math.ceil((Fraction(ev_bytes, self.page_bytes) * tf + 1 - tf) * per_page)
+        return int(_native.recsys_flash_vector_cycles(ev_bytes, self._given or None))
 
     def b_ev(self, ev_bytes: int) -> Fraction:
         """Vector reads per cycle of the whole flash array."""
