@@ -4,7 +4,9 @@ on these nodes, are their own part: :mod:`offload.flows`.
 
 Nodes and queries:
 
-* :mod:`~offload.dataservices.node` — the node (a Flight server) and its request format;
+* :mod:`~offload.dataservices.node` — the node (a Flight server) and the services it hosts;
+* :mod:`~offload.dataservices.wire` — the protocol: its version, requests and tickets;
+* :mod:`~offload.dataservices.serving` — a node as a process: budget, link, token, until a signal;
 * :mod:`~offload.dataservices.client` — the host side: SQL to Substrait, queries either way, timings;
 * :mod:`~offload.dataservices.plans` — Substrait plans: produce, read, execute (DataFusion);
 * :mod:`~offload.dataservices.stats` — column statistics kept with each data set (DataSketches);

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import signal
-import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,7 +22,6 @@ from offload.clitools import (
     fail,
     failing,
     oneline,
-    size_bytes,
 )
 
 app = typer.Typer(
@@ -50,12 +46,10 @@ TokenFileOpt = Annotated[
 ]
 
 
-def default_token_file(port: int) -> Path:
-    return Path.home() / ".offload" / f"node-{port}.token"
-
-
 def _token(node: str, token_file: Path | None) -> tuple[str, str]:
     """The node's token and where it came from (named when the node refuses it)."""
+    from offload.dataservices.serving import default_token_file
+
     if token_file is None and os.environ.get("OFFLOAD_NODE_TOKEN"):
         return os.environ["OFFLOAD_NODE_TOKEN"], "from $OFFLOAD_NODE_TOKEN"
     path = (token_file or default_token_file(_port(node))).expanduser().absolute()
@@ -137,11 +131,11 @@ def serve(
     it, or ships the columns they read back to the host, under a resource budget (CPU quota,
     memory limit, shaped link). Every call needs the node's token, written (mode 0600) to
     --token-file unless $OFFLOAD_NODE_TOKEN gives it."""
+    from offload.dataservices import serving as S
     from offload.host import budgets as B
-    from offload.host import links as L
 
     with failing(ValueError):
-        prof = _profile(B.profile(profile), threads, cpu_per_thread, memory, link)
+        prof = S.with_overrides(B.profile(profile), threads, cpu_per_thread, memory, link)
     if prof.link.shaped and netns is None:
         if link is not None:
             raise fail("a shaped link needs --netns (tc shapes that namespace's loopback, never the host's)")
@@ -149,123 +143,17 @@ def serve(
     data_dir = data_dir.absolute() if data_dir is not None else None
     enter_netns(netns)
     os.environ["TOKIO_WORKER_THREADS"] = str(prof.threads)  # before DataFusion starts its runtime
-    from offload.dataservices.node import Node, NodeConfig
-
-    token = os.environ.get("OFFLOAD_NODE_TOKEN") or secrets.token_urlsafe(24)
-    system = prof.system(B.profile(profile))
-    cfg = NodeConfig(token, host, port, prof.threads, data_dir, allow_remote, name, system=system)
-    if models is not None:
-        from offload.dataservices.timemodel import Models
-
-        with failing(ValueError):
-            cfg.models = Models.load(models)
-    if port and (busy := _port_in_use(host, port)):  # before gRPC, which logs its own lines first
-        raise fail(busy)
-    try:
-        node = Node(cfg, services=list(SERVICES.values()))
-    except ValueError as e:
-        raise fail(str(e)) from None
-    except Exception as e:  # gRPC says only "Server did not start properly"
-        raise fail(_listen_error(host, port, e)) from None
-    try:
-        _write_token(token_file or default_token_file(node.port), token)
-    except OSError as e:
-        node.shutdown()
-        raise fail(str(e)) from None
-    applied = B.apply(prof, f"{name}-{node.port}")
-    if netns is not None:
-        applied["link"] = L.shape(L.namespace_name(netns), node.port, prof.link)
-    cfg.budget = applied
-    console.print(
-        f"{name} serving on grpc://{host}:{node.port}" + (f" in {L.namespace_name(netns)}" if netns else "")
-    )
-    console.print(_budget_line(applied))
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait(max_seconds or None)
-    node.shutdown()
-    if netns is not None:
-        L.unshape(L.namespace_name(netns), node.port)
-    B.release(applied)
+    with failing(ValueError):
+        cfg = S.config(prof, B.profile(profile), host, port, data_dir, allow_remote, name, models)
+    with failing(S.CannotServe):
+        served = S.start(cfg, prof, netns, token_file, list(SERVICES.values()))
+    if served.token_file is not None:
+        console.print(f"token in {served.token_file}")
+    console.print(f"{name} serving on {served.where}")
+    console.print(S.budget_line(served.applied))
+    S.wait(max_seconds)
+    served.stop()
     console.print(f"{name} stopped")
-
-
-def _port_in_use(host: str, port: int) -> str | None:
-    """One line saying ``host:port`` cannot be bound (another process has it), else None."""
-    import errno
-    import socket
-
-    try:
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no owner
-            s.bind((host, port))
-    except OSError as b:
-        if b.errno == errno.EADDRINUSE:
-            return (
-                f"cannot listen on {host}:{port}: the address is in use (another node?): pick another --port"
-            )
-        return f"cannot listen on {host}:{port}: {b.strerror}"
-    return None
-
-
-def _listen_error(host: str, port: int, e: Exception) -> str:
-    """Why a node could not listen, in one line: most often another process has the port."""
-    return _port_in_use(host, port) or f"cannot listen on {host}:{port}: {str(e).splitlines()[0]}"
-
-
-def _profile(base: Any, threads: int | None, cpu: float | None, memory: str | None, link: str | None) -> Any:
-    from offload.host.links import Link
-
-    changes: dict[str, Any] = {}
-    if threads is not None:
-        changes["threads"] = threads
-    if cpu is not None:
-        changes["cpu_per_thread"] = cpu
-    if memory is not None:
-        changes["memory_bytes"] = None if memory.lower() == "none" else size_bytes(memory)
-    if link is not None:
-        changes["link"] = Link.parse(link)
-    return base.with_(**changes)
-
-
-def _write_token(path: Path, token: str) -> None:
-    """Writes the token file whole (temp + fsync + rename), readable by this user only."""
-    from offload.files import write_text
-
-    if os.environ.get("OFFLOAD_NODE_TOKEN"):
-        return
-    path = path.expanduser().absolute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    old = os.umask(0o077)  # the file is created 0600 and stays so through the rename
-    try:
-        write_text(path, token + "\n")
-    finally:
-        os.umask(old)
-    console.print(f"token in {path}")
-
-
-def _budget_line(applied: dict[str, Any], threads: int | None = None) -> str:
-    """What a node's budget is, as applied (budget.apply, link.shape): profile, CPU, memory, link."""
-    if not applied:
-        return f"{threads or '?'} thread(s); no budget applied (a node run in-process: no quota, no limits)"
-    cpu, mem, link = applied.get("cpu", {}), applied.get("memory", {}), applied.get("link")
-    parts = [f"profile {applied['profile']}, {applied['threads']} thread(s)"]
-    if "cgroup" in cpu:  # a quota or limit was set (cgroup v1 or v2)
-        parts.append(f"CPU quota {cpu['quota_us'] / cpu['period_us']:.2f} core")
-    elif cpu.get("method") == "pinned":
-        parts.append(f"pinned to CPU {cpu['cpus']} ({cpu['reason']})")
-    if "cgroup" in mem:  # a quota or limit was set (cgroup v1 or v2)
-        parts.append(f"memory {mem['limit_bytes'] / 2**30:.1f} GiB")
-    elif "reason" in mem and "sets no" not in mem["reason"]:
-        parts.append(f"memory unlimited ({mem['reason']})")
-    if link:
-        rate = f"{link['rate_mbit']:g} Mbit/s" if link["rate_mbit"] else "unlimited rate"
-        parts.append(
-            f"link {rate}, delay {link['delay_ms']:g} ms"
-            + (f" ({link['delay_reason']})" if "delay_reason" in link else "")
-        )
-    return "; ".join(parts)
 
 
 @app.command()
@@ -339,6 +227,7 @@ def list_(
 ) -> None:
     """The node's data sets."""
     from offload.dataservices.client import NodeError
+    from offload.dataservices.serving import budget_line
 
     with _client(node, token_file, netns) as c:
         with failing(NodeError):
@@ -346,7 +235,7 @@ def list_(
     if as_json:
         print(json.dumps(st, indent=2))
         return
-    console.print(f"{st['name']}: {_budget_line(st.get('budget') or {}, st['threads'])}")
+    console.print(f"{st['name']}: {budget_line(st.get('budget') or {}, st['threads'])}")
     t = compact_table(f"{st['name']}: data sets")
     for col in ("data set", "rows", "MiB", "columns", "source"):
         t.add_column(col, justify="right" if col in ("rows", "MiB") else "left")
