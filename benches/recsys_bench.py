@@ -42,7 +42,7 @@ def model_dir(root: Path, name: str, size: int) -> E.ModelDir:
     return E.create(d, SPECS[name], E.rows_for_bytes(SPECS[name], size), seed=0)
 
 
-def trace_for(d: E.ModelDir, batches: int, batch_size: int) -> T.Trace:
+def trace_for(d: E.ModelDir, batches: int, batch_size: int) -> T.EmbeddingTrace:
     cfg = T.TraceConfig(
         rows=d.rows, batch_size=batch_size, lookups=d.spec.lookups, dense_width=d.spec.dense_width
     )
@@ -60,7 +60,7 @@ def calibrated_flash(ssd_s: dict[str, Any], qd1: dict[str, Any] | None) -> dict[
 
 
 def run_all(
-    d: E.ModelDir, tr: T.Trace, mode: str, depth: int, flash: dict[str, float] | None = None
+    d: E.ModelDir, tr: T.EmbeddingTrace, mode: str, depth: int, flash: dict[str, float] | None = None
 ) -> dict[str, Any]:
     """Every strategy over the trace, with a progress bar over all their batches."""
     cols = (TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -5,7 +5,7 @@ traces from the generator, saved by save_trace. Run with the project's venv:
 
 from pathlib import Path
 
-from offload.recsys.traces import Trace, TraceConfig, generate_trace, save_trace
+from offload.recsys.traces import EmbeddingTrace, TraceConfig, generate_trace, save_trace
 
 OUT = Path(__file__).resolve().parent.parent / "corpus-seeds" / "trace_load"
 
@@ -21,6 +21,8 @@ if __name__ == "__main__":
     for name, config in configs.items():
         save_trace(OUT / name, generate_trace(config, 2))
     nc = TraceConfig(rows=(10,), batch_size=2, lookups=1, dense_width=1)
-    save_trace(OUT / "no-config", Trace(batches=generate_trace(nc, 1).batches, rows=(10,), config=None))
+    save_trace(
+        OUT / "no-config", EmbeddingTrace(batches=generate_trace(nc, 1).batches, rows=(10,), config=None)
+    )
     for p in sorted(OUT.iterdir()):
         print(p.name, p.stat().st_size)

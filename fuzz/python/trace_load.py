@@ -40,7 +40,7 @@ def signature(exc: BaseException) -> str:
     return f"{type(exc).__name__}@{frames[-1].name if frames else '?'}"
 
 
-def same(a: traces.Trace, b: traces.Trace) -> bool:
+def same(a: traces.EmbeddingTrace, b: traces.EmbeddingTrace) -> bool:
     if a.rows != b.rows or len(a.batches) != len(b.batches):
         return False
     for x, y in zip(a.batches, b.batches, strict=True):

@@ -27,7 +27,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> E.ModelDir:
     return E.create(tmp_path_factory.mktemp("rmc1") / "m", SPECS["rmc1"], [3001] * 8, seed=3)
 
 
-def trace(d: E.ModelDir, batches: int = 3, kind: str = "hotset") -> T.Trace:
+def trace(d: E.ModelDir, batches: int = 3, kind: str = "hotset") -> T.EmbeddingTrace:
     cfg = T.TraceConfig(rows=d.rows, batch_size=4, lookups=6, dense_width=d.spec.dense_width, kind=kind)  # type: ignore[arg-type]
     return T.generate_trace(cfg, batches)
 

@@ -68,7 +68,7 @@ class RunOptions:
 
 def run_strategy(
     model_dir: E.ModelDir,
-    trace: T.Trace,
+    trace: T.EmbeddingTrace,
     strategy: str,
     mode: str,
     opts: RunOptions = RunOptions(),
@@ -105,7 +105,7 @@ def fill_page_cache(eng: E.Engine, config: T.TraceConfig | None, tables: int) ->
 
 def _run_batches(
     model_dir: E.ModelDir,
-    trace: T.Trace,
+    trace: T.EmbeddingTrace,
     strategy: str,
     mode: str,
     opts: RunOptions,
@@ -239,7 +239,7 @@ class BenchFailed(RuntimeError):
 
 def run(
     model_dir: E.ModelDir,
-    trace: T.Trace,
+    trace: T.EmbeddingTrace,
     strategies: Sequence[str],
     mode: str,
     opts: RunOptions = RunOptions(),
@@ -277,7 +277,7 @@ def run(
 
 def _result(
     model_dir: E.ModelDir,
-    trace: T.Trace,
+    trace: T.EmbeddingTrace,
     strategies: Sequence[str],
     mode: str,
     opts: RunOptions,
