@@ -4,15 +4,18 @@ sift it into id order, and see where the time goes."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import Progress
 
 from offload.clitools import JsonOpt, choices, console, enter_netns, err, fail, ints, oneline
 from offload.clitools import compact_table as Table
+
+if TYPE_CHECKING:
+    from offload.flows.pipeline import Validated
+    from offload.flows.run import Nodes
 
 app = typer.Typer(
     help="Particle data flows (seed 003): partition by id on a node profile, sift into id order, and where "
@@ -163,8 +166,6 @@ def run(
     each node's time goes (unpack, split, repack, compress, transfer, merge), the seed's two
     queries midway and at the end, and where every row is. A lost node's rows are reported and
     kept in files, never dropped: the command then fails."""
-    import pyarrow as pa
-
     from offload.flows import partition as F
     from offload.flows import run as R
 
@@ -177,38 +178,13 @@ def run(
         )
     if link is not None and cluster is None:
         enter_netns("flows")
-    work = work.absolute()  # the nodes and the error messages get whole paths
-    results = []
+    where = R.Nodes(profile, link, cpu_per_thread, cluster)
+    # the work directory absolute: the nodes and the error messages get whole paths
+    flow = dict(dataset=dataset, rows=rows, parts=parts, codec={"none": None}.get(codec, codec),
+                message_rows=message_rows, memtable_rows=memtable, queries=midway,
+                work=work.absolute())  # fmt: skip
     with Progress(console=err, transient=True) as bar:
-        for n in counts:
-            task = bar.add_task(f"{n} node(s): starting", total=rows)
-            _say(bar, f"{n} node(s): starting the nodes and packing {rows:,} {dataset} rows")
-            flow = dict(dataset=dataset, rows=rows, parts=parts, codec={"none": None}.get(codec, codec),
-                        message_rows=message_rows, memtable_rows=memtable, work=work)  # fmt: skip
-            flow["queries"] = midway
-            flow["progress"] = lambda done, _, t=task, n=n: bar.update(
-                t, completed=done, description=f"{n} node(s): rows put"
-            )
-            try:
-                r = _run_on(n, cluster, profile, link, flow, cpu_per_thread)
-            except (RuntimeError, ValueError, OSError) as e:
-                raise fail(oneline(e)) from None
-            _say(bar, f"{n} node(s): done in {r['wall_s']:.1f} s")
-            table = r.pop("sorted")
-            if check and r["accounting"]["explained"] and not r["accounting"]["lost_nodes"]:
-                # the producers' own file, sorted plainly: generated once, not again here
-                sent = pa.ipc.open_file(F.data_file(dataset, rows, work, 0, message_rows)).read_all()
-                want = sent.sort_by([(k, "ascending") for k in F.dataset(dataset).key])
-                r["matches_plain_sort"] = table is not None and table.equals(want)
-            results.append(
-                r
-                | {
-                    "profile": profile,
-                    "link": link or "none",
-                    "cores": os.cpu_count(),
-                    "share": R.share(profile, cpu_per_thread),
-                }
-            )
+        results = [_run_count(bar, n, where, check, flow) for n in counts]
     if plot is not None:
         R.plot_nodes(results, plot)
     if json_out:
@@ -220,30 +196,29 @@ def run(
         raise fail("rows were lost or misplaced: see the accounting above")
 
 
+def _run_count(bar: Progress, n: int, where: Nodes, check: bool, flow: dict[str, Any]) -> dict[str, Any]:
+    """One node count of a scaling run (:func:`offload.flows.run.run_on`), its progress on the bar."""
+    from offload.flows import run as R
+
+    task = bar.add_task(f"{n} node(s): starting", total=flow["rows"])
+    _say(bar, f"{n} node(s): starting the nodes and packing {flow['rows']:,} {flow['dataset']} rows")
+
+    def progress(done: int, _: int) -> None:
+        bar.update(task, completed=done, description=f"{n} node(s): rows put")
+
+    try:
+        r = R.run_on(n, where, check, progress=progress, **flow)
+    except (RuntimeError, ValueError, OSError) as e:
+        raise fail(oneline(e)) from None
+    _say(bar, f"{n} node(s): done in {r['wall_s']:.1f} s")
+    return r
+
+
 def _say(bar: Progress, line: str) -> None:
     """A step of a long run on stderr: the bar shows it on a terminal; elsewhere (a log, a CI
     job) it is a plain line, so a run is never silent for long."""
     if not err.is_terminal:
         err.print(line, highlight=False)
-
-
-def _run_on(
-    n: int, cluster: Path | None, profile: str, link: str | None, flow: dict[str, Any], cpu: float | None
-) -> dict:
-    """One run on ``n`` nodes: the cluster file's first ``n``, else ``n`` started here."""
-    from offload.flows import run as R
-
-    if cluster is not None:
-        from offload.dataservices.cluster import load_cluster
-
-        specs = load_cluster(cluster)[:n]
-        if len(specs) < n:
-            raise ValueError(f"{cluster} has {len(specs)} nodes, fewer than {n}")
-        return R.run(specs, **flow)
-    with R.start_nodes(
-        n, profile, flow["work"], "flows" if link else None, link, cpu_per_thread=cpu
-    ) as procs:
-        return R.run(procs.specs, **flow)
 
 
 def print_run(results: list[dict]) -> None:
@@ -370,7 +345,7 @@ def model(
     print_model(v)
 
 
-def print_model(v: Any) -> None:
+def print_model(v: Validated) -> None:
     """A :class:`~offload.flows.pipeline.Validated`: the validation as a table, the fitted
     costs, and each prediction on a line."""
     m = v.model

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from offload.dataservices.client import NodeClient, NodeError
-from offload.dataservices.cluster import NodeSpec
+from offload.dataservices.cluster import NodeSpec, load_cluster
 from offload.flows import network as W
 from offload.flows import partition as F
 from offload.host.children import wait_ready
@@ -203,6 +203,49 @@ def run(
     finally:
         for c in clients:
             c.close()
+
+
+@dataclass
+class Nodes:
+    """Where a scaling run's flows run: on the nodes of a ``cluster`` file (running already), or
+    on nodes started here, each under ``profile`` (with ``cpu_per_thread`` of a core per thread,
+    if given) and, given a ``link``, in the "flows" namespace with its loopback shaped to it."""
+
+    profile: str = "bluefield2"
+    link: str | None = None
+    cpu_per_thread: float | None = None
+    cluster: Path | None = None
+
+
+def run_on(n: int, where: Nodes, check: bool = True, **flow: Any) -> dict[str, Any]:
+    """One node count of a scaling run: :func:`run` with ``flow`` (its arguments but the nodes)
+    over ``n`` nodes of ``where``. With ``check``, and every row stored, the sorted read is
+    compared with a plain sort of the producers' data (``matches_plain_sort``). The result, its
+    sorted table left out, says the nodes' profile and link, this machine's cores and a node's
+    share of a core."""
+    if where.cluster is not None:
+        specs = load_cluster(where.cluster)[:n]
+        if len(specs) < n:
+            raise ValueError(f"{where.cluster} has {len(specs)} nodes, fewer than {n}")
+        r = run(specs, **flow)
+    else:
+        netns = "flows" if where.link else None
+        with start_nodes(
+            n, where.profile, flow["work"], netns, where.link, cpu_per_thread=where.cpu_per_thread
+        ) as procs:
+            r = run(procs.specs, **flow)
+    table = r.pop("sorted")
+    if check and r["accounting"]["explained"] and not r["accounting"]["lost_nodes"]:
+        # the producers' own file, sorted plainly: generated once, not again here
+        name, rows, work = flow["dataset"], flow["rows"], flow["work"]
+        sent = pa.ipc.open_file(
+            F.data_file(name, rows, work, 0, flow.get("message_rows", 1 << 14))
+        ).read_all()
+        want = sent.sort_by([(k, "ascending") for k in F.dataset(name).key])
+        r["matches_plain_sort"] = table is not None and table.equals(want)
+    where_ = {"profile": where.profile, "link": where.link or "none", "cores": os.cpu_count(),
+              "share": share(where.profile, where.cpu_per_thread)}  # fmt: skip
+    return r | where_
 
 
 def machine_busy_s() -> float:
