@@ -1,0 +1,189 @@
+"""The planner's sections: `offload plan calibrate` (the simulator against measured runs, with
+a predicted-vs-measured plot), `offload plan recommend` (the answer and the Pareto front),
+`offload plan cost` (each deployment's arithmetic) and `offload plan check` (the planner's
+what-if against a measured run, shown under the GPU section)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from offload.report.markup import Markup, details, html, img, meta, missing, table
+
+
+def calibration_section(cal: dict[str, Any] | None) -> Markup:
+    if cal is None:
+        return missing("calibration", "offload plan calibrate --sweep sweep.json --trace DIR")
+    mae = cal["median_abs_error"]
+    out = html(
+        "<p>Stage costs from {}; φ = {:.1f} (share of client/ZeroMQ/broker time on a core), {} cores. "
+        "Median absolute error over {} configurations, each predicted by a model fitted without it: "
+        "<b>throughput {:.1%}, p50 {:.1%}</b>, p99 {:.1%}.</p>",
+        cal["base_config"],
+        cal["cpu_share_outside"],
+        cal["cpus"],
+        len(cal["validation_configs"]),
+        mae["queries_per_s"],
+        mae["p50"],
+        mae["p99"],
+    )
+    rows = []
+    for t in cal["table"]:
+        m, p, e = t["measured"], t["predicted"], t["error"]
+        rows.append(
+            (t["config"], t["role"], *_measured_predicted(m, p, e, ("queries_per_s", "p50_us", "p99_us")))
+        )
+    heads = ("configuration", "role", "q/s measured", "predicted", "error", "p50 µs measured", "predicted",
+             "error", "p99 µs measured", "predicted", "error")  # fmt: skip
+    out += table(heads, rows, numeric_from=2)
+    return out + img(png=_predicted_vs_measured(cal["table"]), alt="predicted vs measured")
+
+
+def _measured_predicted(
+    m: dict[str, float], p: dict[str, float], e: dict[str, float], keys: Sequence[str]
+) -> list[str]:
+    """Per key: measured, predicted, relative error."""
+    return [x for k in keys for x in (f"{m[k]:,.0f}", f"{p[k]:,.0f}", f"{e[k]:+.0%}")]
+
+
+def _predicted_vs_measured(table: Sequence[dict[str, Any]]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4))
+    for ax, key, label, scale in (
+        (axes[0], "queries_per_s", "throughput (M queries/s)", 1e-6),
+        (axes[1], "p50_us", "p50 latency (µs)", 1.0),
+    ):
+        for role, marker in (("stage costs", "s"), ("held out", "o")):
+            pts = [t for t in table if t["role"] == role]
+            ax.scatter(
+                [t["measured"][key] * scale for t in pts],
+                [t["predicted"][key] * scale for t in pts],
+                marker=marker,
+                label=role,
+            )
+        lo = min(min(t["measured"][key], t["predicted"][key]) for t in table) * scale * 0.9
+        hi = max(max(t["measured"][key], t["predicted"][key]) for t in table) * scale * 1.1
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.fill_between(
+            [lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.15, label="±10%"
+        )
+        ax.set_xlabel(f"measured {label}")
+        ax.set_ylabel(f"predicted {label}")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("simulator: predicted vs measured")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def recommend_section(rec: dict[str, Any] | None) -> Markup:
+    if rec is None:
+        return missing("recommendation", "offload plan recommend --sweep sweep.json --p99-us 5000")
+    answers = []
+    for key, question in (
+        ("best_under_p99", "most throughput with p99 ≤ {p99_us:,.0f} µs"),
+        ("lowest_latency_for", "lowest p99 with ≥ {queries_per_s:,.0f} queries/s"),
+    ):
+        a = rec.get(key)
+        if not a:
+            continue
+        c = a["config"]
+        q = question.format(**a)
+        if c is None:
+            answers.append(html("<li>{}: <span class=bad>none qualifies</span></li>", q))
+            continue
+        err = c.get("validation_error")
+        note = f" (simulated; validation error ±{err['queries_per_s']:.0%} throughput)" if err else ""
+        answers.append(
+            html(
+                "<li>{}: <b>{}</b> ({}) — {:,.0f} queries/s, p99 {:,.0f} µs{}</li>",
+                q,
+                c["label"],
+                c.get("source", "measured"),
+                c["queries_per_s"],
+                c["p99_us"],
+                note,
+            )
+        )
+    out = html("<ul>{}</ul>", Markup("").join(answers))
+    from offload.plan.recommend import on_front
+
+    rows = on_front(rec.get("rows", []), rec.get("pareto", []))
+    out += html("<p>Pareto front (no configuration beats these on both throughput and p99):</p>")
+    out += table(
+        ("configuration", "source", "queries/s", "p50 µs", "p99 µs"),
+        ((r["label"], r.get("source", "measured"), f"{r['queries_per_s']:,.0f}", f"{r['p50_us']:,.0f}",
+          f"{r['p99_us']:,.0f}") for r in rows),
+        numeric_from=2,
+    )  # fmt: skip
+    if rec.get("preset"):
+        out += meta(f"kernel: {rec['preset'].get('name')} ({rec['preset'].get('status')})")
+    if rec.get("plot"):
+        out += img(Path(rec["plot"]), alt="recommendation Pareto")
+    return out
+
+
+def cost_section(cost: dict[str, Any] | None) -> Markup:
+    if cost is None:
+        return missing("deployment cost", "offload plan cost data/plans/seed-table1.toml --out cost.json")
+    rows = []
+    for d in cost["deployments"]:
+        per = "/year" if d["per_year"] else ""
+        rel = d.get("relative_to_original")
+        qpu = d.get("queries_per_usd")
+        rows.append(
+            (
+                f"{d['group']}: {d['deployment']}" if d["group"] else d["deployment"],
+                d["element"],
+                f"{d['units']:,}",
+                f"{d['price_usd']:,} USD/{d['price_unit']}",
+                f"{d['total_usd']:,.0f}{per}",
+                "-" if rel is None else f"{rel:.2f}×",
+                "-" if qpu is None else f"{qpu / 1e9:,.1f} billion",
+            )
+        )
+    out = table(
+        ("deployment", "element", "units", "unit price", "total USD", "× original", "queries/USD"),
+        rows,
+        numeric_from=2,
+    )
+    steps = "\n\n".join(
+        f"{d['group']}: {d['deployment']}\n  " + "\n  ".join(d["arithmetic"]) for d in cost["deployments"]
+    )
+    return out + details("arithmetic", steps)
+
+
+def check_section(d: dict[str, Any] | None) -> Markup:
+    """`offload plan check`: the planner's what-if against measured runs, row by row."""
+    if d is None:
+        return Markup("")
+    about = d.get("preset") or {}
+    mae = d["median_abs_error"]
+    out = html("<h3>The planner's prediction of it{}</h3>", f": {about['name']}" if about else "")
+    out += meta(
+        f"median absolute error over {len(d['table'])} configurations: throughput "
+        f"{mae['queries_per_s']:.1%}, p50 {mae['p50']:.1%}, p99 {mae['p99']:.1%}"
+    )
+    rows = []
+    for t in d["table"]:
+        m, p, e = t["measured"], t["predicted"], t["error"]
+        rows.append((t["config"], *_measured_predicted(m, p, e, ("queries_per_s", "p50_us"))))
+    heads = (
+        "configuration",
+        "queries/s measured",
+        "predicted",
+        "error",
+        "p50 µs measured",
+        "predicted",
+        "error",
+    )
+    return out + table(heads, rows, 1)
