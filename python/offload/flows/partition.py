@@ -457,20 +457,13 @@ def _seed_queries(sift: Sift, data: DataSet) -> dict[str, Any]:
             "speed_s": t2 - t1}  # fmt: skip
 
 
-if __name__ == "__main__":
-    import sys
-
-    print(json.dumps(_worker(json.loads(sys.argv[1]))))
-
-
 def plot_partition(runs: list[dict[str, Any]], path: Path) -> Path:
     """The partition runs as stacked bars, seconds per GB of input by step, one bar per data set,
     budget and codec (the seed's timing breakdown)."""
-    import matplotlib
+    from offload.files import save_figure
+    from offload.host.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     steps = ("unpack_s", "split_s", "repack_s", "compress_s")
     labels = [f"{r['dataset']}\n{r['profile']}, {r['codec']}" for r in runs]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(runs) + 2), 4.5))
@@ -485,19 +478,15 @@ def plot_partition(runs: list[dict[str, Any]], path: Path) -> Path:
     ax.set_title("partition service: where the time goes")
     ax.legend()
     fig.tight_layout()
-    save_figure(fig, path, dpi=120)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        save_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)
     return path
 
 
-def save_figure(fig: Any, path: Path, **options: Any) -> None:
-    """Saves a matplotlib figure whole or not at all (format from the suffix; png without one)."""
-    import matplotlib.pyplot as plt
+if __name__ == "__main__":
+    import sys
 
-    from offload.files import atomic_write
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with atomic_write(path, "wb") as f:
-            fig.savefig(f, format=path.suffix.lstrip(".").lower() or "png", **options)
-    finally:
-        plt.close(fig)
+    print(json.dumps(_worker(json.loads(sys.argv[1]))))

@@ -414,12 +414,12 @@ def share(profile: str, cpu_per_thread: float | None = None) -> float:
 def plot_nodes(results: list[dict[str, Any]], path: Path) -> Path:
     """Each run's nodes as stacked bars of seconds by step (the seed's per-node breakdown), with
     the run's input rate in its label."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    from offload.files import save_figure
+    from offload.host.plots import pyplot
+
+    plt = pyplot()
     steps = ("unpack_s", "split_s", "repack_s", "compress_s", "transfer_s", "merge_s")
     bars = [(f"{r['nodes']}n: n{i}", n["breakdown"]) for r in results for i, n in r["per_node"].items()]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.4 * len(bars) + 2), 4.5))
@@ -435,5 +435,9 @@ def plot_nodes(results: list[dict[str, Any]], path: Path) -> Path:
     ax.set_title(f"particle pipeline, each node's time by step ({rates})", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, hiding none
     fig.tight_layout()
-    F.save_figure(fig, path, dpi=120)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        save_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)
     return path
