@@ -1,4 +1,4 @@
-"""Tests for the RM-SSD kernel-size search and FPGA resource model (offload.recsys.kernels).
+"""Tests for the RM-SSD kernel-size search and FPGA resource model (offload.recsys.fpga).
 
 Layer interpretation (see the module docstring): Table III's top widths are the *outputs* of the
 top layers (DLRM prepends the interaction width), so with ``cat`` interaction L_0 is
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from offload.cli import app
-from offload.recsys import kernels as K
+from offload.recsys import fpga as K
 
 RMC1, RMC2, RMC3 = K.TABLE_III["RMC1"], K.TABLE_III["RMC2"], K.TABLE_III["RMC3"]
 

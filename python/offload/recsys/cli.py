@@ -497,7 +497,7 @@ def kernels(
 ) -> None:
     """The RM-SSD kernel-size search on Table III's models: our Table V beside the paper's, and
     Table VI's naive / default / optimized designs with the devices each fits."""
-    from offload.recsys import kernels as K
+    from offload.recsys import fpga as K
     from offload.recsys.engine import kernel_shape
     from offload.recsys.models import SPECS
 

@@ -224,7 +224,7 @@ def _write_model(
 def kernel_shape(spec: ModelSpec) -> Any:
     """`spec` as the kernel search sees it (a `kernels.MLPShape`): dense features that skip a
     bottom MLP (Wide&Deep's 512) still feed the decomposed top layer 0 as its L_b."""
-    from offload.recsys import kernels as K
+    from offload.recsys import fpga as K
 
     bottom = (spec.dense_width, *spec.bottom) if spec.dense_width else ()
     return K.MLPShape(spec.name, bottom, tuple(spec.top), spec.dim, spec.tables, spec.lookups)
@@ -234,7 +234,7 @@ def kernel_design_cycles(spec: ModelSpec, composition: str = "sum") -> tuple[int
     """Bottom′, L_e and top′ cycles per sample of the searched kernel design (eq. 1), the device
     MLP's time in `flash` mode; (0, 0, 0) — measured on the host instead — where no design is
     feasible."""
-    from offload.recsys import kernels as K
+    from offload.recsys import fpga as K
 
     shape = kernel_shape(spec)
     try:
