@@ -153,6 +153,40 @@ def run(
         "reference_batch": ref_batch,
         "matchers": {},
     }
+    engines, samples = _compile_all(rules, query_columns, matchers, out, say)
+    configs = [
+        (name, th, bs)
+        for name in matchers
+        if name in engines
+        for th in threads
+        for bs in batch_sizes
+        # slow matchers: the extremes are enough; a device's rate is what the batch size decides
+        if name in ("fast", *DEVICE_MATCHERS) or bs in (batch_sizes[0], batch_sizes[-1])
+    ]
+    secs: dict[tuple[str, int, int], list[float]] = {c: [] for c in configs}
+    for round_ in range(max(repeats, 1)):
+        for name, th, bs in configs:
+            say(f"round {round_ + 1}/{repeats}: {name} threads={th} batch={bs}")
+            secs[(name, th, bs)] += engines[name]._native.time_match(samples[name], bs, th, 1)
+    for (name, th, bs), ts in secs.items():
+        out["matchers"][name]["runs"].append(_run_entry(th, bs, ts, len(samples[name])))
+    for name, engine in engines.items():
+        if name in DEVICE_MATCHERS:
+            out["matchers"][name].update(_device_stages(engine, samples[name], ref_batch, repeats))
+    _headlines(out, min(threads), ref_batch)
+    return out
+
+
+def _compile_all(
+    rules: RuleSet,
+    query_columns: list[list[str]],
+    matchers: Sequence[str],
+    out: dict[str, Any],
+    say: Callable[[str], None],
+) -> tuple[dict[str, CompiledRules], dict[str, np.ndarray]]:
+    """Compiles each matcher (a device matcher without its device goes under out["skipped"]
+    with the reason), times the encoding once, and picks each matcher's timed queries; fills
+    out["matchers"][name] with compile time, memory, structure and encoding cost."""
     engines: dict[str, CompiledRules] = {}
     samples: dict[str, np.ndarray] = {}
     n_q = len(query_columns[0]) if query_columns else 0
@@ -184,38 +218,27 @@ def run(
             "timed_queries": len(samples[name]),
             "runs": [],
         }
-    matchers = [m for m in matchers if m in engines]
-    configs = [
-        (name, th, bs)
-        for name in matchers
-        for th in threads
-        for bs in batch_sizes
-        # slow matchers: the extremes are enough; a device's rate is what the batch size decides
-        if name in ("fast", *DEVICE_MATCHERS) or bs in (batch_sizes[0], batch_sizes[-1])
-    ]
-    secs: dict[tuple[str, int, int], list[float]] = {c: [] for c in configs}
-    for round_ in range(max(repeats, 1)):
-        for name, th, bs in configs:
-            say(f"round {round_ + 1}/{repeats}: {name} threads={th} batch={bs}")
-            secs[(name, th, bs)] += engines[name]._native.time_match(samples[name], bs, th, 1)
-    for (name, th, bs), ts in secs.items():
-        n = len(samples[name])
-        med = statistics.median(ts)
-        out["matchers"][name]["runs"].append(
-            {
-                "threads": th,
-                "batch": bs,
-                "seconds": ts,
-                "median_s": med,
-                "queries_per_s": n / med if med > 0 else float("inf"),
-                "ns_per_query": 1e9 * med / n,
-            }
-        )
-    for name, engine in engines.items():
-        if name in DEVICE_MATCHERS:
-            out["matchers"][name].update(_device_stages(engine, samples[name], ref_batch, repeats))
+    return engines, samples
+
+
+def _run_entry(threads: int, batch: int, seconds: list[float], n: int) -> dict[str, Any]:
+    """One configuration's timings and its median rate over ``n`` queries per pass."""
+    med = statistics.median(seconds)
+    return {
+        "threads": threads,
+        "batch": batch,
+        "seconds": seconds,
+        "median_s": med,
+        "queries_per_s": n / med if med > 0 else float("inf"),
+        "ns_per_query": 1e9 * med / n,
+    }
+
+
+def _headlines(out: dict[str, Any], threads: int, ref_batch: int) -> None:
+    """Each matcher's rate at ``threads`` and the reference batch, with and without encoding,
+    and the ratios fast/nfa, fast/linear, fast 2 threads/1 thread."""
     for entry in out["matchers"].values():
-        ref = next(r for r in entry["runs"] if r["threads"] == min(threads) and r["batch"] == ref_batch)
+        ref = next(r for r in entry["runs"] if r["threads"] == threads and r["batch"] == ref_batch)
         entry["queries_per_s_1t"] = ref["queries_per_s"]
         entry["queries_per_s_1t_with_encode"] = 1e9 / (ref["ns_per_query"] + entry["encode_ns_per_query"])
     ms = out["matchers"]
@@ -227,7 +250,6 @@ def run(
         for other in ("nfa", "linear"):
             if other in ms:
                 out[f"fast_over_{other}"] = fast["queries_per_s_1t"] / ms[other]["queries_per_s_1t"]
-    return out
 
 
 def load_query_columns(
