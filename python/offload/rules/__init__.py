@@ -7,6 +7,15 @@
 >>> result.rule, result.content, result.matched
 
 Matching runs in Rust with the GIL released; Python only converts columns.
+
+Modules:
+
+- this package: RuleSet, CompiledRules, MatchResult (load, compile, encode, match, explain).
+- ``bench``: throughput per matcher, thread count and batch size; its JSON and plot.
+- ``summary``: what ``rules check`` and ``rules compile`` report (criterion statistics, builds).
+- ``explain``: one query's values from a file or CODE=VALUE pairs, and its explanation.
+- ``synth``: seeded synthetic MCT rule sets and query traces (a package; see its docstring).
+- ``cli``: the ``offload rules`` commands (options; the logic is in the modules above).
 """
 
 from __future__ import annotations

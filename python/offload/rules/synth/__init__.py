@@ -22,7 +22,8 @@ Modules, in the order the data flows:
 - ``trace``: :func:`~trace.generate_trace` and :class:`~trace.SynthTrace`.
 - ``write``: the ERBIUM-format files (``ruletype.xml``, ``rules.csv``, ``queries.csv``,
   ``requests.csv``).
-- this package: :func:`synth`, which generates both and writes the four files.
+- this package: :func:`synth`, which generates both and writes the four files, and
+  :func:`synth_dir`, the same into a directory that appears whole or not at all.
 
 :class:`~ruleset.SynthRules` and :class:`~trace.SynthTrace` hold one numpy ``object`` array of
 ``str`` per column (``""`` = wildcard in rules); ``to_frame()`` turns either into a pandas
