@@ -36,6 +36,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
+from offload.flows import datasets as D
 from offload.flows import partition as F
 from offload.host.machine import describe
 
@@ -48,11 +49,11 @@ CODECS = (None, "lz4", "zstd")
 def partition(gb: float, parts: int, work: Path) -> dict[str, Any]:
     """Every data set x profile x codec; rows chosen so that each data set is ``gb`` GB."""
     runs = []
-    total = len(F.DATASETS) * len(PROFILES) * len(CODECS)
+    total = len(D.DATASETS) * len(PROFILES) * len(CODECS)
     with Progress(console=console) as bar:
         task = bar.add_task("partition", total=total)
-        for name in F.DATASETS:
-            sample = F.dataset(name).generate(10_000, 0)
+        for name in D.DATASETS:
+            sample = D.dataset(name).generate(10_000, 0)
             rows = int(gb * 1e9 / (sample.nbytes / sample.num_rows))
             for prof in PROFILES:
                 for codec in CODECS:
@@ -72,8 +73,8 @@ def partition(gb: float, parts: int, work: Path) -> dict[str, Any]:
 def sift(gb: float, parts: int, work: Path) -> dict[str, Any]:
     """Partition and sift in one node process, per data set and profile."""
     runs = []
-    for name in F.DATASETS:
-        sample = F.dataset(name).generate(10_000, 0)
+    for name in D.DATASETS:
+        sample = D.dataset(name).generate(10_000, 0)
         rows = int(gb * 1e9 / (sample.nbytes / sample.num_rows))
         for prof in PROFILES:
             console.print(f"sift: {name} on {prof}, {rows:,} rows")

@@ -300,6 +300,7 @@ def _flows_section(out: Path) -> dict[str, Any]:
     process held to one core and to a quarter core (bluefield2), without and with zstd; then the
     node budgets' stress-ng profile on two stressors where stress-ng is installed. The gigabyte
     version: `python benches/flows_bench.py --parts partition --gb 1` (docs/flows.md)."""
+    from offload.flows import datasets as D
     from offload.flows import partition as F
     from offload.flows.cli import print_partition
     from offload.metrics import rpwu as R
@@ -307,7 +308,7 @@ def _flows_section(out: Path) -> dict[str, Any]:
     console.rule("particle data flows: partition by id on a quarter-core node (offload flows)")
     runs = []
     with console.status("partitioning 200,000 rows of particles, airplanes and ships under two budgets"):
-        for name in F.DATASETS:
+        for name in D.DATASETS:
             for prof in ("core", "bluefield2"):
                 for codec in (None, "zstd"):
                     runs.append(F.partition_under(prof, name, 200_000, 8, codec, out / "flows"))

@@ -103,10 +103,10 @@ def test_the_host_reading_back_is_a_third_stage() -> None:
 def test_the_gpu_codec_says_why_it_cannot_run_or_gives_the_bytes_back() -> None:
     import pyarrow as pa
 
+    from offload.flows import datasets as D
     from offload.flows import gpucodec as G
-    from offload.flows import partition as F
 
-    table = F.dataset("ships").generate(2000, 0)
+    table = D.dataset("ships").generate(2000, 0)
     bufs = G.column_buffers(table)
     assert set(bufs) == set(table.column_names)
     assert bufs["mmsi"].nbytes == 8 * 2000 and bufs["status"].nbytes == 2000

@@ -21,6 +21,7 @@ from offload.cli import app
 from offload.dataservices.client import NodeClient, NodeError
 from offload.dataservices.cluster import NodeSpec
 from offload.dataservices.node import Node, NodeConfig
+from offload.flows import datasets as D
 from offload.flows import network as W
 from offload.flows import partition as F
 from offload.flows import run as R
@@ -38,7 +39,7 @@ def nodes() -> Iterator[list[NodeSpec]]:
 
 
 def plain_sort(name: str, rows: int) -> pa.Table:
-    d = F.dataset(name)
+    d = D.dataset(name)
     return d.generate(rows, 0).sort_by([(k, "ascending") for k in d.key])
 
 
@@ -75,9 +76,9 @@ def test_the_pipeline_over_nodes_is_a_plain_sort(
     assert r["sorted"].equals(want)
     a = r["accounting"]
     assert a["explained"] and a["stored"] == ROWS and not a["lost_nodes"] and not a["kept_in"]
-    assert r["end"]["box_rows"] == want.filter(F.BOX[dataset]).num_rows
+    assert r["end"]["box_rows"] == want.filter(D.BOX[dataset]).num_rows
     assert (r["end"]["speed2_min"], r["end"]["speed2_max"]) == pytest.approx(
-        F.speed_range(want, F.dataset(dataset))
+        D.speed_range(want, D.dataset(dataset))
     )
     assert r["midway"]["box_rows"] <= r["end"]["box_rows"]
     moved = sum(sum(s["delivered_rows"].values()) for s in r["per_node"].values())
@@ -115,7 +116,7 @@ def test_bad_flows_get_clear_errors(nodes: list[NodeSpec], tmp_path: Path) -> No
                                                   "blob": pa.array([b"x"], pa.binary())}), "not node 0's"),
         ([W.HEAD, "bad", "sideways"], pa.table({"x": [1]}), "a flow put goes to"),
     ]  # fmt: skip
-    ships = F.pack(F.dataset("ships").generate(100, 0))
+    ships = F.pack(D.dataset("ships").generate(100, 0))
     bad_put.append(
         ([W.HEAD, "bad"], pa.table({"blob": pa.array([ships], pa.binary())}), "not particles data")
     )

@@ -15,17 +15,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from offload.flows import datasets as D
 from offload.flows import partition as F
 
 
 @pytest.fixture(scope="module")
 def tables() -> dict[str, pa.Table]:
-    return {name: F.dataset(name).generate(3000, 11) for name in F.DATASETS}
+    return {name: D.dataset(name).generate(3000, 11) for name in D.DATASETS}
 
 
 @settings(max_examples=20, deadline=None)
 @given(
-    st.sampled_from(sorted(F.DATASETS)),
+    st.sampled_from(sorted(D.DATASETS)),
     st.integers(2, 16),
     st.sampled_from(F.CODECS),
     st.lists(st.integers(0, 3000), max_size=4),
@@ -34,7 +35,7 @@ def tables() -> dict[str, pa.Table]:
 def test_partition_then_sift_is_a_plain_sort(
     tables: dict[str, pa.Table], name: str, parts: int, codec: str | None, cuts: list[int], memtable: int
 ) -> None:
-    data, table = F.dataset(name), tables[name]
+    data, table = D.dataset(name), tables[name]
     part = F.Partitioner(data, parts, rows_hint=table.num_rows, codec=codec)
     sift = F.Sift(data, parts, memtable_rows=memtable, fanout=3)
     edges = [0, *sorted(cuts), table.num_rows]
@@ -43,8 +44,8 @@ def test_partition_then_sift_is_a_plain_sort(
             sift.put(i, ipc)
     expected = table.sort_by([(k, "ascending") for k in data.key])
     assert sift.sorted().equals(expected)
-    assert sift.scan(F.BOX[name]).equals(expected.filter(F.BOX[name]))
-    assert F.speed_range(sift.sorted(), data) == F.speed_range(table, data)
+    assert sift.scan(D.BOX[name]).equals(expected.filter(D.BOX[name]))
+    assert D.speed_range(sift.sorted(), data) == D.speed_range(table, data)
     assert part.breakdown.rows == table.num_rows
     per_part = [t.sorted().column(data.id_column).to_numpy() for t in sift.trees]
     for lo, hi in itertools.pairwise(per_part):  # partition i holds smaller ids than i + 1
@@ -55,10 +56,10 @@ def test_partition_then_sift_is_a_plain_sort(
 
 def test_the_seeds_queries_on_particles(tables: dict[str, pa.Table]) -> None:
     t = tables["particles"]
-    inside = t.filter(F.BOX["particles"])
+    inside = t.filter(D.BOX["particles"])
     assert 0.08 < inside.num_rows / t.num_rows < 0.17  # an eighth of uniform positions
     v2 = t["vx"].to_numpy() ** 2 + t["vy"].to_numpy() ** 2 + t["vz"].to_numpy() ** 2
-    lo, hi = F.speed_range(t, F.dataset("particles"))
+    lo, hi = D.speed_range(t, D.dataset("particles"))
     assert lo == pytest.approx(v2.min()) and hi == pytest.approx(v2.max())
 
 
@@ -69,7 +70,7 @@ def test_compression_depends_on_the_data(tables: dict[str, pa.Table]) -> None:
 
 
 def test_breakdown_counts_every_step() -> None:
-    data = F.dataset("ships")
+    data = D.dataset("ships")
     t = data.generate(2000, 3)
     plain, packed = F.Partitioner(data, 4), F.Partitioner(data, 4, codec="zstd")
     a, b = plain.run(F.pack(t)), packed.run(F.pack(t))
@@ -79,9 +80,9 @@ def test_breakdown_counts_every_step() -> None:
 
 
 def test_bad_input_gets_a_clear_error() -> None:
-    data = F.dataset("particles")
+    data = D.dataset("particles")
     with pytest.raises(ValueError, match="unknown data set 'planes'"):
-        F.dataset("planes")
+        D.dataset("planes")
     with pytest.raises(ValueError, match="2-16"):
         F.Partitioner(data, 17, rows_hint=10)
     with pytest.raises(ValueError, match="codec"):
@@ -90,14 +91,14 @@ def test_bad_input_gets_a_clear_error() -> None:
     with pytest.raises(ValueError, match="not an Arrow IPC stream"):
         p.run(b"\x00garbage")
     with pytest.raises(ValueError, match="not particles data"):
-        p.run(F.pack(F.dataset("ships").generate(10, 0)))
+        p.run(F.pack(D.dataset("ships").generate(10, 0)))
     with pytest.raises(ValueError, match="partition 2 of 2"):
         F.Sift(data, 2).put(2, F.pack(data.generate(10, 0)))
     assert p.breakdown.rows == 0  # nothing half-counted
 
 
 def test_ids_outside_the_domain_go_to_the_edge_partitions() -> None:
-    p = F.Partitioner(F.dataset("ships"), 4)
+    p = F.Partitioner(D.dataset("ships"), 4)
     big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min  # huge ids must not overflow
     ids = np.array([small, 0, 200_000_000, 499_999_999, 799_999_999, 10**12, big], dtype=np.int64)
     assert p.partition_of(ids).tolist() == [0, 0, 0, 1, 3, 3, 3]
@@ -107,7 +108,7 @@ def test_the_partition_service_runs_under_a_node_budget(tmp_path: Path) -> None:
     """A real child process under the profile's budget (a cgroup quota where the machine has
     one): the same data and answer sizes as in process, with the budget it ran under."""
     out = F.partition_under("bluefield2", "ships", 5000, 4, "zstd", tmp_path)
-    here = F.Partitioner(F.dataset("ships"), 4, 5000, "zstd")
+    here = F.Partitioner(D.dataset("ships"), 4, 5000, "zstd")
     table = pa.ipc.open_file(F.data_file("ships", 5000, tmp_path)).read_all()
     for b in table.to_batches(max_chunksize=1 << 16):
         here.run(F.pack(pa.Table.from_batches([b])))
@@ -124,8 +125,8 @@ def test_a_node_that_partitions_and_sifts_reads_back_every_row(tmp_path: Path) -
     table = pa.ipc.open_file(F.data_file("airplanes", 6000, tmp_path, message_rows=500)).read_all()
     mid, end = out["queries"]["midway"], out["queries"]["end"]
     assert 0 < mid["rows_stored"] < 6000 and end["rows_stored"] == 6000
-    assert end["box_rows"] == table.filter(F.BOX["airplanes"]).num_rows
-    assert (end["speed2_min"], end["speed2_max"]) == F.speed_range(table, F.dataset("airplanes"))
+    assert end["box_rows"] == table.filter(D.BOX["airplanes"]).num_rows
+    assert (end["speed2_min"], end["speed2_max"]) == D.speed_range(table, D.dataset("airplanes"))
 
 
 def test_the_cli_reports_each_step_as_json(tmp_path: Path) -> None:

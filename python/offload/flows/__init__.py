@@ -3,7 +3,8 @@ into id order over LSM trees, on one node under a budget or across many node pro
 ``offload node serve`` of :mod:`offload.dataservices`), with every row accounted for when a node
 dies; and the pipeline model that predicts 100 nodes from a few.
 
-* :mod:`~offload.flows.partition` — the data sets; partition by id and sift into id order, under a budget;
+* :mod:`~offload.flows.datasets` — the three data sets (particles, airplanes, ships), the seed's queries;
+* :mod:`~offload.flows.partition` — partition by id and sift into id order, under a budget;
 * :mod:`~offload.flows.lsm` — the sift's log-structured merge tree of Arrow tables;
 * :mod:`~offload.flows.network` — the flow over several nodes: partition and sift services, acked puts;
 * :mod:`~offload.flows.run` — running such a flow: start the nodes, put, flush, account for every row;

@@ -49,10 +49,11 @@ def partition(
     """Run the partition service (unpack, split by id, repack, compress) over each data set, in a
     process held to each node budget, and break its time down per step. Data sets are generated
     once under --work and reused; each producer message is 65,536 rows."""
+    from offload.flows import datasets as D
     from offload.flows import partition as F
     from offload.host import budgets as B
 
-    names = choices(datasets, tuple(F.DATASETS), "data set")
+    names = choices(datasets, tuple(D.DATASETS), "data set")
     profs = choices(profiles, tuple(B.PROFILES), "profile")
     cods = [None if c == "none" else c for c in choices(codecs, ("none", "lz4", "zstd"), "codec")]
     if not 2 <= parts <= 16 or rows < 1:
@@ -93,10 +94,11 @@ def sift(
     (memtable, sorted runs, compaction), in a process held to each budget; then read everything
     back in (id, time) order. Shows the time of each part, the input rate through partition and
     merge, and the write amplification of the compactions."""
+    from offload.flows import datasets as D
     from offload.flows import partition as F
     from offload.host import budgets as B
 
-    names = choices(datasets, tuple(F.DATASETS), "data set")
+    names = choices(datasets, tuple(D.DATASETS), "data set")
     profs = choices(profiles, tuple(B.PROFILES), "profile")
     if not 2 <= parts <= 16 or rows < 1 or memtable < 1 or fanout < 2:
         got = f"{parts}, {rows}, {memtable}, {fanout}"
@@ -166,11 +168,11 @@ def run(
     each node's time goes (unpack, split, repack, compress, transfer, merge), the seed's two
     queries midway and at the end, and where every row is. A lost node's rows are reported and
     kept in files, never dropped: the command then fails."""
-    from offload.flows import partition as F
+    from offload.flows import datasets as D
     from offload.flows import run as R
 
     counts = [int(c) for c in choices(nodes, tuple(str(i) for i in range(1, 17)), "node count")]
-    choices(dataset, tuple(F.DATASETS), "data set")
+    choices(dataset, tuple(D.DATASETS), "data set")
     choices(codec, ("none", "lz4", "zstd"), "codec")
     if not 2 <= parts <= 16 or max(counts) > parts or rows < 1 or message_rows < 1:
         raise fail(
@@ -446,16 +448,17 @@ def gpu_codec(
     transfers included, and check that they decode to the same bytes; beside it, what Arrow's
     lz4 and zstd make of the same table here. Needs an NVIDIA GPU and `pip install
     nvidia-nvcomp-cu12`: without them it says which is missing and stops."""
+    from offload.flows import datasets as D
     from offload.flows import gpucodec as G
     from offload.flows import partition as F
 
-    names = choices(datasets, tuple(F.DATASETS), "data set")
+    names = choices(datasets, tuple(D.DATASETS), "data set")
     why = G.unavailable_reason()
     if why is not None:
         raise fail(f"no GPU codec here: {why}")
     results = {}
     for name in names:
-        table = F.dataset(name).generate(rows, 0)
+        table = D.dataset(name).generate(rows, 0)
         try:
             results[name] = G.measure(table, repeats=repeats)
         except RuntimeError as e:

@@ -39,6 +39,7 @@ import pyarrow.flight as flight
 from offload.dataservices import wire
 from offload.dataservices.client import NodeClient
 from offload.dataservices.node import Node, check_name
+from offload.flows import datasets as D
 from offload.flows import partition as F
 
 HEAD = ":flow"
@@ -65,7 +66,7 @@ def owner(part: int, parts: int, nodes: int) -> int:
 def check_setup(setup: dict[str, Any]) -> dict[str, Any]:
     """A flow's setup, checked: data set, rows hint, partitions (2-16, at least one per node),
     codec, memtable rows, fanout, this node's index and the nodes (endpoint and token)."""
-    F.dataset(str(setup.get("dataset")))
+    D.dataset(str(setup.get("dataset")))
     nodes = setup.get("nodes")
     if not isinstance(nodes, list) or not nodes or not all(isinstance(n, dict) for n in nodes):
         raise ValueError("a flow needs its nodes: a list of {endpoint, token}")
@@ -169,7 +170,7 @@ class Flow:
     name: str
     setup: dict[str, Any]
     timeout_s: float = 60.0
-    data: F.DataSet = field(init=False)
+    data: D.DataSet = field(init=False)
     index: int = field(init=False)
     transfer_s: float = 0.0
     batches_sent: int = 0
@@ -184,7 +185,7 @@ class Flow:
 
     def __post_init__(self) -> None:
         s = check_setup(self.setup)
-        self.data, self.index = F.dataset(s["dataset"]), int(s["index"])
+        self.data, self.index = D.dataset(s["dataset"]), int(s["index"])
         self.nodes, parts = len(s["nodes"]), int(s["parts"])
         self.partitioner = F.Partitioner(self.data, parts, int(s.get("rows_hint", 0)), s.get("codec"))
         self.sift = F.Sift(self.data, parts, int(s.get("memtable_rows", 1 << 16)), int(s.get("fanout", 4)))
@@ -307,9 +308,9 @@ class Flow:
         """The seed's queries on what is stored now: ``box`` (the rows in an eighth of the
         bounding box) or ``speed`` (the smallest and largest squared speed, one row)."""
         if which == "box":
-            return pa.concat_tables([self.sift.trees[p].scan(F.BOX[self.data.name]) for p in self.owned])
+            return pa.concat_tables([self.sift.trees[p].scan(D.BOX[self.data.name]) for p in self.owned])
         if which == "speed":
-            lo, hi = F.speed_range(self.sorted(), self.data)
+            lo, hi = D.speed_range(self.sorted(), self.data)
             return pa.table(
                 {"speed2_min": pa.array([lo], pa.float64()), "speed2_max": pa.array([hi], pa.float64())}
             )

@@ -29,6 +29,7 @@ import pyarrow.flight as flight
 
 from offload.dataservices.client import NodeClient, NodeError
 from offload.dataservices.cluster import NodeSpec, load_cluster
+from offload.flows import datasets as D
 from offload.flows import network as W
 from offload.flows import partition as F
 from offload.host.children import wait_ready
@@ -191,7 +192,7 @@ def run(
         out["read_s"] = time.perf_counter() - t1
         out["rows_read"] = sum(t.num_rows for t in sorted_parts.values())
         kept = _keep_lost(clients, producers, name, dead, work) if dead else {}
-        key = F.dataset(dataset).key
+        key = D.dataset(dataset).key
         out["accounting"] = account(producers, status, dead, list(sorted_parts.values()), kept, key)
         out["gb_per_s"] = out["bytes_in"] / 1e9 / out["wall_s"]
         out["sorted"] = (
@@ -241,7 +242,7 @@ def run_on(n: int, where: Nodes, check: bool = True, **flow: Any) -> dict[str, A
         sent = pa.ipc.open_file(
             F.data_file(name, rows, work, 0, flow.get("message_rows", 1 << 14))
         ).read_all()
-        want = sent.sort_by([(k, "ascending") for k in F.dataset(name).key])
+        want = sent.sort_by([(k, "ascending") for k in D.dataset(name).key])
         r["matches_plain_sort"] = table is not None and table.equals(want)
     where_ = {"profile": where.profile, "link": where.link or "none", "cores": os.cpu_count(),
               "share": share(where.profile, where.cpu_per_thread)}  # fmt: skip
