@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -235,6 +236,30 @@ class BenchFailed(RuntimeError):
     def __init__(self, message: str, result: dict[str, Any]) -> None:
         super().__init__(message)
         self.result = result
+
+    def saying_what_was_kept(self, out: Path | None) -> str:
+        """The failure, and where the strategies measured before it were saved (if they were)."""
+        done = len(self.result["strategies"])
+        what = (
+            "the strategy measured before it is"
+            if done == 1
+            else f"the {done} strategies measured before it are"
+        )
+        return f"{self}; {what} in {out}" if out else str(self)
+
+
+def trace_of(model_dir: E.ModelDir, path: Path | None, batches: int, batch_size: int) -> T.EmbeddingTrace:
+    """The trace a bench runs: the file at ``path`` (checked against the model's rows), or a
+    hotset trace of ``batches`` x ``batch_size`` made for the model."""
+    if path is not None:
+        return T.load_trace(path, rows=model_dir.rows)
+    cfg = T.TraceConfig(
+        rows=model_dir.rows,
+        batch_size=batch_size,
+        lookups=model_dir.spec.lookups,
+        dense_width=model_dir.spec.dense_width,
+    )
+    return T.generate_trace(cfg, batches)
 
 
 def run(

@@ -340,20 +340,8 @@ def bench(
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     try:
         with err.status("reading the trace" if trace is not None else f"making a trace of {batches} batches"):
-            if trace is not None:
-                tr = T.load_trace(trace, rows=d.rows)
-            else:
-                cfg = T.TraceConfig(
-                    rows=d.rows, batch_size=batch_size, lookups=d.spec.lookups, dense_width=d.spec.dense_width
-                )
-                tr = T.generate_trace(cfg, batches)
-        with Progress(
-            TextColumn("{task.description:<14}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} batches"),
-            console=err,
-            transient=True,
-        ) as bar:
+            tr = B.trace_of(d, trace, batches, batch_size)
+        with _batches_bar() as bar:
             task = bar.add_task("", total=len(tr) * len(names))
             opts = B.RunOptions(warmup, _flash_params(flash), queue_depth, host_cache, device)
             res = B.run(
@@ -367,14 +355,7 @@ def bench(
                 on_result=(lambda r: _save_json(out, r)) if out else None,
             )
     except B.BenchFailed as e:
-        done = len(e.result["strategies"])
-        what = (
-            "the strategy measured before it is"
-            if done == 1
-            else f"the {done} strategies measured before it are"
-        )
-        kept = f"; {what} in {out}" if out else ""
-        raise fail(f"{e}{kept}") from None
+        raise fail(e.saying_what_was_kept(out)) from None
     except WriteError as e:
         raise fail(str(e)) from None
     except (ValueError, OSError) as e:  # RecsysError is a ValueError
@@ -385,6 +366,17 @@ def bench(
         print(json.dumps(res, indent=2))
         return
     print_bench(res)
+
+
+def _batches_bar() -> Progress:
+    """The bench's progress on stderr: the strategy running and the batches done of all."""
+    return Progress(
+        TextColumn("{task.description:<14}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} batches"),
+        console=err,
+        transient=True,
+    )
 
 
 def _save_json(out: Path, res: dict[str, Any]) -> None:
@@ -505,25 +497,16 @@ def kernels(
     designs = {name: K.compare(m, ii=ii, composition=composition) for name, m in K.TABLE_III.items()}  # type: ignore[arg-type]
     fig15 = {n: K.search(kernel_shape(SPECS[n]), ii=ii, composition=composition) for n in ("ncf", "wnd")}  # type: ignore[arg-type]
     if as_json:
-        out = {
-            "fig15_models": {n: _design_json(d) for n, d in fig15.items()},
-            "table_v": {"ours": ours, "paper": K.PAPER_TABLE_V},
-            "table_vi": {
-                name: [
-                    {
-                        "unit": c.unit,
-                        "resources": c.resources.__dict__,
-                        "overflows": c.overflows,
-                        "cycles_per_sample": c.cycles_per_sample,
-                        "throughput": c.design.throughput,
-                    }
-                    for c in rows
-                ]
-                for name, rows in designs.items()
-            },
-        }
-        print(json.dumps(out, indent=2, default=str))
+        print(json.dumps(K.search_report(ours, designs, fig15), indent=2, default=str))
         return
+    _print_table_v(ours, ii, composition)
+    _print_table_vi(designs)
+    _print_fig15(fig15)
+
+
+def _print_table_v(ours: dict[str, dict[str, str]], ii: int, composition: str) -> None:
+    from offload.recsys import fpga as K
+
     t = Table(title=f"Table V: kernel sizes (II = {ii}, {composition}); paper in brackets where it differs")
     t.add_column("model")
     for c in K.TABLE_V_COLUMNS:
@@ -534,6 +517,9 @@ def kernels(
             name, *[row[c] if row[c] == paper[c] else f"{row[c]} [{paper[c]}]" for c in K.TABLE_V_COLUMNS]
         )
     console.print(t)
+
+
+def _print_table_vi(designs: dict[str, Any]) -> None:
     t = Table(title="Table VI: resources of the MLP engine (ours)")
     for c in ("model", "unit", "LUT", "FF", "BRAM", "DSP", "overflows", "samples/s"):
         t.add_column(c, justify="right" if c not in ("model", "unit", "overflows") else "left")
@@ -552,11 +538,16 @@ def kernels(
                 f"{c.design.throughput:,.0f}",
             )
     console.print(t)
+
+
+def _print_fig15(fig15: dict[str, Any]) -> None:
+    from offload.recsys import fpga as K
+
     t = Table(title="The MLP-dominated models of Fig. 15: searched designs (cycles per batch)")
     for c in ("model", "N_batch", "flash", "L_e", "bot'", "top'", "samples/s", "bound by"):
         t.add_column(c, justify="left" if c in ("model", "bound by") else "right")
     for name, d in fig15.items():
-        j = _design_json(d)
+        j = K.design_summary(d)
         c = j["cycles"]
         t.add_row(
             name,
@@ -568,22 +559,3 @@ def kernels(
     console.print(t)
     for name, d in fig15.items():
         console.print(f"  {name} kernels: " + ", ".join(f"{x.name} {x.label}" for x in d.layers))
-
-
-def _design_json(d: Any) -> dict[str, Any]:
-    """A searched kernel design: batch, kernels, the stage cycles of eq. 1 and what sets the pace."""
-    stages = {"flash": d.t_flash, "L_e": d.kernel("L_e").cycles, "bottom'": d.t_bot, "top'": d.t_top}
-    return {
-        "n_batch": d.n_batch,
-        "kernels": d.kernels,
-        "cycles": {
-            "flash": d.t_flash,
-            "L_e": d.kernel("L_e").cycles,
-            "emb": d.t_emb,
-            "bottom": d.t_bot,
-            "top": d.t_top,
-            "batch": d.cycles,
-        },
-        "samples_per_s": d.throughput,
-        "bound_by": max(stages, key=lambda k: stages[k]),
-    }

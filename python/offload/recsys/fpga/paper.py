@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from offload.recsys.fpga.design import Design, LayerKernel, evaluate
 from offload.recsys.fpga.flash import FLASH, FlashModel, _b_ev, _flash_cycles
@@ -241,3 +242,46 @@ def table_vi(models: Mapping[str, MLPShape] | None = None, **kwargs: object) -> 
     """
     models = TABLE_III if models is None else models
     return {name: {row.unit: row.design for row in compare(m, **kwargs)} for name, m in models.items()}  # type: ignore[arg-type]
+
+
+def design_summary(d: Design) -> dict[str, Any]:
+    """A searched kernel design: batch, kernels, the stage cycles of eq. 1 and what sets the pace."""
+    stages = {"flash": d.t_flash, "L_e": d.kernel("L_e").cycles, "bottom'": d.t_bot, "top'": d.t_top}
+    return {
+        "n_batch": d.n_batch,
+        "kernels": d.kernels,
+        "cycles": {
+            "flash": d.t_flash,
+            "L_e": d.kernel("L_e").cycles,
+            "emb": d.t_emb,
+            "bottom": d.t_bot,
+            "top": d.t_top,
+            "batch": d.cycles,
+        },
+        "samples_per_s": d.throughput,
+        "bound_by": max(stages, key=lambda k: stages[k]),
+    }
+
+
+def search_report(
+    ours: dict[str, dict[str, str]], designs: Mapping[str, Sequence[Comparison]], fig15: Mapping[str, Design]
+) -> dict[str, Any]:
+    """`offload recsys kernels --json`: the Fig. 15 models' designs, Table V (ours and the
+    paper's) and Table VI (each unit's resources, overflows and pace)."""
+    return {
+        "fig15_models": {n: design_summary(d) for n, d in fig15.items()},
+        "table_v": {"ours": ours, "paper": PAPER_TABLE_V},
+        "table_vi": {
+            name: [
+                {
+                    "unit": c.unit,
+                    "resources": c.resources.__dict__,
+                    "overflows": c.overflows,
+                    "cycles_per_sample": c.cycles_per_sample,
+                    "throughput": c.design.throughput,
+                }
+                for c in rows
+            ]
+            for name, rows in designs.items()
+        },
+    }
