@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from offload.flows.run import Nodes
 
 app = typer.Typer(
-    help="Particle data flows (seed 003): partition by id on a node profile, sift into id order, and where "
-    "compression pays.",
+    help="Particle data flows (seed 003): partition by id on a node profile, sift into id order, run the "
+    "pipeline over nodes (run) and model it to 100 (model), and where compression pays. See docs/flows.md.",
     no_args_is_help=True,
 )
 
