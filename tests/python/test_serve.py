@@ -373,7 +373,10 @@ def test_pareto_and_recommendations_on_known_points() -> None:
     assert sw.best_under_p99(rows, 5) is None
 
 
-def test_settings_file_with_flags_over_it(data: dict[str, object], tmp_path: Path) -> None:
+def test_settings_file_with_flags_over_it(
+    data: dict[str, object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Key by key: flags > OFFLOAD_SERVE_* variables > the file > the defaults."""
     d = data["dir"]
     assert isinstance(d, Path)
     endpoint = f"ipc://{tmp_path}/cfg.sock"
@@ -383,12 +386,16 @@ def test_settings_file_with_flags_over_it(data: dict[str, object], tmp_path: Pat
         f'ruletype = "{d / "ruletype.xml"}"\nrules = "{d / "rules.csv"}"\nendpoints = ["{endpoint}"]\n'
         f'control = "{control}"\nworkers = 1\nkernels = 2\nbatch_max_queries = 100\n'
     )
+    monkeypatch.setenv("OFFLOAD_SERVE_BATCH_MAX_QUERIES", "9")  # under the flag
+    monkeypatch.setenv("OFFLOAD_SERVE_BATCH_TIMEOUT_US", "333")  # over the file's 250
+    cfg.write_text(cfg.read_text() + "batch_timeout_us = 250\n")
     proc = daemon.start("--config", str(cfg), "--batch-max-queries", "7", timeout_s=30)
     try:
         from offload.serve.cli import control_request
 
         st = control_request(control, "stats", 10)
-        assert st["batch_max_queries"] == 7  # the flag wins over the file
+        assert st["batch_max_queries"] == 7  # the flag wins over the variable and the file
+        assert st["batch_timeout_us"] == 333  # the variable wins over the file
         with Client(endpoint, criteria=crit(data), timeout_s=20) as c:
             assert c.match(columns(data, 0, 50)).ok
     finally:

@@ -9,6 +9,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
+use pyo3::IntoPyObjectExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -401,73 +402,41 @@ fn gpu_kernel_ptx(arch: &str) -> PyResult<String> {
     rules::matcher::gpu::device::kernel_ptx(arch).map(|p| p.to_src()).map_err(PyRuntimeError::new_err)
 }
 
-/// Serves a rule set over ZeroMQ until SIGINT/SIGTERM (`offload serve`); returns the counters.
-/// Settings come from the TOML file `config` (if any), with every argument given over it.
+/// Serves a rule set over ZeroMQ until SIGINT/SIGTERM (`offload serve ARGS`): `args` are the
+/// command line after `offload serve`, parsed by the daemon's one settings type
+/// (`offload_serve::config::Settings`, the same as `offload-serve`'s). Returns the counters, or
+/// the text `--help`/`--version` asked for; bad arguments are a ValueError of one line.
 #[pyfunction]
-#[pyo3(signature = (config = None, ruletype = None, rules = None, endpoints = None, workers = None, kernels = None, engine_threads = None, queue = None, matcher = None, control = None, batch_max_queries = None, batch_timeout_us = None, metrics = None, curve_secret_key = None, curve_clients = None, curve_data_clients = None, reload_dirs = None, allow_remote_data = None, allow_remote_metrics = None))]
-#[allow(clippy::too_many_arguments)]
-fn serve(
-    py: Python<'_>,
-    config: Option<PathBuf>,
-    ruletype: Option<PathBuf>,
-    rules: Option<PathBuf>,
-    endpoints: Option<Vec<String>>,
-    workers: Option<usize>,
-    kernels: Option<usize>,
-    engine_threads: Option<usize>,
-    queue: Option<usize>,
-    matcher: Option<String>,
-    control: Option<String>,
-    batch_max_queries: Option<u64>,
-    batch_timeout_us: Option<u64>,
-    metrics: Option<String>,
-    curve_secret_key: Option<PathBuf>,
-    curve_clients: Option<Vec<PathBuf>>,
-    curve_data_clients: Option<Vec<PathBuf>>,
-    reload_dirs: Option<Vec<PathBuf>>,
-    allow_remote_data: Option<bool>,
-    allow_remote_metrics: Option<bool>,
-) -> PyResult<Vec<(&'static str, u64)>> {
-    use offload_serve::config::Settings;
-    let flags = Settings {
-        ruletype,
-        rules,
-        matcher,
-        endpoints,
-        control,
-        metrics,
-        workers,
-        kernels,
-        engine_threads,
-        queue,
-        batch_max_queries,
-        batch_timeout_us,
-        curve_secret_key,
-        curve_clients,
-        curve_data_clients,
-        reload_dirs,
-        allow_remote_data,
-        allow_remote_metrics,
-    };
-    let settings = match config {
-        Some(f) => Settings::from_file(&f).map_err(PyValueError::new_err)?.over(flags),
-        None => flags,
+fn serve(py: Python<'_>, args: Vec<String>) -> PyResult<PyObject> {
+    use offload_serve::config::{ArgsError, Settings};
+    let settings = match Settings::from_args(std::iter::once("offload serve".to_string()).chain(args)) {
+        Ok(s) => s,
+        Err(ArgsError::Show(text)) => return text.into_py_any(py),
+        Err(ArgsError::Invalid(why)) => return Err(PyValueError::new_err(why)),
     };
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    py.allow_threads(|| {
-        offload_serve::serve(settings, stop, |s, cfg| {
-            eprintln!(
-                "serving {} rules (version {}) on {} with {}w {}k {}e",
-                s.engine.rules().len(),
-                s.version,
-                cfg.endpoints.join(", "),
-                cfg.workers,
-                cfg.kernels,
-                cfg.engine_threads
-            )
+    let counters = py
+        .allow_threads(|| {
+            offload_serve::serve(settings, stop, |s, cfg| {
+                eprintln!(
+                    "serving {} rules (version {}) on {} with {}w {}k {}e",
+                    s.engine.rules().len(),
+                    s.version,
+                    cfg.endpoints.join(", "),
+                    cfg.workers,
+                    cfg.kernels,
+                    cfg.engine_threads
+                )
+            })
         })
-    })
-    .map_err(PyValueError::new_err)
+        .map_err(PyValueError::new_err)?;
+    counters.into_py_any(py)
+}
+
+/// The daemon's options as `--help` shows them, for `offload serve --help` (usage named `name`).
+#[pyfunction]
+fn serve_help(name: &str) -> String {
+    offload_serve::config::Settings::help(name)
 }
 
 /// Makes a CURVE key pair: `DIR/NAME.key` (public) and `DIR/NAME.key_secret` (mode 0600);
@@ -700,6 +669,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gpu_device, m)?)?;
     m.add_function(wrap_pyfunction!(gpu_kernel_ptx, m)?)?;
     m.add_function(wrap_pyfunction!(serve, m)?)?;
+    m.add_function(wrap_pyfunction!(serve_help, m)?)?;
     m.add_function(wrap_pyfunction!(curve_key_pair, m)?)?;
     m.add_function(wrap_pyfunction!(read_curve_key, m)?)?;
     m.add_function(wrap_pyfunction!(criteria_fingerprint, m)?)?;

@@ -1,4 +1,9 @@
-//! The daemon's settings: a TOML file (`--config serve.toml`) with command-line flags over it.
+//! The daemon's settings, declared once: [`Settings`] is at the same time the command line
+//! (clap: every key a flag and an `OFFLOAD_SERVE_*` variable, its default shown in `--help`)
+//! and the TOML settings file (`--config serve.toml`, keys named like the fields). The
+//! `offload-serve` binary and `offload serve` (Python, which hands its arguments over
+//! untouched) both parse with [`Settings::from_args`]; adding a setting is one field here.
+//! Precedence, key by key: flags > `OFFLOAD_SERVE_*` variables > the file > the defaults.
 //!
 //! ```toml
 //! ruletype = "ruletype.toml"        # relative paths are relative to this file
@@ -26,31 +31,109 @@
 
 use crate::auth::{self, CurveServer};
 use crate::server::{Config, Security};
+use clap::builder::BoolishValueParser;
+use clap::parser::ValueSource;
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
 use offload_rules::MatcherKind;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-/// Settings as given (file or flags); `None` = not given here.
-#[derive(Debug, Default, Clone, Deserialize, PartialEq, Eq)]
+/// The daemon's settings as given by one source (flags, variables, file, defaults); `None` = not
+/// given there. The field name is the file's key and the variable's suffix (`workers`,
+/// `OFFLOAD_SERVE_WORKERS`); lists are plural in the file and the variable (comma-separated
+/// there) and singular, repeatable, as flags (`--endpoint`).
+#[derive(Parser, Debug, Default, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[command(
+    name = "offload-serve",
+    version,
+    about = "Serve a rule set over ZeroMQ until SIGINT/SIGTERM (queued requests are answered first).",
+    after_help = "Precedence, key by key: flags > OFFLOAD_SERVE_* variables > the --config file > the defaults. \
+                  A control endpoint off loopback/IPC is refused without CURVE. Key pairs for CURVE: \
+                  offload-serve keys DIR [--name NAME]... [--force] (offload serve keys DIR). \
+                  Protocol and security: docs/serve-protocol.md."
+)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
+    /// Settings file (TOML; keys as the long options with _ for -, lists plural: `workers = 2`,
+    /// `endpoints = [...]`); relative paths in it are relative to it [default: none]
+    #[arg(long, env = "OFFLOAD_SERVE_CONFIG", value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Rule type: .xml (ERBIUM) or .toml (native) [default: none: give it here or in --config]
+    #[arg(long, env = "OFFLOAD_SERVE_RULETYPE", value_name = "FILE")]
     pub ruletype: Option<PathBuf>,
+    /// Rules CSV [default: none: give it here or in --config]
+    #[arg(long, env = "OFFLOAD_SERVE_RULES", value_name = "FILE")]
     pub rules: Option<PathBuf>,
+    /// linear, nfa, nfa:<given|asc|desc|h2>, fast, gpu-host (the GPU's algorithm on the CPU) or
+    /// gpu (the kernel executors run on the CUDA device)
+    #[arg(long, env = "OFFLOAD_SERVE_MATCHER", value_name = "NAME", default_value = "fast")]
     pub matcher: Option<String>,
+    /// Data endpoint to bind (repeat): tcp://127.0.0.1:5555, ipc:///tmp/x. An address off
+    /// loopback needs --curve-data-client or --allow-remote-data
+    #[arg(
+        long = "endpoint",
+        short = 'e',
+        env = "OFFLOAD_SERVE_ENDPOINTS",
+        value_name = "EP",
+        value_delimiter = ',',
+        default_value = "tcp://127.0.0.1:5555"
+    )]
     pub endpoints: Option<Vec<String>>,
+    /// Control endpoint for `stats`, `reload` and `set`; off loopback/IPC it needs CURVE
+    /// (--curve-secret-key, --curve-client) [default: none]
+    #[arg(long, short = 'c', env = "OFFLOAD_SERVE_CONTROL", value_name = "EP")]
     pub control: Option<String>,
+    /// Serve Prometheus text at http://ADDR/metrics: PORT (on 127.0.0.1) or HOST:PORT; off
+    /// loopback it needs --allow-remote-metrics [default: none]
+    #[arg(long, env = "OFFLOAD_SERVE_METRICS", value_name = "ADDR")]
     pub metrics: Option<String>,
+    /// Worker threads (w): decode, batch, encode
+    #[arg(long, env = "OFFLOAD_SERVE_WORKERS", value_name = "N", default_value = "2")]
     pub workers: Option<usize>,
+    /// Kernel executors (k), each matching one batch at a time
+    #[arg(long, env = "OFFLOAD_SERVE_KERNELS", value_name = "N", default_value = "1")]
     pub kernels: Option<usize>,
+    /// Matching threads per kernel executor (e)
+    #[arg(long, env = "OFFLOAD_SERVE_ENGINE_THREADS", value_name = "N", default_value = "1")]
     pub engine_threads: Option<usize>,
+    /// Requests that may wait; beyond that the reply is 'busy'
+    #[arg(long, env = "OFFLOAD_SERVE_QUEUE", value_name = "N", default_value = "64")]
     pub queue: Option<usize>,
+    /// Cross-request batching: queries per batch (0 = one request at a time)
+    #[arg(long, env = "OFFLOAD_SERVE_BATCH_MAX_QUERIES", value_name = "N", default_value = "0")]
     pub batch_max_queries: Option<u64>,
+    /// Cross-request batching: wait for more, from the first request's arrival
+    #[arg(long, env = "OFFLOAD_SERVE_BATCH_TIMEOUT_US", value_name = "US", default_value = "200")]
     pub batch_timeout_us: Option<u64>,
+    /// The daemon's key pair (server.key_secret from `offload serve keys`): the control socket
+    /// then requires CURVE [default: none]
+    #[arg(long, env = "OFFLOAD_SERVE_CURVE_SECRET_KEY", value_name = "FILE")]
     pub curve_secret_key: Option<PathBuf>,
+    /// A client public key file (NAME.key) or a directory of them, admitted on the control
+    /// socket (repeat) [default: none]
+    #[arg(long = "curve-client", env = "OFFLOAD_SERVE_CURVE_CLIENTS", value_name = "PATH", value_delimiter = ',')]
     pub curve_clients: Option<Vec<PathBuf>>,
+    /// The same for the data endpoints: given, they require CURVE too (repeat) [default: none:
+    /// data endpoints without CURVE]
+    #[arg(
+        long = "curve-data-client",
+        env = "OFFLOAD_SERVE_CURVE_DATA_CLIENTS",
+        value_name = "PATH",
+        value_delimiter = ','
+    )]
     pub curve_data_clients: Option<Vec<PathBuf>>,
+    /// A directory `reload` may read rule files from (repeat); other paths are refused [default:
+    /// the directories of --ruletype and --rules]
+    #[arg(long = "reload-dir", env = "OFFLOAD_SERVE_RELOAD_DIRS", value_name = "DIR", value_delimiter = ',')]
     pub reload_dirs: Option<Vec<PathBuf>>,
+    /// Allow a data endpoint off loopback without CURVE (clear text, open to anyone who can
+    /// reach it) [default: refused]
+    #[arg(long, env = "OFFLOAD_SERVE_ALLOW_REMOTE_DATA", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub allow_remote_data: Option<bool>,
+    /// Allow the metrics page off loopback (counters only) [default: refused]
+    #[arg(long, env = "OFFLOAD_SERVE_ALLOW_REMOTE_METRICS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub allow_remote_metrics: Option<bool>,
 }
 
@@ -63,7 +146,105 @@ pub struct Resolved {
     pub config: Config,
 }
 
+impl Default for Config {
+    /// The defaults of [`Settings`] (those `--help` shows), with the default security.
+    fn default() -> Self {
+        Settings::defaults().daemon_config(Security::default()).expect("the defaults make a configuration")
+    }
+}
+
+/// Why the arguments did not give settings to run with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgsError {
+    /// They asked for text instead (`--help`, `--version`): print it, exit 0.
+    Show(String),
+    /// They are wrong: one line saying what and where (exit 2).
+    Invalid(String),
+}
+
+impl From<clap::Error> for ArgsError {
+    fn from(e: clap::Error) -> Self {
+        use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
+        let text = e.render().to_string();
+        if matches!(e.kind(), DisplayHelp | DisplayVersion) {
+            return ArgsError::Show(text);
+        }
+        // clap's message, its tip folded in, on one line (usage: --help).
+        let lines = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information"));
+        let mut line = String::new();
+        for part in lines.map(|l| l.trim_start_matches("error: ").trim_start_matches("tip: ")) {
+            if !line.is_empty() {
+                line.push_str(if line.ends_with(':') { " " } else { "; " });
+            }
+            line.push_str(part);
+        }
+        ArgsError::Invalid(line)
+    }
+}
+
 impl Settings {
+    /// Parses a command line (`argv[0]` first) with the variables and the `--config` file under
+    /// it, and the defaults under those.
+    pub fn from_args<I, T>(argv: I) -> Result<Settings, ArgsError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let matches = Settings::command().try_get_matches_from(argv)?;
+        let parsed = Settings::from_arg_matches(&matches)?;
+        // What the user gave (a flag or a variable); what clap filled from a default is not.
+        let given =
+            |id: &str| matches!(matches.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable));
+        let given = parsed.only(given).map_err(ArgsError::Invalid)?;
+        let file = match &parsed.config {
+            Some(f) => Settings::from_file(f).map_err(ArgsError::Invalid)?,
+            None => Settings::default(),
+        };
+        let mut settings = Settings::layered(&[Settings::defaults(), file, given]).map_err(ArgsError::Invalid)?;
+        settings.config = parsed.config;
+        Ok(settings)
+    }
+
+    /// The options as `--help` shows them, the usage line naming `bin_name`.
+    pub fn help(bin_name: &str) -> String {
+        Settings::command().bin_name(bin_name.to_string()).render_help().to_string()
+    }
+
+    /// The defaults `--help` shows, and nothing else (no variable, no file).
+    pub fn defaults() -> Settings {
+        let cmd = Settings::command().mut_args(|a| a.env(None));
+        let m = cmd.try_get_matches_from(["offload-serve"]).expect("no arguments parse");
+        let parsed = Settings::from_arg_matches(&m).expect("the defaults parse");
+        parsed.only(|id| m.value_source(id) == Some(ValueSource::DefaultValue)).expect("the defaults serialise")
+    }
+
+    /// Layers, lowest first: each key takes its value from the highest layer that gives one.
+    pub fn layered(layers: &[Settings]) -> Result<Settings, String> {
+        let mut merged = serde_json::Map::new();
+        for layer in layers {
+            merged.extend(layer.keys()?.into_iter().filter(|(_, v)| !v.is_null()));
+        }
+        serde_json::from_value(merged.into()).map_err(|e| format!("settings: {e}"))
+    }
+
+    /// These settings with only the keys `keep` says yes to.
+    fn only(&self, keep: impl Fn(&str) -> bool) -> Result<Settings, String> {
+        let kept = self.keys()?.into_iter().filter(|(k, _)| keep(k)).collect::<serde_json::Map<_, _>>();
+        serde_json::from_value(kept.into()).map_err(|e| format!("settings: {e}"))
+    }
+
+    /// Key → value (null where not given); a path that is not UTF-8 is an error naming it.
+    fn keys(&self) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(m)) => Ok(m),
+            Ok(_) => unreachable!("a struct serialises to a map"),
+            Err(e) => Err(format!("settings: {e}")),
+        }
+    }
+
     /// Reads a settings file; paths of rule files are taken relative to the file's directory.
     pub fn from_file(path: &Path) -> Result<Settings, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -84,61 +265,42 @@ impl Settings {
         Ok(s)
     }
 
-    /// These settings with every value given in `flags` taking precedence.
-    pub fn over(self, flags: Settings) -> Settings {
-        Settings {
-            ruletype: flags.ruletype.or(self.ruletype),
-            rules: flags.rules.or(self.rules),
-            matcher: flags.matcher.or(self.matcher),
-            endpoints: flags.endpoints.filter(|e| !e.is_empty()).or(self.endpoints),
-            control: flags.control.or(self.control),
-            metrics: flags.metrics.or(self.metrics),
-            workers: flags.workers.or(self.workers),
-            kernels: flags.kernels.or(self.kernels),
-            engine_threads: flags.engine_threads.or(self.engine_threads),
-            queue: flags.queue.or(self.queue),
-            batch_max_queries: flags.batch_max_queries.or(self.batch_max_queries),
-            batch_timeout_us: flags.batch_timeout_us.or(self.batch_timeout_us),
-            curve_secret_key: flags.curve_secret_key.or(self.curve_secret_key),
-            curve_clients: flags.curve_clients.filter(|v| !v.is_empty()).or(self.curve_clients),
-            curve_data_clients: flags.curve_data_clients.filter(|v| !v.is_empty()).or(self.curve_data_clients),
-            reload_dirs: flags.reload_dirs.filter(|v| !v.is_empty()).or(self.reload_dirs),
-            allow_remote_data: flags.allow_remote_data.or(self.allow_remote_data),
-            allow_remote_metrics: flags.allow_remote_metrics.or(self.allow_remote_metrics),
-        }
-    }
-
     /// Fills in defaults and checks what a daemon needs.
     pub fn resolve(self) -> Result<Resolved, String> {
-        let d = Config::default();
-        let (Some(ruletype), Some(rules)) = (self.ruletype.clone(), self.rules.clone()) else {
+        let s = Settings::layered(&[Settings::defaults(), self])?;
+        let (Some(ruletype), Some(rules)) = (s.ruletype.clone(), s.rules.clone()) else {
             return Err(
                 "a rule set is needed: give --ruletype and --rules, or `ruletype` and `rules` in --config".into()
             );
         };
-        let matcher = self.matcher.as_deref().unwrap_or("fast").parse::<MatcherKind>()?;
-        let at_least_one = |v: Option<usize>, default: usize, what: &str| match v {
+        let matcher = s.matcher.as_deref().unwrap_or("fast").parse::<MatcherKind>()?;
+        let security = s.security(&ruletype, &rules)?;
+        let config = s.daemon_config(security)?;
+        Ok(Resolved { ruletype, rules, matcher, config })
+    }
+
+    /// The daemon's configuration from settings with the defaults filled in (see `resolve`).
+    fn daemon_config(self, security: Security) -> Result<Config, String> {
+        let at_least_one = |v: Option<usize>, what: &str| match v {
             Some(0) => Err(format!("{what} must be at least 1")),
-            v => Ok(v.unwrap_or(default)),
+            v => v.ok_or_else(|| format!("{what} has no value")),
         };
-        let security = self.security(&ruletype, &rules)?;
-        let endpoints = self.endpoints.unwrap_or(d.endpoints);
+        let endpoints = self.endpoints.unwrap_or_default();
         if endpoints.is_empty() {
             return Err("endpoints must name at least one address, e.g. tcp://127.0.0.1:5555".into());
         }
-        let config = Config {
+        Ok(Config {
             security,
             endpoints,
-            workers: at_least_one(self.workers, d.workers, "workers")?,
-            kernels: at_least_one(self.kernels, d.kernels, "kernels")?,
-            engine_threads: at_least_one(self.engine_threads, d.engine_threads, "engine_threads")?,
-            queue: at_least_one(self.queue, d.queue, "queue")?,
+            workers: at_least_one(self.workers, "workers")?,
+            kernels: at_least_one(self.kernels, "kernels")?,
+            engine_threads: at_least_one(self.engine_threads, "engine_threads")?,
+            queue: at_least_one(self.queue, "queue")?,
             control: self.control,
             metrics: self.metrics,
-            batch_max_queries: self.batch_max_queries.unwrap_or(d.batch_max_queries),
-            batch_timeout_us: self.batch_timeout_us.unwrap_or(d.batch_timeout_us),
-        };
-        Ok(Resolved { ruletype, rules, matcher, config })
+            batch_max_queries: self.batch_max_queries.unwrap_or_default(),
+            batch_timeout_us: self.batch_timeout_us.ok_or("batch_timeout_us has no value")?,
+        })
     }
 
     /// Reads the key files and finds the reload directories; `check_exposure` then decides
@@ -197,6 +359,10 @@ impl Settings {
 mod tests {
     use super::*;
 
+    fn args(a: &[&str]) -> Result<Settings, ArgsError> {
+        Settings::from_args(std::iter::once("offload-serve").chain(a.iter().copied()))
+    }
+
     #[test]
     fn flags_win_over_the_file_and_defaults_fill_the_rest() {
         let file = Settings::from_toml(
@@ -206,10 +372,74 @@ mod tests {
         .unwrap();
         assert_eq!(file.ruletype.as_deref(), Some(Path::new("/cfg/rt.toml")));
         assert_eq!(file.rules.as_deref(), Some(Path::new("/abs/r.csv")));
-        let flags = Settings { workers: Some(5), endpoints: Some(vec![]), ..Settings::default() };
-        let r = file.over(flags).resolve().unwrap();
+        let flags = Settings { workers: Some(5), ..Settings::default() };
+        let r = Settings::layered(&[file, flags]).unwrap().resolve().unwrap();
         assert_eq!((r.config.workers, r.config.kernels, r.config.engine_threads), (5, 2, 1));
         assert_eq!(r.config.endpoints, Config::default().endpoints);
+    }
+
+    #[test]
+    fn the_command_line_takes_a_file_and_flags_over_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("serve.toml");
+        std::fs::write(&cfg, "ruletype = 'rt.toml'\nrules = 'r.csv'\nworkers = 3\nkernels = 2\n").unwrap();
+        let cfg = cfg.to_str().unwrap();
+        let s = args(&["--config", cfg, "--workers", "5", "-e", "ipc:///a", "-e", "ipc:///b"]).unwrap();
+        assert_eq!((s.workers, s.kernels, s.engine_threads), (Some(5), Some(2), Some(1)));
+        assert_eq!(s.ruletype.as_deref(), Some(dir.path().join("rt.toml").as_path()));
+        assert_eq!(s.endpoints, Some(vec!["ipc:///a".to_string(), "ipc:///b".to_string()]));
+        assert_eq!(s.allow_remote_data, Some(false));
+        let s = args(&["--config", cfg, "--allow-remote-metrics", "--reload-dir", "/x"]).unwrap();
+        assert_eq!((s.allow_remote_metrics, s.reload_dirs), (Some(true), Some(vec![PathBuf::from("/x")])));
+    }
+
+    /// The one test that sets variables (they are the process's): file < variable < flag.
+    #[test]
+    fn a_variable_is_over_the_file_and_under_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("serve.toml");
+        std::fs::write(&cfg, "queue = 10\nbatch_timeout_us = 11\nbatch_max_queries = 12\n").unwrap();
+        std::env::set_var("OFFLOAD_SERVE_BATCH_TIMEOUT_US", "21");
+        std::env::set_var("OFFLOAD_SERVE_BATCH_MAX_QUERIES", "22");
+        std::env::set_var("OFFLOAD_SERVE_ALLOW_REMOTE_DATA", "true");
+        let s = args(&["--config", cfg.to_str().unwrap(), "--batch-max-queries", "32"]);
+        std::env::remove_var("OFFLOAD_SERVE_BATCH_TIMEOUT_US");
+        std::env::remove_var("OFFLOAD_SERVE_BATCH_MAX_QUERIES");
+        std::env::remove_var("OFFLOAD_SERVE_ALLOW_REMOTE_DATA");
+        let s = s.unwrap();
+        assert_eq!(s.queue, Some(10)); // the file over the default
+        assert_eq!(s.batch_timeout_us, Some(21)); // the variable over the file
+        assert_eq!(s.batch_max_queries, Some(32)); // the flag over the variable
+        assert_eq!(s.allow_remote_data, Some(true));
+        assert_eq!(Settings::defaults().batch_timeout_us, Some(200)); // defaults read no variable
+    }
+
+    #[test]
+    fn bad_arguments_are_one_line_and_help_is_text() {
+        let e = args(&["--wrokers", "2"]).unwrap_err();
+        let ArgsError::Invalid(e) = e else { panic!("{e:?}") };
+        assert!(!e.contains('\n') && e.contains("--wrokers") && e.contains("--workers"), "{e}");
+        let ArgsError::Invalid(e) = args(&["--workers", "two"]).unwrap_err() else { panic!() };
+        assert!(!e.contains('\n') && e.contains("two") && e.contains("--workers"), "{e}");
+        let ArgsError::Invalid(e) = args(&["--config", "/nonexistent/serve.toml"]).unwrap_err() else { panic!() };
+        assert!(e.starts_with("/nonexistent/serve.toml: "), "{e}");
+        let ArgsError::Show(help) = args(&["--help"]).unwrap_err() else { panic!() };
+        for shown in ["[default: 2]", "[default: 200]", "[default: refused]", "OFFLOAD_SERVE_WORKERS", "--endpoint"] {
+            assert!(help.contains(shown), "{shown} not in {help}");
+        }
+        let matcher_help: String = help.split("--matcher").nth(1).unwrap().split("--endpoint").next().unwrap().into();
+        for m in MatcherKind::ALL.iter().map(|m| m.as_str()).chain(["gpu", "nfa:<given|asc|desc|h2>"]) {
+            assert!(matcher_help.contains(m), "--matcher help lacks {m}: {matcher_help}");
+        }
+    }
+
+    #[test]
+    fn config_default_is_the_defaults_help_shows() {
+        let d = Config::default();
+        assert_eq!((d.workers, d.kernels, d.engine_threads, d.queue), (2, 1, 1, 64));
+        assert_eq!((d.batch_max_queries, d.batch_timeout_us), (0, 200));
+        assert_eq!(d.endpoints, vec!["tcp://127.0.0.1:5555".to_string()]);
+        assert!(d.control.is_none() && d.metrics.is_none());
     }
 
     #[test]
@@ -221,6 +451,8 @@ mod tests {
         assert!(e.contains("line 1, column 1") && e.contains("unknown field `wrokers`"), "{e}");
         let e = Settings::from_toml("workers = -1\n", Path::new("")).unwrap_err();
         assert!(e.contains("line 1"), "{e}");
+        let e = Settings::from_toml("config = 'other.toml'\n", Path::new("")).unwrap_err();
+        assert!(e.contains("unknown field `config`"), "{e}");
     }
 
     #[test]

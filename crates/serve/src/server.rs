@@ -124,23 +124,6 @@ pub fn check_exposure(cfg: &Config) -> Result<Vec<String>, String> {
     Ok(warnings)
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            endpoints: vec!["tcp://127.0.0.1:5555".into()],
-            workers: 2,
-            kernels: 1,
-            engine_threads: 1,
-            queue: 64,
-            control: None,
-            metrics: None,
-            batch_max_queries: 0,
-            batch_timeout_us: 200,
-            security: Security::default(),
-        }
-    }
-}
-
 /// Counters kept while serving (also returned when the server stops).
 #[derive(Debug, Default)]
 pub struct Counters {

@@ -11,13 +11,37 @@ from typing import Annotated, Any
 
 import typer
 import zmq
+from typer.core import TyperGroup
 from zmq.utils.monitor import recv_monitor_message
 
 from offload.clitools import JsonOpt, console, err, failing, floats, ints
 from offload.clitools import fail as _fail
 from offload.serve import CurveKeys
 
+_DAEMON_ARGS = "offload.serve.daemon_args"
+
+
+class _DaemonGroup(TyperGroup):
+    """`offload serve` without a subcommand hands its arguments, untouched, to the daemon's one
+    settings parser (offload_serve::config::Settings in Rust, the same as `offload-serve`'s), so
+    each setting is declared once; `--help` lists the subcommands, then that parser's options."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not {"-h", "--help"} & set(args):
+            ctx.meta[_DAEMON_ARGS] = list(args)
+            args = []
+        return super().parse_args(ctx, args)
+
+    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+        from offload import _native
+
+        super().format_help(ctx, formatter)
+        formatter.write("\nThe daemon (offload serve [OPTIONS], the same as offload-serve [OPTIONS]):\n\n")
+        formatter.write(_native.serve_help("offload serve"))
+
+
 app = typer.Typer(
+    cls=_DaemonGroup,
     help="Serve a rule set over ZeroMQ (protocol and security: docs/serve-protocol.md). Without a "
     "subcommand: start the daemon; `inject` replays a trace against it, `sweep` measures a grid of its "
     "configurations. Every endpoint binds loopback or IPC unless you say otherwise; "
@@ -44,157 +68,21 @@ ClientKeyOpt = Annotated[
         help="Your secret key file (NAME.key_secret), whose public half the daemon admits. \\[default: none]",
     ),
 ]
-NONE = "\\[default: none]"
 
 
 @app.callback()
-def serve(
-    ctx: typer.Context,
-    config: Annotated[
-        str | None,
-        typer.Option(
-            "--config",
-            help="Settings file (TOML; keys as the options below with _, e.g. `workers = 2`). "
-            f"Options given here override it. {NONE}",
-        ),
-    ] = None,
-    ruletype: Annotated[
-        str | None, typer.Option("--ruletype", help=f"Rule type: .xml or .toml (or in --config). {NONE}")
-    ] = None,
-    rules: Annotated[str | None, typer.Option("--rules", help=f"Rules CSV (or in --config). {NONE}")] = None,
-    endpoint: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--endpoint",
-            "-e",
-            help="Data endpoint to bind (repeat): tcp://127.0.0.1:5555, ipc:///tmp/x. An address off "
-            "loopback needs --curve-data-client or --allow-remote-data. \\[default: tcp://127.0.0.1:5555]",
-        ),
-    ] = None,
-    control: Annotated[
-        str | None,
-        typer.Option(
-            "--control",
-            "-c",
-            help="Control endpoint for `stats`, `reload` and `set`; off loopback/IPC it needs CURVE "
-            f"(--curve-secret-key, --curve-client). {NONE}",
-        ),
-    ] = None,
-    workers: Annotated[
-        int | None, typer.Option(help="Worker threads (w): decode, batch, encode. \\[default: 2]")
-    ] = None,
-    kernels: Annotated[
-        int | None,
-        typer.Option(help="Kernel executors (k), each matching one batch at a time. \\[default: 1]"),
-    ] = None,
-    engine_threads: Annotated[
-        int | None, typer.Option(help="Matching threads per kernel executor (e). \\[default: 1]")
-    ] = None,
-    queue: Annotated[
-        int | None,
-        typer.Option(help="Requests that may wait; beyond that the reply is 'busy'. \\[default: 64]"),
-    ] = None,
-    matcher: Annotated[
-        str | None,
-        typer.Option(
-            help="linear, nfa, nfa:<given|asc|desc|h2>, fast, gpu-host (the GPU's algorithm on the "
-            "CPU) or gpu (the kernel executors run on the CUDA device). \\[default: fast]"
-        ),
-    ] = None,
-    batch_max_queries: Annotated[
-        int | None,
-        typer.Option(
-            help="Cross-request batching: queries per batch (0 = one request at a time). \\[default: 0]"
-        ),
-    ] = None,
-    batch_timeout_us: Annotated[
-        int | None,
-        typer.Option(
-            help="Cross-request batching: wait for more, from the first request's arrival. \\[default: 200]"
-        ),
-    ] = None,
-    metrics: Annotated[
-        str | None,
-        typer.Option(
-            help="Serve Prometheus text at http://ADDR/metrics: PORT (on 127.0.0.1) or HOST:PORT; off "
-            f"loopback it needs --allow-remote-metrics. {NONE}"
-        ),
-    ] = None,
-    curve_secret_key: Annotated[
-        str | None,
-        typer.Option(
-            help="The daemon's key pair (server.key_secret from `offload serve keys`): the control "
-            f"socket then requires CURVE. {NONE}"
-        ),
-    ] = None,
-    curve_client: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="A client public key file (NAME.key) or a directory of them, admitted on the control "
-            f"socket (repeat). {NONE}"
-        ),
-    ] = None,
-    curve_data_client: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="The same for the data endpoints: given, they require CURVE too (repeat). "
-            "\\[default: none: data endpoints without CURVE]"
-        ),
-    ] = None,
-    reload_dir: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="A directory `reload` may read rule files from (repeat); other paths are refused. "
-            "\\[default: the directories of --ruletype and --rules]"
-        ),
-    ] = None,
-    allow_remote_data: Annotated[
-        bool,
-        typer.Option(
-            "--allow-remote-data",
-            help="Allow a data endpoint off loopback without CURVE (clear text, open to anyone who can "
-            "reach it). \\[default: refused]",
-            show_default=False,
-        ),
-    ] = False,
-    allow_remote_metrics: Annotated[
-        bool,
-        typer.Option(
-            "--allow-remote-metrics",
-            help="Allow the metrics page off loopback (counters only). \\[default: refused]",
-            show_default=False,
-        ),
-    ] = False,
-) -> None:
+def serve(ctx: typer.Context) -> None:
     """Start the daemon until Ctrl-C or SIGTERM (queued requests are answered first)."""
     if ctx.invoked_subcommand is not None:
         return
     from offload import _native
 
     with failing(ValueError, OverflowError):
-        counters = _native.serve(
-            config=config,
-            ruletype=ruletype,
-            rules=rules,
-            endpoints=endpoint,
-            workers=workers,
-            kernels=kernels,
-            engine_threads=engine_threads,
-            queue=queue,
-            matcher=matcher,
-            control=control,
-            batch_max_queries=batch_max_queries,
-            batch_timeout_us=batch_timeout_us,
-            metrics=metrics,
-            curve_secret_key=curve_secret_key,
-            curve_clients=curve_client,
-            curve_data_clients=curve_data_client,
-            reload_dirs=reload_dir,
-            # an unset flag leaves the settings file's value
-            allow_remote_data=True if allow_remote_data else None,
-            allow_remote_metrics=True if allow_remote_metrics else None,
-        )
-    err.print("stopped: " + ", ".join(f"{k} {v}" for k, v in counters), highlight=False)
+        result = _native.serve(ctx.meta.get(_DAEMON_ARGS, []))
+    if isinstance(result, str):  # --version (or --help after a daemon option)
+        print(result, end="")
+        return
+    err.print("stopped: " + ", ".join(f"{k} {v}" for k, v in result), highlight=False)
 
 
 @app.command()
