@@ -7,17 +7,17 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from offload.clitools import JsonOpt, console, err, failing
+from offload.clitools import JsonOpt, OutOpt, console, emit, err, failing
 from offload.clitools import fail as _fail
 from offload.clitools import ints as _ints
 from offload.files import write_text
+from offload.plan import tables
 
 app = typer.Typer(
     help="Plan a deployment: what it costs (cost, arithmetic shown), how a pipeline configuration "
@@ -71,9 +71,10 @@ def _progress(first: str) -> Iterator[Callable[[str], None]]:
         thread.join()
 
 
-def _json_out(result: object) -> None:
-    """The machine-readable result on stdout (--json)."""
-    print(json.dumps(result, indent=2))
+def _show(renderables: list[Any]) -> None:
+    """A command's text result on stdout, each table and line on its own."""
+    for x in renderables:
+        console.print(x)
 
 
 @app.command()
@@ -111,71 +112,17 @@ def cost(
 
         offload plan cost data/plans/seed-table1.toml
     """
-    import dataclasses
-    from fractions import Fraction
-
     from offload.plan import cost as c
 
-    with failing(c.InputError):
-        s = c.load_scenario(scenario, catalog)
-    w = s.workload
-    if offload_share is not None:
-        if not 0 <= offload_share < 1:
-            raise _fail(f"--offload-share must be in [0, 1), not {offload_share}")
-        w = dataclasses.replace(w, offload_share=c.exact(offload_share))
-    if cpu_servers is not None:
-        if cpu_servers <= 0:
-            raise _fail(f"--cpu-servers must be positive, not {cpu_servers}")
-        cs = c.exact(cpu_servers)
-        w = dataclasses.replace(w, cpu_servers=cs, cpu_servers_text=f"{c.fmt(cs)} (--cpu-servers)")
-    if rounding is not None:
-        if rounding not in ("up", "nearest"):
-            raise _fail(f"--rounding must be up or nearest, not {rounding!r}")
-        w = dataclasses.replace(w, rounding=rounding)
-    s = dataclasses.replace(s, workload=w)
+    with failing(c.InputError, ValueError):
+        s = c.with_overrides(c.load_scenario(scenario, catalog), offload_share, cpu_servers, rounding)
     lines = c.cost(s)
-    result = c.report(s, lines)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(out, json.dumps(result, indent=2))
-    if as_json:
-        print(json.dumps(result, indent=2))
+    if emit(c.report(s, lines), as_json, out):
         return
-
-    t = Table(title=f"Deployment cost: {scenario}", title_justify="left")
-    for col, just in (("deployment", "left"), ("element", "left"), ("units", "right"), ("unit cost", "right"),
-                      ("total (USD)", "right"), ("million USD", "right"), ("× original", "right"),
-                      ("queries/USD", "right")):  # fmt: skip
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
-    group = None
-    for ln in lines:
-        if ln.group != group and group is not None:
-            t.add_section()
-        group = ln.group
-        units = f"{ln.units:,}" + (f" (+{ln.pool_units:,} pool)" if ln.pool_units else "")
-        if ln.units != ln.units_exact:
-            units += f"  [dim]({c.fmt(ln.units_exact, 2)})[/]"
-        per = "/year" if ln.per_year else ""
-        t.add_row(
-            f"{ln.group}: {ln.name}" if ln.group else ln.name,
-            ln.item.name,
-            units,
-            ln.item.price_text(),
-            f"{float(ln.total_usd):,.0f}{per}",
-            f"{float(ln.total_usd / Fraction(1_000_000)):.2f}{per}",
-            "-" if ln.relative is None else f"{float(ln.relative):.2f}×",
-            "-" if ln.queries_per_usd is None else f"{ln.queries_per_usd / 1e9:,.1f} billion",
-        )
-    console.print(t)
-    prices = sorted({f"{ln.item.name}: {ln.item.region}, {ln.item.plan}, {ln.item.date}" for ln in lines})
-    console.print(f"[dim]prices: {escape('; '.join(prices))}[/]")
-    if explain:
-        for ln in lines:
-            console.print(f"[bold]{escape(ln.group + ': ' if ln.group else '')}{escape(ln.name)}[/]")
-            for step in ln.steps:
-                console.print(f"  {escape(step)}", highlight=False)
+    _show(tables.cost(scenario, lines, explain))
 
 
+# Over 80 lines: the declarations of its 21 options; the logic below them is 30 lines.
 @app.command()
 def simulate(
     costs: Annotated[
@@ -227,6 +174,7 @@ def simulate(
         ),
     ] = 500_000,
     as_json: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Simulate the serving pipeline (p/w/k/e, batching) with given or calibrated stage costs:
     throughput and latency percentiles.
@@ -237,13 +185,10 @@ def simulate(
 
         offload plan simulate --costs costs.toml -p 4 --w 2 --k 1 --e 2 --cpus 2 --trace build/s100k
     """
-    import csv
-
+    from offload.plan import inputs
     from offload.plan import simulate as sim
     from offload.plan.tomlfile import InputError
 
-    p = p_old if p_old is not None else processes
-    validation = None
     if calibration is not None and costs is not None:
         raise _fail("give --costs or --calibration, not both")
     if calibration is None and costs is None and preset is None:
@@ -252,75 +197,27 @@ def simulate(
             "calibrate`), written (--costs costs.toml) or a what-if kernel (--preset, e.g. erbium-fpga)"
         )
     try:
-        if calibration is not None:
-            from offload.plan import calibrate as cal
-
-            calib = cal.load(calibration)
-            c = sim.Costs(**calib["costs"])
-            validation = calib["median_abs_error"]
-            cpus = cpus or calib["cpus"]
-        else:
-            c = sim.load_costs(str(costs)) if costs else sim.Costs()
-        about: dict[str, str] = {}
-        if preset is not None:
-            about, kernel = sim.load_preset(preset)
-            c = sim.with_preset(c, kernel)
+        sc = inputs.stage_costs(calibration, costs, preset)
     except InputError as ex:
         raise _fail(str(ex)) from None
     except (OSError, ValueError, TypeError) as ex:
         raise _fail(f"{calibration or preset}: {ex}") from None
-    if trace is not None:
-        try:
-            with open(trace / "requests.csv", newline="") as f:
-                qpr = tuple(int(r["N_QUERIES"]) for r in csv.DictReader(f))
-        except (OSError, KeyError, ValueError) as ex:
-            raise _fail(f"{trace / 'requests.csv'}: {ex}") from None
-    else:
-        try:
-            qpr = tuple(_ints(sizes))
-        except ValueError:
-            raise _fail(f"--sizes: expected comma-separated integers, got {sizes!r}") from None
-    pipe = sim.Pipeline(p, w, k, e, batch, timeout_us * 1e-6, queue, cpus or None)
+    with failing(ValueError):
+        qpr = inputs.request_sizes(trace, sizes)
+    p = processes if p_old is None else p_old
+    pipe = sim.Pipeline(p, w, k, e, batch, timeout_us * 1e-6, queue, cpus or sc.cpus or None)
     load = sim.Load(qpr, mode, rate, duration, min(0.1, duration / 10), seed, max_requests)
     try:
-        with _progress(f"simulating {pipe.label()} for {duration:g} s") as _say:
-            r = sim.simulate(pipe, c, load)
+        with _progress(f"simulating {pipe.label()} for {duration:g} s"):
+            r = sim.simulate(pipe, sc.costs, load)
     except sim.SimulationLimit as ex:
         raise _fail(f"{ex}; shorten --duration or raise --max-requests") from None
     except ValueError as ex:
         raise _fail(str(ex)) from None
-    j = r.to_json()
-    j["validation_median_abs_error"] = validation
-    j["preset"] = about or None
-    if as_json:
-        print(json.dumps(j, indent=2))
+    j = r.to_json() | {"validation_median_abs_error": sc.validation, "preset": sc.kernel or None}
+    if emit(j, as_json, out):
         return
-    lat = j["latency_s"]
-
-    def us(q: str) -> str:
-        x = lat[q]
-        return f"{q} n/a" if x is None else f"{q} {x * 1e6:,.{0 if x >= 1e-4 else 2}f} µs"
-
-    console.print(
-        f"[bold]{pipe.label()}[/] ({mode} loop): {r.throughput_qps:,.0f} queries/s, "
-        f"{r.throughput_rps:,.0f} requests/s ({r.requests:,} answered); latency {us('p50')}, "
-        f"{us('p99')}; busy {r.busy:,}"
-    )
-    for warning in j["warnings"]:
-        console.print(f"[yellow]warning:[/] {escape(warning)}")
-    if r.utilisation:
-        console.print("utilisation: " + ", ".join(f"{s} {u:.0%}" for s, u in r.utilisation.items()))
-    if about:
-        name, status = about.get("name", preset or ""), about.get("status", "?")
-        console.print(f"kernel: {escape(name)} ({escape(status)})")
-    if validation is None:
-        console.print("[dim]uncalibrated: an estimate from the given costs, with no measured error[/]")
-    else:
-        console.print(
-            f"validation error of this calibration (median over its validation runs): throughput "
-            f"±{validation['queries_per_s']:.0%}, p50 ±{validation['p50']:.0%}, p99 ±{validation['p99']:.0%}"
-            + (" (measured with this machine's kernel; the what-if kernel is not validated)" if about else "")
-        )
+    _show(tables.simulation(r, j, pipe, mode, preset))
 
 
 @app.command()
@@ -363,29 +260,9 @@ def calibrate(
             raise _fail(str(ex)) from None
     result["sweep"] = str(sweep)
     result["profile"] = str(profile) if profile else None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text(out, json.dumps(result, indent=2))
-    if as_json:
-        return _json_out(result)
-    t = Table(title=f"Predicted vs measured ({result['cpus']} cores; φ = {result['cpu_share_outside']:.1f})")
-    cols = ["configuration", "role", "queries/s meas.", "held-out pred.", "err"]
-    for col in [*cols, "p50 µs meas.", "pred.", "err", "p99 µs meas.", "pred.", "err"]:
-        t.add_column(col, justify="left" if col in ("configuration", "role") else "right")
-    for row in result["table"]:
-        m, pr, e = row["measured"], row["predicted"], row["error"]
-        t.add_row(
-            row["config"], row["role"],
-            f"{m['queries_per_s']:,.0f}", f"{pr['queries_per_s']:,.0f}", f"{e['queries_per_s']:+.0%}",
-            f"{m['p50_us']:,.0f}", f"{pr['p50_us']:,.0f}", f"{e['p50_us']:+.0%}",
-            f"{m['p99_us']:,.0f}", f"{pr['p99_us']:,.0f}", f"{e['p99_us']:+.0%}",
-        )  # fmt: skip
-    console.print(t)
-    mae = result["median_abs_error"]
-    console.print(
-        f"median absolute error, leave-one-out over {len(result['validation_configs'])} configurations: "
-        f"throughput {mae['queries_per_s']:.1%}, p50 {mae['p50']:.1%}, p99 {mae['p99']:.1%}"
-    )
-    console.print(f"wrote {out}")
+    if emit(result, as_json, out):
+        return
+    _show(tables.calibration(result, out))
 
 
 @app.command()
@@ -420,17 +297,12 @@ def preset(
         )
     except (OSError, KeyError, ValueError) as ex:
         raise _fail(f"{ex}") from None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text(out, measured.to_toml(about, costs))
-    if as_json:
-        return _json_out({"about": about, "costs": costs, "out": str(out)})
-    t = Table(title=escape(about["name"]))
-    t.add_column("cost")
-    t.add_column("value", justify="right")
-    for key, v in costs.items():
-        t.add_row(key, f"{v:.4g}" if isinstance(v, float) else str(v))
-    console.print(t)
-    console.print(f"wrote {out}")
+    with failing(OSError):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text(out, measured.to_toml(about, costs))
+    if emit({"about": about, "costs": costs, "out": str(out)}, as_json):
+        return
+    _show(tables.preset(about, costs, out))
 
 
 @app.command()
@@ -454,48 +326,25 @@ def check(
             --trace build/demo
     """
     from offload.plan import calibrate as cal
-    from offload.plan import measured
-    from offload.plan import simulate as sim
+    from offload.plan import inputs, measured
     from offload.plan.tomlfile import InputError
 
     try:
         rows = json.loads(sweep.read_text())["rows"]
-        calib = cal.load(calibration)
-        costs = sim.Costs(**calib["costs"])
-        about = {}
-        if preset is not None:
-            about, kernel = sim.load_preset(preset)
-            costs = sim.with_preset(costs, kernel)
+        sc = inputs.stage_costs(calibration, preset=preset)
         with _progress("predicting the sweep's rows") as say:
-            result = measured.check(rows, costs, cal.trace_sizes(trace), cpus or calib["cpus"], say)
+            result = measured.check(rows, sc.costs, cal.trace_sizes(trace), cpus or sc.cpus, say)
     except InputError as ex:
         raise _fail(str(ex)) from None
     except (OSError, KeyError, ValueError, TypeError) as ex:
         raise _fail(f"{ex}") from None
-    result.update(sweep=str(sweep), calibration=str(calibration), preset=about or None)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text(out, json.dumps(result, indent=2))
-    if as_json:
-        return _json_out(result)
-    t = Table(title=f"Predicted vs measured ({result['cpus']} cores{'; ' + about['name'] if about else ''})")
-    for col in ["configuration", "queries/s meas.", "pred.", "err", "p50 µs meas.", "pred.", "err"]:
-        t.add_column(col, justify="left" if col == "configuration" else "right")
-    for row in result["table"]:
-        m, pr, e = row["measured"], row["predicted"], row["error"]
-        t.add_row(
-            row["config"],
-            f"{m['queries_per_s']:,.0f}", f"{pr['queries_per_s']:,.0f}", f"{e['queries_per_s']:+.0%}",
-            f"{m['p50_us']:,.0f}", f"{pr['p50_us']:,.0f}", f"{e['p50_us']:+.0%}",
-        )  # fmt: skip
-    console.print(t)
-    mae = result["median_abs_error"]
-    console.print(
-        f"median absolute error over {len(result['table'])} configurations: throughput "
-        f"{mae['queries_per_s']:.1%}, p50 {mae['p50']:.1%}, p99 {mae['p99']:.1%}"
-    )
-    console.print(f"wrote {out}")
+    result.update(sweep=str(sweep), calibration=str(calibration), preset=sc.kernel or None)
+    if emit(result, as_json, out):
+        return
+    _show(tables.check(result, out))
 
 
+# Over 80 lines: the declarations of its 15 options; the logic below them is 35 lines.
 @app.command()
 def recommend(
     sweep: Annotated[
@@ -549,83 +398,36 @@ def recommend(
             -p 1,2,4,8,16 --w 1,2,4 --k 1 --e 4 --cpus 16 --p99-us 2000
     """
     from offload.plan import calibrate as cal
+    from offload.plan import inputs
     from offload.plan import recommend as rec
-    from offload.plan import simulate as sim
 
     if p99_us is None and target_qps is None:
         raise _fail("give --p99-us and/or --target-qps")
     if not sweep and calibration is None:
         raise _fail("give measured rows (--sweep) and/or a calibration to simulate (--calibration)")
-    p = p_old if p_old is not None else processes
-    rows: list[dict] = []
-    for path in sweep or []:
-        try:
-            rows += rec.tag(json.loads(path.read_text())["rows"], "measured")
-        except (OSError, KeyError, ValueError) as ex:
-            raise _fail(f"{path}: {ex}") from None
-    about: dict[str, str] = {}
-    error = None
-    if calibration is not None:
-        if trace is None:
-            raise _fail("simulating needs --trace (the request sizes to replay)")
-        try:
-            calib = cal.load(calibration)
-            costs = sim.Costs(**calib["costs"])
-            error = calib["median_abs_error"]
-            if preset is not None:
-                about, kernel = sim.load_preset(preset)
-                costs = sim.with_preset(costs, kernel)
+    if calibration is not None and trace is None:
+        raise _fail("simulating needs --trace (the request sizes to replay)")
+    sc = None
+    with failing(OSError, KeyError, ValueError, TypeError):
+        rows = rec.measured_rows(sweep or [])
+        if calibration is not None and trace is not None:
+            sc = inputs.stage_costs(calibration, preset=preset)
             sizes = cal.trace_sizes(trace)
-            grid = [_ints(x) for x in (p, w, k, e, batch)]
-        except (OSError, KeyError, ValueError, TypeError) as ex:
-            raise _fail(str(ex)) from None
-        with _progress("simulating") as say:
-            n_cpus = cpus or calib["cpus"]
-            try:
-                rows += rec.simulated_rows(costs, sizes, *grid, cpus=n_cpus, error=error, progress=say)
-            except ValueError as ex:
-                raise _fail(str(ex)) from None
+            grid = [_ints(x) for x in (processes if p_old is None else p_old, w, k, e, batch)]
+    if sc is not None:
+        with _progress("simulating") as say, failing(ValueError):
+            rows += rec.simulated_rows(sc.costs, sizes, *grid, cpus=cpus or sc.cpus, error=sc.validation,
+                                       progress=say)  # fmt: skip
     result = rec.recommend(rows, p99_us, target_qps)
-    q1, q2 = result["best_under_p99"] or {}, result["lowest_latency_for"] or {}
-    chosen = q1.get("config") or q2.get("config")
+    about = sc.kernel if sc else {}
     title = "offload plan recommend" + (f" — kernel: {about.get('name', preset)}" if about else "")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with _progress("plotting"):
-        png = rec.plot(rows, chosen, out.with_suffix(".png"), title[:110])
+    with _progress("plotting"), failing(OSError):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        png = rec.plot(rows, rec.chosen(result), out.with_suffix(".png"), title[:110])
     result |= {"rows": rows, "preset": about or None, "plot": str(png)}
-    write_text(out, json.dumps(result, indent=2))
-    if as_json:
-        return _json_out(result)
-
-    t = Table(title="Pareto front (throughput vs p99)")
-    for col in ("configuration", "source", "queries/s", "p50 µs", "p99 µs"):
-        t.add_column(col, justify="left" if col in ("configuration", "source") else "right")
-    for r in rec.on_front(rows, result["pareto"]):
-        qps, p50, p99 = f"{r['queries_per_s']:,.0f}", f"{r['p50_us']:,.0f}", f"{r['p99_us']:,.0f}"
-        t.add_row(r["label"], r["source"], qps, p50, p99)
-    console.print(t)
-
-    def show(question: str, answer: dict | None) -> None:
-        if answer is None:
-            return
-        c = answer["config"]
-        if c is None:
-            console.print(f"{question}: [bold red]none qualifies[/]")
-            return
-        note = ""
-        if c["source"] == "simulated" and c.get("validation_error"):
-            v = c["validation_error"]
-            note = f" (simulated; validation error ±{v['queries_per_s']:.0%} throughput, ±{v['p50']:.0%} p50)"
-        console.print(
-            f"{question}: [bold]{c['label']}[/] — {c['queries_per_s']:,.0f} queries/s, "
-            f"p99 {c['p99_us']:,.0f} µs{note}"
-        )
-
-    if p99_us is not None:
-        show(f"most throughput with p99 <= {p99_us:,.0f} µs", result["best_under_p99"])
-    if target_qps is not None:
-        show(f"lowest p99 with >= {target_qps:,.0f} queries/s", result["lowest_latency_for"])
-    console.print(f"wrote {out} and {png}")
+    if emit(result, as_json, out):
+        return
+    _show(tables.recommendation(result, rec.on_front(rows, result["pareto"]), out))
 
 
 @app.command()
@@ -648,6 +450,7 @@ def fleet(
         Path | None, typer.Option(help="Price catalog TOML. \\[default: the bundled one]")
     ] = None,
     as_json: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Simulate one node, then size and price the fleet that carries a workload — fleet scale
     fed into the cost model (e.g. the seed's 400 nodes × 48 processes).
@@ -658,56 +461,26 @@ def fleet(
     from offload.plan import calibrate as cal
     from offload.plan import cost as c
     from offload.plan import fleet as fl
+    from offload.plan import inputs
     from offload.plan import simulate as sim
 
-    p = p_old if p_old is not None else processes
-    try:
-        calib = cal.load(calibration)
-        costs = sim.Costs(**calib["costs"])
-        about: dict[str, str] = {}
-        if preset is not None:
-            about, kernel = sim.load_preset(preset)
-            costs = sim.with_preset(costs, kernel)
-        items = c.load_catalog(catalog or c.CATALOG)
-        if item not in items:
-            raise ValueError(f"no item {item!r} in the price catalog; known: {', '.join(items)}")
-        node_item = items[item]
-        pipe = sim.Pipeline(p, w, k, e, cpus=cpus or node_item.vcpus)
+    with failing(OSError, KeyError, ValueError, TypeError, c.InputError):
+        sc = inputs.stage_costs(calibration, preset=preset)
+        node_item = c.item_of(item, catalog)
+        pipe = sim.Pipeline(processes if p_old is None else p_old, w, k, e, cpus=cpus or node_item.vcpus)
         sizes = cal.trace_sizes(trace)
         with _progress(f"simulating one node ({pipe.label()} on {pipe.cpus} cores)"):
-            result = fl.size(pipe, costs, sizes, node_item, requests_per_s)
-    except (OSError, KeyError, ValueError, TypeError, c.InputError) as ex:
-        raise _fail(str(ex)) from None
-    j = result.to_json() | {"preset": about or None, "validation_median_abs_error": calib["median_abs_error"]}
-    if as_json:
-        print(json.dumps(j, indent=2))
+            result = fl.size(pipe, sc.costs, sizes, node_item, requests_per_s)
+    j = result.to_json() | {"preset": sc.kernel or None, "validation_median_abs_error": sc.validation}
+    if emit(j, as_json, out):
         return
-    n = result.node
-    console.print(
-        f"one node ({pipe.label()} on {pipe.cpus} cores{', kernel: ' + about['name'] if about else ''}): "
-        f"{n.throughput_rps:,.0f} requests/s, {n.throughput_qps:,.0f} queries/s, "
-        f"p99 {n.percentile(99) * 1e6:,.0f} µs"
-    )
-    ln = result.line
-    per = "/year" if ln.per_year else ""
-    console.print(
-        f"fleet for {requests_per_s:,.0f} requests/s: [bold]{ln.units:,} × {ln.item.name}[/], "
-        f"{float(ln.total_usd):,.0f} USD{per}"
-    )
-    for step in ln.steps:
-        console.print(f"  {escape(step)}", highlight=False)
-    v = calib["median_abs_error"]
-    console.print(
-        f"[dim]node capacity from the calibrated model (validation error ±{v['queries_per_s']:.0%} "
-        f"throughput on {calib['cpus']} measured cores; extrapolated to {pipe.cpus} cores)[/]"
-    )
+    _show(tables.fleet(result, pipe, sc))
 
 
 def _moved_flows() -> None:
     """`offload plan flows` kept, hidden, for one release after it became `offload flows model`
     (the pipeline model lives with the flows it models)."""
     import functools
-    from typing import Any
 
     from offload.flows.cli import model
 

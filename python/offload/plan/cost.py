@@ -22,6 +22,7 @@ reproduce a publication that did so, to the nearest unit.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -138,6 +139,14 @@ def load_catalog(path: Path | str = CATALOG) -> dict[str, Item]:
             None if "spec_date" not in raw else str(raw["spec_date"]),
         )  # fmt: skip
     return items
+
+
+def item_of(item_id: str, catalog: Path | str | None = None) -> Item:
+    """One item of the price catalog (the bundled one by default); a ValueError lists the known."""
+    items = load_catalog(catalog or CATALOG)
+    if item_id not in items:
+        raise ValueError(f"no item {item_id!r} in the price catalog; known: {', '.join(items)}")
+    return items[item_id]
 
 
 def _optional(doc: Document, keys: tuple[str | int, ...], table: dict[str, Any]) -> Fraction | None:
@@ -403,6 +412,31 @@ def cost(s: Scenario) -> list[Line]:
     return lines
 
 
+def with_overrides(
+    s: Scenario,
+    offload_share: float | None = None,
+    cpu_servers: float | None = None,
+    rounding: str | None = None,
+) -> Scenario:
+    """``s`` with the workload figures `offload plan cost` may override (None: the scenario's);
+    a ValueError names the option of a bad one."""
+    w = s.workload
+    if offload_share is not None:
+        if not 0 <= offload_share < 1:
+            raise ValueError(f"--offload-share must be in [0, 1), not {offload_share}")
+        w = dataclasses.replace(w, offload_share=exact(offload_share))
+    if cpu_servers is not None:
+        if cpu_servers <= 0:
+            raise ValueError(f"--cpu-servers must be positive, not {cpu_servers}")
+        cs = exact(cpu_servers)
+        w = dataclasses.replace(w, cpu_servers=cs, cpu_servers_text=f"{fmt(cs)} (--cpu-servers)")
+    if rounding is not None:
+        if rounding not in ("up", "nearest"):
+            raise ValueError(f"--rounding must be up or nearest, not {rounding!r}")
+        w = dataclasses.replace(w, rounding=rounding)
+    return dataclasses.replace(s, workload=w)
+
+
 def as_published(total_usd: Fraction, decimals: int) -> str:
     """Millions truncated (not rounded) to `decimals`, as the seed prints its totals."""
     scale = 10**decimals
@@ -425,5 +459,17 @@ def report(s: Scenario, lines: list[Line]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-__all__ = ["CATALOG", "InputError", "Item", "Line", "Scenario", "as_published", "cost", "load_catalog",
-           "load_scenario", "report"]  # fmt: skip
+__all__ = [
+    "CATALOG",
+    "InputError",
+    "Item",
+    "Line",
+    "Scenario",
+    "as_published",
+    "cost",
+    "item_of",
+    "load_catalog",
+    "load_scenario",
+    "report",
+    "with_overrides",
+]  # fmt: skip

@@ -12,6 +12,7 @@ calibration's validation error. Both go on one Pareto plot with the choice marke
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,23 @@ def on_front(rows: Sequence[dict[str, Any]], front: Sequence[Sequence[str]]) -> 
     keys = {(label, source) for label, source in front}
     return sorted((r for r in rows if (r["label"], r.get("source", "measured")) in keys),
                   key=lambda r: r["queries_per_s"])  # fmt: skip
+
+
+def measured_rows(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """The rows of `offload serve sweep` JSON files, tagged measured; a ValueError names the file."""
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            rows += tag(json.loads(path.read_text())["rows"], "measured")
+        except (OSError, KeyError, ValueError) as ex:
+            raise ValueError(f"{path}: {ex}") from None
+    return rows
+
+
+def chosen(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The configuration a recommendation picks: the SLA's answer, else the target's."""
+    q1, q2 = result["best_under_p99"] or {}, result["lowest_latency_for"] or {}
+    return q1.get("config") or q2.get("config")
 
 
 def plot(rows: Sequence[dict[str, Any]], chosen: dict[str, Any] | None, path: Path, title: str) -> Path:
