@@ -21,9 +21,9 @@ fn err(e: recsys::Error) -> PyErr {
     })
 }
 
+/// A serialisable Rust value as Python objects (a struct becomes a dict).
 fn to_dict<'py, T: serde::Serialize>(py: Python<'py>, v: &T) -> PyResult<Bound<'py, PyAny>> {
-    let s = serde_json::to_string(v).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    py.import("json")?.call_method1("loads", (s,))
+    Ok(pythonize::pythonize(py, v)?)
 }
 
 /// Writes a table of `rows` × `dim` with DLRM's initial distribution from `seed`
@@ -208,7 +208,7 @@ fn recsys_random_reads<'py>(
 #[pyfunction]
 #[pyo3(signature = (params=None))]
 fn recsys_flash_model<'py>(py: Python<'py>, params: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyAny>> {
-    let m = flash_from(py, params)?;
+    let m = flash_from(params)?;
     let d = to_dict(py, &m)?;
     d.set_item("page_cycles", m.page_cycles())?;
     Ok(d)
@@ -218,17 +218,16 @@ fn recsys_flash_model<'py>(py: Python<'py>, params: Option<&Bound<'py, PyDict>>)
 /// the one given — the kernel search's `b_EV` comes from here, not from a copy of the model.
 #[pyfunction]
 #[pyo3(signature = (ev_bytes, params=None))]
-fn recsys_flash_vector_cycles(py: Python<'_>, ev_bytes: u32, params: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
-    Ok(flash_from(py, params)?.vector_cycles(ev_bytes))
+fn recsys_flash_vector_cycles(ev_bytes: u32, params: Option<&Bound<'_, PyDict>>) -> PyResult<u64> {
+    Ok(flash_from(params)?.vector_cycles(ev_bytes))
 }
 
-fn flash_from(py: Python<'_>, params: Option<&Bound<'_, PyDict>>) -> PyResult<FlashModel> {
+fn flash_from(params: Option<&Bound<'_, PyDict>>) -> PyResult<FlashModel> {
     let base = serde_json::to_value(FlashModel::default()).expect("serialisable");
     let mut obj = base.as_object().cloned().expect("an object");
     if let Some(p) = params {
-        let json: String = py.import("json")?.call_method1("dumps", (p,))?.extract()?;
         let given: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(&json).map_err(|e| PyValueError::new_err(e.to_string()))?;
+            pythonize::depythonize(p.as_any()).map_err(|e| PyValueError::new_err(e.to_string()))?;
         for (k, v) in given {
             if !obj.contains_key(&k) {
                 let keys: Vec<_> = obj.keys().cloned().collect();
@@ -289,7 +288,7 @@ impl RecsysEngine {
         let s: Strategy = strategy.parse().map_err(PyValueError::new_err)?;
         let mode = match mode {
             "disk" => Mode::Disk,
-            "flash" => Mode::Flash(flash_from(py, flash)?),
+            "flash" => Mode::Flash(flash_from(flash)?),
             m => return Err(PyValueError::new_err(format!("unknown mode {m:?}; one of disk, flash"))),
         };
         let model = Dlrm::new(dense_width, mlp(bottom)?, mlp(top)?, tables.len(), dim).map_err(err)?;
