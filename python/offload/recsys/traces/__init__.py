@@ -82,7 +82,7 @@ the :class:`TraceConfig`).  :func:`load_trace` validates everything and raises `
 naming the table, batch and position of the first bad value.
 """
 
-from offload.recsys.traces.batches import Batch, EmbeddingTrace, validate_batch
+from offload.recsys.traces.batches import Batch, validate_batch
 from offload.recsys.traces.config import (
     HOTSET_PROB,
     HOTSET_ROWS,
@@ -98,10 +98,10 @@ from offload.recsys.traces.config import (
     TraceConfig,
     TraceKind,
 )
-from offload.recsys.traces.files import TRACE_FORMAT, TRACE_VERSION, load_trace, save_trace
 from offload.recsys.traces.locality import locality_stats, lru_hit_rate, lru_hit_rates, table_streams
 from offload.recsys.traces.permutation import RowPermutation
 from offload.recsys.traces.synthesis import TraceGenerator, generate_trace, more_lookups
+from offload.recsys.traces.trace import TRACE_FORMAT, TRACE_VERSION, EmbeddingTrace, load_trace, save_trace
 from offload.recsys.traces.zipf import zipf_pmf
 
 __all__ = [

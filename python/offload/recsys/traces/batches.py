@@ -1,15 +1,12 @@
-"""A batch of lookups in EmbeddingBag form, an embedding trace (batches + row counts + config),
-and their validation with errors that name the table, batch and position."""
+"""A batch of lookups in EmbeddingBag form, and its validation with errors that name the table,
+batch and position."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-
-from offload.recsys.traces.config import TraceConfig
 
 
 @dataclass
@@ -47,34 +44,6 @@ class Batch:
     def validate(self, rows: Sequence[int]) -> None:
         """Raise ``ValueError`` if the batch breaks the contract (see :func:`validate_batch`)."""
         validate_batch(self, rows)
-
-
-@dataclass
-class EmbeddingTrace:
-    """A list of batches plus the row counts (and, when generated, the config) behind them."""
-
-    batches: list[Batch]
-    rows: tuple[int, ...]
-    config: TraceConfig | None = None
-
-    def save(self, path: str | Path) -> Path:
-        """Write to one ``.npz`` (see :func:`save_trace`)."""
-        from offload.recsys.traces.files import save_trace  # files reads batches: imported here
-
-        return save_trace(path, self)
-
-    @classmethod
-    def load(cls, path: str | Path, rows: Sequence[int] | None = None) -> EmbeddingTrace:
-        """Read and validate a ``.npz`` (see :func:`load_trace`)."""
-        from offload.recsys.traces.files import load_trace  # files reads batches: imported here
-
-        return load_trace(path, rows)
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __iter__(self) -> Iterator[Batch]:
-        return iter(self.batches)
 
 
 def _first_bad(mask: np.ndarray) -> int:

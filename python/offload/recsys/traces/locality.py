@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from offload.recsys.traces.batches import Batch, EmbeddingTrace
+from offload.recsys.traces.batches import Batch
+from offload.recsys.traces.trace import EmbeddingTrace
 
 # Analysis
 

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from offload.recsys.traces.batches import Batch, EmbeddingTrace
+from offload.recsys.traces.batches import Batch
 from offload.recsys.traces.config import TraceConfig
 from offload.recsys.traces.permutation import _NS_DENSE, _NS_TABLE, RowPermutation
+from offload.recsys.traces.trace import EmbeddingTrace
 from offload.recsys.traces.zipf import _ZipfSampler
 
 # Generation

@@ -1,21 +1,44 @@
-"""The trace file: one ``.npz`` with a JSON ``meta``; writing, and reading with full validation."""
+"""An embedding trace (batches + row counts + the config that made them) and its file: one
+``.npz`` with a JSON ``meta``; writing, and reading with full validation."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from offload.recsys.traces.batches import Batch, EmbeddingTrace, _check_offsets, _first_bad, validate_batch
+from offload.recsys.traces.batches import Batch, _check_offsets, _first_bad, validate_batch
 from offload.recsys.traces.config import TraceConfig
 
 TRACE_FORMAT = "offload.recsys.trace"
 TRACE_VERSION = 1
 
 
-# Files
+@dataclass
+class EmbeddingTrace:
+    """A list of batches plus the row counts (and, when generated, the config) behind them."""
+
+    batches: list[Batch]
+    rows: tuple[int, ...]
+    config: TraceConfig | None = None
+
+    def save(self, path: str | Path) -> Path:
+        """Write to one ``.npz`` (see :func:`save_trace`)."""
+        return save_trace(path, self)
+
+    @classmethod
+    def load(cls, path: str | Path, rows: Sequence[int] | None = None) -> EmbeddingTrace:
+        """Read and validate a ``.npz`` (see :func:`load_trace`)."""
+        return load_trace(path, rows)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[Batch]:
+        return iter(self.batches)
 
 
 def save_trace(path: str | Path, trace: EmbeddingTrace) -> Path:
