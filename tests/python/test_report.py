@@ -192,6 +192,18 @@ def test_an_input_of_the_wrong_kind_is_named_by_its_option(
     assert not (tmp_path / "r.html").exists()  # nothing written
 
 
+def test_values_from_the_inputs_are_escaped(tmp_path: Path) -> None:
+    """The templates autoescape: a value that looks like markup is shown, not run."""
+    d = json.loads((RESULTS / "rules-100k.json").read_text())
+    d["date"] = "<script>alert(1)</script>"
+    d["matchers"] = {"<b>fast</b>": d["matchers"]["fast"]}
+    given = tmp_path / "bench.json"
+    given.write_text(json.dumps(d))
+    page = report.build(tmp_path / "r.html", bench=given).read_text()
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<td>&lt;b&gt;fast&lt;/b&gt;</td>" in page
+
+
 def test_an_input_that_is_not_json_is_named_by_its_option(tmp_path: Path) -> None:
     bad = tmp_path / "x.json"
     bad.write_text("")

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from offload.rules.synth import synth
+from offload.rules.synth import synth, synth_dir
 from offload.rules.synth.criteria import CRITERIA, CRITERION_CODES, CTN_TYPES, INVALID_SHARE, TARGET_SHARES
 from offload.rules.synth.ruleset import SynthRules, generate_rules
 from offload.rules.synth.trace import SynthTrace, generate_trace
@@ -279,6 +279,23 @@ def test_reproducible_bytes(tmp_path: Path) -> None:
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
     for f in ("rules.csv", "queries.csv", "requests.csv"):
         assert (tmp_path / "a" / f).read_bytes() != (tmp_path / "c" / f).read_bytes(), f
+
+
+def test_synth_dir_appears_whole_and_names_its_files(tmp_path: Path) -> None:
+    out = tmp_path / "set"
+    summary = synth_dir(out, 300, 3, seed=5)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "queries.csv",
+        "requests.csv",
+        "rules.csv",
+        "ruletype.xml",
+    ]
+    assert summary["paths"]["rules"] == str(out / "rules.csv")  # not the temporary it was built in
+    assert [p.name for p in tmp_path.iterdir()] == ["set"]  # no temporary left beside it
+    with pytest.raises(FileExistsError):
+        synth_dir(out, 300, 3, seed=6)
+    synth_dir(out, 300, 3, seed=6, overwrite=True)
+    assert "seed 6" in (out / "ruletype.xml").read_text()
 
 
 def test_files_well_formed(small_files: tuple[Path, dict[str, object]]) -> None:
