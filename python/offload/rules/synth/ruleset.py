@@ -336,7 +336,7 @@ class _Emitted:
         )
 
 
-def _emit_defaults(ap: Airport, d: _RuleDraws, out: _Emitted) -> int:
+def _emit_defaults(ap: Airport, draws: _RuleDraws, out: _Emitted) -> int:
     """1. Defaults: one per connection type (and per type for the sister airport); returns how
     many were emitted (at most the airport's rule count)."""
     home = ap.world
@@ -349,8 +349,8 @@ def _emit_defaults(ap: Airport, d: _RuleDraws, out: _Emitted) -> int:
             break
         row = [""] * 22
         row[0] = CTN_TYPES[ctn]
-        row[2] = d.w.codes[brd]
-        row[3] = d.w.codes[home]
+        row[2] = draws.w.codes[brd]
+        row[3] = draws.w.codes[home]
         t = TIMES[ctn][min(ap.base_time[ctn] + (2 if brd != home else 0), len(TIMES[ctn]) - 1)]
         out.add(row, t, False, (home, ctn, brd, -1, -1, -1, -1, -1, -1))
         emitted += 1
@@ -392,7 +392,7 @@ class _Member(NamedTuple):
     out_rg: tuple[int, int]
 
 
-def _emit_families(ap: Airport, d: _RuleDraws, out: _Emitted, emitted: int) -> None:
+def _emit_families(ap: Airport, draws: _RuleDraws, out: _Emitted, emitted: int) -> None:
     """2. Families: shared (ctn, carriers), members differ in one or two modifiers.
 
     A member's *pattern* (which criteria are specific) is drawn once per emitted rule; a
@@ -402,10 +402,10 @@ def _emit_families(ap: Airport, d: _RuleDraws, out: _Emitted, emitted: int) -> N
     """
     fam = _Family()
     while emitted < ap.n_rules:
-        _next_kind(fam, ap, d)
+        _next_kind(fam, ap, draws)
         if fam.new_pattern:
-            _draw_pattern(fam, d)
-        m = _draw_member(fam, ap, d)
+            _draw_pattern(fam, draws)
+        m = _draw_member(fam, ap, draws)
         if tuple(m.row) in out.seen:
             fam.fails += 1
             if fam.fails < 400:
@@ -416,22 +416,22 @@ def _emit_families(ap: Airport, d: _RuleDraws, out: _Emitted, emitted: int) -> N
         tlist = TIMES[fam.ctn]
         minutes = tlist[max(0, min(ap.base_time[fam.ctn] + m.delta, len(tlist) - 1))]
         meta = (ap.world, fam.ctn, m.brd, m.prv, m.nxt, *m.in_rg, *m.out_rg)
-        out.add(m.row, minutes, d.u() < d.rates.invalid, meta)
+        out.add(m.row, minutes, draws.u() < draws.rates.invalid, meta)
         emitted += 1
         fam.left -= 1
 
 
-def _next_kind(fam: _Family, ap: Airport, d: _RuleDraws) -> None:
+def _next_kind(fam: _Family, ap: Airport, draws: _RuleDraws) -> None:
     """Start a new kind (which legs are carrier-specific) when the family is complete or the
     kind is exhausted, and redraw the connection type and carriers when needed."""
-    u = d.u
+    u = draws.u
     if fam.left <= 0 and not fam.fails:
         fam.new_kind = True  # the previous family is complete
     if fam.fails >= 40 and fam.fails % 10 == 0:
         fam.new_kind = fam.new_pattern = True  # rare: this kind is exhausted here
     if fam.new_kind:
         fam.side_in = fam.side_out = False
-        if u() < d.rates.carrier:
+        if u() < draws.rates.carrier:
             x = u()
             fam.side_in = x < _CRR_SIDES[0] or x >= _CRR_SIDES[0] + _CRR_SIDES[1]
             fam.side_out = x < _CRR_SIDES[0] + _CRR_SIDES[1]
@@ -451,9 +451,9 @@ def _next_kind(fam: _Family, ap: Airport, d: _RuleDraws) -> None:
     fam.new_kind = False
 
 
-def _draw_pattern(fam: _Family, d: _RuleDraws) -> None:
+def _draw_pattern(fam: _Family, draws: _RuleDraws) -> None:
     """Which criteria the next member names: flight ranges/numbers and modifiers."""
-    u, rates = d.u, d.rates
+    u, rates = draws.u, draws.rates
     # Flight ranges / numbers only ever come with the carrier of that leg.
     fam.in_rg = fam.side_in and u() < rates.in_rg
     fam.in_nb = fam.side_in and not fam.in_rg and u() < rates.in_nb
@@ -472,9 +472,9 @@ def _draw_pattern(fam: _Family, d: _RuleDraws) -> None:
     fam.new_pattern = False
 
 
-def _draw_member(fam: _Family, ap: Airport, d: _RuleDraws) -> _Member:
+def _draw_member(fam: _Family, ap: Airport, draws: _RuleDraws) -> _Member:
     """The values of one member of the family, following its kind and pattern."""
-    u, w = d.u, d.w
+    u, w = draws.u, draws.w
     row = [""] * 22
     row[0] = CTN_TYPES[fam.ctn]
     brd = ap.sister if (ap.sister >= 0 and u() < 0.03) else ap.world
@@ -483,33 +483,33 @@ def _draw_member(fam: _Family, ap: Airport, d: _RuleDraws) -> _Member:
     row[4] = fam.in_crr
     row[5] = fam.out_crr
     delta = (-2, -1, -1, 0, 0, 0, 1, 1, 2)[int(u() * 9)]
-    in_rg, out_rg = _flights(fam, d, row)
+    in_rg, out_rg = _flights(fam, draws, row)
     prv = nxt = -1
     if fam.active:
-        delta += _terminals(fam, ap, d, row)
-        prv, nxt = _modifiers(fam, ap, d, row)
+        delta += _terminals(fam, ap, draws, row)
+        prv, nxt = _modifiers(fam, ap, draws, row)
     return _Member(row, brd, delta, prv, nxt, in_rg, out_rg)
 
 
-def _flights(fam: _Family, d: _RuleDraws, row: list[str]) -> tuple[tuple[int, int], tuple[int, int]]:
+def _flights(fam: _Family, draws: _RuleDraws, row: list[str]) -> tuple[tuple[int, int], tuple[int, int]]:
     """Flight ranges or numbers of the pattern; returns the (in, out) ranges, -1 when none."""
     in_rg = out_rg = (-1, -1)
     if fam.in_rg:
-        in_rg = _flight_range(d.u)
+        in_rg = _flight_range(draws.u)
         row[18] = f"{in_rg[0]:04d}/{in_rg[1]:04d}"
     elif fam.in_nb:
-        row[15] = str(d.flight_number(fam.in_crr))
+        row[15] = str(draws.flight_number(fam.in_crr))
     if fam.out_rg:
-        out_rg = _flight_range(d.u)
+        out_rg = _flight_range(draws.u)
         row[19] = f"{out_rg[0]:04d}/{out_rg[1]:04d}"
     elif fam.out_nb:
-        row[16] = str(d.flight_number(fam.out_crr))
+        row[16] = str(draws.flight_number(fam.out_crr))
     return in_rg, out_rg
 
 
-def _terminals(fam: _Family, ap: Airport, d: _RuleDraws, row: list[str]) -> int:
+def _terminals(fam: _Family, ap: Airport, draws: _RuleDraws, row: list[str]) -> int:
     """Terminals of the pattern; returns the extra steps of connecting time they cost."""
-    u, n_t = d.u, len(ap.terminals)
+    u, n_t = draws.u, len(ap.terminals)
     if "IN_TER" in fam.active:
         # Carriers mostly use their own terminal.
         ti = fam.in_ci if fam.in_ci >= 0 and u() < 0.7 else -1
@@ -522,26 +522,26 @@ def _terminals(fam: _Family, ap: Airport, d: _RuleDraws, row: list[str]) -> int:
     return 2 if row[17] and row[20] and row[17] != row[20] else 0  # changing terminals takes longer
 
 
-def _modifiers(fam: _Family, ap: Airport, d: _RuleDraws, row: list[str]) -> tuple[int, int]:
+def _modifiers(fam: _Family, ap: Airport, draws: _RuleDraws, row: list[str]) -> tuple[int, int]:
     """The other modifiers of the pattern; returns the previous/next airports (or -1)."""
-    u, w, active, home = d.u, d.w, fam.active, ap.world
+    u, w, active, home = draws.u, draws.w, fam.active, ap.world
     in_dom = fam.ctn in (0, 1)
     out_dom = fam.ctn in (0, 2)
     prv = nxt = -1
     if "MCT_PRD" in active:
         lo = PRD_START[0] + int(u() * (PRD_START[1] - PRD_START[0]))
         hi = min(lo + _PRD_LEN[pick(_PRD_CDF, u())] - 1, N_DAYS - 1)
-        row[1] = f"{d.dates[lo]}-{d.dates[hi]}"
+        row[1] = f"{draws.dates[lo]}-{draws.dates[hi]}"
     if "PRV_APT" in active:
-        prv = d.other_airport(home, in_dom)
+        prv = draws.other_airport(home, in_dom)
         row[21] = w.codes[prv] if prv >= 0 else ""
     if "NXT_APT" in active:
-        nxt = d.other_airport(home, out_dom)
+        nxt = draws.other_airport(home, out_dom)
         row[8] = w.codes[nxt] if nxt >= 0 else ""
     if "PRV_CTRY" in active:
-        row[12] = d.other_country(home, in_dom)
+        row[12] = draws.other_country(home, in_dom)
     if "NXT_CTRY" in active:
-        row[10] = d.other_country(home, out_dom)
+        row[10] = draws.other_country(home, out_dom)
     if "PRV_AREA" in active:
         row[11] = w.area[home] if in_dom else "123"[int(u() * 3)]
     if "NXT_AREA" in active:
@@ -551,7 +551,7 @@ def _modifiers(fam: _Family, ap: Airport, d: _RuleDraws, row: list[str]) -> tupl
     if "OUT_EQP" in active:
         row[7] = EQUIPMENT[pick(_EQP_CDF, u())]
     # States only make sense domestically (US/CA/AU-style regional rules).
-    pool = d.domestic[w.country[home]]
+    pool = draws.domestic[w.country[home]]
     if "PRV_STATE" in active and in_dom:
         row[14] = w.state[pool[int(u() * len(pool))]] if pool else ""
     if "NXT_STATE" in active and out_dom:
