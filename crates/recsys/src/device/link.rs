@@ -87,6 +87,44 @@ fn set_cpu(pid: u32, cpu: usize) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// Starts the device process (`command` + the channel's `path`), killed when the host dies, and
+/// pins it to `cpu` (default: the last CPU this process may use); `info` records what was applied.
+fn spawn_process(command: &[String], cpu: Option<usize>, path: &str, info: &mut DeviceInfo) -> Result<Child> {
+    info.at = "process".into();
+    info.command = command.to_vec();
+    let (prog, args) = command.split_first().ok_or_else(|| Error::Device("empty device command".into()))?;
+    let mut cmd = Command::new(prog);
+    cmd.args(args).arg(path).stdin(Stdio::null());
+    let host_pid = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the child between fork and exec; it allocates
+    // nothing and only calls prctl, getppid and _exit, which are async-signal-safe.
+    // PR_SET_PDEATHSIG survives exec (the interpreter is not set-user-ID), so the
+    // device is killed when the host's spawning thread dies; a host that died before
+    // prctl ran is caught by the getppid check (the child was re-parented).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != host_pid {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let c = cmd.spawn().map_err(|e| Error::Device(format!("cannot start the device process {prog:?}: {e}")))?;
+    let pid = c.id();
+    info.pid = Some(pid);
+    match cpu.or_else(last_cpu) {
+        Some(cpu) => match set_cpu(pid, cpu) {
+            Ok(()) => info.cpu = Some(cpu),
+            Err(why) => info.cpu_reason = Some(why),
+        },
+        None => info.cpu_reason = Some("this process's CPU set is unknown".into()),
+    }
+    Ok(c)
+}
+
 impl DeviceLink {
     /// Starts a device (`at` is `Process` or `Thread`) for these tables and asks it to OPEN them;
     /// `model` is sent for rm-ssd.
@@ -121,40 +159,7 @@ impl DeviceLink {
                 *timeout_s
             }
             DeviceAt::Process { command, cpu, timeout_s } => {
-                info.at = "process".into();
-                info.command = command.clone();
-                let (prog, args) = command.split_first().ok_or_else(|| Error::Device("empty device command".into()))?;
-                let mut cmd = Command::new(prog);
-                cmd.args(args).arg(&path).stdin(Stdio::null());
-                let host_pid = std::process::id() as libc::pid_t;
-                // SAFETY: the closure runs in the child between fork and exec; it allocates
-                // nothing and only calls prctl, getppid and _exit, which are async-signal-safe.
-                // PR_SET_PDEATHSIG survives exec (the interpreter is not set-user-ID), so the
-                // device is killed when the host's spawning thread dies; a host that died before
-                // prctl ran is caught by the getppid check (the child was re-parented).
-                unsafe {
-                    cmd.pre_exec(move || {
-                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        if libc::getppid() != host_pid {
-                            libc::_exit(1);
-                        }
-                        Ok(())
-                    });
-                }
-                let c =
-                    cmd.spawn().map_err(|e| Error::Device(format!("cannot start the device process {prog:?}: {e}")))?;
-                let pid = c.id();
-                info.pid = Some(pid);
-                match cpu.or_else(last_cpu) {
-                    Some(cpu) => match set_cpu(pid, cpu) {
-                        Ok(()) => info.cpu = Some(cpu),
-                        Err(why) => info.cpu_reason = Some(why),
-                    },
-                    None => info.cpu_reason = Some("this process's CPU set is unknown".into()),
-                }
-                child = Some(c);
+                child = Some(spawn_process(command, *cpu, &path, &mut info)?);
                 *timeout_s
             }
         };
