@@ -154,3 +154,30 @@ def test_rm_ssd_pipelines_send_inputs_and_read_outputs(tiny: E.ModelDir) -> None
             eng.read_outputs()
     for w, g in zip(want, got, strict=True):
         np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)
+
+
+def test_the_budget_comes_from_host_cgroups_or_says_why_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    from offload.host import cgroups
+    from offload.recsys import device as D
+
+    cgroup, info = D.budget_cgroup(None)
+    assert cgroup is None and info["memory_reason"] == "no memory limit asked"
+    assert "--memory-cgroup" not in D.command(cgroup, None)
+    monkeypatch.setattr(cgroups, "unavailable_reason", lambda *a, **k: "cgroup v2 host: not supported yet")
+    cgroup, info = D.budget_cgroup(1 << 20)
+    assert cgroup is None and info["memory_limit_bytes"] is None
+    assert info["memory_reason"] == "cgroup v2 host: not supported yet"
+    monkeypatch.setattr(cgroups, "unavailable_reason", lambda *a, **k: None)
+    monkeypatch.setattr(cgroups, "own", lambda *a, **k: Path("/sys/fs/cgroup/memory/x"))
+    cgroup, info = D.budget_cgroup(1 << 20)
+    assert cgroup is not None and cgroup.parent == Path("/sys/fs/cgroup/memory/x")
+    assert info == {"memory_limit_bytes": 1 << 20, "memory_cgroup": str(cgroup), "memory_reason": None}
+    assert D.command(cgroup, 1 << 20)[-4:] == ["--memory-cgroup", cgroup.name, "--memory-bytes", str(1 << 20)]
+
+
+def test_a_device_without_its_channel_says_how_to_start_it() -> None:
+    from offload.recsys import device as D
+
+    with pytest.raises(SystemExit) as e:
+        D.main([])
+    assert e.value.code == 2
