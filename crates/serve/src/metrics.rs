@@ -1,14 +1,24 @@
-//! Latency histograms per pipeline stage and a Prometheus text endpoint.
+//! Latency histograms per pipeline stage, and the Prometheus page: its families written by
+//! `prometheus-client`'s text encoder, served by `tiny_http`.
 //!
-//! Histograms are lock-free: 40 power-of-two buckets of nanoseconds (1 ns .. ~9 min), one
-//! atomic counter each, so recording costs one `leading_zeros` and one relaxed increment on
-//! the hot path. Quantiles are read as the upper bound of the bucket that holds them (within
-//! a factor of 2), which is what the exposition format's cumulative buckets give anyway.
+//! The histograms stay our own (prometheus-client's takes a write lock per observation): 40
+//! power-of-two buckets of nanoseconds (1 ns .. ~9 min, the last one open), one atomic counter
+//! each, so recording costs one `leading_zeros` and two relaxed increments on the hot path.
+//! They encode as prometheus-client histograms; quantiles (`stats`) are read as the upper bound
+//! of the bucket that holds them (within a factor of 2), which is what the page's cumulative
+//! buckets give anyway.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
+use crate::server::{Counters, Current};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 const BUCKETS: usize = 40;
 
@@ -53,19 +63,23 @@ impl Histogram {
         }
         u64::MAX
     }
-    /// Prometheus exposition lines for this histogram (seconds).
-    fn expose(&self, name: &str, labels: &str, out: &mut String) {
-        let mut cum = 0;
-        for (b, c) in self.counts.iter().enumerate() {
-            cum += c.load(Ordering::Relaxed);
-            let le = if b == 0 { 0.0 } else { ((1u64 << b) - 1) as f64 / 1e9 };
-            out.push_str(&format!("{name}_bucket{{{labels}le=\"{le:e}\"}} {cum}\n"));
-        }
-        out.push_str(&format!("{name}_bucket{{{labels}le=\"+Inf\"}} {cum}\n"));
-        let l = labels.trim_end_matches(',');
-        let braces = if l.is_empty() { String::new() } else { format!("{{{l}}}") };
-        out.push_str(&format!("{name}_sum{braces} {}\n", self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9));
-        out.push_str(&format!("{name}_count{braces} {cum}\n"));
+}
+
+impl EncodeMetric for Histogram {
+    /// Seconds; bucket `b < 39` is `le = (2^b - 1) ns`, the last one `+Inf`.
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), fmt::Error> {
+        let counts: Vec<u64> = self.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let upper_s = |b: usize| match b {
+            0 => 0.0,
+            b if b == BUCKETS - 1 => f64::MAX, // prometheus-client writes it as +Inf
+            b => ((1u64 << b) - 1) as f64 / 1e9,
+        };
+        let buckets: Vec<(f64, u64)> = counts.iter().enumerate().map(|(b, &c)| (upper_s(b), c)).collect();
+        let sum_s = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        encoder.encode_histogram::<()>(sum_s, counts.iter().sum(), &buckets, None)
+    }
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
     }
 }
 
@@ -78,20 +92,6 @@ pub struct StageHistograms {
 }
 
 impl StageHistograms {
-    pub fn expose(&self, out: &mut String) {
-        out.push_str(
-            "# HELP offload_stage_seconds Time per pipeline stage (queue, encode, kernel_queue, match with its device parts h2d, kernel, d2h, reply).\n",
-        );
-        out.push_str("# TYPE offload_stage_seconds histogram\n");
-        for s in crate::protocol::Stage::ALL {
-            let h = &self.stages[s as usize];
-            h.expose("offload_stage_seconds", &format!("stage=\"{}\",", s.name()), out);
-        }
-        out.push_str("# HELP offload_server_seconds Time from receiving a request to its reply leaving a worker.\n");
-        out.push_str("# TYPE offload_server_seconds histogram\n");
-        self.server.expose("offload_server_seconds", "", out);
-    }
-
     pub fn summary(&self) -> serde_json::Value {
         let q = |h: &Histogram| {
             serde_json::json!({"count": h.count(), "p50_ns": h.quantile_ns(0.5), "p90_ns": h.quantile_ns(0.9),
@@ -106,45 +106,96 @@ impl StageHistograms {
     }
 }
 
-/// Serves `GET /metrics` on `addr` (e.g. `127.0.0.1:9464`) until `stop`; `render` builds the
-/// page. One connection at a time is plenty for a scraper.
-pub fn serve_http(
-    addr: &str,
-    stop: Arc<AtomicBool>,
-    render: impl Fn() -> String + Send + 'static,
-) -> Result<std::thread::JoinHandle<()>, String> {
-    let listener = TcpListener::bind(addr).map_err(|e| format!("metrics endpoint {addr}: {e}"))?;
-    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-    Ok(std::thread::spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nonblocking(false);
-                    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-                    let mut reader = BufReader::new(&stream);
-                    let mut line = String::new();
-                    let _ = reader.read_line(&mut line);
-                    // Drain the request headers.
-                    let mut h = String::new();
-                    while reader.read_line(&mut h).map(|n| n > 2).unwrap_or(false) {
-                        h.clear();
-                    }
-                    let (status, body) = if line.starts_with("GET /metrics") {
-                        ("200 OK", render())
-                    } else {
-                        ("404 Not Found", "try /metrics\n".to_string())
-                    };
-                    let mut w = &stream;
-                    let _ = write!(
-                        w,
-                        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                }
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+/// The page's families, read from the live counters at each scrape (names and helps: here only).
+pub struct Page {
+    pub counters: Arc<Counters>,
+    pub current: Current,
+}
+
+impl fmt::Debug for Page {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("metrics::Page")
+    }
+}
+
+impl Collector for Page {
+    fn encode(&self, mut page: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let c = &self.counters;
+        {
+            let mut m =
+                page.encode_descriptor("offload_requests", "Requests by outcome.", None, MetricType::Counter)?;
+            for (outcome, v) in c.snapshot().into_iter().filter(|(k, _)| !matches!(*k, "requests" | "queries")) {
+                ConstCounter::new(v).encode(m.encode_family(&[("outcome", outcome)])?)?;
             }
         }
-    }))
+        let queries = c.queries.load(Ordering::Relaxed);
+        let m = page.encode_descriptor("offload_queries", "Queries answered.", None, MetricType::Counter)?;
+        ConstCounter::new(queries).encode(m)?;
+        let version = crate::server::snapshot(&self.current).version;
+        let m = page.encode_descriptor(
+            "offload_ruleset_version",
+            "Rule-set version being served.",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(i64::try_from(version).unwrap_or(i64::MAX)).encode(m)?;
+        {
+            let help = "Time per pipeline stage (queue, encode, kernel_queue, match with its device parts h2d, \
+                        kernel, d2h, reply).";
+            let mut m = page.encode_descriptor("offload_stage_seconds", help, None, MetricType::Histogram)?;
+            for s in crate::protocol::Stage::ALL {
+                c.latency.stages[s as usize].encode(m.encode_family(&[("stage", s.name())])?)?;
+            }
+        }
+        let help = "Time from receiving a request to its reply leaving a worker.";
+        c.latency.server.encode(page.encode_descriptor(
+            "offload_server_seconds",
+            help,
+            None,
+            MetricType::Histogram,
+        )?)?;
+        let help = "CURVE handshakes by socket and outcome.";
+        let mut m = page.encode_descriptor("offload_auth", help, None, MetricType::Counter)?;
+        for (k, v) in c.auth.snapshot() {
+            let (socket, outcome) = k.split_once('_').unwrap_or((k, ""));
+            ConstCounter::new(v).encode(m.encode_family(&[("socket", socket), ("outcome", outcome)])?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The page as Prometheus scrapes it (OpenMetrics text).
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry).expect("writing to a String cannot fail");
+    out
+}
+
+/// Serves `GET /metrics` on `addr` (e.g. `127.0.0.1:9464`) until `stop`, one request at a time
+/// (plenty for a scraper); anything else is 404.
+pub fn serve_http(addr: &str, stop: Arc<AtomicBool>, page: Page) -> Result<std::thread::JoinHandle<()>, String> {
+    let server = tiny_http::Server::http(addr).map_err(|e| format!("metrics endpoint {addr}: {e}"))?;
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(page));
+    let content_type =
+        tiny_http::Header::from_bytes("Content-Type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
+            .expect("a valid header");
+    std::thread::Builder::new()
+        .name("offload-metrics".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(Some(request)) = server.recv_timeout(Duration::from_millis(50)) else { continue };
+                let found =
+                    request.method() == &tiny_http::Method::Get && request.url().split('?').next() == Some("/metrics");
+                let response = if found {
+                    tiny_http::Response::from_string(render(&registry)).with_header(content_type.clone())
+                } else {
+                    tiny_http::Response::from_string("try /metrics\n").with_status_code(404)
+                };
+                let _ = request.respond(response);
+            }
+        })
+        .map_err(|e| format!("spawn metrics thread: {e}"))
 }
 
 #[cfg(test)]
@@ -163,8 +214,10 @@ mod tests {
         assert!((1_500..=2_047).contains(&p50), "{p50}");
         let max = h.quantile_ns(1.0);
         assert!((100_000..200_000).contains(&max), "{max}");
-        let mut s = String::new();
-        h.expose("x", "", &mut s);
-        assert!(s.contains("x_count 4") && s.contains("le=\"+Inf\"} 4"));
+        let mut registry = Registry::default();
+        registry.register("x_seconds", "A test.", h);
+        let page = render(&registry);
+        assert!(page.contains("x_seconds_count 4") && page.contains("le=\"+Inf\"} 4"), "{page}");
+        assert!(page.contains("# TYPE x_seconds histogram"), "{page}");
     }
 }

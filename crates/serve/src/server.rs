@@ -228,32 +228,8 @@ pub fn criteria_change(old: &offload_rules::RuleType, new: &offload_rules::RuleT
 /// request comes from one version and names it.
 pub type Current = Arc<RwLock<Arc<Served>>>;
 
-fn snapshot(current: &Current) -> Arc<Served> {
+pub(crate) fn snapshot(current: &Current) -> Arc<Served> {
     current.read().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
-/// The Prometheus text page: request counters by outcome, queries, version, histograms.
-fn prometheus(counters: &Counters, current: &Current) -> String {
-    let mut out = String::new();
-    out.push_str("# HELP offload_requests_total Requests by outcome.\n# TYPE offload_requests_total counter\n");
-    for (k, v) in counters.snapshot() {
-        if !matches!(k, "requests" | "queries") {
-            out.push_str(&format!("offload_requests_total{{outcome=\"{k}\"}} {v}\n"));
-        }
-    }
-    let q = counters.queries.load(Ordering::Relaxed);
-    out.push_str(&format!("# HELP offload_queries_total Queries answered.\n# TYPE offload_queries_total counter\noffload_queries_total {q}\n"));
-    let v = snapshot(current).version;
-    out.push_str(&format!("# HELP offload_ruleset_version Rule-set version being served.\n# TYPE offload_ruleset_version gauge\noffload_ruleset_version {v}\n"));
-    counters.latency.expose(&mut out);
-    out.push_str(
-        "# HELP offload_auth_total CURVE handshakes by socket and outcome.\n# TYPE offload_auth_total counter\n",
-    );
-    for (k, v) in counters.auth.snapshot() {
-        let (socket, outcome) = k.split_once('_').unwrap_or((k, ""));
-        out.push_str(&format!("offload_auth_total{{socket=\"{socket}\",outcome=\"{outcome}\"}} {v}\n"));
-    }
-    out
 }
 
 /// Where a reload takes its rule set from.
@@ -479,9 +455,9 @@ pub fn run_with(
     });
     let metrics_thread = match &cfg.metrics {
         Some(addr) => {
-            let (counters, current) = (counters.clone(), current.clone());
+            let page = crate::metrics::Page { counters: counters.clone(), current: current.clone() };
             let (addr, _) = auth::metrics_address(addr)?;
-            Some(crate::metrics::serve_http(&addr, stop.clone(), move || prometheus(&counters, &current))?)
+            Some(crate::metrics::serve_http(&addr, stop.clone(), page)?)
         }
         None => None,
     };
