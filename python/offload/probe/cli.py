@@ -273,10 +273,9 @@ def reuse(
 
 
 def _reuse_plot(pv: dict[str, Any], sh: dict[str, Any], steps: dict[str, float], out: Path) -> None:
-    import matplotlib
+    from offload.host.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     from offload.probe import presets

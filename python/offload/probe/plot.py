@@ -8,20 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from offload.files import save_figure
+from offload.host.plots import pyplot
 from offload.probe import presets
 
 
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def bandwidth(profile: dict[str, Any], path: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.8), sharey=True)
     groups = {"memory": axes[0], "ipc": axes[1], "zmq": axes[2]}
     for name, ch in profile["channels"].items():
@@ -70,7 +62,7 @@ def loss_steps(profile: dict[str, Any]) -> list[tuple[str, float]]:
 
 
 def loss(profile: dict[str, Any], path: Path) -> Path:
-    plt = _plt()
+    plt = pyplot()
     ad = presets.load()["platforms"]["alpha_data"]["dma_breakdown_gbps"]
     seed = [("advertised", ad["advertised"]), ("after TLP headers", ad["theoretical_after_tlp"]),
             ("vendor stack", ad["vendor_stack"]), ("+ pageable->pinned copy", ad["with_pageable_copy"]),
@@ -97,7 +89,7 @@ def uring(profile: dict[str, Any], path: Path) -> Path | None:
     rr = profile.get("io_uring", {}).get("random_reads")
     if not rr:
         return None
-    plt = _plt()
+    plt = pyplot()
     pts = rr["points"]
     fig, ax = plt.subplots(figsize=(7, 4.2))
     qd = [p["queue_depth"] for p in pts]

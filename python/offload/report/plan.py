@@ -49,10 +49,9 @@ def _measured_predicted(
 
 
 def _predicted_vs_measured(table: Sequence[dict[str, Any]]) -> bytes:
-    import matplotlib
+    from offload.host.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 4))
     for ax, key, label, scale in (

@@ -35,10 +35,9 @@ def rate(qps: float) -> str:
 
 def plot(result: dict[str, Any], path: Path) -> Path:
     """Throughput against batch size, one line per matcher and thread count (log-log)."""
-    import matplotlib
+    from offload.host.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     batches = sorted({r["batch"] for m in result["matchers"].values() for r in m["runs"]})
