@@ -23,10 +23,13 @@ figures this reproduces (20.7) and which not (7.1, 114.3), and why.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from offload.files import save_figure
+from offload.host.plots import pyplot
 
 REPLICAS = 3  # the seed: 3-way replication
 SCATTER_WIDTH = 4  # the seed: w = 4, after [cidon2013]
@@ -268,11 +271,7 @@ def plot(
     """Three panels of the benefit (log scale): over storage aggregation n at c = 4, over compute
     aggregation c at n = 4 and 12, and over the failure-rate ratio f; the seed's published points
     are drawn hollow where they belong. With a window, its curves are dashed beside the limit's."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     kw: dict[str, Any] = {
         "servers": servers,
         "scatter_width": scatter_width,
@@ -287,6 +286,26 @@ def plot(
             ax.plot(xs, ys, color=color, ls="-" if w is None else "--", label=label if w is None else None)
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    _curves(axes, curve)
+    _seed_points(axes)
+    when = (
+        "rare-failure limit"
+        if window is None
+        else f"solid: rare-failure limit, dashed: window λT = {window:g}"
+    )
+    fig.suptitle(
+        f"relative data availability of embedded storage, m = {servers} servers, R = {replicas}, "
+        f"w = {scatter_width} ({when}); hollow: the seed's published figures"
+    )
+    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.12, top=0.9, wspace=0.25)
+    try:
+        save_figure(fig, Path(path))
+    finally:
+        plt.close(fig)
+
+
+def _curves(axes: Any, curve: Callable[..., None]) -> None:
+    """The benefit over n (c = 4), over c (n = 4 and 12) and over f, HDD and SSD."""
     ns = list(range(1, 25))
     ax = axes[0]
     for f, name, color in ((HDD_F, "HDD", "C0"), (SSD_F, "SSD", "C1")):
@@ -307,6 +326,10 @@ def plot(
         curve(ax, fs, lambda x, n=n, c=c: (n, c, x), f"n = {n}, c = {c}", color)
     ax.set_xscale("log")
     ax.set_xlabel("failure-rate ratio f (device over compute unit)")
+
+
+def _seed_points(axes: Any) -> None:
+    """The seed's published figures, hollow, on every panel they belong to; the shared axes."""
     for k in SEED_CASES:
         spots = [(axes[2], k.f)]
         if k.c == 4:
@@ -322,19 +345,3 @@ def plot(
         a.set_ylabel("P(loss, servers) ÷ P(loss, embedded)")
         a.legend(fontsize=8)
         a.grid(True, which="major", alpha=0.3)
-    when = (
-        "rare-failure limit"
-        if window is None
-        else f"solid: rare-failure limit, dashed: window λT = {window:g}"
-    )
-    fig.suptitle(
-        f"relative data availability of embedded storage, m = {servers} servers, R = {replicas}, "
-        f"w = {scatter_width} ({when}); hollow: the seed's published figures"
-    )
-    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.12, top=0.9, wspace=0.25)
-    from offload.files import save_figure
-
-    try:
-        save_figure(fig, Path(path))
-    finally:
-        plt.close(fig)

@@ -293,6 +293,17 @@ def _transfer(latency: float, bps: float | None, nbytes: float) -> float:
 
 
 def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
+    """Runs the pipeline under ``load`` for its warm-up and duration (deterministic per seed)."""
+    _check(pipe, costs, load)
+    model = _Model(pipe, costs, load)
+    done = model.run()
+    end = model.end
+    lat = np.array([d[0] for d in done])
+    util = {stage: t / (end * (pipe.cpus or 1)) for stage, t in sorted(model.cpu.busy.items())}
+    return Result(pipe, len(done), sum(d[1] for d in done), model.busy, load.duration_s, lat, util)
+
+
+def _check(pipe: Pipeline, costs: Costs, load: Load) -> None:
     if min(pipe.p, pipe.w, pipe.k, pipe.e) < 1:
         raise ValueError(f"p, w, k and e must be at least 1: {pipe.label()}")
     if not load.queries_per_request or min(load.queries_per_request) < 0 or max(load.queries_per_request) < 1:
@@ -308,62 +319,86 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
         raise ValueError(f"the simulated duration must be positive, not {load.duration_s:g} s")
     if load.max_requests < 1:
         raise ValueError(f"max_requests must be at least 1, not {load.max_requests}")
-    env = simpy.Environment()
-    rng = random.Random(load.seed)
-    cpu = _Busy(env, pipe.cpus)
-    broker = simpy.Resource(env, capacity=1)
-    requests: simpy.Store = simpy.Store(env, capacity=pipe.queue_capacity)
-    # As in the daemon: workers block when the kernel queue (2 batches per executor) is full,
-    # so the request queue fills and the broker answers busy.
-    kernel_queue: simpy.Store = simpy.Store(env, capacity=2 * pipe.k)
-    start = load.warmup_s
-    end = start + load.duration_s
-    done: list[tuple[float, int]] = []  # (latency, queries) of requests answered in the window
-    busy = [0]
 
-    def broker_pass():  # type: ignore[no-untyped-def]
-        with broker.request() as b:
+
+class _Model:
+    """One simulation: the daemon's stages as SimPy processes over shared queues. Clients (or
+    Poisson arrivals) send requests through the broker into the bounded request queue; workers
+    batch and decode them into the kernel queue; executors run the kernel and answer."""
+
+    def __init__(self, pipe: Pipeline, costs: Costs, load: Load) -> None:
+        self.pipe, self.costs, self.load = pipe, costs, load
+        self.env = env = simpy.Environment()
+        self.rng = random.Random(load.seed)
+        self.cpu = _Busy(env, pipe.cpus)
+        self.broker = simpy.Resource(env, capacity=1)
+        self.requests: simpy.Store = simpy.Store(env, capacity=pipe.queue_capacity)
+        # As in the daemon: workers block when the kernel queue (2 batches per executor) is full,
+        # so the request queue fills and the broker answers busy.
+        self.kernel_queue: simpy.Store = simpy.Store(env, capacity=2 * pipe.k)
+        self.start = load.warmup_s
+        self.end = self.start + load.duration_s
+        self.done: list[tuple[float, int]] = []  # (latency, queries) of requests answered in the window
+        self.busy = 0
+        self.started = 0
+
+    def run(self) -> list[tuple[float, int]]:
+        env, pipe = self.env, self.pipe
+        for _ in range(pipe.w):
+            env.process(self.worker())
+        for _ in range(pipe.k):
+            env.process(self.executor())
+        if self.load.mode == "closed":
+            for _ in range(pipe.p):
+                env.process(self.closed_client())
+        else:
+            env.process(self.open_arrivals())
+        env.run(until=self.end)
+        return self.done
+
+    def broker_pass(self):  # type: ignore[no-untyped-def]
+        with self.broker.request() as b:
             yield b
-            yield from cpu.run("broker", costs.broker_s)
+            yield from self.cpu.run("broker", self.costs.broker_s)
 
-    def channel(nbytes: float) -> float:
-        return _transfer(costs.channel_latency_s, costs.channel_bps, nbytes)
+    def channel(self, nbytes: float) -> float:
+        return _transfer(self.costs.channel_latency_s, self.costs.channel_bps, nbytes)
 
-    started = [0]
-
-    def one_request(n: int):  # type: ignore[no-untyped-def]
+    def one_request(self, n: int):  # type: ignore[no-untyped-def]
+        env, costs, load, end = self.env, self.costs, self.load, self.end
         t0 = env.now
-        started[0] += 1
-        if started[0] > load.max_requests:
+        self.started += 1
+        if self.started > load.max_requests:
             raise SimulationLimit(
                 f"the simulation stopped after {load.max_requests:,} requests (its limit, max_requests) at "
                 f"{env.now:.3g} of {end:g} simulated s: the stages are so fast that it would run for long"
             )
-        yield from cpu.run("client", costs.client_request_s + n * costs.client_query_s)
-        yield env.timeout(channel(n * costs.request_bytes_per_query))
-        yield from broker_pass()
+        yield from self.cpu.run("client", costs.client_request_s + n * costs.client_query_s)
+        yield env.timeout(self.channel(n * costs.request_bytes_per_query))
+        yield from self.broker_pass()
         if costs.background_request_s > 0:  # takes cores, delays this request only through them
-            env.process(cpu.run("background", costs.background_request_s))
+            env.process(self.cpu.run("background", costs.background_request_s))
         answered = env.event()
-        if len(requests.items) >= pipe.queue_capacity:
+        if len(self.requests.items) >= self.pipe.queue_capacity:
             answered.succeed(False)  # busy: the broker answers at once
         else:
-            yield requests.put((n, answered, env.now))
+            yield self.requests.put((n, answered, env.now))
         ok = yield answered
-        yield from broker_pass()
-        yield env.timeout(channel(n * costs.reply_bytes_per_query))
-        if costs.stall_probability and rng.random() < costs.stall_probability:
+        yield from self.broker_pass()
+        yield env.timeout(self.channel(n * costs.reply_bytes_per_query))
+        if costs.stall_probability and self.rng.random() < costs.stall_probability:
             yield env.timeout(costs.stall_s)
-        if start <= env.now < end:
+        if self.start <= env.now < end:
             if ok:
-                done.append((env.now - t0, n))
+                self.done.append((env.now - t0, n))
             else:
-                busy[0] += 1
+                self.busy += 1
 
-    def worker():  # type: ignore[no-untyped-def]
+    def worker(self):  # type: ignore[no-untyped-def]
         """As the daemon's workers: take a request; with batching, keep taking requests until
         the batch has `batch_queries` queries or `batch_timeout_s` has passed since the first
         one arrived; decode them all; hand the batch to the kernel queue."""
+        env, costs, pipe, requests = self.env, self.costs, self.pipe, self.requests
         while True:
             n, answered, queued = yield requests.get()
             if env.now == queued:  # the worker was idle, blocked on the queue: it must wake up
@@ -380,12 +415,14 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
                 m, more, _ = got[get]
                 group.append((m, more))
                 total += m
-            yield from cpu.run("worker", len(group) * costs.worker_request_s + total * costs.worker_query_s)
-            yield kernel_queue.put((group, env.now))
+            decode_s = len(group) * costs.worker_request_s + total * costs.worker_query_s
+            yield from self.cpu.run("worker", decode_s)
+            yield self.kernel_queue.put((group, env.now))
 
-    def executor():  # type: ignore[no-untyped-def]
+    def executor(self):  # type: ignore[no-untyped-def]
+        env, costs, pipe, cpu = self.env, self.costs, self.pipe, self.cpu
         while True:
-            group, queued = yield kernel_queue.get()
+            group, queued = yield self.kernel_queue.get()
             if env.now == queued:  # the executor was idle: it must wake up
                 yield env.timeout(costs.kernel_wakeup_s)
             n = sum(q for q, _ in group)
@@ -407,25 +444,11 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
             for _, answered in group:
                 answered.succeed(True)
 
-    def closed_client():  # type: ignore[no-untyped-def]
+    def closed_client(self):  # type: ignore[no-untyped-def]
         while True:
-            yield from one_request(rng.choice(load.queries_per_request))
+            yield from self.one_request(self.rng.choice(self.load.queries_per_request))
 
-    def open_arrivals():  # type: ignore[no-untyped-def]
+    def open_arrivals(self):  # type: ignore[no-untyped-def]
         while True:
-            yield env.timeout(rng.expovariate(load.rate_rps))
-            env.process(one_request(rng.choice(load.queries_per_request)))
-
-    for _ in range(pipe.w):
-        env.process(worker())
-    for _ in range(pipe.k):
-        env.process(executor())
-    if load.mode == "closed":
-        for _ in range(pipe.p):
-            env.process(closed_client())
-    else:
-        env.process(open_arrivals())
-    env.run(until=end)
-    lat = np.array([d[0] for d in done])
-    util = {stage: t / (end * (pipe.cpus or 1)) for stage, t in sorted(cpu.busy.items())}
-    return Result(pipe, len(done), sum(d[1] for d in done), busy[0], load.duration_s, lat, util)
+            yield self.env.timeout(self.rng.expovariate(self.load.rate_rps))
+            self.env.process(self.one_request(self.rng.choice(self.load.queries_per_request)))

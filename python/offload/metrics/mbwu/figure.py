@@ -6,15 +6,13 @@ from pathlib import Path
 from typing import Any
 
 from offload.files import save_figure
+from offload.host.plots import pyplot
 
 
 def plot(r: dict[str, Any], path: Path) -> None:
     """Throughput against workers per workload: each step's steady median with min-max bars, the
     MBWU (a red star and line); the embedded budget's sweep beside the host's when measured."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ws = list(r["workloads"])
     fig, axes = plt.subplots(1, len(ws), figsize=(4.5 * len(ws), 3.8), squeeze=False)
