@@ -278,18 +278,11 @@ impl Engine {
 
     /// Where the device runs and what it was given (pid, CPU, memory limit, or why not).
     pub fn device_info(&self) -> DeviceInfo {
-        match self.device.as_deref().filter(|d| d.behind_channel()) {
-            Some(d) => d.info(),
-            None => DeviceInfo {
-                at: if self.opts.device == DeviceAt::InProcess {
-                    "in-process".into()
-                } else {
-                    format!("in-process ({} has no device side)", self.opts.strategy.as_str())
-                },
-                pid: Some(std::process::id()),
-                ..DeviceInfo::default()
-            },
+        let mut info = self.device.as_deref().map_or_else(DeviceInfo::in_process, DeviceSide::info);
+        if !self.device.as_deref().is_some_and(DeviceSide::behind_channel) && self.opts.device != DeviceAt::InProcess {
+            info.at = format!("in-process ({} has no device side)", self.opts.strategy.as_str());
         }
+        info
     }
 
     /// Payload bytes this engine moved through the device channel (zero in process).

@@ -402,7 +402,7 @@ impl DeviceSide for Device {
     }
 
     fn info(&self) -> DeviceInfo {
-        DeviceInfo { at: "in-process".into(), pid: Some(std::process::id()), ..DeviceInfo::default() }
+        DeviceInfo::in_process()
     }
 }
 
@@ -439,6 +439,13 @@ pub struct DeviceInfo {
     pub cpu: Option<usize>,
     /// Why the CPU could not be set, where it could not.
     pub cpu_reason: Option<String>,
+}
+
+impl DeviceInfo {
+    /// A device in this process: this process's id, nothing applied.
+    pub fn in_process() -> DeviceInfo {
+        DeviceInfo { at: "in-process".into(), pid: Some(std::process::id()), ..DeviceInfo::default() }
+    }
 }
 
 /// Payload bytes moved through the channel by batch requests (OPEN and CLOSE not counted).
