@@ -170,3 +170,20 @@ def test_bad_input_is_located(tmp_path: Path, edit: tuple[str, str], line: int, 
     assert words in e.value.message
     r = offload("plan", "cost", str(p))
     assert r.returncode == 2 and f"s.toml:{line}:{col}:" in r.stderr and words in r.stderr
+
+
+def test_the_commands_overrides_replace_the_workloads_figures_or_name_the_option() -> None:
+    s = c.load_scenario(TABLE1)
+    t = c.with_overrides(s, offload_share=0.5, cpu_servers=300, rounding="nearest")
+    assert (t.workload.offload_share, t.workload.cpu_servers, t.workload.rounding) == (
+        Fraction(1, 2), Fraction(300), "nearest",
+    )  # fmt: skip
+    assert "(--cpu-servers)" in t.workload.cpu_servers_text
+    assert c.with_overrides(s) == s
+    for kw, option in (({"offload_share": 1.0}, "--offload-share"), ({"cpu_servers": 0}, "--cpu-servers"),
+                       ({"rounding": "down"}, "--rounding")):  # fmt: skip
+        with pytest.raises(ValueError, match=option):
+            c.with_overrides(s, **kw)  # type: ignore[arg-type]
+    assert c.item_of("aws-c5.12xlarge").vcpus == 48
+    with pytest.raises(ValueError, match="no item 'nope' in the price catalog; known: "):
+        c.item_of("nope")

@@ -200,3 +200,23 @@ def test_fleet_sizes_and_prices_from_one_simulated_node() -> None:
     assert f.nodes == math.ceil(1e6 / f.node.throughput_rps) == f.line.units
     assert f.line.total_usd == f.line.units * item.price * 8760
     assert any("per node" in step for step in f.line.steps)
+
+
+def test_stage_costs_and_request_sizes_as_the_commands_name_them(tmp_path: Path) -> None:
+    from offload.plan import inputs
+
+    cal_json = Path(__file__).resolve().parents[2] / "benches" / "results" / "calibration-100k.json"
+    calibrated = inputs.stage_costs(cal_json)
+    assert calibrated.validation is not None and calibrated.cpus and not calibrated.kernel
+    fpga = inputs.stage_costs(cal_json, preset="erbium-fpga")
+    assert fpga.kernel["name"] and fpga.costs != calibrated.costs and fpga.validation == calibrated.validation
+    toml = tmp_path / "c.toml"
+    toml.write_text("[costs]\nkernel_query_s = 1e-4\n")
+    written = inputs.stage_costs(costs_toml=toml)
+    assert written.costs.kernel_query_s == 1e-4 and written.validation is None and written.cpus is None
+    assert inputs.stage_costs().costs == Costs()
+    assert inputs.request_sizes(None, "1, 4,16") == (1, 4, 16)
+    with pytest.raises(ValueError, match=r"^--sizes: expected comma-separated integers, got '1,x'"):
+        inputs.request_sizes(None, "1,x")
+    with pytest.raises(ValueError, match=r"requests\.csv: "):
+        inputs.request_sizes(tmp_path, "1")
