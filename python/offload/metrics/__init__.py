@@ -2,7 +2,7 @@
 
 * :mod:`~offload.metrics.mbwu` — media-based work units of this disk and $/, kWh/, m³/MBWU (a package).
 * :mod:`~offload.metrics.mbwu.detect` — the steady window, the plateau and the thread sweep.
-* :mod:`~offload.metrics.mbwu.keys` — YCSB's zipfian keys (``zipf_cdf``, ``zipf_ids``).
+* :mod:`~offload.metrics.mbwu.keys` — YCSB's zipfian keys (from :mod:`offload.zipf`).
 * :mod:`~offload.metrics.mbwu.kv` — RocksDB: sharded layout, precondition, worker processes.
 * :mod:`~offload.metrics.mbwu.scan` — the Arrow scan: its Parquet data set and its passes.
 * :mod:`~offload.metrics.mbwu.procedure` — ``Plan`` and ``measure``, on the host and a node budget.

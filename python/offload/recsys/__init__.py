@@ -10,7 +10,8 @@ Modules, a line each:
 - `engine`: model directories (weights + table files) and the engine that runs one strategy.
 - `device`: the device emulator process and the memory cgroup it joins (``python -m``).
 - `memlimit`: the DRAM budget of ssd-s / ssd-m in disk mode (a child memory cgroup).
-- `traces`: seeded embedding traces (config, permutation, zipf, batches, synthesis, trace, locality).
+- `traces`: seeded embedding traces (config, permutation, batches, synthesis, trace, locality;
+  Zipf from `offload.zipf`).
 - `fpga`: the MLP engine's kernel-size search and resource model (shapes, resources, flash,
   design, search, paper).
 - `bench`: every strategy over one trace side by side, the locality sweep.

@@ -48,14 +48,39 @@ from offload.metrics.mbwu.costs import (
 )
 from offload.metrics.mbwu.detect import plateau, steady_window, summarize, sweep
 from offload.metrics.mbwu.figure import plot
-from offload.metrics.mbwu.keys import ZIPF_THETA, key, zipf_cdf, zipf_ids
+from offload.metrics.mbwu.keys import ZIPF_THETA, key, zipf_ids, zipf_keys
 from offload.metrics.mbwu.kv import KV_WORKLOADS, VALUE_BYTES, KvLayout, precondition, run_kv_step
 from offload.metrics.mbwu.procedure import UNITS, WORKLOADS, Plan, measure
 from offload.metrics.mbwu.scan import make_scan_data, run_scan_step
 
 __all__ = [
-    "KV_WORKLOADS", "SEED_CASES", "SEED_EMBEDDED", "SEED_HOST", "UNITS", "VALUE_BYTES", "WORKLOADS",
-    "ZIPF_THETA", "KvLayout", "Plan", "compare", "implied_ratio", "key", "make_scan_data", "measure",
-    "per_mbwu", "plateau", "plot", "precondition", "reduction", "run_kv_step", "run_scan_step",
-    "seed_case_study", "steady_window", "summarize", "sweep", "this_machine_costs", "zipf_cdf", "zipf_ids",
+    "KV_WORKLOADS",
+    "SEED_CASES",
+    "SEED_EMBEDDED",
+    "SEED_HOST",
+    "UNITS",
+    "VALUE_BYTES",
+    "WORKLOADS",
+    "ZIPF_THETA",
+    "KvLayout",
+    "Plan",
+    "compare",
+    "implied_ratio",
+    "key",
+    "make_scan_data",
+    "measure",
+    "per_mbwu",
+    "plateau",
+    "plot",
+    "precondition",
+    "reduction",
+    "run_kv_step",
+    "run_scan_step",
+    "seed_case_study",
+    "steady_window",
+    "summarize",
+    "sweep",
+    "this_machine_costs",
+    "zipf_ids",
+    "zipf_keys",
 ]  # fmt: skip

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from offload.metrics.mbwu.keys import key, zipf_cdf, zipf_ids
+from offload.metrics.mbwu.keys import key, zipf_ids, zipf_keys
 
 VALUE_BYTES = 1024  # YCSB's default record: 10 fields x 100 B; one 1 KiB field here
 KV_WORKLOADS = {"ycsb-a": 0.5, "ycsb-c": 1.0}  # name -> fraction of reads (the rest are updates)
@@ -109,8 +109,8 @@ def _precondition(layout: KvLayout, overwrite: float, rate: float | None) -> dic
         db.write(wb)
     t1 = time.perf_counter()
     rng = np.random.default_rng(layout.seed + 1)
-    cdf, perm = zipf_cdf(layout.n_keys), rng.permutation(layout.n_keys)
-    ids = zipf_ids(rng, cdf, perm, int(overwrite * layout.n_keys))
+    ranks, perm = zipf_keys(layout.n_keys), rng.permutation(layout.n_keys)
+    ids = zipf_ids(rng, ranks, perm, int(overwrite * layout.n_keys))
     start = time.monotonic()
     for n, i in enumerate(ids.tolist()):
         if rate is not None:
@@ -149,7 +149,7 @@ def _kv_worker(
     dbs = {s: _open(layout.shard_dir(s), block_cache=layout.block_cache) for s in mine}
     buf = _values(layout.seed)
     rng = np.random.default_rng(seed)
-    cdf = zipf_cdf(layout.n_keys)
+    ranks = zipf_keys(layout.n_keys)
     perm = np.random.default_rng(layout.seed + 1).permutation(layout.n_keys)
     owned = np.zeros(layout.shards, dtype=bool)
     owned[mine] = True
@@ -161,7 +161,7 @@ def _kv_worker(
     _wait_until(start_at.value)
     end, n = t0 + seconds, 0
     while True:
-        ids = zipf_ids(rng, cdf, perm, 4096)
+        ids = zipf_ids(rng, ranks, perm, 4096)
         ids = ids[owned[ids % layout.shards]]  # the keys of this worker's shards
         is_read = rng.random(len(ids)) < reads
         for i, r in zip(ids.tolist(), is_read.tolist(), strict=True):

@@ -102,7 +102,7 @@ from offload.recsys.traces.locality import locality_stats, lru_hit_rate, lru_hit
 from offload.recsys.traces.permutation import RowPermutation
 from offload.recsys.traces.synthesis import TraceGenerator, generate_trace, more_lookups
 from offload.recsys.traces.trace import TRACE_FORMAT, TRACE_VERSION, EmbeddingTrace, load_trace, save_trace
-from offload.recsys.traces.zipf import zipf_pmf
+from offload.zipf import zipf_pmf
 
 __all__ = [
     "HOTSET_PROB",

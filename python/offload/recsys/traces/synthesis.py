@@ -12,7 +12,7 @@ from offload.recsys.traces.batches import Batch
 from offload.recsys.traces.config import TraceConfig
 from offload.recsys.traces.permutation import _NS_DENSE, _NS_TABLE, RowPermutation
 from offload.recsys.traces.trace import EmbeddingTrace
-from offload.recsys.traces.zipf import _ZipfSampler
+from offload.zipf import ZipfSampler
 
 # Generation
 
@@ -27,7 +27,7 @@ class _TableStream:
         self.rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(_NS_TABLE, table)))
         self.perm = RowPermutation(self.rows, cfg.seed, table) if cfg.permute else None
         self.hot = min(cfg.hot_rows, self.rows)
-        self.zipf = _ZipfSampler(self.rows, cfg.zipf_alpha) if cfg.kind == "zipf" else None
+        self.zipf = ZipfSampler(self.rows, cfg.zipf_alpha) if cfg.kind == "zipf" else None
         # "recssd" state: LRU stack (most recent last) and the fresh-id counter.
         self.stack: list[int] = []
         self.fresh_start = int(self.rng.integers(0, self.rows)) if cfg.kind == "recssd" else 0
