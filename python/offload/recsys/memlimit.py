@@ -23,7 +23,7 @@ SLACK_BYTES = 64 << 20
 
 
 def own_cgroup() -> Path | None:
-    """The process's v1 memory cgroup directory, or None where there is none."""
+    """The process's memory cgroup directory (v1 or v2), or None where there is none."""
     return cgroups.own("memory")
 
 
@@ -52,10 +52,9 @@ def page_cache_budget(budget_bytes: int) -> Iterator[dict[str, Any]]:
     child = cgroups.make_child(
         "memory", f"offload-recsys-{os.getpid()}", {"memory.limit_in_bytes": str(limit)}
     )
-    info.update(method="cgroup-v1-memory", cgroup=str(child), limit_bytes=limit)
+    info.update(method=f"cgroup-v{cgroups.version()}-memory", cgroup=str(child), limit_bytes=limit)
     try:
         yield info
-        info["max_usage_bytes"] = int((child / "memory.max_usage_in_bytes").read_text())
-        info["failcnt"] = int((child / "memory.failcnt").read_text())
+        info["max_usage_bytes"], info["failcnt"] = cgroups.memory_peak_and_failures(child)
     finally:
         cgroups.leave_child("memory", child)
