@@ -53,7 +53,7 @@ def fio_iops(directory: Path, size: int, qd: int, seconds: float) -> dict[str, f
 
 
 def ours_iops(directory: Path, size: int, qd: int, seconds: float) -> dict[str, float]:
-    r = json.loads(_native.probe_random_reads(str(directory), size, [qd], seconds))["points"][0]
+    r = _native.probe_random_reads(str(directory), size, [qd], seconds)["points"][0]
     return {"iops": r["iops"], "p50_s": r["p50_s"], "p99_s": r["p99_s"]}
 
 
@@ -117,7 +117,7 @@ def ours_zmq_s(directory: Path, transport: str, kind: str, size: int) -> float:
     of operations, reporting the mean time per operation (as local_lat and local_thr do)."""
     count = stream_count(size) if kind == "stream" else round_trip_count(size)
     name = f"zmq/{transport}-{kind}"
-    ch = json.loads(_native.probe_channel(name, False, str(directory), (size, size), ZMQ_PEER, count))
+    ch = _native.probe_channel(name, False, str(directory), (size, size), ZMQ_PEER, count)
     return float(ch["points"][0]["mean_s"])
 
 

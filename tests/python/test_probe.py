@@ -104,9 +104,9 @@ def test_gpu_section_is_skipped_cleanly_without_a_gpu() -> None:
 def test_the_rust_fit_is_reachable_for_channels_measured_in_python() -> None:
     from offload import _native
 
-    f = json.loads(_native.probe_fit([(64.0, 1e-6 + 64 / 1e9), (1 << 20, 1e-6 + (1 << 20) / 1e9)]))
+    f = _native.probe_fit([(64.0, 1e-6 + 64 / 1e9), (1 << 20, 1e-6 + (1 << 20) / 1e9)])
     assert f["latency_s"] == pytest.approx(1e-6) and f["bandwidth_bps"] == pytest.approx(1e9)
-    assert json.loads(_native.probe_fit([(64.0, 1e-6)])) is None
+    assert _native.probe_fit([(64.0, 1e-6)]) is None
 
 
 def test_zmq_peer_process_that_cannot_start_is_an_error_not_a_hang(tmp_path: Path) -> None:

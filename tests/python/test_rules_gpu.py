@@ -110,7 +110,7 @@ def test_the_device_profile_says_where_the_time_goes() -> None:
     _, cols = load_query_columns(rs, DATA / "queries.csv")
     gpu = rules.compile(rs, "gpu")
     codes = np.ascontiguousarray(np.tile(gpu.encode(cols), (1000, 1)))
-    prof = json.loads(gpu._native.device_profile(codes, 3))
+    prof = gpu._native.device_profile(codes, 3)
     assert prof["queries"] == len(codes) and prof["pipeline_queries_per_s"] > 0
     assert set(prof["kernel_queries_per_s_by_block"]) == {"64", "128", "256", "512", "1024"}
     assert all(s > 0 for s in prof["kernel_s_by_batch"].values())

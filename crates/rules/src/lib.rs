@@ -7,6 +7,7 @@
 pub mod csv;
 pub mod encode;
 pub mod erbium;
+pub mod eval;
 pub mod error;
 pub mod explain;
 pub mod matcher;

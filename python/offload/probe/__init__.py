@@ -12,7 +12,6 @@ one JSON document; :mod:`offload.probe.plot` draws it.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -216,7 +215,7 @@ def run(
     for name in channels or CHANNELS:
         say(name)
         peer = ZMQ_PEER if name.startswith("zmq/") else None
-        profile["channels"][name] = json.loads(_native.probe_channel(name, quick, str(directory), None, peer))
+        profile["channels"][name] = _native.probe_channel(name, quick, str(directory), None, peer)
     _limits(profile["channels"])
     profile["physical_bound"] = flag_unphysical(profile["channels"])
     if uring:
@@ -224,8 +223,8 @@ def run(
         size, depths, secs = URING[quick]
         try:
             profile["io_uring"] = {
-                "nop": json.loads(_native.probe_uring_nop(quick)),
-                "random_reads": json.loads(_native.probe_random_reads(str(directory), size, depths, secs)),
+                "nop": _native.probe_uring_nop(quick),
+                "random_reads": _native.probe_random_reads(str(directory), size, depths, secs),
             }
         except ValueError as e:
             fs = profile["directory"]

@@ -9,7 +9,6 @@ repetitions to last a minimum time, median and p10/p90; the fit is the same Rust
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -62,7 +61,7 @@ def _point(n: int, per_op: list[float]) -> dict[str, Any]:
 
 
 def _channel(name: str, operation: str, points: list[dict[str, Any]]) -> dict[str, Any]:
-    fit = json.loads(_native.probe_fit([(p["bytes"], p["median_s"]) for p in points]))
+    fit = _native.probe_fit([(p["bytes"], p["median_s"]) for p in points])
     return {"name": name, "operation": operation, "points": points, "fit": fit, "fit_from_bytes": 0}
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
@@ -65,7 +64,7 @@ def _preload_nvrtc() -> None:
 def gpu_device() -> dict[str, Any]:
     """The CUDA device the `gpu` matcher runs on; RuntimeError saying what is missing if none."""
     _preload_nvrtc()
-    return json.loads(_native.gpu_device())
+    return dict(_native.gpu_device())
 
 
 def gpu_kernel_ptx(arch: str = "compute_90") -> str:
@@ -338,7 +337,7 @@ class CompiledRules:
         return int(self._native.memory_bytes())
 
     def stats(self) -> dict[str, Any]:
-        return dict(json.loads(self._native.stats_json()))
+        return dict(self._native.stats())
 
     def _columns(self, queries: Any) -> list[Column]:
         codes = self.rules.criterion_codes
@@ -394,7 +393,7 @@ class CompiledRules:
                     f"criterion {c}: missing value ({what}); explain needs a value for every criterion"
                 )
         vals = [str(v) for v in raw]
-        return dict(json.loads(self._native.explain_json(vals)))
+        return dict(self._native.explain(vals))
 
 
 def compile(rules: RuleSet, matcher: str = "fast") -> CompiledRules:

@@ -116,7 +116,7 @@ def _device_stages(engine: CompiledRules, codes: np.ndarray, batch: int, repeats
     if profile is not None:
         # the host's staging copy, the kernel per block size and with sorted queries, and the
         # device's own pipeline with transfers (from pinned memory)
-        out["device_profile"] = json.loads(profile)
+        out["device_profile"] = profile
     if stages:
         med = stages[len(stages) // 2]
         out["device_stages"] = med

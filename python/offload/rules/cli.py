@@ -219,9 +219,7 @@ def eval_(
         raise fail(f"--threads {threads}: expected a thread count of 1 or more")
     _writable_dir(out, "--out")
     with failing(RuleError, RuntimeError, OSError), err.status(f"answering {queries} ({matcher})"):
-        stats = json.loads(
-            _native.eval_files(str(ruletype), str(rules), str(queries), str(out), matcher, threads)
-        )
+        stats = _native.eval_files(str(ruletype), str(rules), str(queries), str(out), matcher, threads)
     if json_out:
         print(json.dumps(stats, indent=2))
     else:

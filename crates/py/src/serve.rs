@@ -1,0 +1,209 @@
+//! `offload._native` bindings of `crates/serve`: the daemon (its arguments parsed by
+//! `offload_serve::config::Settings`), CURVE keys, request and reply frames, the echo baseline.
+//! Conversions only; loops run with the GIL released.
+
+use crate::rules::{extract_columns, OwnedColumn};
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use offload_rules::PackedStrings;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use pyo3::IntoPyObjectExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Serves a rule set over ZeroMQ until SIGINT/SIGTERM (`offload serve ARGS`): `args` are the
+/// command line after `offload serve`, parsed by the daemon's one settings type
+/// (`offload_serve::config::Settings`, the same as `offload-serve`'s). Returns the counters, or
+/// the text `--help`/`--version` asked for; bad arguments are a ValueError of one line.
+#[pyfunction]
+fn serve(py: Python<'_>, args: Vec<String>) -> PyResult<PyObject> {
+    use offload_serve::config::{ArgsError, Settings};
+    let settings = match Settings::from_args(std::iter::once("offload serve".to_string()).chain(args)) {
+        Ok(s) => s,
+        Err(ArgsError::Show(text)) => return text.into_py_any(py),
+        Err(ArgsError::Invalid(why)) => return Err(PyValueError::new_err(why)),
+    };
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let counters = py
+        .allow_threads(|| {
+            offload_serve::serve(settings, stop, |s, cfg| {
+                eprintln!(
+                    "serving {} rules (version {}) on {} with {}w {}k {}e",
+                    s.engine.rules().len(),
+                    s.version,
+                    cfg.endpoints.join(", "),
+                    cfg.workers,
+                    cfg.kernels,
+                    cfg.engine_threads
+                )
+            })
+        })
+        .map_err(PyValueError::new_err)?;
+    counters.into_py_any(py)
+}
+
+/// The daemon's options as `--help` shows them, for `offload serve --help` (usage named `name`).
+#[pyfunction]
+fn serve_help(name: &str) -> String {
+    offload_serve::config::Settings::help(name)
+}
+
+/// Makes a CURVE key pair: `DIR/NAME.key` (public) and `DIR/NAME.key_secret` (mode 0600);
+/// returns their paths (`offload serve keys`).
+#[pyfunction]
+#[pyo3(signature = (directory, name, force = false))]
+fn curve_key_pair(directory: PathBuf, name: &str, force: bool) -> PyResult<(PathBuf, PathBuf)> {
+    offload_serve::auth::write_key_pair(&directory, name, force).map_err(PyValueError::new_err)
+}
+
+/// Reads a ZeroMQ key file: (public key, secret key or None), Z85-encoded.
+#[pyfunction]
+fn read_curve_key(path: PathBuf) -> PyResult<(String, Option<String>)> {
+    use offload_serve::auth::{read_key_file, z85};
+    let k = read_key_file(&path).map_err(PyValueError::new_err)?;
+    Ok((z85(&k.public), k.secret.as_ref().map(z85)))
+}
+
+/// The fingerprint requests carry of the criterion names their columns follow, in order
+/// (protocol version 2, `offload_serve::protocol::criteria_fingerprint`).
+#[pyfunction]
+fn criteria_fingerprint(names: Vec<String>) -> u64 {
+    offload_serve::protocol::criteria_fingerprint(&names)
+}
+
+/// Builds a request frame from raw query columns (one per criterion, in the order whose names'
+/// `criteria_fingerprint` is given): each a list of str or `("packed", data uint8, offsets int64)`.
+#[pyfunction]
+fn encode_request<'py>(
+    py: Python<'py>,
+    request_id: u64,
+    deadline_us: u64,
+    stop_after: u32,
+    fingerprint: u64,
+    columns: &Bound<'py, PyList>,
+) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+    use offload_serve::protocol::{Payload, RawColumnOwned, Request};
+    let owned = extract_columns(columns)?;
+    let mut cols = Vec::with_capacity(owned.len());
+    let mut n: Option<usize> = None;
+    for c in &owned {
+        let mut col = RawColumnOwned { offsets: vec![0], data: Vec::new() };
+        let mut push = |v: &[u8]| -> PyResult<()> {
+            col.data.extend_from_slice(v);
+            let end = u32::try_from(col.data.len())
+                .map_err(|_| PyValueError::new_err("a column holds more than 4 GiB of text: split the request"))?;
+            col.offsets.push(end);
+            Ok(())
+        };
+        match c {
+            OwnedColumn::Str(v) => v.iter().try_for_each(|s| push(s.to_str()?.as_bytes()))?,
+            OwnedColumn::Int(a) => a.as_array().iter().try_for_each(|x| push(x.to_string().as_bytes()))?,
+            OwnedColumn::Packed(d, o) => {
+                let p = PackedStrings::new(
+                    d.as_slice().map_err(|_| PyValueError::new_err("string data must be contiguous"))?,
+                    o.as_slice().map_err(|_| PyValueError::new_err("offsets must be contiguous"))?,
+                )
+                .map_err(PyValueError::new_err)?;
+                (0..p.len()).try_for_each(|i| push(p.get(i).as_bytes()))?
+            }
+        }
+        let len = col.offsets.len() - 1;
+        if *n.get_or_insert(len) != len {
+            return Err(PyValueError::new_err("query columns have different lengths"));
+        }
+        cols.push(col);
+    }
+    let req = Request {
+        request_id,
+        deadline_us,
+        stop_after,
+        n_queries: n.unwrap_or(0) as u32,
+        criteria_fingerprint: fingerprint,
+        payload: Payload::Raw(cols),
+    };
+    Ok(pyo3::types::PyBytes::new(py, &offload_serve::protocol::encode_request(&req)))
+}
+
+/// Builds a request frame from pre-encoded rows (`CompiledRules.encode`) for rule-set version
+/// `encoding_version` of the rule type whose criteria have `fingerprint`.
+#[pyfunction]
+fn encode_request_codes<'py>(
+    py: Python<'py>,
+    request_id: u64,
+    deadline_us: u64,
+    stop_after: u32,
+    fingerprint: u64,
+    encoding_version: u64,
+    codes: PyReadonlyArray2<'py, u32>,
+) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+    use offload_serve::protocol::{Payload, Request};
+    let (n, w) = (codes.shape()[0], codes.shape()[1]);
+    let flat = codes.as_slice().map_err(|_| PyValueError::new_err("codes must be C-contiguous"))?.to_vec();
+    let req = Request {
+        request_id,
+        deadline_us,
+        stop_after,
+        n_queries: n as u32,
+        criteria_fingerprint: fingerprint,
+        payload: Payload::Encoded { encoding_version, width: w as u16, codes: flat },
+    };
+    Ok(pyo3::types::PyBytes::new(py, &offload_serve::protocol::encode_request(&req)))
+}
+
+/// Decodes a reply frame: (request_id, status, ruleset_version, rule u32[], content i64[],
+/// {stage: ns}, message).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn decode_reply<'py>(
+    py: Python<'py>,
+    frame: &[u8],
+) -> PyResult<(u64, String, u64, Bound<'py, PyArray1<u32>>, Bound<'py, PyArray1<i64>>, Vec<(String, u64)>, String)> {
+    use offload_serve::protocol::Stage;
+    let r = offload_serve::protocol::decode_reply(frame).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let stages = r
+        .stages_ns
+        .iter()
+        .map(|&(s, ns)| {
+            let name = Stage::ALL.iter().find(|x| **x as u8 == s).map_or("unknown", |x| x.name());
+            (name.to_string(), ns)
+        })
+        .collect();
+    Ok((
+        r.request_id,
+        format!("{:?}", r.status),
+        r.ruleset_version,
+        r.rule.into_pyarray(py),
+        r.content.into_pyarray(py),
+        stages,
+        r.message,
+    ))
+}
+
+/// A bare ZeroMQ echo server on `endpoint` for `seconds` (GIL released): the baseline for the
+/// service's round trip. Returns the number of messages echoed.
+#[pyfunction]
+fn zmq_echo(py: Python<'_>, endpoint: String, seconds: f64) -> PyResult<u64> {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let timer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs_f64(seconds.max(0.0)));
+        s2.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let r = py.allow_threads(|| offload_serve::echo(&endpoint, stop));
+    let _ = timer.join();
+    r.map_err(PyValueError::new_err)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(serve, m)?)?;
+    m.add_function(wrap_pyfunction!(serve_help, m)?)?;
+    m.add_function(wrap_pyfunction!(curve_key_pair, m)?)?;
+    m.add_function(wrap_pyfunction!(read_curve_key, m)?)?;
+    m.add_function(wrap_pyfunction!(criteria_fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_request, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_request_codes, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_reply, m)?)?;
+    m.add_function(wrap_pyfunction!(zmq_echo, m)?)?;
+    Ok(())
+}
