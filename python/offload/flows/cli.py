@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.progress import Progress
 
-from offload.clitools import JsonOpt, choices, console, enter_netns, err, fail, ints, oneline
+from offload.clitools import JsonOpt, OutOpt, choices, console, emit, enter_netns, err, fail, ints, oneline
 from offload.clitools import compact_table as Table
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ def partition(
         Path | None, typer.Option(help="Write the breakdown as stacked bars here (.png). \\[default: none]")
     ] = None,
     json_out: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Run the partition service (unpack, split by id, repack, compress) over each data set, in a
     process held to each node budget, and break its time down per step. Data sets are generated
@@ -71,8 +72,7 @@ def partition(
                     bar.advance(task)
     if plot is not None:
         F.plot_partition(results, plot)
-    if json_out:
-        print(json.dumps(results, indent=2))
+    if emit(results, json_out, out):
         return
     print_partition(results)
 
@@ -89,6 +89,7 @@ def sift(
     fanout: Annotated[int, typer.Option(help="Runs a level holds before they are compacted.")] = 4,
     work: WorkOpt = Path("build/flows"),
     json_out: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Run a node that partitions each data set by id and sifts every partition into an LSM tree
     (memtable, sorted runs, compaction), in a process held to each budget; then read everything
@@ -114,8 +115,7 @@ def sift(
                     raise fail(oneline(e)) from None
                 results.append(r)
                 bar.advance(task)
-    if json_out:
-        print(json.dumps(results, indent=2))
+    if emit(results, json_out, out):
         return
     _print_sift(results, f"{parts} partitions, memtables of {memtable:,} rows, fanout {fanout}")
 
@@ -160,6 +160,7 @@ def run(
         Path | None, typer.Option(help="Write the per-node breakdown as stacked bars here. \\[default: none]")
     ] = None,
     json_out: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Run the particle pipeline over several nodes: producers (one per node, as simulation
     ranks) put packed messages to the nodes' partition services, which forward each partition
@@ -189,9 +190,7 @@ def run(
         results = [_run_count(bar, n, where, check, flow) for n in counts]
     if plot is not None:
         R.plot_nodes(results, plot)
-    if json_out:
-        print(json.dumps(results, indent=2))
-    else:
+    if not emit(results, json_out, out):
         print_run(results)
     lost = [r for r in results if r["accounting"]["lost_nodes"] or not r["accounting"]["explained"]]
     if lost or any(r.get("matches_plain_sort") is False for r in results):
@@ -325,6 +324,7 @@ def model(
         ),
     ] = 0.0,
     as_json: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Fit the particle pipeline model (docs/flows.md) to runs on a few nodes of this machine,
     show its error on every node count run (those it was not fitted on are the validation), and
@@ -341,8 +341,7 @@ def model(
         v = fm.from_runs(data, ints(predict), gb, ints(fit_on) if fit_on else None, link_gbit, message_mb)
     except (OSError, KeyError, IndexError, ValueError, TypeError) as ex:
         raise fail(f"{runs}: {ex}") from None
-    if as_json:
-        print(json.dumps(v.as_dict(), indent=2))
+    if emit(v.as_dict(), as_json, out):
         return
     print_model(v)
 
@@ -392,6 +391,7 @@ def compression(
         ),
     ] = "core",
     json_out: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Where compression pays, per data set: each codec's seconds per GB of input when the node's
     partitioning, its link and the host reading the partitions back overlap, in software as
@@ -409,17 +409,16 @@ def compression(
             raise ValueError("every link needs a rate")
         bps = [float(r) * 1e6 for r in rates if r is not None]
         eng, reader = (None if x in (None, "none") else x for x in (engine, host))
-        out = C.table(C.ways(runs, profile, eng, reader), bps)
+        by_dataset = C.table(C.ways(runs, profile, eng, reader), bps)
     except OSError as e:
         raise fail(f"{results}: {e.strerror}; make it with `offload flows partition --json > FILE`") from None
     except (ValueError, KeyError, TypeError) as e:
         raise fail(f"{results}: {e}") from None
-    if json_out:
-        doc = {"profile": profile, "links_mbit": rates, "engine": engine, "host": host, "datasets": out}
-        print(json.dumps(doc, indent=2))
+    doc = {"profile": profile, "links_mbit": rates, "engine": engine, "host": host, "datasets": by_dataset}
+    if emit(doc, json_out, out):
         return
     heads = [f"at {x}" for x in links.split(",")]
-    for d in out:
+    for d in by_dataset:
         on = f"; engine: {engine}" if engine not in (None, "none") else ""
         t = Table(f"{d['dataset']} on {profile}: seconds per GB of input, node and link overlap{on}")
         for col in ("way", "node", "host", "out/in", "pays below Mbit/s", *heads):
@@ -431,7 +430,7 @@ def compression(
                       *(f"{s:.2f}" for s in w["s_per_gb"]))  # fmt: skip
         t.add_row("[bold]fastest[/]", "", "", "", "", *d["best"])
         console.print(t)
-    if reader and not any(w["host_s_per_gb"] for d in out for w in d["ways"]):
+    if reader and not any(w["host_s_per_gb"] for d in by_dataset for w in d["ways"]):
         console.print(
             f"[yellow]the runs on {reader} do not say what reading costs (decode_s): host taken as free[/]"
         )
@@ -443,6 +442,7 @@ def gpu_codec(
     rows: RowsOpt = 1_000_000,
     repeats: Annotated[int, typer.Option(help="Timed repeats; the median is kept.")] = 3,
     json_out: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Compress each data set's column buffers on a GPU with nvCOMP (LZ4, Zstd, Cascaded),
     transfers included, and check that they decode to the same bytes; beside it, what Arrow's
@@ -466,8 +466,7 @@ def gpu_codec(
         results[name]["arrow_out_over_in"] = {
             c: len(F.pack(table, c)) / len(F.pack(table)) for c in ("lz4", "zstd")
         }
-    if json_out:
-        print(json.dumps(results, indent=2))
+    if emit(results, json_out, out):
         return
     t = Table("nvCOMP on the GPU, transfers included (GB/s of column buffers)")
     for col in ("data set", "algorithm", "compress", "decompress", "out/in"):
