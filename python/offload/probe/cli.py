@@ -11,10 +11,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from offload.clitools import JsonOpt, console, err, failing
+from offload.clitools import JsonOpt, OutOpt, console, emit, err, failing
 from offload.clitools import fail as _fail
 from offload.clitools import seconds as _us
-from offload.files import save_figure, write_text
+from offload.files import save_figure
 
 app = typer.Typer(
     help="Measure the channels that decide whether offloading pays (memory, IPC, ZeroMQ, io_uring, "
@@ -58,7 +58,9 @@ def probe(
             "ramfs the reads measure memory, and the profile says so).",
         ),
     ] = Path("."),
-    out: Annotated[Path, typer.Option(help="Profile to write (plots go next to it).")] = Path("probe.json"),
+    out: Annotated[
+        Path, typer.Option(help="Profile to write, whole, with --json too (plots go next to it).")
+    ] = Path("probe.json"),
     channel: Annotated[
         list[str] | None,
         typer.Option("--channel", help="Only these channels (repeat), e.g. ipc/pipe. \\[default: all]"),
@@ -90,11 +92,7 @@ def probe(
         with failing(ValueError):
             profile = pr.run(quick=quick, directory=directory, channels=channel, uring=uring, progress=step)
         bar.update(task, completed=len(steps))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text(out, json.dumps(profile, indent=2))
-    if json_out:
-        print(json.dumps(profile, indent=2))
-    else:
+    if not emit(profile, json_out, out):
         print_profile(profile)
     written = plot.all_plots(profile, out) if plots else []
     (err if json_out else console).print(f"wrote {out}" + "".join(f", {p}" for p in written))
@@ -185,6 +183,7 @@ def ctc(
         typer.Option(help="A probe profile: add its measured channels. \\[default: none: presets only]"),
     ] = None,
     json_out: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Computation-to-communication ratio of a kernel on each channel: time to compute a batch /
     time to move it. Above 1: compute-bound (a faster link would not help); below 1:
@@ -214,8 +213,8 @@ def ctc(
         for n in sizes
         for c in [presets.ctc(queries_per_s, bytes_per_query, n, lat, bw)]
     ]
-    if json_out:
-        print(json.dumps({"queries_per_s": queries_per_s, "bytes_per_query": bytes_per_query, "rows": rows}))
+    result = {"queries_per_s": queries_per_s, "bytes_per_query": bytes_per_query, "rows": rows}
+    if emit(result, json_out, out):
         return
     t = Table(title=f"CTC at {queries_per_s:,.0f} queries/s, {bytes_per_query:g} B/query (>1: compute-bound)")
     t.add_column("channel")
@@ -254,8 +253,7 @@ def reuse(
     if out is not None:
         _reuse_plot(pv, sh, steps, out)
         result["plot"] = str(out)
-    if json_out:
-        print(json.dumps(result))
+    if emit(result, json_out):  # its --out is the plot
         return
     console.print(f"{pv['name']} vs {sh['name']}")
     console.print(f"device memory read {dev} GB/s, shared-memory read {sh_bw} GB/s")
