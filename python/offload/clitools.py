@@ -7,7 +7,7 @@ namespace."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -58,9 +58,12 @@ def failing(*errors: type[Exception], code: int = 2) -> Iterator[None]:
         raise fail(str(e), code) from None
 
 
-def emit(result: Any, as_json: bool, out: Path | None = None) -> bool:
+def emit(
+    result: Any, as_json: bool, out: Path | None = None, *, default: Callable[[Any], Any] | None = None
+) -> bool:
     """A command's JSON result, the same way in every command: written whole to ``out`` (its
     directory made) when given, and printed on stdout under ``--json``; both may be asked.
+    ``default`` is json.dumps's, for values JSON has no type for (numpy floats, enums).
     True when stdout took the result, so the command prints nothing more there.
 
     >>> if emit(result, as_json, out):
@@ -68,7 +71,7 @@ def emit(result: Any, as_json: bool, out: Path | None = None) -> bool:
     """
     from offload.files import write_text
 
-    text = json.dumps(result, indent=2)
+    text = json.dumps(result, indent=2, default=default)
     if out is not None:
         with failing(OSError):
             out.parent.mkdir(parents=True, exist_ok=True)

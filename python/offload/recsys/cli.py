@@ -17,7 +17,7 @@ from rich import box
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from offload.clitools import JsonOpt, console, err, fail, failing, size_bytes
+from offload.clitools import JsonOpt, OutOpt, console, emit, err, fail, failing, size_bytes
 from offload.files import WriteError, atomic_write, write_text
 from offload.recsys import engine as E
 from offload.recsys import traces as T
@@ -111,8 +111,7 @@ def create(
         "seed": seed,
         "seconds": secs,
     }
-    if as_json:
-        print(json.dumps(res, indent=2))
+    if emit(res, as_json):  # its --out is the model directory
         return
     console.print(
         f"{spec.name}: {spec.tables} tables × {per[0]:,} rows × dim {spec.dim} = "
@@ -162,8 +161,7 @@ def synth(
         raise fail(f"{type(e).__name__}: {e}" if isinstance(e, OSError) else str(e)) from None
     stats = T.locality_stats(T.table_streams(trace.batches)[0])
     res = {"out": str(out), "batches": batches, "batch_size": batch_size, "kind": kind, "table0": stats}
-    if as_json:
-        print(json.dumps(res, indent=2, default=float))
+    if emit(res, as_json, default=float):  # its --out is the trace
         return
     console.print(
         f"{batches} batches × {batch_size} samples ({kind}) → {out}; table 0: "
@@ -260,8 +258,7 @@ def infer(
         "read_amplification": io.get("media_bytes", 0) / max(1, io.get("useful_bytes", 0)),
         "out": str(out) if out else None,
     }
-    if as_json:
-        print(json.dumps(summary, indent=2))
+    if emit(summary, as_json):  # its --out is the predictions
         return
     t = Table(title=f"{strategy} ({mode}): {allp.size} samples")
     t.add_column("stage")
@@ -362,8 +359,7 @@ def bench(
         raise fail(str(e)) from None
     if plots:
         res["plots"] = [str(p) for p in P.per_bench(res, plots)]
-    if as_json:
-        print(json.dumps(res, indent=2))
+    if emit(res, as_json, out):  # the whole result, the plots' paths too
         return
     print_bench(res)
 
@@ -437,6 +433,7 @@ def info(
         ),
     ] = True,
     as_json: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """What a model directory holds: spec, tables, extents (as RM_open_table sees them), and
     whether every row matches its checksum."""
@@ -464,8 +461,7 @@ def info(
         "check_seconds": time.perf_counter() - t0 if verify else None,
         "tables": tables,
     }
-    if as_json:
-        print(json.dumps(res, indent=2))
+    if emit(res, as_json, out):
         return
     checked = (
         f"every row matches its checksum ({res['check_seconds']:.2f} s)"
@@ -486,6 +482,7 @@ def kernels(
     ] = "sum",
     ii: Annotated[int, typer.Option("--ii", help="Initiation interval of the MLP kernels.")] = 8,
     as_json: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """The RM-SSD kernel-size search on Table III's models: our Table V beside the paper's, and
     Table VI's naive / default / optimized designs with the devices each fits."""
@@ -496,8 +493,7 @@ def kernels(
     ours = K.table_v(composition=composition, ii=ii)
     designs = {name: K.compare(m, ii=ii, composition=composition) for name, m in K.TABLE_III.items()}  # type: ignore[arg-type]
     fig15 = {n: K.search(kernel_shape(SPECS[n]), ii=ii, composition=composition) for n in ("ncf", "wnd")}  # type: ignore[arg-type]
-    if as_json:
-        print(json.dumps(K.search_report(ours, designs, fig15), indent=2, default=str))
+    if emit(K.search_report(ours, designs, fig15), as_json, out, default=str):
         return
     _print_table_v(ours, ii, composition)
     _print_table_vi(designs)
