@@ -5,7 +5,6 @@ serve a node → make particles → load them → query with SQL, offloaded or p
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,8 +14,10 @@ from rich.markup import escape
 
 from offload.clitools import (
     JsonOpt,
+    OutOpt,
     compact_table,
     console,
+    emit,
     enter_netns,
     err,
     fail,
@@ -173,8 +174,8 @@ def particles(
         path = P.write(t, out).absolute()
     except (ValueError, OSError) as e:
         raise fail(oneline(e)) from None
-    if as_json:
-        print(json.dumps({"path": str(path), "rows": t.num_rows, "bytes": path.stat().st_size}, indent=2))
+    res = {"path": str(path), "rows": t.num_rows, "bytes": path.stat().st_size}
+    if emit(res, as_json):  # its --out is the Parquet file
         return
     console.print(f"wrote {path}: {t.num_rows:,} particles, {t.nbytes / 2**20:.1f} MiB in memory")
 
@@ -192,6 +193,7 @@ def load(
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Give a node a data set: upload a local file (--file) or register one of its own (--path:
     relative to the node's --data-dir; a relative path that exists here is sent absolute, and the
@@ -210,8 +212,7 @@ def load(
     with _client(node, token_file, netns, timeout_s=900) as c:  # loading sketches every column
         with failing(NodeError):
             d = c.upload(name, table) if table is not None else c.register(name, str(path))
-    if as_json:
-        print(json.dumps(d, indent=2))
+    if emit(d, as_json, out):
         return
     console.print(
         f"{d['name']}: {d['rows']:,} rows, {d['bytes'] / 2**20:.1f} MiB, columns {', '.join(d['columns'])}"
@@ -224,6 +225,7 @@ def list_(
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """The node's data sets."""
     from offload.dataservices.client import NodeError
@@ -232,8 +234,7 @@ def list_(
     with _client(node, token_file, netns) as c:
         with failing(NodeError):
             st = c.status()
-    if as_json:
-        print(json.dumps(st, indent=2))
+    if emit(st, as_json, out):
         return
     console.print(f"{st['name']}: {budget_line(st.get('budget') or {}, st['threads'])}")
     t = compact_table(f"{st['name']}: data sets")
@@ -262,6 +263,7 @@ def query(
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Run a query on a node: offloaded (the node runs the plan and ships the result), pushed
     back (the node ships the columns it reads and this host runs the plan), or both, side by
@@ -281,9 +283,8 @@ def query(
             for w in ways:
                 runs[w] = c.query(plan, w, comp)
     same = plans.same_answer(*(r[0] for r in runs.values())) if len(runs) == 2 else None
-    if as_json:
-        out = {"sql": sql, "runs": {w: t.as_dict() for w, (_, t) in runs.items()}, "same_answer": same}
-        print(json.dumps(out, indent=2))
+    doc = {"sql": sql, "runs": {w: t.as_dict() for w, (_, t) in runs.items()}, "same_answer": same}
+    if emit(doc, as_json, out):
         return
     result = next(iter(runs.values()))[0]
     console.print(result.slice(0, show).to_pandas().to_string(index=False) if show else "")
@@ -324,6 +325,7 @@ def explain(
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """What the node expects of a query before running it: the estimated result rows and bytes,
     and the steps that led there (sketches, sample corrections, joins); with --run, the measured
@@ -336,12 +338,8 @@ def explain(
             plan = c.plan(sql)
             est = c.estimate(plan)
             runs = {w: c.query(plan, w)[1] for w in ("offload", "pushback")} if run else {}
-    if as_json:
-        print(
-            json.dumps(
-                {"sql": sql, "estimate": est, "runs": {w: t.as_dict() for w, t in runs.items()}}, indent=2
-            )
-        )
+    doc = {"sql": sql, "estimate": est, "runs": {w: t.as_dict() for w, t in runs.items()}}
+    if emit(doc, as_json, out):
         return
     console.print(f"[bold]estimate[/]: {est['rows']:,.1f} rows, {est['bytes'] / 2**20:.2f} MiB "
                   f"({1e3 * est['seconds']:.2f} ms to estimate)")  # fmt: skip
@@ -412,10 +410,9 @@ def train(
         old = TM.Models.load(out).samples if out.exists() else []
         TM.Models(old + samples).save(out)
     errors = TM.held_out_error(old + samples)
-    if as_json:
-        doc = {"path": str(out.absolute()), "system": system, "samples_added": len(samples),
-               "samples": len(old) + len(samples), "held_out_median_error": errors}  # fmt: skip
-        print(json.dumps(doc, indent=2))
+    doc = {"path": str(out.absolute()), "system": system, "samples_added": len(samples),
+           "samples": len(old) + len(samples), "held_out_median_error": errors}  # fmt: skip
+    if emit(doc, as_json):  # its --out is the training file
         return
     console.print(
         f"{len(samples)} samples from {system} and host added to {out} ({len(old) + len(samples)} in all)"
@@ -429,9 +426,7 @@ def case_study(
     node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
     rows: Annotated[int, typer.Option(help="Particles to load when the node has none.")] = 6_177_731,
     repeat: Annotated[int, typer.Option(help="Runs of each way (medians are shown).")] = 3,
-    out: Annotated[
-        Path | None, typer.Option(help="Write the results as JSON here. \\[default: none]")
-    ] = None,
+    out: OutOpt = None,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
@@ -449,14 +444,7 @@ def case_study(
                 err.print(f"loading {rows:,} particles into the node")
                 c.upload("particles", P.generate(rows))
             results = [C.run_case(c, name, repeat) for name in C.CASES]
-    if out is not None:
-        from offload.files import write_text
-
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with failing(OSError):
-            write_text(out, json.dumps(results, indent=2))
-    if as_json:
-        print(json.dumps(results, indent=2))
+    if emit(results, as_json, out):
         return
     print_cases(results)
 
@@ -488,6 +476,7 @@ def cluster_load(
     ] = "id",
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Partition a data set over the nodes of a cluster file."""
     from offload.dataservices import particles as P
@@ -499,8 +488,7 @@ def cluster_load(
     with _cluster(cluster, netns) as cc:
         with failing(NodeError, ValueError):
             parts = cc.upload_partitioned(name, table, by if by in table.schema.names else None)
-    if as_json:
-        print(json.dumps({"name": name, "rows": parts}, indent=2))
+    if emit({"name": name, "rows": parts}, as_json, out):
         return
     console.print(f"{name}: " + ", ".join(f"{n} {r:,} rows" for n, r in parts.items()))
 
@@ -513,6 +501,7 @@ def cluster_query(
     show: Annotated[int, typer.Option(help="Result rows to print.")] = 5,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Run a query over a cluster: every node gets the partition-local part of the plan (below
     its first aggregate, sort or limit) and decides for its partition; this host finishes."""
@@ -522,8 +511,7 @@ def cluster_query(
     with _cluster(cluster, netns) as cc:
         with failing(NodeError, PlanError, ValueError):
             result, timing = cc.query(sql, way)
-    if as_json:
-        print(json.dumps({"sql": sql, "timing": timing.as_dict()}, indent=2))
+    if emit({"sql": sql, "timing": timing.as_dict()}, as_json, out):
         return
     if show:
         console.print(result.slice(0, show).to_pandas().to_string(index=False))
