@@ -414,7 +414,8 @@ pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<
 }
 
 /// [`run`], calling `ready` once every endpoint is bound (and not before: a bind that fails
-/// means the daemon never said it was serving).
+/// means the daemon never said it was serving). The steps: bind, start the pipeline, broker
+/// until stopped and drained, join.
 pub fn run_with(
     current: Current,
     cfg: &Config,
@@ -422,33 +423,11 @@ pub fn run_with(
     ready: impl FnOnce(&Served),
 ) -> Result<Arc<Counters>, String> {
     check_exposure(cfg)?;
-    let sec = &cfg.security;
     let counters = Arc::new(Counters::default());
     let ctx = zmq::Context::new();
     // Declared before the sockets, so dropped after them: no CURVE socket outlives its handler.
-    let _zap = start_zap(&ctx, sec, &counters)?;
-    // Removes the IPC socket files this daemon bound once it stops (libzmq leaves them).
-    let mut socket_files: Vec<IpcFile> = Vec::new();
-    let front = ctx.socket(zmq::ROUTER).map_err(|e| zerr("ROUTER socket", e))?;
-    front.set_router_mandatory(true).map_err(|e| zerr("ROUTER_MANDATORY", e))?;
-    front.set_linger(0).map_err(|e| zerr("linger", e))?;
-    if let (Some(curve), Some(_)) = (&sec.curve, &sec.data_clients) {
-        curve.apply(&front, auth::DATA_DOMAIN)?;
-    }
-    for ep in &cfg.endpoints {
-        socket_files.push(bind_endpoint(&front, ep)?);
-    }
-    let back = ctx.socket(zmq::PULL).map_err(|e| zerr("PULL socket", e))?;
-    back.bind("inproc://offload-replies").map_err(|e| zerr("bind inproc", e))?;
-    let control = match cfg.control.as_deref().map(|ep| bind_control(&ctx, ep, sec)).transpose()? {
-        Some((sock, file)) => {
-            socket_files.push(file);
-            Some(sock)
-        }
-        None => None,
-    };
-    let mut pending_reload: Option<std::sync::mpsc::Receiver<String>> = None;
-
+    let _zap = start_zap(&ctx, &cfg.security, &counters)?;
+    let sockets = bind(&ctx, cfg)?;
     let policy = Arc::new(BatchPolicy {
         max_queries: AtomicU64::new(cfg.batch_max_queries),
         timeout_us: AtomicU64::new(cfg.batch_timeout_us),
@@ -461,6 +440,71 @@ pub fn run_with(
         }
         None => None,
     };
+    let (queue, threads) = start_pipeline(cfg, &ctx, &current, &counters, &policy)?;
+    ready(&snapshot(&current)); // every endpoint is bound: now the daemon may say it serves
+    let broker = Broker {
+        sockets,
+        current,
+        counters: counters.clone(),
+        policy,
+        security: &cfg.security,
+        queue: Some(queue),
+        pending_reload: None,
+    };
+    broker.run(&stop, &threads)?;
+    for t in threads.into_iter().chain(metrics_thread) {
+        let _ = t.join();
+    }
+    Ok(counters)
+}
+
+/// The daemon's sockets. Fields drop in order: the sockets close before their IPC files go.
+struct Sockets {
+    /// ROUTER on the data endpoints: requests in, replies out (only the broker touches it).
+    front: zmq::Socket,
+    /// PULL on inproc: replies and refusals from the workers and executors, to forward.
+    back: zmq::Socket,
+    /// REP on the control endpoint, if any.
+    control: Option<zmq::Socket>,
+    /// Removes the IPC socket files this daemon bound once it stops (libzmq leaves them).
+    _files: Vec<IpcFile>,
+}
+
+/// Binds the data endpoints (with CURVE where the data clients are given), the inproc reply
+/// socket and the control endpoint.
+fn bind(ctx: &zmq::Context, cfg: &Config) -> Result<Sockets, String> {
+    let sec = &cfg.security;
+    let mut files: Vec<IpcFile> = Vec::new();
+    let front = ctx.socket(zmq::ROUTER).map_err(|e| zerr("ROUTER socket", e))?;
+    front.set_router_mandatory(true).map_err(|e| zerr("ROUTER_MANDATORY", e))?;
+    front.set_linger(0).map_err(|e| zerr("linger", e))?;
+    if let (Some(curve), Some(_)) = (&sec.curve, &sec.data_clients) {
+        curve.apply(&front, auth::DATA_DOMAIN)?;
+    }
+    for ep in &cfg.endpoints {
+        files.push(bind_endpoint(&front, ep)?);
+    }
+    let back = ctx.socket(zmq::PULL).map_err(|e| zerr("PULL socket", e))?;
+    back.bind("inproc://offload-replies").map_err(|e| zerr("bind inproc", e))?;
+    let control = match cfg.control.as_deref().map(|ep| bind_control(ctx, ep, sec)).transpose()? {
+        Some((sock, file)) => {
+            files.push(file);
+            Some(sock)
+        }
+        None => None,
+    };
+    Ok(Sockets { front, back, control, _files: files })
+}
+
+/// Starts k kernel executors and w workers; returns the request queue's sending end and the
+/// threads. Workers and executors exit in turn once the queues they read are closed and drained.
+fn start_pipeline(
+    cfg: &Config,
+    ctx: &zmq::Context,
+    current: &Current,
+    counters: &Arc<Counters>,
+    policy: &Arc<BatchPolicy>,
+) -> Result<(Sender<Job>, Vec<std::thread::JoinHandle<()>>), String> {
     let (tx, rx) = bounded::<Job>(cfg.queue.max(1));
     // Two batches per executor may wait: one being matched while the next is ready.
     let (ktx, krx) = bounded::<KernelBatch>(2 * cfg.kernels.max(1));
@@ -475,7 +519,6 @@ pub fn run_with(
                 .map_err(|e| format!("spawn kernel executor: {e}"))?,
         );
     }
-    drop(krx);
     for i in 0..cfg.workers.max(1) {
         let (rx, ktx, ctx, current, counters) =
             (rx.clone(), ktx.clone(), ctx.clone(), current.clone(), counters.clone());
@@ -487,105 +530,137 @@ pub fn run_with(
                 .map_err(|e| format!("spawn worker: {e}"))?,
         );
     }
-    // Workers and executors exit in turn once the queues they read are closed and drained.
-    drop((rx, ktx));
-    ready(&snapshot(&current)); // every endpoint is bound: now the daemon may say it serves
+    Ok((tx, threads))
+}
 
-    let mut tx = Some(tx);
-    let mut leave_by: Option<Instant> = None;
-    loop {
-        let version = snapshot(&current).version;
-        if let Some(rx) = &pending_reload {
-            if let Ok(answer) = rx.try_recv() {
-                if let Some(c) = &control {
-                    let _ = c.send(answer.as_bytes(), 0);
+/// The broker: the one thread that touches the ROUTER. It admits requests into the bounded
+/// queue (or refuses them: busy, shutting down), forwards replies, and answers the control socket.
+struct Broker<'a> {
+    sockets: Sockets,
+    current: Current,
+    counters: Arc<Counters>,
+    policy: Arc<BatchPolicy>,
+    security: &'a Security,
+    /// The request queue; `None` once stopping (workers then drain it and exit).
+    queue: Option<Sender<Job>>,
+    /// A reload runs off the broker's thread; its answer is owed on the control socket.
+    pending_reload: Option<std::sync::mpsc::Receiver<String>>,
+}
+
+impl Broker<'_> {
+    /// Brokers until `stop`, then until the pipeline has drained and the front is quiet.
+    fn run(mut self, stop: &AtomicBool, threads: &[std::thread::JoinHandle<()>]) -> Result<(), String> {
+        let mut leave_by: Option<Instant> = None;
+        loop {
+            self.send_reload_answer();
+            if stop.load(Ordering::Relaxed) {
+                self.queue = None; // workers, then executors, drain their queues, see them closed and exit
+            }
+            if self.queue.is_none() && threads.iter().all(|t| t.is_finished()) {
+                // Forward what the workers sent last. Requests still arriving are answered
+                // "shutting down" below until the front has been quiet for a moment (at most
+                // DRAIN_MAX), so a client that sent just before the signal gets an answer, not
+                // a timeout; then leave.
+                self.forward_replies();
+                let leave_by = *leave_by.get_or_insert_with(|| Instant::now() + DRAIN_MAX);
+                let quiet = self.sockets.front.poll(zmq::POLLIN, DRAIN_QUIET_MS).map_or(true, |n| n == 0);
+                if quiet || Instant::now() > leave_by {
+                    // Give the last replies time to leave before the socket closes.
+                    let _ = self.sockets.front.set_linger(1000);
+                    return Ok(());
                 }
-                pending_reload = None;
             }
+            self.poll_once()?;
         }
-        let stopping = stop.load(Ordering::Relaxed);
-        if stopping && tx.is_some() {
-            tx = None; // workers, then executors, drain their queues, see them closed and exit
-        }
-        if tx.is_none() && threads.iter().all(|t| t.is_finished()) {
-            // Forward what the workers sent last. Requests still arriving are answered "shutting
-            // down" by the loop below until the front has been quiet for a moment (at most
-            // DRAIN_MAX), so a client that sent just before the signal gets an answer, not a
-            // timeout; then leave.
-            while let Ok(parts) = recv_frames(&back) {
-                send_frames(&front, parts, &counters);
-            }
-            let leave_by = *leave_by.get_or_insert_with(|| Instant::now() + DRAIN_MAX);
-            let quiet = front.poll(zmq::POLLIN, DRAIN_QUIET_MS).map_or(true, |n| n == 0);
-            if quiet || Instant::now() > leave_by {
-                // Give the last replies time to leave before the socket closes.
-                let _ = front.set_linger(1000);
-                break;
-            }
-        }
+    }
+
+    /// Waits up to 50 ms (5 while a reload answer is owed) and handles what is readable.
+    fn poll_once(&mut self) -> Result<(), String> {
+        let s = &self.sockets;
         // The control socket is read only while no reload answer is owed (REP: one at a time).
-        let mut items = vec![front.as_poll_item(zmq::POLLIN), back.as_poll_item(zmq::POLLIN)];
-        if let (Some(c), None) = (&control, &pending_reload) {
+        let mut items = vec![s.front.as_poll_item(zmq::POLLIN), s.back.as_poll_item(zmq::POLLIN)];
+        if let (Some(c), None) = (&s.control, &self.pending_reload) {
             items.push(c.as_poll_item(zmq::POLLIN));
         }
-        let timeout = if pending_reload.is_some() { 5 } else { 50 };
+        let timeout = if self.pending_reload.is_some() { 5 } else { 50 };
         match zmq::poll(&mut items, timeout) {
             // A signal (SIGTERM, SIGINT) interrupts the poll: the loop then sees `stop`.
-            Err(zmq::Error::EINTR) => continue,
+            Err(zmq::Error::EINTR) => return Ok(()),
             other => other.map_err(|e| zerr("poll", e))?,
         };
-        if items[1].is_readable() {
-            while let Ok(parts) = recv_frames(&back) {
-                send_frames(&front, parts, &counters);
+        let readable: Vec<bool> = items.iter().map(|i| i.is_readable()).collect();
+        drop(items);
+        if readable[1] {
+            self.forward_replies();
+        }
+        if readable.get(2) == Some(&true) {
+            self.answer_control();
+        }
+        if readable[0] {
+            self.admit_requests();
+        }
+        Ok(())
+    }
+
+    fn send_reload_answer(&mut self) {
+        if let Some(Ok(answer)) = self.pending_reload.as_ref().map(|rx| rx.try_recv()) {
+            if let Some(c) = &self.sockets.control {
+                let _ = c.send(answer.as_bytes(), 0);
+            }
+            self.pending_reload = None;
+        }
+    }
+
+    /// Replies and refusals from the workers and executors, out through the ROUTER.
+    fn forward_replies(&self) {
+        while let Ok(parts) = recv_frames(&self.sockets.back) {
+            send_frames(&self.sockets.front, parts, &self.counters);
+        }
+    }
+
+    fn answer_control(&mut self) {
+        let Some(c) = &self.sockets.control else { return };
+        if let Ok(frames) = c.recv_multipart(zmq::DONTWAIT) {
+            match control_command(frames, &self.current, &self.counters, &self.policy, self.security) {
+                Ok(answer) => {
+                    let _ = c.send(answer.as_bytes(), 0);
+                }
+                Err(rx) => self.pending_reload = Some(rx),
             }
         }
-        if items.get(2).is_some_and(|i| i.is_readable()) {
-            if let Some(c) = &control {
-                if let Ok(frames) = c.recv_multipart(zmq::DONTWAIT) {
-                    match control_command(frames, &current, &counters, &policy, sec) {
-                        Ok(answer) => {
-                            let _ = c.send(answer.as_bytes(), 0);
-                        }
-                        Err(rx) => pending_reload = Some(rx),
+    }
+
+    /// Takes every waiting request into the queue, or refuses it at once: busy when the queue
+    /// is full, shutting down once stopping.
+    fn admit_requests(&self) {
+        let (front, counters) = (&self.sockets.front, &self.counters);
+        let version = snapshot(&self.current).version;
+        while let Ok(mut parts) = recv_frames(front) {
+            let received = Instant::now();
+            counters.requests.fetch_add(1, Ordering::Relaxed);
+            let body = parts.pop().unwrap_or_else(zmq::Message::new);
+            let envelope = parts;
+            let id = protocol::peek_request_id(&body);
+            let refuse = |status: Status, msg: &str, envelope: Frames| {
+                counters.count(status);
+                let mut frames = envelope;
+                frames.push(protocol::encode_reply(&Reply::status_only(id, status, version, msg)).into());
+                send_frames(front, frames, counters);
+            };
+            match &self.queue {
+                None => refuse(Status::ShuttingDown, "the server is shutting down", envelope),
+                Some(tx) => match tx.try_send(Job { envelope, body, received }) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(job)) => {
+                        refuse(Status::Busy, "queue full: retry later or elsewhere", job.envelope)
                     }
-                }
-            }
-        }
-        if items[0].is_readable() {
-            while let Ok(mut parts) = recv_frames(&front) {
-                let received = Instant::now();
-                counters.requests.fetch_add(1, Ordering::Relaxed);
-                let body = parts.pop().unwrap_or_else(zmq::Message::new);
-                let envelope = parts;
-                let id = protocol::peek_request_id(&body);
-                let refuse = |status: Status, msg: &str, envelope: Frames| {
-                    counters.count(status);
-                    let mut frames = envelope;
-                    frames.push(protocol::encode_reply(&Reply::status_only(id, status, version, msg)).into());
-                    send_frames(&front, frames, &counters);
-                };
-                match &tx {
-                    None => refuse(Status::ShuttingDown, "the server is shutting down", envelope),
-                    Some(tx) => match tx.try_send(Job { envelope, body, received }) {
-                        Ok(()) => {}
-                        Err(TrySendError::Full(job)) => {
-                            refuse(Status::Busy, "queue full: retry later or elsewhere", job.envelope)
-                        }
-                        Err(TrySendError::Disconnected(job)) => {
-                            refuse(Status::ShuttingDown, "the server is shutting down", job.envelope)
-                        }
-                    },
-                }
+                    Err(TrySendError::Disconnected(job)) => {
+                        refuse(Status::ShuttingDown, "the server is shutting down", job.envelope)
+                    }
+                },
             }
         }
     }
-    for t in threads {
-        let _ = t.join();
-    }
-    if let Some(t) = metrics_thread {
-        let _ = t.join();
-    }
-    Ok(counters)
 }
 
 /// Starts the ZAP handler when any socket uses CURVE: the control socket admits
