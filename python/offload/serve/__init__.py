@@ -7,6 +7,17 @@
 
 Frames are built and parsed by the same Rust code the daemon uses (one protocol definition,
 docs/serve-protocol.md); this module only moves bytes with pyzmq.
+
+Where things live (docs/serve-protocol.md, "Where things live"):
+
+- ``__init__``: the clients (``Client``, ``AsyncClient``), ``CurveKeys``, ``ServeReply``
+- ``cli``: ``offload serve`` (its arguments go untouched to the daemon's one settings parser,
+  ``offload_serve::config::Settings`` in Rust) and ``keys``, ``stats``, ``reload``, ``set``,
+  ``inject``, ``sweep``
+- ``daemon``: the daemon as a child process, started and stopped with bounded waits
+- ``inject``: replays a user-request trace; latency percentiles as the simulator's
+  (``np.percentile``, linear)
+- ``sweep``: a grid of configurations measured with the injector, and the Pareto front
 """
 
 from __future__ import annotations
