@@ -15,7 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from offload import _native
-from offload.clitools import JsonOpt, console, err, fail, failing
+from offload.clitools import JsonOpt, OutOpt, console, emit, err, fail, failing
 from offload.files import WriteError
 from offload.rules import DEVICE_MATCHERS, MATCHERS, NFA_ORDERS, RuleError, RuleSet, is_matcher
 from offload.rules.summary import check_summary, compile_summary
@@ -126,8 +126,7 @@ def synth(
         raise fail(e.strerror or str(e)) from None
     except OSError as e:  # the parent cannot be made, say
         raise fail(f"cannot write {out}: {e.strerror or e}") from None
-    if json_out:
-        print(json.dumps(summary, indent=2))
+    if emit(summary, json_out):  # its --out is the directory of the set
         return
     t = Table(title=f"synthetic MCT set in {out}", show_header=False)
     for k in ("n_rules", "n_valid", "n_airports", "n_distinct_contents", "n_requests", "n_queries"):
@@ -137,13 +136,12 @@ def synth(
 
 
 @app.command()
-def check(ruletype: RuleTypeOpt, rules: RulesOpt, json_out: JsonOpt = False) -> None:
+def check(ruletype: RuleTypeOpt, rules: RulesOpt, json_out: JsonOpt = False, out: OutOpt = None) -> None:
     """Validate a rule set and print its statistics. Exits 2 with file:line:column on an error."""
     t0 = time.perf_counter()
     rs = _load(ruletype, rules)
     info = check_summary(rs, time.perf_counter() - t0)
-    if json_out:
-        print(json.dumps(info, indent=2))
+    if emit(info, json_out, out):
         return
     console.print(
         f"[green]ok[/] {rules}: {info['rules']:,} rules of type {info['rule_type']}, {info['criteria']} "
@@ -175,6 +173,7 @@ def compile(
         ),
     ] = "fast",
     json_out: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Compile a rule set; report build time, memory (structure and process peak) and structure."""
     names = MATCHERS if matcher == "all" else (matcher,)
@@ -186,8 +185,7 @@ def compile(
     load_s = time.perf_counter() - t0
     with failing(RuntimeError), err.status("compiling") as status:  # gpu without a device: the reason
         report = compile_summary(rs, names, load_s, progress=lambda n: status.update(f"compiling {n}"))
-    if json_out:
-        print(json.dumps(report, indent=2))
+    if emit(report, json_out, out):
         return
     console.print(
         f"loaded {len(rs):,} rules in {load_s:.2f} s; process peak memory {report['peak_rss_mb']:.0f} MB"
@@ -220,9 +218,7 @@ def eval_(
     _writable_dir(out, "--out")
     with failing(RuleError, RuntimeError, OSError), err.status(f"answering {queries} ({matcher})"):
         stats = _native.eval_files(str(ruletype), str(rules), str(queries), str(out), matcher, threads)
-    if json_out:
-        print(json.dumps(stats, indent=2))
-    else:
+    if not emit(stats, json_out):  # its --out is the answers
         err.print(
             f"{stats['queries']:,} queries, {stats['matched']:,} matched, {stats['rules']:,} rules "
             f"({stats['matcher']}, {threads} thread(s)): load {stats['load_s']:.2f} s, "
@@ -237,9 +233,9 @@ def bench(
     ruletype: RuleTypeOpt,
     rules: RulesOpt,
     queries: Annotated[Path, typer.Option(help="Queries CSV (e.g. from `offload rules synth`).")],
-    out: Annotated[Path, typer.Option(help="JSON file to write (a .png plot beside it).")] = Path(
-        "bench-rules.json"
-    ),
+    out: Annotated[
+        Path, typer.Option(help="JSON result to write, whole, with --json too (a .png plot beside it).")
+    ] = Path("bench-rules.json"),
     matchers: Annotated[
         str,
         typer.Option(
@@ -294,13 +290,14 @@ def bench(
 
         result = b.run(rs, cols, names, threads=threads, batch_sizes=sizes, repeats=repeats, progress=say)
         say(f"writing {out}")
+        emit(result, False, out)
         with failing(WriteError):
-            png = b.write_result(result, out)
+            png = b.plot(result, out.with_suffix(".png")) if result["matchers"] else None
     for name, why in result.get("skipped", {}).items():
         err.print(f"[yellow]{name}: skipped[/] ({why})")
-    if json_out:
-        print(json.dumps(result, indent=2))
-    elif png is None:
+    if emit(result, json_out):  # written to --out above, before the plot
+        return
+    if png is None:
         console.print(f"no matcher could run; wrote {out}")
     else:
         _print_bench(result)
@@ -363,6 +360,7 @@ def explain(
     ] = None,
     matcher: Annotated[str, typer.Option(help="Matcher whose answer is shown beside.")] = "fast",
     json_out: JsonOpt = False,
+    out: OutOpt = None,
 ) -> None:
     """Show, for one query, the winning rule, its score, the criteria it matched, and the runner-up."""
     from offload.rules.explain import agrees, explain_query, values_from_file, values_from_pairs
@@ -378,8 +376,7 @@ def explain(
             vals = values_from_pairs(rs, value or [])
     with failing(ValueError, RuntimeError):
         ex = explain_query(rs, vals, _matcher(matcher))
-    if json_out:
-        print(json.dumps(ex, indent=2))
+    if emit(ex, json_out, out):
         return
     print_explanation(ex)
     rule = ex["matcher"]["rule"]
