@@ -8,6 +8,7 @@ end within its deadline, with no traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -100,3 +101,27 @@ def test_bad_argument_is_one_line(path: list[str], command: Any, tmp_path: Path)
         usage = "Usage:" in r.stderr
         assert usage or len(errors) == 1, r.stderr[-1000:]
     assert not any(tmp_path.rglob("*.tmp")), "a half-written file was left"
+
+
+# Quick commands (about a second each) of the parts whose JSON goes through clitools.emit.
+ROOT = Path(__file__).resolve().parents[2]
+MINI = Path(__file__).parent / "data" / "mini"
+JSON_COMMANDS = [
+    ["plan", "cost", str(ROOT / "data" / "plans" / "seed-table1.toml")],
+    ["probe", "ctc", "--queries-per-s", "1e7"],
+    ["metrics", "availability"],
+    ["rules", "check", "--ruletype", str(MINI / "ruletype.toml"), "--rules", str(MINI / "rules.csv")],
+    ["recsys", "kernels"],
+    ["flows", "compression", "--results", str(ROOT / "benches" / "results" / "flows" / "partition.json")],
+]
+
+
+@pytest.mark.parametrize("argv", JSON_COMMANDS, ids=[" ".join(a[:2]) for a in JSON_COMMANDS])
+def test_json_and_out_hold_the_same_result(argv: list[str], tmp_path: Path) -> None:
+    """`--json --out F`: stdout is the JSON and nothing else, and F holds the same, whole, in a
+    directory made for it."""
+    out = tmp_path / "made" / "result.json"
+    r = _run([*argv, "--json", "--out", str(out)], tmp_path)
+    assert r.returncode == 0, r.stderr[-1000:]
+    assert r.stdout == out.read_text() + "\n"
+    assert json.loads(r.stdout)
