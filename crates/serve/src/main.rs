@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 /// `offload-serve keys DIR [--name NAME]... [--force]`: make CURVE key pairs.
 #[derive(Parser, Debug)]
-#[command(name = "offload-serve keys")]
+#[command(name = "offload-serve keys", bin_name = "offload-serve keys")]
 struct Keys {
     /// Where to write the key files (created if missing)
     directory: PathBuf,
