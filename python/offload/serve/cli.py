@@ -79,7 +79,7 @@ def serve(ctx: typer.Context) -> None:
 
     with failing(ValueError, OverflowError):
         result = _native.serve(ctx.meta.get(_DAEMON_ARGS, []))
-    if isinstance(result, str):  # --version (or --help after a daemon option)
+    if isinstance(result, str):  # the text -V/--version asked for (--help never gets here)
         print(result, end="")
         return
     err.print("stopped: " + ", ".join(f"{k} {v}" for k, v in result), highlight=False)
