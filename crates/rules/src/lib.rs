@@ -7,8 +7,8 @@
 pub mod csv;
 pub mod encode;
 pub mod erbium;
-pub mod eval;
 pub mod error;
+pub mod eval;
 pub mod explain;
 pub mod matcher;
 pub mod model;
