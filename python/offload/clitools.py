@@ -1,8 +1,8 @@
 """What every `offload` subcommand shares: the two consoles (``console`` for stdout, ``err`` for
 stderr), the one ``--json`` and ``--out`` options and ``emit``, which writes a JSON result to both,
-located-error exits (``fail``, ``failing``, ``oneline``), comma lists, sizes with K/M/G/T, how a
-duration is printed, tables that read in 80 columns, and re-running a command inside a network
-namespace."""
+``progress`` on stderr (a spinner or a bar on a terminal, lines in a log), located-error exits
+(``fail``, ``failing``, ``oneline``), comma lists, sizes with K/M/G/T, how a duration is printed,
+tables that read in 80 columns, and re-running a command inside a network namespace."""
 
 from __future__ import annotations
 
@@ -79,6 +79,119 @@ def emit(
     if as_json:
         print(text)
     return as_json
+
+
+class Steps:
+    """What :func:`progress` yields: call it with what is being done now; ``advance`` and
+    ``update`` move the bar of a progress that has a total."""
+
+    def __init__(self, first: str, total: float | None, on_change: Callable[[Steps], None]) -> None:
+        self.message, self.total, self.completed = first, total, 0.0
+        self._on_change = on_change
+
+    def __call__(self, message: str) -> None:
+        self.message = message
+        self._on_change(self)
+
+    def advance(self, amount: float = 1.0) -> None:
+        self.update(self.completed + amount)
+
+    def update(self, completed: float, message: str | None = None, total: float | None = None) -> None:
+        self.completed, self.total = completed, self.total if total is None else total
+        if message is None:
+            self._on_change(self)
+        else:
+            self(message)
+
+    def line(self, elapsed_s: float) -> str:
+        """The log line: the message, how far of the total, and the seconds since the start."""
+        done = f"{self.completed:g}/{self.total:g}, " if self.total else ""
+        return f"{self.message} ({done}{elapsed_s:.0f} s)"
+
+
+@contextmanager
+def progress(first: str, total: float | None = None, *, every_step: bool = False) -> Iterator[Steps]:
+    """Progress on stderr (stdout stays the result, e.g. --json) while something takes more than
+    a moment: on a terminal a spinner, a bar when there is a ``total``, and the elapsed time. In a
+    pipe or a log, after 2 s (OFFLOAD_PROGRESS_AFTER_S), a line when the message changes (looked
+    at every 0.5 s) or every 10 s; with ``every_step`` (steps that each take a while), a line for
+    every message at once, so a run is never silent for long.
+
+    >>> with progress("simulating") as say:
+    ...     say("simulating 2 of 3")
+    """
+    if err.is_terminal:
+        with _terminal_progress(first, total) as steps:
+            yield steps
+        return
+    if every_step:
+        yield Steps(first, total, _line_per_message(first))
+        return
+    with _logged_progress(first, total) as steps:
+        yield steps
+
+
+def _line_per_message(first: str) -> Callable[[Steps], None]:
+    """Each new message as a line on stderr (the first is the spinner's title: not a step)."""
+    shown = [first]
+
+    def say(steps: Steps) -> None:
+        if steps.message != shown[0]:
+            shown[0] = steps.message
+            err.print(steps.message, markup=False, highlight=False, soft_wrap=True)
+
+    return say
+
+
+@contextmanager
+def _terminal_progress(first: str, total: float | None) -> Iterator[Steps]:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    bar_columns = (BarColumn(), MofNCompleteColumn()) if total else ()
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), *bar_columns, TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(escape(first), total=total)
+
+        def show(s: Steps) -> None:
+            bar.update(task, description=escape(s.message), completed=s.completed, total=s.total)
+
+        yield Steps(first, total, show)
+
+
+@contextmanager
+def _logged_progress(first: str, total: float | None) -> Iterator[Steps]:
+    import os
+    import threading
+    import time
+
+    steps, stop, start = Steps(first, total, lambda _: None), threading.Event(), time.monotonic()
+    try:
+        quiet = float(os.environ.get("OFFLOAD_PROGRESS_AFTER_S", "2"))
+    except ValueError:
+        quiet = 2.0
+
+    def log() -> None:  # quiet at first; then what it is doing, when that changes or every 10 s
+        shown, at = "", 0.0
+        while not stop.wait(0.1 if quiet <= 0 else 0.5):
+            now = time.monotonic()
+            if now - start >= quiet and (steps.message != shown or now - at >= 10.0):
+                shown, at = steps.message, now
+                err.print(steps.line(now - start), markup=False, highlight=False, soft_wrap=True)
+
+    thread = threading.Thread(target=log, daemon=True)
+    thread.start()
+    try:
+        yield steps
+    finally:
+        stop.set()
+        thread.join()
 
 
 def ints(text: str) -> list[int]:

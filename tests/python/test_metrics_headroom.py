@@ -201,7 +201,7 @@ def test_a_real_shaped_link_is_saturated_and_leaves_headroom(tmp_path: Path) -> 
              "--iterations", "3", "--max-threads", "2", "--port", "5299", "--netns", "headroom-test",
              "--plot", str(plot), "--json")  # fmt: skip
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)  # progress lines go to stderr
     assert not Path("/run/netns/offload-headroom-test").exists()  # made here, removed here
     assert plot.stat().st_size > 10_000
     for name, p in out["profiles"].items():

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from offload.clitools import JsonOpt, OutOpt, choices, console, emit, err, fail, failing, oneline
+from offload.clitools import JsonOpt, OutOpt, choices, console, emit, fail, failing, oneline, progress
 from offload.metrics import tables
 
 app = typer.Typer(
@@ -22,15 +22,6 @@ def _show(renderables: list[Any]) -> None:
     """A command's text result on stdout, each table and note on its own lines."""
     for x in renderables:
         console.print(x)
-
-
-def _progress(status: Any, line: str) -> None:
-    """A step of a long measurement on stderr: the spinner's text on a terminal; elsewhere (a
-    log, a pipe) a plain line, so a run is never silent for long and stdout stays JSON."""
-    if err.is_terminal:
-        status.update(line)
-    else:
-        err.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -65,9 +56,9 @@ def rpwu(
     why = R.unavailable_reason()
     if why:
         raise fail(why)
-    with err.status("stress-ng") as status:  # progress on stderr: stdout holds only the result
+    with progress("stress-ng") as say:  # progress on stderr: stdout holds only the result
         with failing(RuntimeError, ValueError):
-            r = R.profile(profs, names, seconds, reference, lambda what: status.update(f"stress-ng: {what}"))
+            r = R.profile(profs, names, seconds, reference, lambda what: say(f"stress-ng: {what}"))
     if plot is not None:
         with failing(OSError):
             R.plot(r, plot)
@@ -127,9 +118,9 @@ def headroom(
     why = H.unavailable_reason()
     if why:
         raise fail(why)
-    with err.status("headroom") as status:
+    with progress("headroom") as say:
         with failing(OSError, RuntimeError, ValueError):
-            r = H.measure_profiles(profs, cfg, lambda what: status.update(f"headroom: {what}"))
+            r = H.measure_profiles(profs, cfg, lambda what: say(f"headroom: {what}"))
     if plot is not None:
         with failing(OSError):
             H.plot(r, plot)
@@ -271,9 +262,9 @@ def mbwu(
         case = M.seed_case_study(catalog)
     result: dict = {"seed_case_study": case}
     if measure:
-        with err.status("mbwu") as status:
+        with progress("mbwu", every_step=True) as say:  # each step a line in a log: they take minutes
             try:
-                r = M.measure(plan, lambda what: _progress(status, f"mbwu: {what}"))
+                r = M.measure(plan, lambda what: say(f"mbwu: {what}"))
             except (OSError, RuntimeError, ValueError) as e:
                 raise fail(oneline(e)) from None
         result = {**r, **result}

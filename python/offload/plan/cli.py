@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
-from offload.clitools import JsonOpt, OutOpt, console, emit, err, failing
+from offload.clitools import JsonOpt, OutOpt, console, emit, err, failing, progress
 from offload.clitools import fail as _fail
 from offload.clitools import ints as _ints
 from offload.files import write_text
@@ -30,45 +26,6 @@ if not console.is_terminal:  # a pipe or a log: wide enough for the plan tables,
 
 # -p/--processes as in `offload serve inject`; the old spelling stays, hidden, for one release.
 OLD_P = "The old spelling of -p/--processes (hidden; kept for one release)."
-
-
-@contextmanager
-def _progress(first: str) -> Iterator[Callable[[str], None]]:
-    """Progress on stderr while something takes more than a moment: on a terminal a spinner with
-    the elapsed time; in a pipe or a log, after 2 s (OFFLOAD_PROGRESS_AFTER_S), a line when the
-    message changes (looked at every 0.5 s) or every 10 s."""
-    if err.is_terminal:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-        with Progress(*columns, console=err, transient=True) as bar:
-            task = bar.add_task(escape(first), total=None)
-            yield lambda message: bar.update(task, description=escape(message))
-        return
-    import os
-    import threading
-
-    current, stop, start = [first], threading.Event(), time.monotonic()
-    try:
-        quiet = float(os.environ.get("OFFLOAD_PROGRESS_AFTER_S", "2"))
-    except ValueError:
-        quiet = 2.0
-
-    def log() -> None:  # quiet at first; then what it is doing, when that changes or every 10 s
-        shown, at = "", 0.0
-        while not stop.wait(0.1 if quiet <= 0 else 0.5):
-            now = time.monotonic()
-            if now - start >= quiet and (current[0] != shown or now - at >= 10.0):
-                shown, at = current[0], now
-                err.print(f"{shown} ({now - start:.0f} s)", markup=False, highlight=False, soft_wrap=True)
-
-    thread = threading.Thread(target=log, daemon=True)
-    thread.start()
-    try:
-        yield lambda message: current.__setitem__(0, message)
-    finally:
-        stop.set()
-        thread.join()
 
 
 def _show(renderables: list[Any]) -> None:
@@ -208,7 +165,7 @@ def simulate(
     pipe = sim.Pipeline(p, w, k, e, batch, timeout_us * 1e-6, queue, cpus or sc.cpus or None)
     load = sim.Load(qpr, mode, rate, duration, min(0.1, duration / 10), seed, max_requests)
     try:
-        with _progress(f"simulating {pipe.label()} for {duration:g} s"):
+        with progress(f"simulating {pipe.label()} for {duration:g} s"):
             r = sim.simulate(pipe, sc.costs, load)
     except sim.SimulationLimit as ex:
         raise _fail(f"{ex}; shorten --duration or raise --max-requests") from None
@@ -253,7 +210,7 @@ def calibrate(
         channel = cal.profile_channel(json.loads(profile.read_text())) if profile else None
     except (OSError, KeyError, ValueError) as ex:
         raise _fail(f"{ex}") from None
-    with _progress("calibrating") as say:
+    with progress("calibrating") as say:
         try:
             result = cal.calibrate(rows, sizes, cpus or None, say, channel)
         except ValueError as ex:
@@ -332,7 +289,7 @@ def check(
     try:
         rows = json.loads(sweep.read_text())["rows"]
         sc = inputs.stage_costs(calibration, preset=preset)
-        with _progress("predicting the sweep's rows") as say:
+        with progress("predicting the sweep's rows") as say:
             result = measured.check(rows, sc.costs, cal.trace_sizes(trace), cpus or sc.cpus, say)
     except InputError as ex:
         raise _fail(str(ex)) from None
@@ -415,13 +372,13 @@ def recommend(
             sizes = cal.trace_sizes(trace)
             grid = [_ints(x) for x in (processes if p_old is None else p_old, w, k, e, batch)]
     if sc is not None:
-        with _progress("simulating") as say, failing(ValueError):
+        with progress("simulating") as say, failing(ValueError):
             rows += rec.simulated_rows(sc.costs, sizes, *grid, cpus=cpus or sc.cpus, error=sc.validation,
                                        progress=say)  # fmt: skip
     result = rec.recommend(rows, p99_us, target_qps)
     about = sc.kernel if sc else {}
     title = "offload plan recommend" + (f" — kernel: {about.get('name', preset)}" if about else "")
-    with _progress("plotting"), failing(OSError):
+    with progress("plotting"), failing(OSError):
         out.parent.mkdir(parents=True, exist_ok=True)
         png = rec.plot(rows, rec.chosen(result), out.with_suffix(".png"), title[:110])
     result |= {"rows": rows, "preset": about or None, "plot": str(png)}
@@ -469,7 +426,7 @@ def fleet(
         node_item = c.item_of(item, catalog)
         pipe = sim.Pipeline(processes if p_old is None else p_old, w, k, e, cpus=cpus or node_item.vcpus)
         sizes = cal.trace_sizes(trace)
-        with _progress(f"simulating one node ({pipe.label()} on {pipe.cpus} cores)"):
+        with progress(f"simulating one node ({pipe.label()} on {pipe.cpus} cores)"):
             result = fl.size(pipe, sc.costs, sizes, node_item, requests_per_s)
     j = result.to_json() | {"preset": sc.kernel or None, "validation_median_abs_error": sc.validation}
     if emit(j, as_json, out):
