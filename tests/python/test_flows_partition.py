@@ -139,7 +139,7 @@ def test_the_cli_reports_each_step_as_json(tmp_path: Path) -> None:
             "--json"]  # fmt: skip
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
-    rows = json.loads(r.output)
+    rows = json.loads(r.stdout)  # progress goes to stderr
     assert [(x["dataset"], x["codec"]) for x in rows] == [("particles", "none"), ("particles", "lz4")]
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = CliRunner().invoke(app, [*args[:3], "planes", *args[4:]])
@@ -155,7 +155,7 @@ def test_the_sift_cli_reads_every_row_back(tmp_path: Path) -> None:
             "--memtable", "100", "--work", str(tmp_path)]  # fmt: skip
     r = CliRunner().invoke(app, [*args, "--json"])
     assert r.exit_code == 0, r.output
-    (run,) = json.loads(r.output)
+    (run,) = json.loads(r.stdout)
     assert run["rows_sorted"] == 4000 and run["profile"] == "core"
     table = CliRunner().invoke(app, args)
     assert table.exit_code == 0 and "partition and sift: 2 partitions" in table.output

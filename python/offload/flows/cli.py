@@ -8,12 +8,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import Progress
 
-from offload.clitools import JsonOpt, OutOpt, choices, console, emit, enter_netns, err, fail, ints, oneline
+from offload.clitools import (
+    JsonOpt,
+    OutOpt,
+    choices,
+    console,
+    emit,
+    enter_netns,
+    fail,
+    ints,
+    oneline,
+    progress,
+)
 from offload.clitools import compact_table as Table
 
 if TYPE_CHECKING:
+    from offload.clitools import Steps
     from offload.flows.pipeline import Validated
     from offload.flows.run import Nodes
 
@@ -60,16 +71,16 @@ def partition(
     if not 2 <= parts <= 16 or rows < 1:
         raise fail(f"need 2-16 partitions and rows >= 1, got {parts} and {rows}")
     results = []
-    with Progress(console=err, transient=True) as bar:
-        task = bar.add_task("partitioning", total=len(names) * len(profs) * len(cods))
+    with progress("partitioning", total=len(names) * len(profs) * len(cods)) as steps:
         for name in names:
             for prof in profs:
                 for codec in cods:
+                    steps(f"partitioning {name} on {prof} ({codec or 'none'})")
                     try:
                         results.append(F.partition_under(prof, name, rows, parts, codec, work))
                     except (RuntimeError, ValueError, OSError) as e:
                         raise fail(oneline(e)) from None
-                    bar.advance(task)
+                    steps.advance()
     if plot is not None:
         F.plot_partition(results, plot)
     if emit(results, json_out, out):
@@ -105,16 +116,16 @@ def sift(
         got = f"{parts}, {rows}, {memtable}, {fanout}"
         raise fail(f"need 2-16 partitions, rows >= 1, memtable >= 1, fanout >= 2; got {got}")
     results = []
-    with Progress(console=err, transient=True) as bar:
-        task = bar.add_task("sifting", total=len(names) * len(profs))
+    with progress("sifting", total=len(names) * len(profs)) as steps:
         for name in names:
             for prof in profs:
+                steps(f"sifting {name} on {prof}")
                 try:
                     r = F.partition_under(prof, name, rows, parts, None, work, sift=(memtable, fanout))
                 except (RuntimeError, ValueError, OSError) as e:
                     raise fail(oneline(e)) from None
                 results.append(r)
-                bar.advance(task)
+                steps.advance()
     if emit(results, json_out, out):
         return
     _print_sift(results, f"{parts} partitions, memtables of {memtable:,} rows, fanout {fanout}")
@@ -186,8 +197,8 @@ def run(
     flow = dict(dataset=dataset, rows=rows, parts=parts, codec={"none": None}.get(codec, codec),
                 message_rows=message_rows, memtable_rows=memtable, queries=midway,
                 work=work.absolute())  # fmt: skip
-    with Progress(console=err, transient=True) as bar:
-        results = [_run_count(bar, n, where, check, flow) for n in counts]
+    with progress(f"{counts[0]} node(s)", total=rows, every_step=True) as steps:  # a line per step in a log
+        results = [_run_count(steps, n, where, check, flow) for n in counts]
     if plot is not None:
         R.plot_nodes(results, plot)
     if not emit(results, json_out, out):
@@ -197,29 +208,22 @@ def run(
         raise fail("rows were lost or misplaced: see the accounting above")
 
 
-def _run_count(bar: Progress, n: int, where: Nodes, check: bool, flow: dict[str, Any]) -> dict[str, Any]:
-    """One node count of a scaling run (:func:`offload.flows.run.run_on`), its progress on the bar."""
+def _run_count(steps: Steps, n: int, where: Nodes, check: bool, flow: dict[str, Any]) -> dict[str, Any]:
+    """One node count of a scaling run (:func:`offload.flows.run.run_on`), the rows put as its
+    progress."""
     from offload.flows import run as R
 
-    task = bar.add_task(f"{n} node(s): starting", total=flow["rows"])
-    _say(bar, f"{n} node(s): starting the nodes and packing {flow['rows']:,} {flow['dataset']} rows")
+    steps.update(0, f"{n} node(s): starting the nodes and packing {flow['rows']:,} {flow['dataset']} rows")
 
-    def progress(done: int, _: int) -> None:
-        bar.update(task, completed=done, description=f"{n} node(s): rows put")
+    def rows_put(done: int, _: int) -> None:
+        steps.update(done)
 
     try:
-        r = R.run_on(n, where, check, progress=progress, **flow)
+        r = R.run_on(n, where, check, progress=rows_put, **flow)
     except (RuntimeError, ValueError, OSError) as e:
         raise fail(oneline(e)) from None
-    _say(bar, f"{n} node(s): done in {r['wall_s']:.1f} s")
+    steps(f"{n} node(s): done in {r['wall_s']:.1f} s")
     return r
-
-
-def _say(bar: Progress, line: str) -> None:
-    """A step of a long run on stderr: the bar shows it on a terminal; elsewhere (a log, a CI
-    job) it is a plain line, so a run is never silent for long."""
-    if not err.is_terminal:
-        err.print(line, highlight=False)
 
 
 def print_run(results: list[dict]) -> None:
