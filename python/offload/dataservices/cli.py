@@ -23,6 +23,7 @@ from offload.clitools import (
     fail,
     failing,
     oneline,
+    progress,
 )
 
 app = typer.Typer(
@@ -379,8 +380,6 @@ def train(
     suite of queries both ways, and keep the node's engine and stream seconds (its profile's
     system type) and the host's receive and engine seconds. Train on an unshaped link (the
     transfer is modelled from the node's link at decision time). Prints the held-out errors."""
-    from rich.progress import Progress
-
     from offload.dataservices import particles as P
     from offload.dataservices import timemodel as TM
     from offload.dataservices.client import NodeError
@@ -398,13 +397,13 @@ def train(
             system = st.get("system", "host")
             if (st.get("budget") or {}).get("link", {}).get("rate_mbit"):
                 err.print("[yellow]the node's link is shaped: its stream times will include the link[/]")
-            with Progress(console=err) as bar:
-                task = bar.add_task(f"training on {system}", total=len(counts) * queries)
+            with progress(f"training on {system}", total=len(counts) * queries) as steps:
                 for i, n in enumerate(counts):
                     name = f"train_{n}"
+                    steps(f"training on {system}: {n:,} rows")
                     c.upload(name, P.generate(n, seed=seed + i))
                     sqls = TM.training_queries(queries, seed + i)
-                    samples += TM.measure(c, name, sqls, system, lambda _: bar.advance(task), repeat)
+                    samples += TM.measure(c, name, sqls, system, lambda _: steps.advance(), repeat)
                     c.drop(name)
     with failing(OSError, ValueError):
         old = TM.Models.load(out).samples if out.exists() else []
