@@ -8,10 +8,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from offload.clitools import JsonOpt, OutOpt, console, emit, err, failing
+from offload.clitools import JsonOpt, OutOpt, console, emit, err, failing, progress
 from offload.clitools import fail as _fail
 from offload.clitools import seconds as _us
 from offload.files import save_figure
@@ -81,17 +80,14 @@ def probe(
     if not directory.is_dir():
         raise _fail(f"--dir {directory}: not a directory")
     steps = list(channel or pr.CHANNELS) + (["io_uring"] if uring else []) + ["gpu"]
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=err, transient=True) as bar:  # fmt: skip
-        task = bar.add_task("probing", total=len(steps))
+    with progress("probing", total=len(steps)) as bar:
 
         def step(name: str) -> None:
-            done = steps.index(name) if name in steps else 0
-            bar.update(task, completed=done, description=f"probing {name}")
+            bar.update(steps.index(name) if name in steps else 0, f"probing {name}")
 
         with failing(ValueError):
             profile = pr.run(quick=quick, directory=directory, channels=channel, uring=uring, progress=step)
-        bar.update(task, completed=len(steps))
+        bar.update(len(steps))
     if not emit(profile, json_out, out):
         print_profile(profile)
     written = plot.all_plots(profile, out) if plots else []
