@@ -5,6 +5,14 @@ figures and the GPU section (skipped with a note when there is no GPU), relates 
 bandwidth to a named limit, and checks the orderings a sane machine must show. The profile is
 one JSON document; :mod:`offload.probe.plot` draws it.
 
+Where things live (docs/probe.md):
+
+* this module — the profile: run the probes, environment, io_uring, orderings, unphysical figures;
+* :mod:`~offload.probe.presets` — platform presets with sources, CTC and reuse-ratio what-ifs;
+* :mod:`~offload.probe.gpu` — the GPU channels (pinned copies, launch) where a GPU is lent;
+* :mod:`~offload.probe.plot` — the profile's figures (the seed's Figures 4 and 5, io_uring);
+* :mod:`~offload.probe.cli` — ``offload probe ...``; the probes themselves are ``crates/probe``.
+
 >>> from offload import probe
 >>> profile = probe.run(quick=True, directory=".")
 >>> profile["channels"]["ipc/pipe"]["fit"]["latency_s"]

@@ -8,14 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
 from offload.files import save_figure
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
+from offload.host.plots import pyplot
 from offload.recsys.bench import SLS_STAGES, STAGES
+
+plt = pyplot()
 
 COLORS = {
     "bot_mlp": "#4c72b0",

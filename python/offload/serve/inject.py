@@ -416,10 +416,9 @@ def _by_size(ok: list[tuple[float, int, int, str, dict[str, int]]]) -> list[dict
 
 def plot(result: dict[str, Any], path: Path) -> Path:
     """Stacked per-stage latency by request size (like the seed's Figure 2)."""
-    import matplotlib
+    from offload.host.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = result["by_size"]
     fig, ax = plt.subplots(figsize=(8, 4.5))

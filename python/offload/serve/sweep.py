@@ -217,10 +217,9 @@ def pareto_plot(
 ) -> Path:
     """p99 vs throughput of every row, the Pareto front, and the recommended row if any.
     Rows with "source": "simulated" are drawn hollow (measured ones filled)."""
-    import matplotlib
+    from offload.host.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for source, style in (
