@@ -105,7 +105,7 @@ class Steps:
 
     def line(self, elapsed_s: float) -> str:
         """The log line: the message, how far of the total, and the seconds since the start."""
-        done = f"{self.completed:g}/{self.total:g}, " if self.total else ""
+        done = f"{100 * self.completed / self.total:.0f}%, " if self.total else ""
         return f"{self.message} ({done}{elapsed_s:.0f} s)"
 
 

@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from offload import _native
-from offload.clitools import JsonOpt, OutOpt, console, emit, err, fail, failing
+from offload.clitools import JsonOpt, OutOpt, console, emit, err, fail, failing, progress
 from offload.files import WriteError
 from offload.rules import DEVICE_MATCHERS, MATCHERS, NFA_ORDERS, RuleError, RuleSet, is_matcher
 from offload.rules.summary import check_summary, compile_summary
@@ -42,7 +41,7 @@ def _load(ruletype: Path, rules: Path, spinner: bool = True) -> RuleSet:
     with failing(RuleError):
         if not spinner:
             return RuleSet.load(ruletype, rules)
-        with err.status(f"loading {rules}"):
+        with progress(f"loading {rules}"):
             return RuleSet.load(ruletype, rules)
 
 
@@ -75,16 +74,9 @@ def _writable_dir(path: Path, flag: str) -> None:
 @contextmanager
 def _stage_bar(stages: Sequence[str]) -> Iterator[Callable[[str, float], None]]:
     """A progress bar on stderr over named stages; yields ``progress(stage, fraction)``."""
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True
-    ) as bar:
-        task = bar.add_task(stages[0], total=float(len(stages)))
-        index = {name: i for i, name in enumerate(stages)}
-
-        def progress(stage: str, frac: float) -> None:
-            bar.update(task, completed=index.get(stage, 0) + frac, description=stage)
-
-        yield progress
+    index = {name: i for i, name in enumerate(stages)}
+    with progress(stages[0], total=float(len(stages))) as steps:
+        yield lambda stage, frac: steps.update(index.get(stage, 0) + frac, stage)
 
 
 @app.command()
@@ -120,8 +112,8 @@ def synth(
             f"--out {out}: already exists and is not empty; choose another --out, or --force to replace it"
         )
     try:
-        with _stage_bar(("rules", "trace", "write")) as progress:
-            summary = synth_dir(out, rules, requests, seed, overwrite=force, progress=progress)
+        with _stage_bar(("rules", "trace", "write")) as stage_done:
+            summary = synth_dir(out, rules, requests, seed, overwrite=force, progress=stage_done)
     except WriteError as e:  # a full disk: one line naming the file
         raise fail(e.strerror or str(e)) from None
     except OSError as e:  # the parent cannot be made, say
@@ -183,8 +175,8 @@ def compile(
     t0 = time.perf_counter()
     rs = _load(ruletype, rules)
     load_s = time.perf_counter() - t0
-    with failing(RuntimeError), err.status("compiling") as status:  # gpu without a device: the reason
-        report = compile_summary(rs, names, load_s, progress=lambda n: status.update(f"compiling {n}"))
+    with failing(RuntimeError), progress("compiling") as say:  # gpu without a device: the reason
+        report = compile_summary(rs, names, load_s, progress=lambda n: say(f"compiling {n}"))
     if emit(report, json_out, out):
         return
     console.print(
@@ -216,7 +208,7 @@ def eval_(
     if threads < 1:
         raise fail(f"--threads {threads}: expected a thread count of 1 or more")
     _writable_dir(out, "--out")
-    with failing(RuleError, RuntimeError, OSError), err.status(f"answering {queries} ({matcher})"):
+    with failing(RuleError, RuntimeError, OSError), progress(f"answering {queries} ({matcher})"):
         stats = _native.eval_files(str(ruletype), str(rules), str(queries), str(out), matcher, threads)
     if not emit(stats, json_out):  # its --out is the answers
         err.print(
@@ -278,16 +270,11 @@ def bench(
     if repeats < 1:
         raise fail(f"--repeats {repeats}: expected 1 or more")
     _writable_dir(out, "--out")
-    with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True) as bar:
-        task = bar.add_task(f"loading {rules}")
+    with progress(f"loading {rules}") as say:
         rs = _load(ruletype, rules, spinner=False)
-        bar.update(task, description=f"loading {queries}")
+        say(f"loading {queries}")
         with failing(RuleError):
             _, cols = b.load_query_columns(rs, queries, limit)
-
-        def say(msg: str) -> None:
-            bar.update(task, description=msg)
-
         result = b.run(rs, cols, names, threads=threads, batch_sizes=sizes, repeats=repeats, progress=say)
         say(f"writing {out}")
         emit(result, False, out)
@@ -369,7 +356,7 @@ def explain(
     if queries is not None:
         if query_id is None:
             raise fail("--queries needs --query-id")
-        with failing(RuleError, ValueError), err.status(f"loading {queries}"):
+        with failing(RuleError, ValueError), progress(f"loading {queries}"):
             vals = values_from_file(rs, queries, query_id)
     else:
         with failing(ValueError):
