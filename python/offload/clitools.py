@@ -147,14 +147,13 @@ def _line_per_message(first: str) -> Callable[[Steps], None]:
 def _terminal_progress(first: str, total: float | None) -> Iterator[Steps]:
     from rich.progress import (
         BarColumn,
-        MofNCompleteColumn,
         Progress,
         SpinnerColumn,
         TextColumn,
         TimeElapsedColumn,
     )
 
-    bar_columns = (BarColumn(), MofNCompleteColumn()) if total else ()
+    bar_columns = (BarColumn(), TextColumn("{task.percentage:>3.0f}%")) if total else ()
     columns = (SpinnerColumn(), TextColumn("{task.description}"), *bar_columns, TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task(escape(first), total=total)

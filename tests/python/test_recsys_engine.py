@@ -174,7 +174,7 @@ def test_cli_create_synth_infer(tmp_path: Path) -> None:
             app, ["recsys", "infer", "-m", str(m), "-t", str(tr), "-s", s, "--mode", "flash", "--json"]
         )
         assert res.exit_code == 0, res.output
-        outs[s] = json.loads(res.output)
+        outs[s] = json.loads(res.stdout)  # progress goes to stderr
     assert outs["dram"]["samples"] == 8
     assert outs["dram"]["mean_prediction"] == pytest.approx(outs["rm-ssd"]["mean_prediction"], rel=1e-5)
     # Vector reads fetch only what is looked up (each distinct row once per batch).

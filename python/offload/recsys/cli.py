@@ -14,10 +14,9 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 from rich import box
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from offload.clitools import JsonOpt, OutOpt, console, emit, err, fail, failing, size_bytes
+from offload.clitools import JsonOpt, OutOpt, console, emit, fail, failing, progress, size_bytes
 from offload.files import WriteError, atomic_write, write_text
 from offload.recsys import engine as E
 from offload.recsys import traces as T
@@ -44,18 +43,6 @@ def _size(text: str) -> int:
     """'8G', '512M', '64k' or a plain byte count; a clear exit otherwise."""
     with failing(ValueError):
         return size_bytes(text)
-
-
-def _bar(what: str, unit: str = "") -> Progress:
-    """A progress bar on stderr (stdout stays the result, e.g. --json)."""
-    return Progress(
-        TextColumn(what),
-        BarColumn(),
-        TextColumn("{task.percentage:>3.0f}%" + unit),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-    )
 
 
 def _write_error(e: Exception) -> typer.Exit:
@@ -91,11 +78,8 @@ def create(
     total = sum(per)
     t0 = time.perf_counter()
     try:
-        with _bar("writing tables") as bar:
-            task = bar.add_task("tables", total=total)
-            d = E.create(
-                out, spec, per, seed=seed, progress=lambda k: bar.update(task, completed=k), overwrite=force
-            )
+        with progress("writing tables", total=total) as steps:
+            d = E.create(out, spec, per, seed=seed, progress=steps.update, overwrite=force)
     except FileExistsError as e:
         raise fail(str(e.strerror or e)) from None
     except (OSError, E.RecsysError, ValueError) as e:
@@ -152,7 +136,7 @@ def synth(
             recssd_k=k,
             zipf_alpha=alpha,
         )
-        with err.status(f"synthesising {batches} batches × {batch_size} samples ({kind})"):
+        with progress(f"synthesising {batches} batches × {batch_size} samples ({kind})"):
             trace = T.generate_trace(cfg, batches)
             T.save_trace(out, trace)
     except WriteError as e:
@@ -229,13 +213,15 @@ def infer(
     d = _open(model_dir)
     preds, stages, io = [], {}, {}
     with failing(OSError, ValueError):  # RecsysError is a ValueError
-        with err.status("reading the trace"):
+        with progress("reading the trace"):
             tr = T.load_trace(trace, rows=d.rows)
-        with E.Engine(d, strategy, mode, device=device) as eng, _bar(f"{strategy} ({mode})") as bar:
-            task = bar.add_task("batches", total=len(tr))
+        with (
+            E.Engine(d, strategy, mode, device=device) as eng,
+            progress(f"{strategy} ({mode})", len(tr)) as bar,
+        ):
             for b in tr:
                 p, info = eng.infer(b.dense, b.offsets, b.indices)
-                bar.advance(task)
+                bar.advance()
                 preds.append(p)
                 for key, v in info["stages"].items():
                     stages[key] = stages.get(key, 0.0) + v
@@ -336,10 +322,9 @@ def bench(
     d = _open(model_dir)
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     try:
-        with err.status("reading the trace" if trace is not None else f"making a trace of {batches} batches"):
+        with progress("reading the trace" if trace is not None else f"making a trace of {batches} batches"):
             tr = B.trace_of(d, trace, batches, batch_size)
-        with _batches_bar() as bar:
-            task = bar.add_task("", total=len(tr) * len(names))
+        with progress(names[0] if names else "", total=len(tr) * len(names)) as bar:
             opts = B.RunOptions(warmup, _flash_params(flash), queue_depth, host_cache, device)
             res = B.run(
                 d,
@@ -347,8 +332,8 @@ def bench(
                 names,
                 mode,
                 opts,
-                progress=lambda s: bar.update(task, description=s),
-                on_batch=lambda: bar.advance(task),
+                progress=bar,
+                on_batch=bar.advance,
                 on_result=(lambda r: _save_json(out, r)) if out else None,
             )
     except B.BenchFailed as e:
@@ -362,17 +347,6 @@ def bench(
     if emit(res, as_json, out):  # the whole result, the plots' paths too
         return
     print_bench(res)
-
-
-def _batches_bar() -> Progress:
-    """The bench's progress on stderr: the strategy running and the batches done of all."""
-    return Progress(
-        TextColumn("{task.description:<14}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} batches"),
-        console=err,
-        transient=True,
-    )
 
 
 def _save_json(out: Path, res: dict[str, Any]) -> None:
@@ -445,13 +419,10 @@ def info(
         t0 = time.perf_counter()
         if verify:
             total = sum(t["file_bytes"] for t in tables)
-            with _bar("checking rows") as bar:
-                task = bar.add_task("rows", total=total)
+            with progress("checking rows", total=total) as bar:
                 base = 0
                 for p, t in zip(d.table_paths, tables, strict=True):
-                    _native.recsys_verify_table(
-                        str(p), lambda k, base=base: bar.update(task, completed=base + k)
-                    )
+                    _native.recsys_verify_table(str(p), lambda k, base=base: bar.update(base + k))
                     base += t["file_bytes"]
     res = {
         "spec": d.spec.name,
