@@ -213,10 +213,109 @@ fn level_order(rules: &EncodedRules, card: &[usize], order: LevelOrder) -> Vec<u
     lv.into_iter().map(|c| c as u32).collect()
 }
 
+/// Step 1 of construction, the prefix merge: threads the rules, in winner order (`rank_rule`),
+/// through a trie level by level; returns each level's states and records its trie sizes in
+/// `level_stats`. At the last level a transition's target is the rank of its first rule.
+fn prefix_merge(
+    rules: &EncodedRules,
+    levels: &[u32],
+    rank_rule: &[u32],
+    level_stats: &mut [LevelStats],
+) -> Vec<Vec<RawState>> {
+    let n = rules.len();
+    let w = rules.width;
+    let n_levels = levels.len();
+    let mut trie: Vec<Vec<RawState>> = Vec::with_capacity(n_levels);
+    // `cur[k]` is the state of the rule of rank k.
+    let mut cur = vec![0u32; n];
+    let mut n_states = 1usize;
+    for l in 0..n_levels {
+        let c = levels[l] as usize;
+        let last = l + 1 == n_levels;
+        let mut states: Vec<RawState> = vec![Vec::new(); n_states];
+        let mut edges: FxHashMap<(u32, u32, u32), u32> = FxHashMap::default();
+        edges.reserve(n);
+        let mut next = 0u32;
+        for (k, &r) in rank_rule.iter().enumerate() {
+            let (lo, hi) = (rules.lo[r as usize * w + c], rules.hi[r as usize * w + c]);
+            let s = cur[k];
+            let target = *edges.entry((s, lo, hi)).or_insert_with(|| {
+                // At the last level the first (best-ranked) rule on the path keeps it.
+                let t = if last { k as u32 } else { next };
+                next += !last as u32;
+                states[s as usize].push((lo, hi, t));
+                t
+            });
+            cur[k] = target;
+        }
+        let st = &mut level_stats[l];
+        st.trie_states = states.len();
+        st.trie_transitions = states.iter().map(Vec::len).sum();
+        trie.push(states);
+        n_states = next as usize;
+    }
+    trie
+}
+
+/// Step 2 of construction, the suffix merge: bottom up, hash-conses each state's sorted
+/// (label, merged target) list; returns each level's distinct states.
+fn suffix_merge(mut trie: Vec<Vec<RawState>>) -> Vec<Vec<RawState>> {
+    let n_levels = trie.len();
+    let mut merged: Vec<Vec<RawState>> = vec![Vec::new(); n_levels];
+    let mut canon_next: Vec<u32> = Vec::new();
+    for l in (0..n_levels).rev() {
+        let last = l + 1 == n_levels;
+        let mut ids: FxHashMap<RawState, u32> = FxHashMap::default();
+        let mut canon: Vec<u32> = Vec::with_capacity(trie[l].len());
+        let mut uniq: Vec<RawState> = Vec::new();
+        for mut st in std::mem::take(&mut trie[l]) {
+            if !last {
+                for t in st.iter_mut() {
+                    t.2 = canon_next[t.2 as usize];
+                }
+            }
+            st.sort_unstable();
+            let id = *ids.entry(st).or_insert_with_key(|st| {
+                uniq.push(st.clone());
+                (uniq.len() - 1) as u32
+            });
+            canon.push(id);
+        }
+        merged[l] = uniq;
+        canon_next = canon;
+    }
+    merged
+}
+
+/// Step 3 of construction: the best reachable rank per state, bottom up, and each state's
+/// transitions ordered: the scanned part by bound (best first), the single-value part (large
+/// states) by value. Returns (best rank, number of scanned transitions) per state per level.
+fn order_transitions(merged: &mut [Vec<RawState>]) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+    let n_levels = merged.len();
+    let mut best: Vec<Vec<u32>> = vec![Vec::new(); n_levels];
+    let mut n_scan: Vec<Vec<u32>> = vec![Vec::new(); n_levels];
+    for l in (0..n_levels).rev() {
+        let last = l + 1 == n_levels;
+        let (here, below) = best.split_at_mut(l + 1);
+        let bound = |t: &(u32, u32, u32)| if last { t.2 } else { below[0][t.2 as usize] };
+        for st in merged[l].iter_mut() {
+            here[l].push(st.iter().map(bound).min().unwrap_or(NO_MATCH));
+            let points = st.iter().filter(|t| t.0 == t.1).count();
+            if points > POINT_INDEX_MIN {
+                st.sort_unstable_by_key(|t| if t.0 == t.1 { (1, t.0, 0) } else { (0, bound(t), t.0) });
+                n_scan[l].push((st.len() - points) as u32);
+            } else {
+                st.sort_unstable_by_key(|t| (bound(t), t.0, t.1));
+                n_scan[l].push(st.len() as u32);
+            }
+        }
+    }
+    (best, n_scan)
+}
+
 impl NfaMatcher {
     pub fn new(rules: &EncodedRules, cardinalities: &[usize], order: LevelOrder) -> Self {
         let n = rules.len();
-        let w = rules.width;
         let n_levels = rules.n_criteria;
         let card: Vec<usize> = (0..n_levels).map(|c| cardinality_of(rules, cardinalities, c)).collect();
         let levels = level_order(rules, &card, order);
@@ -226,7 +325,7 @@ impl NfaMatcher {
         rank_rule.sort_by(|&a, &b| rules.scores[b as usize].cmp(&rules.scores[a as usize]).then(a.cmp(&b)));
 
         let mut m = NfaMatcher {
-            width: w,
+            width: rules.width,
             order,
             walk: Walk::default(),
             n_rules: n,
@@ -242,89 +341,22 @@ impl NfaMatcher {
         if n_levels == 0 {
             return m;
         }
+        let trie = prefix_merge(rules, &m.levels, &m.rank_rule, &mut m.level_stats);
+        let mut merged = suffix_merge(trie);
+        let (best, n_scan) = order_transitions(&mut merged);
+        m.flatten(&merged, &best, &n_scan);
+        m
+    }
 
-        // 1. Prefix merge, level by level: `cur[k]` is the state of the rule of rank k.
-        let mut trie: Vec<Vec<RawState>> = Vec::with_capacity(n_levels);
-        let mut cur = vec![0u32; n];
-        let mut n_states = 1usize;
-        for l in 0..n_levels {
-            let c = m.levels[l] as usize;
-            let last = l + 1 == n_levels;
-            let mut states: Vec<RawState> = vec![Vec::new(); n_states];
-            let mut edges: FxHashMap<(u32, u32, u32), u32> = FxHashMap::default();
-            edges.reserve(n);
-            let mut next = 0u32;
-            for (k, &r) in m.rank_rule.iter().enumerate() {
-                let (lo, hi) = (rules.lo[r as usize * w + c], rules.hi[r as usize * w + c]);
-                let s = cur[k];
-                let target = *edges.entry((s, lo, hi)).or_insert_with(|| {
-                    // At the last level the first (best-ranked) rule on the path keeps it.
-                    let t = if last { k as u32 } else { next };
-                    next += !last as u32;
-                    states[s as usize].push((lo, hi, t));
-                    t
-                });
-                cur[k] = target;
-            }
-            let st = &mut m.level_stats[l];
-            st.trie_states = states.len();
-            st.trie_transitions = states.iter().map(Vec::len).sum();
-            trie.push(states);
-            n_states = next as usize;
-        }
-
-        // 2. Suffix merge, bottom up: hash-cons each state's sorted (label, merged target) list.
-        let mut merged: Vec<Vec<RawState>> = vec![Vec::new(); n_levels];
-        let mut canon_next: Vec<u32> = Vec::new();
-        for l in (0..n_levels).rev() {
-            let last = l + 1 == n_levels;
-            let mut ids: FxHashMap<RawState, u32> = FxHashMap::default();
-            let mut canon: Vec<u32> = Vec::with_capacity(trie[l].len());
-            let mut uniq: Vec<RawState> = Vec::new();
-            for mut st in std::mem::take(&mut trie[l]) {
-                if !last {
-                    for t in st.iter_mut() {
-                        t.2 = canon_next[t.2 as usize];
-                    }
-                }
-                st.sort_unstable();
-                let id = *ids.entry(st).or_insert_with_key(|st| {
-                    uniq.push(st.clone());
-                    (uniq.len() - 1) as u32
-                });
-                canon.push(id);
-            }
-            merged[l] = uniq;
-            canon_next = canon;
-        }
-
-        // 3. Best reachable rank per state, bottom up. Order each state's transitions: the
-        //    scanned part by bound (best first), the single-value part (large states) by value.
-        let mut best: Vec<Vec<u32>> = vec![Vec::new(); n_levels];
-        let mut n_scan: Vec<Vec<u32>> = vec![Vec::new(); n_levels];
-        for l in (0..n_levels).rev() {
-            let last = l + 1 == n_levels;
-            let (here, below) = best.split_at_mut(l + 1);
-            let bound = |t: &(u32, u32, u32)| if last { t.2 } else { below[0][t.2 as usize] };
-            for st in merged[l].iter_mut() {
-                here[l].push(st.iter().map(bound).min().unwrap_or(NO_MATCH));
-                let points = st.iter().filter(|t| t.0 == t.1).count();
-                if points > POINT_INDEX_MIN {
-                    st.sort_unstable_by_key(|t| if t.0 == t.1 { (1, t.0, 0) } else { (0, bound(t), t.0) });
-                    n_scan[l].push((st.len() - points) as u32);
-                } else {
-                    st.sort_unstable_by_key(|t| (bound(t), t.0, t.1));
-                    n_scan[l].push(st.len() as u32);
-                }
-            }
-        }
-
-        // 4. Flatten, level after level: each state is a header followed by its transitions.
+    /// Step 4 of construction: lays the merged, ordered states out in `trans`, level after
+    /// level, each state a header followed by its transitions.
+    fn flatten(&mut self, merged: &[Vec<RawState>], best: &[Vec<u32>], n_scan: &[Vec<u32>]) {
+        let n_levels = merged.len();
         let mut offsets: Vec<Vec<u32>> = Vec::with_capacity(n_levels);
         let mut pos = 0usize;
-        for st_l in &merged {
-            m.level_start.push(pos as u32);
-            m.level_states.push(st_l.len() as u32);
+        for st_l in merged {
+            self.level_start.push(pos as u32);
+            self.level_states.push(st_l.len() as u32);
             let mut o = Vec::with_capacity(st_l.len());
             for st in st_l {
                 o.push(pos as u32);
@@ -332,7 +364,7 @@ impl NfaMatcher {
             }
             offsets.push(o);
         }
-        m.level_start.push(pos as u32);
+        self.level_start.push(pos as u32);
         assert!(pos < SHARED as usize, "NFA too large");
         let mut indeg = vec![0u32; pos];
         for l in 0..n_levels - 1 {
@@ -342,27 +374,26 @@ impl NfaMatcher {
                 }
             }
         }
-        m.trans.reserve_exact(pos);
+        self.trans.reserve_exact(pos);
         for l in 0..n_levels {
             let last = l + 1 == n_levels;
             for (i, st) in merged[l].iter().enumerate() {
-                m.trans.push(Trans { lo: n_scan[l][i], span: st.len() as u32, target: 0, bound: best[l][i] });
+                self.trans.push(Trans { lo: n_scan[l][i], span: st.len() as u32, target: 0, bound: best[l][i] });
                 for &(lo, hi, t) in st {
                     let (mut target, bound) =
                         if last { (t, t) } else { (offsets[l + 1][t as usize], best[l + 1][t as usize]) };
                     if !last && indeg[target as usize] > 1 {
                         target |= SHARED;
-                        m.has_shared = true;
+                        self.has_shared = true;
                     }
-                    let ls = &mut m.level_stats[l];
+                    let ls = &mut self.level_stats[l];
                     ls.wildcard_transitions += (lo == 0 && hi == u32::MAX) as usize;
                     ls.value_transitions += (lo == hi) as usize;
-                    m.trans.push(Trans { lo, span: hi.wrapping_sub(lo), target, bound });
+                    self.trans.push(Trans { lo, span: hi.wrapping_sub(lo), target, bound });
                 }
-                m.level_stats[l].indexed_states += (n_scan[l][i] < st.len() as u32) as usize;
+                self.level_stats[l].indexed_states += (n_scan[l][i] < st.len() as u32) as usize;
             }
         }
-        m
     }
 
     /// Chooses the walk used by `match_batch` (default: [`Walk::DepthFirst`]).
