@@ -8,7 +8,7 @@
 //! CSV: `RULE_ID,WEIGHT,STATUS,VICEVERSA,TAGS,CRITERIA,<criteria...>,CONTENT,Hour,INVALID,Minutes`,
 //! values double-quoted, empty = wildcard. Content = Hour*60+Minutes, or 999 when INVALID is TRUE.
 
-use crate::csv::{Field, Reader};
+use crate::csv::{Field, Reader, Record};
 use crate::error::{read_utf8, text_from_bytes, ErrorKind, LoadError, Location};
 use crate::model::{Cell, Criterion, CriterionKind, RuleSet, RuleSetBuilder, RuleType};
 use crate::value::{parse_date, parse_int, ValueError};
@@ -71,75 +71,12 @@ pub fn parse_rule_type(path: &Path, text: &str) -> Result<RuleType, LoadError> {
         )
         .expected("<ruleTypeDefinition>"));
     }
-    let child_text = |n: roxmltree::Node, name: &str| -> Option<String> {
-        n.children().find(|c| c.has_tag_name(name)).map(|c| c.text().unwrap_or("").trim().to_string())
-    };
     let code = child_text(root, "code").unwrap_or_default();
     let description = child_text(root, "description").unwrap_or_default();
     let mut defs: Vec<(i64, Criterion, Location)> = Vec::new();
     for def in root.children().filter(|c| c.has_tag_name("criterionDefinition")) {
-        let loc = xml_loc(path, &doc, def);
-        let need = |name: &str| -> Result<(String, Location), LoadError> {
-            let n = def.children().find(|c| c.has_tag_name(name)).ok_or_else(|| {
-                LoadError::new(ErrorKind::BadRuleType, loc.clone(), format!("<criterionDefinition> has no <{name}>"))
-                    .expected(format!("a <{name}> element"))
-            })?;
-            Ok((n.text().unwrap_or("").trim().to_string(), xml_loc(path, &doc, n)))
-        };
-        let (ccode, code_loc) = need("code")?;
-        if ccode.is_empty() {
-            return Err(LoadError::new(ErrorKind::BadRuleType, code_loc, "criterion code is empty")
-                .expected("a non-empty <code>"));
-        }
-        let (seq, seq_loc) = need("sequenceNumber")?;
-        let seq: i64 = seq.parse().map_err(|_| {
-            LoadError::new(ErrorKind::BadRuleType, seq_loc, format!("sequenceNumber {seq:?} is not an integer"))
-                .expected("a non-negative integer")
-        })?;
-        let (mandatory, m_loc) = need("isMandatory")?;
-        let mandatory = match mandatory.to_ascii_lowercase().as_str() {
-            "true" => true,
-            "false" => false,
-            other => {
-                return Err(LoadError::new(ErrorKind::BadRuleType, m_loc, format!("isMandatory is {other:?}"))
-                    .expected("true or false"))
-            }
-        };
-        let (weight, w_loc) = need("weight")?;
-        let weight: u64 = weight.parse().map_err(|_| {
-            LoadError::new(ErrorKind::BadRuleType, w_loc, format!("weight {weight:?} is not a non-negative integer"))
-                .expected("an integer in 0..=18446744073709551615")
-        })?;
-        let functor = def
-            .children()
-            .find(|c| c.has_tag_name("criterionTypeReference"))
-            .and_then(|r| child_text(r, "id"))
-            .unwrap_or_default();
-        let n_gui = def.children().filter(|c| c.has_tag_name("guiProperties")).count();
-        let kind = if functor == DATE_PAIR_FUNCTOR {
-            CriterionKind::DateRange
-        } else if functor == INT_RANGE_FUNCTOR {
-            CriterionKind::IntRange
-        } else if n_gui == 2 {
-            // ERBIUM's own rule: two guiProperties make a pair. Without a known functor id we
-            // cannot tell dates from integers, so we refuse rather than guess.
-            return Err(LoadError::new(
-                ErrorKind::BadRuleType,
-                loc,
-                format!("criterion {ccode} is a pair (two <guiProperties>) with functor id {functor:?}"),
-            )
-            .expected("functor id 212 (pair of dates) or 412 (integer range)"));
-        } else if EQU_FUNCTORS.contains(&functor.as_str()) || functor.is_empty() {
-            CriterionKind::Equ
-        } else {
-            return Err(LoadError::new(
-                ErrorKind::BadRuleType,
-                loc,
-                format!("criterion {ccode} has unknown functor id {functor:?}"),
-            )
-            .expected("one of 60, 67, 273, 316, 408 (equality), 212 (dates) or 412 (integer range)"));
-        };
-        if let Some((_, other, oloc)) = defs.iter().find(|(_, c, _)| c.code == ccode) {
+        let (seq, crit, loc, code_loc) = parse_criterion(path, &doc, def)?;
+        if let Some((_, other, oloc)) = defs.iter().find(|(_, c, _)| c.code == crit.code) {
             return Err(LoadError::new(
                 ErrorKind::DuplicateCriterion,
                 code_loc,
@@ -147,7 +84,7 @@ pub fn parse_rule_type(path: &Path, text: &str) -> Result<RuleType, LoadError> {
             )
             .expected("unique criterion codes"));
         }
-        defs.push((seq, Criterion { code: ccode, kind, mandatory, weight }, loc));
+        defs.push((seq, crit, loc));
     }
     if defs.is_empty() {
         return Err(LoadError::new(ErrorKind::BadRuleType, xml_loc(path, &doc, root), "no <criterionDefinition>")
@@ -155,6 +92,89 @@ pub fn parse_rule_type(path: &Path, text: &str) -> Result<RuleType, LoadError> {
     }
     defs.sort_by_key(|(s, _, _)| *s);
     Ok(RuleType { code, description, criteria: defs.into_iter().map(|(_, c, _)| c).collect() })
+}
+
+/// The trimmed text of `n`'s first child element named `name`, if it has one.
+fn child_text(n: roxmltree::Node, name: &str) -> Option<String> {
+    n.children().find(|c| c.has_tag_name(name)).map(|c| c.text().unwrap_or("").trim().to_string())
+}
+
+/// One `<criterionDefinition>`: its sequence number, the criterion, and where the definition
+/// and its `<code>` are.
+fn parse_criterion(
+    path: &Path,
+    doc: &roxmltree::Document,
+    def: roxmltree::Node,
+) -> Result<(i64, Criterion, Location, Location), LoadError> {
+    let loc = xml_loc(path, doc, def);
+    let need = |name: &str| -> Result<(String, Location), LoadError> {
+        let n = def.children().find(|c| c.has_tag_name(name)).ok_or_else(|| {
+            LoadError::new(ErrorKind::BadRuleType, loc.clone(), format!("<criterionDefinition> has no <{name}>"))
+                .expected(format!("a <{name}> element"))
+        })?;
+        Ok((n.text().unwrap_or("").trim().to_string(), xml_loc(path, doc, n)))
+    };
+    let (ccode, code_loc) = need("code")?;
+    if ccode.is_empty() {
+        return Err(
+            LoadError::new(ErrorKind::BadRuleType, code_loc, "criterion code is empty").expected("a non-empty <code>")
+        );
+    }
+    let (seq, seq_loc) = need("sequenceNumber")?;
+    let seq: i64 = seq.parse().map_err(|_| {
+        LoadError::new(ErrorKind::BadRuleType, seq_loc, format!("sequenceNumber {seq:?} is not an integer"))
+            .expected("a non-negative integer")
+    })?;
+    let (mandatory, m_loc) = need("isMandatory")?;
+    let mandatory = match mandatory.to_ascii_lowercase().as_str() {
+        "true" => true,
+        "false" => false,
+        other => {
+            return Err(LoadError::new(ErrorKind::BadRuleType, m_loc, format!("isMandatory is {other:?}"))
+                .expected("true or false"))
+        }
+    };
+    let (weight, w_loc) = need("weight")?;
+    let weight: u64 = weight.parse().map_err(|_| {
+        LoadError::new(ErrorKind::BadRuleType, w_loc, format!("weight {weight:?} is not a non-negative integer"))
+            .expected("an integer in 0..=18446744073709551615")
+    })?;
+    let kind = criterion_kind(def, &ccode, &loc)?;
+    Ok((seq, Criterion { code: ccode, kind, mandatory, weight }, loc, code_loc))
+}
+
+/// The kind of criterion `ccode` (defined by `def`, at `loc`), from its functor id and, as in
+/// ERBIUM, its number of `<guiProperties>`.
+fn criterion_kind(def: roxmltree::Node, ccode: &str, loc: &Location) -> Result<CriterionKind, LoadError> {
+    let functor = def
+        .children()
+        .find(|c| c.has_tag_name("criterionTypeReference"))
+        .and_then(|r| child_text(r, "id"))
+        .unwrap_or_default();
+    let n_gui = def.children().filter(|c| c.has_tag_name("guiProperties")).count();
+    if functor == DATE_PAIR_FUNCTOR {
+        Ok(CriterionKind::DateRange)
+    } else if functor == INT_RANGE_FUNCTOR {
+        Ok(CriterionKind::IntRange)
+    } else if n_gui == 2 {
+        // ERBIUM's own rule: two guiProperties make a pair. Without a known functor id we
+        // cannot tell dates from integers, so we refuse rather than guess.
+        Err(LoadError::new(
+            ErrorKind::BadRuleType,
+            loc.clone(),
+            format!("criterion {ccode} is a pair (two <guiProperties>) with functor id {functor:?}"),
+        )
+        .expected("functor id 212 (pair of dates) or 412 (integer range)"))
+    } else if EQU_FUNCTORS.contains(&functor.as_str()) || functor.is_empty() {
+        Ok(CriterionKind::Equ)
+    } else {
+        Err(LoadError::new(
+            ErrorKind::BadRuleType,
+            loc.clone(),
+            format!("criterion {ccode} has unknown functor id {functor:?}"),
+        )
+        .expected("one of 60, 67, 273, 316, 408 (equality), 212 (dates) or 412 (integer range)"))
+    }
 }
 
 pub(crate) fn value_error(
@@ -223,35 +243,9 @@ pub fn parse_rules(rule_type: &RuleType, path: &Path, text: &str) -> Result<Rule
     let mut reader = Reader::new(path, text);
     let header = reader.header()?;
     let names: Vec<&str> = header.fields.iter().map(|f| f.text.trim()).collect();
-    let at = |i: usize| Location::at(path, header.line, header.fields[i].column);
-    // Fixed leading and trailing columns, criteria in between (in any order, matched by code).
-    for (i, want) in LEADING.iter().enumerate() {
-        if names.get(i) != Some(want) {
-            let loc = if i < names.len() { at(i) } else { Location::at(path, header.line, 1) };
-            return Err(LoadError::new(
-                ErrorKind::MissingColumn,
-                loc,
-                format!("header column {} is {:?}", i + 1, names.get(i).unwrap_or(&"<missing>")),
-            )
-            .expected(format!(
-                "{want} (ERBIUM header: {},<criteria>,{})",
-                LEADING.join(","),
-                TRAILING.join(",")
-            )));
-        }
-    }
+    check_header(path, &header, &names)?;
     let n = names.len();
-    if n < LEADING.len() + TRAILING.len() || names[n - TRAILING.len()..] != TRAILING {
-        return Err(LoadError::new(
-            ErrorKind::MissingColumn,
-            at(n.saturating_sub(1)),
-            format!("the header ends with {:?}", &names[n.saturating_sub(TRAILING.len())..]),
-        )
-        .expected(format!("the last four columns to be {}", TRAILING.join(","))));
-    }
     let col_of = rule_type.criterion_columns(path, &header, LEADING.len()..n - TRAILING.len())?;
-    let (i_hour, i_invalid, i_minutes) = (n - 3, n - 2, n - 1);
-
     let mut builder = RuleSetBuilder::new(rule_type.clone(), path);
     for rec in reader {
         let rec = rec?;
@@ -277,30 +271,7 @@ pub fn parse_rules(rule_type: &RuleType, path: &Path, text: &str) -> Result<Rule
                 Cell::Value(t)
             });
         }
-        let invalid = match f[i_invalid].text.trim() {
-            "TRUE" | "true" | "True" => true,
-            "FALSE" | "false" | "False" | "" => false,
-            other => {
-                return Err(LoadError::new(ErrorKind::BadContent, loc(i_invalid, f), format!("INVALID is {other:?}"))
-                    .expected("TRUE or FALSE"))
-            }
-        };
-        let content = if invalid {
-            INVALID_CONTENT
-        } else {
-            let num = |i: usize, what: &str| -> Result<i64, LoadError> {
-                let t = f[i].text.trim();
-                t.parse::<i64>().ok().filter(|v| *v >= 0).ok_or_else(|| {
-                    LoadError::new(ErrorKind::BadContent, loc(i, f), format!("{what} is {t:?}"))
-                        .expected(format!("a non-negative integer number of {what}"))
-                })
-            };
-            let (h, m) = (num(i_hour, "hours")?, num(i_minutes, "minutes")?);
-            h.checked_mul(60).and_then(|h| h.checked_add(m)).ok_or_else(|| {
-                LoadError::new(ErrorKind::BadContent, loc(i_hour, f), "Hour*60+Minutes overflows 64 bits")
-                    .expected("a connecting time that fits in 64 bits")
-            })?
-        };
+        let content = row_content(f, |i| loc(i, f))?;
         let id = f[0].text.trim();
         if id.is_empty() {
             return Err(LoadError::new(ErrorKind::BadContent, loc(0, f), "RULE_ID is empty").expected("a rule id"));
@@ -308,6 +279,67 @@ pub fn parse_rules(rule_type: &RuleType, path: &Path, text: &str) -> Result<Rule
         builder.push(id, loc(0, f), &cells, |c| loc(col_of[c], f), content)?;
     }
     Ok(builder.finish())
+}
+
+/// Checks the header's fixed leading and trailing columns (`names`, trimmed); the criteria are
+/// in between, in any order, matched by code.
+fn check_header(path: &Path, header: &Record, names: &[&str]) -> Result<(), LoadError> {
+    let at = |i: usize| Location::at(path, header.line, header.fields[i].column);
+    for (i, want) in LEADING.iter().enumerate() {
+        if names.get(i) != Some(want) {
+            let loc = if i < names.len() { at(i) } else { Location::at(path, header.line, 1) };
+            return Err(LoadError::new(
+                ErrorKind::MissingColumn,
+                loc,
+                format!("header column {} is {:?}", i + 1, names.get(i).unwrap_or(&"<missing>")),
+            )
+            .expected(format!(
+                "{want} (ERBIUM header: {},<criteria>,{})",
+                LEADING.join(","),
+                TRAILING.join(",")
+            )));
+        }
+    }
+    let n = names.len();
+    if n < LEADING.len() + TRAILING.len() || names[n - TRAILING.len()..] != TRAILING {
+        return Err(LoadError::new(
+            ErrorKind::MissingColumn,
+            at(n.saturating_sub(1)),
+            format!("the header ends with {:?}", &names[n.saturating_sub(TRAILING.len())..]),
+        )
+        .expected(format!("the last four columns to be {}", TRAILING.join(","))));
+    }
+    Ok(())
+}
+
+/// A row's content from its trailing Hour, INVALID and Minutes fields (`f` has as many fields
+/// as the header; `loc(i)` is where field `i` is): Hour*60+Minutes, or [`INVALID_CONTENT`].
+fn row_content(f: &[Field], loc: impl Fn(usize) -> Location) -> Result<i64, LoadError> {
+    let n = f.len();
+    let (i_hour, i_invalid, i_minutes) = (n - 3, n - 2, n - 1);
+    let invalid = match f[i_invalid].text.trim() {
+        "TRUE" | "true" | "True" => true,
+        "FALSE" | "false" | "False" | "" => false,
+        other => {
+            return Err(LoadError::new(ErrorKind::BadContent, loc(i_invalid), format!("INVALID is {other:?}"))
+                .expected("TRUE or FALSE"))
+        }
+    };
+    if invalid {
+        return Ok(INVALID_CONTENT);
+    }
+    let num = |i: usize, what: &str| -> Result<i64, LoadError> {
+        let t = f[i].text.trim();
+        t.parse::<i64>().ok().filter(|v| *v >= 0).ok_or_else(|| {
+            LoadError::new(ErrorKind::BadContent, loc(i), format!("{what} is {t:?}"))
+                .expected(format!("a non-negative integer number of {what}"))
+        })
+    };
+    let (h, m) = (num(i_hour, "hours")?, num(i_minutes, "minutes")?);
+    h.checked_mul(60).and_then(|h| h.checked_add(m)).ok_or_else(|| {
+        LoadError::new(ErrorKind::BadContent, loc(i_hour), "Hour*60+Minutes overflows 64 bits")
+            .expected("a connecting time that fits in 64 bits")
+    })
 }
 
 /// Loads a rule type XML and its rules CSV.
