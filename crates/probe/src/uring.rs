@@ -127,81 +127,18 @@ pub fn random_reads(dir: &Path, file_bytes: u64, depths: &[usize], per_depth: Du
     let mut buffers = MmapMut::map_anon(qd_max * BLOCK).map_err(|e| e.to_string())?;
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
     let mut points = Vec::new();
-    let mut failure = None;
     for &qd in depths {
-        let mut started = vec![Instant::now(); qd];
-        let mut lat = Vec::new();
-        let (mut in_flight, mut done) = (0usize, 0u64);
-        let t0 = Instant::now();
-        let mut free: Vec<usize> = (0..qd).collect();
-        loop {
-            let stop = failure.is_some() || t0.elapsed() >= per_depth;
-            if !stop {
-                while let Some(slot) = free.pop() {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    let offset = (rng % blocks) * BLOCK as u64;
-                    let buf = buffers[slot * BLOCK..].as_mut_ptr();
-                    let e = opcode::Read::new(types::Fd(f.as_raw_fd()), buf, BLOCK as u32)
-                        .offset(offset)
-                        .build()
-                        .user_data(slot as u64);
-                    started[slot] = Instant::now();
-                    // SAFETY: the read targets slot `slot` of `buffers` (4 KiB, in bounds) and
-                    // `f`; both live until this function returns, and it returns only after
-                    // every submitted read has completed (the loop drains `in_flight` to 0;
-                    // if the ring fails, `buffers` is leaked rather than unmapped).
-                    if unsafe { ring.submission().push(&e) }.is_err() {
-                        free.push(slot);
-                        break;
-                    }
-                    in_flight += 1;
-                }
-            }
-            if in_flight == 0 {
-                break;
-            }
-            if let Err(e) = ring.submit_and_wait(1) {
-                if e.raw_os_error() == Some(nix::libc::EINTR) {
-                    continue;
-                }
+        let run = match read_at_depth(&mut ring, &f, &mut buffers, blocks, qd, per_depth, &mut rng) {
+            Ok(run) => run,
+            Err(e) => {
                 std::mem::forget(buffers); // reads may still land there: never unmap it
-                return Err(format!("io_uring_enter: {e}"));
+                return Err(e);
             }
-            for cqe in ring.completion() {
-                let slot = cqe.user_data() as usize;
-                in_flight -= 1;
-                free.push(slot);
-                if cqe.result() != BLOCK as i32 {
-                    failure.get_or_insert(format!("a 4 KiB read returned {}", cqe.result()));
-                } else if !stop {
-                    lat.push(started[slot].elapsed().as_secs_f64());
-                    done += 1;
-                }
-            }
-        }
-        if let Some(e) = failure {
+        };
+        if let Some(e) = run.failure {
             return Err(format!("{}: {e}", file.0.display()));
         }
-        let elapsed = t0.elapsed().as_secs_f64();
-        let mean = lat.iter().sum::<f64>() / lat.len().max(1) as f64;
-        if lat.is_empty() {
-            return Err(format!("no read completed within {per_depth:?} at queue depth {qd}"));
-        }
-        let s = summarise(BLOCK as u64, &mut lat.clone());
-        lat.sort_by(f64::total_cmp);
-        let p99 = lat.get(((lat.len() as f64 - 1.0) * 0.99).round() as usize).copied().unwrap_or(0.0);
-        points.push(DepthPoint {
-            queue_depth: qd,
-            reads: done,
-            iops: done as f64 / elapsed,
-            bandwidth_bps: done as f64 * BLOCK as f64 / elapsed,
-            mean_s: mean,
-            p50_s: s.median_s,
-            p90_s: s.p90_s,
-            p99_s: p99,
-        });
+        points.push(depth_point(qd, run.latencies, run.reads, run.elapsed_s, per_depth)?);
     }
     Ok(RandomReads {
         file: file.0.clone(),
@@ -209,5 +146,112 @@ pub fn random_reads(dir: &Path, file_bytes: u64, depths: &[usize], per_depth: Du
         block_bytes: BLOCK,
         seconds_per_depth: per_depth.as_secs_f64(),
         points,
+    })
+}
+
+/// What one queue depth's reads gave.
+struct DepthRun {
+    /// Latency of each read completed before the deadline (s).
+    latencies: Vec<f64>,
+    reads: u64,
+    /// From the first submission until the last read in flight completed (s).
+    elapsed_s: f64,
+    /// The first read that did not return a whole block, if any (the depth then stops early).
+    failure: Option<String>,
+}
+
+/// Keeps `qd` random 4 KiB reads of `f` (`blocks` blocks) in flight for `per_depth`, slot `i`
+/// reading into block `i` of `buffers`, then waits for those still in flight. An `Err` means
+/// the ring failed with reads possibly still in flight: the caller must then never unmap
+/// `buffers`.
+fn read_at_depth(
+    ring: &mut IoUring,
+    f: &std::fs::File,
+    buffers: &mut MmapMut,
+    blocks: u64,
+    qd: usize,
+    per_depth: Duration,
+    rng: &mut u64,
+) -> Result<DepthRun, String> {
+    let mut started = vec![Instant::now(); qd];
+    let mut lat = Vec::new();
+    let (mut in_flight, mut done) = (0usize, 0u64);
+    let mut failure = None;
+    let t0 = Instant::now();
+    let mut free: Vec<usize> = (0..qd).collect();
+    loop {
+        let stop = failure.is_some() || t0.elapsed() >= per_depth;
+        if !stop {
+            while let Some(slot) = free.pop() {
+                *rng ^= *rng << 13;
+                *rng ^= *rng >> 7;
+                *rng ^= *rng << 17;
+                let offset = (*rng % blocks) * BLOCK as u64;
+                let buf = buffers[slot * BLOCK..].as_mut_ptr();
+                let e = opcode::Read::new(types::Fd(f.as_raw_fd()), buf, BLOCK as u32)
+                    .offset(offset)
+                    .build()
+                    .user_data(slot as u64);
+                started[slot] = Instant::now();
+                // SAFETY: the read targets slot `slot` of `buffers` (4 KiB, in bounds) and
+                // `f`; both outlive this function, which returns Ok only after every submitted
+                // read has completed (the loop drains `in_flight` to 0); if the ring fails it
+                // returns Err and the caller leaks `buffers` rather than unmapping it.
+                if unsafe { ring.submission().push(&e) }.is_err() {
+                    free.push(slot);
+                    break;
+                }
+                in_flight += 1;
+            }
+        }
+        if in_flight == 0 {
+            break;
+        }
+        if let Err(e) = ring.submit_and_wait(1) {
+            if e.raw_os_error() == Some(nix::libc::EINTR) {
+                continue;
+            }
+            return Err(format!("io_uring_enter: {e}"));
+        }
+        for cqe in ring.completion() {
+            let slot = cqe.user_data() as usize;
+            in_flight -= 1;
+            free.push(slot);
+            if cqe.result() != BLOCK as i32 {
+                failure.get_or_insert(format!("a 4 KiB read returned {}", cqe.result()));
+            } else if !stop {
+                lat.push(started[slot].elapsed().as_secs_f64());
+                done += 1;
+            }
+        }
+    }
+    Ok(DepthRun { latencies: lat, reads: done, elapsed_s: t0.elapsed().as_secs_f64(), failure })
+}
+
+/// The IOPS, bandwidth and latency summary of `reads` reads at queue depth `qd` in
+/// `elapsed` seconds, `lat` their latencies; an error if none completed.
+fn depth_point(
+    qd: usize,
+    mut lat: Vec<f64>,
+    reads: u64,
+    elapsed: f64,
+    per_depth: Duration,
+) -> Result<DepthPoint, String> {
+    let mean = lat.iter().sum::<f64>() / lat.len().max(1) as f64;
+    if lat.is_empty() {
+        return Err(format!("no read completed within {per_depth:?} at queue depth {qd}"));
+    }
+    let s = summarise(BLOCK as u64, &mut lat.clone());
+    lat.sort_by(f64::total_cmp);
+    let p99 = lat.get(((lat.len() as f64 - 1.0) * 0.99).round() as usize).copied().unwrap_or(0.0);
+    Ok(DepthPoint {
+        queue_depth: qd,
+        reads,
+        iops: reads as f64 / elapsed,
+        bandwidth_bps: reads as f64 * BLOCK as f64 / elapsed,
+        mean_s: mean,
+        p50_s: s.median_s,
+        p90_s: s.p90_s,
+        p99_s: p99,
     })
 }
