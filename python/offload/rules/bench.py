@@ -5,7 +5,6 @@ chooses what to run and writes JSON.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from offload import __version__, _native
-from offload.files import atomic_write, write_text
+from offload.files import atomic_write
 from offload.host.machine import machine
 from offload.rules import DEVICE_MATCHERS, CompiledRules, RuleSet
 
@@ -72,13 +71,6 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     finally:
         plt.close(fig)
     return path
-
-
-def write_result(result: dict[str, Any], path: Path) -> Path | None:
-    """Writes the result as JSON to ``path`` and, when a matcher ran, its plot beside it (.png),
-    each whole or not at all; returns the plot's path (None without one)."""
-    write_text(path, json.dumps(result, indent=2))
-    return plot(result, path.with_suffix(".png")) if result["matchers"] else None
 
 
 ENCODE_QUERIES = 200_000
