@@ -151,7 +151,8 @@ class NodeClient:
     ) -> tuple[flight.FlightStreamWriter, flight.FlightMetadataReader]:
         """A ``do_put`` stream to ``path``: the writer, and the reader of the node's
         acknowledgements (its app metadata). Flight's errors pass as they are: a stream that
-        fails part-way is the caller's to account for (:class:`.flownet.AckedStream`)."""
+        fails part-way is the caller's to account for (as ``offload.flows.network.AckedStream``
+        does)."""
         return self._client.do_put(flight.FlightDescriptor.for_path(*path), schema, options=self._opts)
 
     def get(self, ticket: bytes) -> pa.Table:

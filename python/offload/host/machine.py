@@ -1,7 +1,7 @@
 """The machine a figure was measured on: one record for every benchmark, probe and report.
 
 :func:`machine` gives the dict (no host name: the records are committed), :func:`describe` the
-same in one line of words. Keys are kept stable: readers (report.py, the plots, the CLI tables)
+same in one line of words. Keys are kept stable: readers (offload.report, the plots, the CLI tables)
 read ``cpu``, ``cores``, ``cpus`` and ``memory_bytes``.
 """
 
