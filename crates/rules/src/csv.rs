@@ -56,84 +56,32 @@ impl<'a> Reader<'a> {
     }
 
     fn read_record(&mut self) -> Result<Option<Record<'a>>, LoadError> {
-        let b = self.text.as_bytes();
-        // Skip blank lines.
-        loop {
-            if self.pos >= b.len() {
-                return Ok(None);
-            }
-            match b[self.pos] {
-                b'\n' => {
-                    self.pos += 1;
-                    self.line += 1;
-                    self.line_start = self.pos;
-                }
-                b'\r' if b.get(self.pos + 1) == Some(&b'\n') => {
-                    self.pos += 2;
-                    self.line += 1;
-                    self.line_start = self.pos;
-                }
-                _ => break,
-            }
+        if !self.skip_blank_lines() {
+            return Ok(None);
         }
+        let b = self.text.as_bytes();
         let rec_line = self.line;
         let mut fields = Vec::new();
         loop {
             let start = self.pos;
             let (line, column) = (self.line, self.column(start));
-            if b.get(start) == Some(&b'"') {
-                // Quoted field: runs to the matching quote; "" is an escaped quote.
-                let mut i = start + 1;
-                let mut owned: Option<String> = None;
-                let mut seg = i;
-                loop {
-                    match b.get(i) {
-                        None => {
-                            return Err(LoadError::new(
-                                ErrorKind::BrokenQuoting,
-                                Location::at(self.path, line, column),
-                                "quoted field is never closed",
-                            )
-                            .expected("a closing double quote before the end of the file"))
-                        }
-                        Some(b'"') if b.get(i + 1) == Some(&b'"') => {
-                            let o = owned.get_or_insert_with(String::new);
-                            o.push_str(&self.text[seg..=i]);
-                            i += 2;
-                            seg = i;
-                        }
-                        Some(b'"') => break,
-                        Some(b'\n') => {
-                            i += 1;
-                            self.line += 1;
-                            self.line_start = i;
-                        }
-                        Some(_) => i += 1,
-                    }
-                }
-                let text = match owned {
-                    Some(mut o) => {
-                        o.push_str(&self.text[seg..i]);
-                        Cow::Owned(o)
-                    }
-                    None => Cow::Borrowed(&self.text[start + 1..i]),
-                };
+            let more = if b.get(start) == Some(&b'"') {
+                let (text, close) = self.quoted_field(start, line, column)?;
                 fields.push(Field { text, line, column });
-                self.pos = i + 1;
+                self.pos = close + 1;
                 match b.get(self.pos) {
-                    None => return Ok(Some(Record { line: rec_line, fields })),
-                    Some(b',') => self.pos += 1,
-                    Some(b'\n') => {
+                    None => false,
+                    Some(b',') => {
                         self.pos += 1;
-                        self.line += 1;
-                        self.line_start = self.pos;
-                        return Ok(Some(Record { line: rec_line, fields }));
+                        true
+                    }
+                    Some(b'\n') => {
+                        self.new_line(self.pos + 1);
+                        false
                     }
                     Some(b'\r') if b.get(self.pos + 1) == Some(&b'\n') => {
-                        self.pos += 2;
-                        self.line += 1;
-                        self.line_start = self.pos;
-                        return Ok(Some(Record { line: rec_line, fields }));
+                        self.new_line(self.pos + 2);
+                        false
                     }
                     Some(_) => {
                         return Err(self.err(
@@ -144,37 +92,112 @@ impl<'a> Reader<'a> {
                     }
                 }
             } else {
-                let mut i = start;
-                while i < b.len() && b[i] != b',' && b[i] != b'\n' && !(b[i] == b'\r' && b.get(i + 1) == Some(&b'\n')) {
-                    if b[i] == b'"' {
-                        return Err(self.err(
-                            i,
-                            "double quote inside an unquoted value",
-                            "the whole value in double quotes, with inner quotes doubled (\"\")",
-                        ));
-                    }
-                    i += 1;
-                }
-                fields.push(Field { text: Cow::Borrowed(&self.text[start..i]), line, column });
-                self.pos = i;
-                match b.get(i) {
-                    None => return Ok(Some(Record { line: rec_line, fields })),
-                    Some(b',') => self.pos += 1,
-                    Some(b'\n') => {
+                let end = self.unquoted_field(start)?;
+                fields.push(Field { text: Cow::Borrowed(&self.text[start..end]), line, column });
+                self.pos = end;
+                match b.get(end) {
+                    None => false,
+                    Some(b',') => {
                         self.pos += 1;
-                        self.line += 1;
-                        self.line_start = self.pos;
-                        return Ok(Some(Record { line: rec_line, fields }));
+                        true
                     }
+                    Some(b'\n') => {
+                        self.new_line(end + 1);
+                        false
+                    }
+                    // `unquoted_field` stops only at the end, a comma, "\n" or "\r\n".
                     _ => {
-                        self.pos += 2;
-                        self.line += 1;
-                        self.line_start = self.pos;
-                        return Ok(Some(Record { line: rec_line, fields }));
+                        self.new_line(end + 2);
+                        false
                     }
                 }
+            };
+            if !more {
+                return Ok(Some(Record { line: rec_line, fields }));
             }
         }
+    }
+
+    /// Moves to `at`, the start of the next line.
+    fn new_line(&mut self, at: usize) {
+        self.pos = at;
+        self.line += 1;
+        self.line_start = at;
+    }
+
+    /// Skips blank lines; false at the end of the text.
+    fn skip_blank_lines(&mut self) -> bool {
+        let b = self.text.as_bytes();
+        loop {
+            if self.pos >= b.len() {
+                return false;
+            }
+            match b[self.pos] {
+                b'\n' => self.new_line(self.pos + 1),
+                b'\r' if b.get(self.pos + 1) == Some(&b'\n') => self.new_line(self.pos + 2),
+                _ => return true,
+            }
+        }
+    }
+
+    /// The text of the quoted field whose opening quote is at `start` (at `line`, `column`) and
+    /// the index of its closing quote: it runs to the matching quote; "" is an escaped quote.
+    fn quoted_field(&mut self, start: usize, line: u64, column: u64) -> Result<(Cow<'a, str>, usize), LoadError> {
+        let b = self.text.as_bytes();
+        let mut i = start + 1;
+        let mut owned: Option<String> = None;
+        let mut seg = i;
+        loop {
+            match b.get(i) {
+                None => {
+                    return Err(LoadError::new(
+                        ErrorKind::BrokenQuoting,
+                        Location::at(self.path, line, column),
+                        "quoted field is never closed",
+                    )
+                    .expected("a closing double quote before the end of the file"))
+                }
+                Some(b'"') if b.get(i + 1) == Some(&b'"') => {
+                    let o = owned.get_or_insert_with(String::new);
+                    o.push_str(&self.text[seg..=i]);
+                    i += 2;
+                    seg = i;
+                }
+                Some(b'"') => break,
+                Some(b'\n') => {
+                    i += 1;
+                    self.line += 1;
+                    self.line_start = i;
+                }
+                Some(_) => i += 1,
+            }
+        }
+        let text = match owned {
+            Some(mut o) => {
+                o.push_str(&self.text[seg..i]);
+                Cow::Owned(o)
+            }
+            None => Cow::Borrowed(&self.text[start + 1..i]),
+        };
+        Ok((text, i))
+    }
+
+    /// The end of the unquoted field starting at `start`: the end of the text, a comma, "\n" or
+    /// "\r\n"; a double quote inside it is an error.
+    fn unquoted_field(&self, start: usize) -> Result<usize, LoadError> {
+        let b = self.text.as_bytes();
+        let mut i = start;
+        while i < b.len() && b[i] != b',' && b[i] != b'\n' && !(b[i] == b'\r' && b.get(i + 1) == Some(&b'\n')) {
+            if b[i] == b'"' {
+                return Err(self.err(
+                    i,
+                    "double quote inside an unquoted value",
+                    "the whole value in double quotes, with inner quotes doubled (\"\")",
+                ));
+            }
+            i += 1;
+        }
+        Ok(i)
     }
 }
 
