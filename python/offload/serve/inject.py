@@ -17,7 +17,7 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -159,65 +159,98 @@ class _ClientArgs:
     wait_s: float  # reply timeout: longer without one, the daemon counts as gone
 
 
-def _client(a: _ClientArgs) -> None:
-    endpoint, trace, which, mode, rate, duration = a.endpoint, a.trace, a.which, a.mode, a.rate, a.duration
-    early_stop, queue, go, cpus, curve, fingerprint, wait_s = (
-        a.early_stop, a.queue, a.go, a.cpus, a.curve, a.fingerprint, a.wait_s
-    )  # fmt: skip
-    from offload import _native
+class _Replies:
+    """The replies one client process takes on its socket, and the requests it still waits for."""
 
-    if cpus:
-        os.sched_setaffinity(0, cpus)
+    def __init__(self, s: zmq.Socket[Any], wait_s: float) -> None:
+        from offload import _native
 
-    frames = _frames(trace, which, early_stop, fingerprint)
-    ctx = zmq.Context()
-    s = _socket(ctx, endpoint, curve)
-    records: list[tuple[float, int, int, str, dict[str, int]]] = []  # rtt_s, n, answered, status, stages
-    sent: dict[int, tuple[float, int]] = {}  # in sending order: the first is the oldest outstanding
-    messages: dict[str, str] = {}  # the first message of each status other than Ok
-    stopped: str | None = None  # why this process stopped before the duration was over
-    last_reply = 0.0
+        self._decode = _native.decode_reply
+        self._s = s
+        self._wait_s = wait_s
+        # Per reply: rtt_s, n, answered, status, stages.
+        self.records: list[tuple[float, int, int, str, dict[str, int]]] = []
+        self.sent: dict[int, tuple[float, int]] = {}  # in sending order: the first is the oldest outstanding
+        self.messages: dict[str, str] = {}  # the first message of each status other than Ok
+        self.stopped: str | None = None  # why this process stopped before the duration was over
+        self.last_reply = 0.0
 
-    def take(timeout_ms: int) -> bool:
-        nonlocal stopped, last_reply
-        if not s.poll(timeout_ms):
+    def take(self, timeout_ms: int) -> bool:
+        """Takes one reply if one comes within `timeout_ms`; False if none came."""
+        if not self._s.poll(timeout_ms):
             return False
-        rid, status, _v, rule, _c, stages, message = _native.decode_reply(s.recv())
-        last_reply = time.perf_counter()
-        t0, n = sent.pop(rid, (last_reply, 0))
-        records.append((last_reply - t0, n, len(rule), status, dict(stages)))
+        rid, status, _v, rule, _c, stages, message = self._decode(self._s.recv())
+        last_reply = self.last_reply = time.perf_counter()
+        t0, n = self.sent.pop(rid, (last_reply, 0))
+        self.records.append((last_reply - t0, n, len(rule), status, dict(stages)))
         if status != "Ok":
-            messages.setdefault(status, message)
-        if status == "ShuttingDown" and stopped is None:
-            stopped = "the daemon is shutting down"
+            self.messages.setdefault(status, message)
+        if status == "ShuttingDown" and self.stopped is None:
+            self.stopped = "the daemon is shutting down"
         return True
 
-    def gone(now: float) -> bool:
+    def gone(self, now: float) -> bool:
         """No reply to the oldest outstanding request within `wait_s`: the daemon is gone."""
-        nonlocal stopped
-        if sent and now - next(iter(sent.values()))[0] > wait_s and stopped is None:
-            stopped = f"no reply within {wait_s:g} s (the daemon is gone or stuck)"
-        return stopped is not None
+        sent = self.sent
+        if sent and now - next(iter(sent.values()))[0] > self._wait_s and self.stopped is None:
+            self.stopped = f"no reply within {self._wait_s:g} s (the daemon is gone or stuck)"
+        return self.stopped is not None
 
-    rng = np.random.default_rng(len(which))
+
+def _client(a: _ClientArgs) -> None:
+    if a.cpus:
+        os.sched_setaffinity(0, a.cpus)
+
+    frames = _frames(a.trace, a.which, a.early_stop, a.fingerprint)
+    ctx = zmq.Context()
+    s = _socket(ctx, a.endpoint, a.curve)
+    r = _Replies(s, a.wait_s)
+    rng = np.random.default_rng(len(a.which))
     # Every process starts sending at once (after all have built their frames and connected),
     # so they overlap for the whole duration and their rates add up.
-    queue.put("ready")
-    go.wait()
+    a.queue.put("ready")
+    a.go.wait()
     start = time.perf_counter()
     cpu0 = time.process_time()  # this process's CPU, all its threads (ZeroMQ's I/O thread too)
-    end = start + duration
+    last_send = _replay(a, s, frames, r, rng, start)
+    # Replies still owed: a daemon that shuts down answers them at once; one that is gone never
+    # will (then they are counted unanswered without waiting again).
+    deadline = time.perf_counter() + (0.0 if r.stopped and r.stopped.startswith("no reply") else a.wait_s)
+    while r.sent and time.perf_counter() < deadline:
+        r.take(50)
+    cpu = time.process_time() - cpu0
+    # The window requests really ran in: to the last reply (or the last send, if none came).
+    active = max(r.last_reply, last_send if not r.records else 0.0) - start
+    a.queue.put({"records": r.records, "start": start, "elapsed": max(active, 0.0),
+                 "wall": time.perf_counter() - start, "unanswered": len(r.sent), "cpu_s": cpu,
+                 "messages": r.messages, "stopped": r.stopped})  # fmt: skip
+    s.close()
+    ctx.term()
+
+
+def _replay(
+    a: _ClientArgs,
+    s: zmq.Socket[Any],
+    frames: list[tuple[int, bytes]],
+    r: _Replies,
+    rng: np.random.Generator,
+    start: float,
+) -> float:
+    """Sends `frames` on `s` from `start`, closed or open loop as `a` says, taking the replies
+    into `r`; returns when the last request was sent. The trace is replayed in a loop until the
+    duration is over (at most MAX_REQUESTS), or until the daemon shuts down or stops answering."""
+    mode, rate, wait_s = a.mode, a.rate, a.wait_s
+    take, gone, sent = r.take, r.gone, r.sent
+    end = start + a.duration
     next_at = start
     last_send = start
-    # The trace is replayed in a loop until the duration is over (at most MAX_REQUESTS), or until
-    # the daemon shuts down or stops answering.
     for k in range(MAX_REQUESTS if frames else 0):
         n, frame = frames[k % len(frames)]
         now = time.perf_counter()
         if now >= end or gone(now):
             break
         if mode == "open":
-            while now < next_at and stopped is None:  # take replies while waiting for the next arrival
+            while now < next_at and r.stopped is None:  # take replies while waiting for the next arrival
                 take(max(1, int((next_at - now) * 1000)))
                 now = time.perf_counter()
             if gone(now):
@@ -229,19 +262,7 @@ def _client(a: _ClientArgs) -> None:
         s.send(frame[:4] + rid.to_bytes(8, "little") + frame[12:])  # a fresh id per send
         if mode == "closed" and not take(int(wait_s * 1000)):
             gone(time.perf_counter() + wait_s)
-    # Replies still owed: a daemon that shuts down answers them at once; one that is gone never
-    # will (then they are counted unanswered without waiting again).
-    deadline = time.perf_counter() + (0.0 if stopped and stopped.startswith("no reply") else wait_s)
-    while sent and time.perf_counter() < deadline:
-        take(50)
-    cpu = time.process_time() - cpu0
-    # The window requests really ran in: to the last reply (or the last send, if none came).
-    active = max(last_reply, last_send if not records else 0.0) - start
-    queue.put({"records": records, "start": start, "elapsed": max(active, 0.0),
-               "wall": time.perf_counter() - start, "unanswered": len(sent), "cpu_s": cpu,
-               "messages": messages, "stopped": stopped})  # fmt: skip
-    s.close()
-    ctx.term()
+    return last_send
 
 
 def probe(
@@ -298,13 +319,22 @@ def run(
     p = max(1, processes)
     order = list(range(len(trace.requests)))
     shares = [order[i::p] for i in range(p)]
+    # Each process's share, queue and start event are set by _run_clients.
+    each = _ClientArgs(endpoint, trace, [], mode, rate / p, duration, early_stop, None, None, cpus, curve,
+                       fingerprint, connect_timeout_s)  # fmt: skip
+    parts = _run_clients(each, shares, duration + 2 * connect_timeout_s + 120)
+    return _result(
+        parts, endpoint=endpoint, curve=curve, processes=p, mode=mode, rate=rate, early_stop=early_stop
+    )
+
+
+def _run_clients(each: _ClientArgs, shares: list[list[int]], result_timeout_s: float) -> list[dict[str, Any]]:
+    """Starts one client process per share of the trace (`each` with that share), starts them
+    sending at once when all are ready, and returns what each sent back (within
+    `result_timeout_s`)."""
     ctx = mp.get_context("spawn")
     q, go = ctx.Queue(), ctx.Event()
-    args = [
-        _ClientArgs(endpoint, trace, share, mode, rate / p, duration, early_stop, q, go, cpus, curve,
-                    fingerprint, connect_timeout_s)
-        for share in shares
-    ]  # fmt: skip
+    args = [replace(each, which=share, queue=q, go=go) for share in shares]
     procs = [ctx.Process(target=_client, args=(a,)) for a in args]
     for pr in procs:
         pr.start()
@@ -312,9 +342,23 @@ def run(
         if q.get(timeout=300) != "ready":
             raise RuntimeError("a client process failed to start")
     go.set()
-    parts = [q.get(timeout=duration + 2 * connect_timeout_s + 120) for _ in procs]
+    parts = [q.get(timeout=result_timeout_s) for _ in procs]
     for pr in procs:
         pr.join(timeout=30)
+    return parts
+
+
+def _result(
+    parts: list[dict[str, Any]],
+    *,
+    endpoint: str,
+    curve: CurveKeys | None,
+    processes: int,
+    mode: str,
+    rate: float,
+    early_stop: bool,
+) -> dict[str, Any]:
+    """The run's result from what its client processes sent back (`parts`)."""
     recs = [r for part in parts for r in part["records"]]
     ok = [r for r in recs if r[3] == "Ok"]
     elapsed = max((part["elapsed"] for part in parts), default=0.0)
@@ -331,7 +375,7 @@ def run(
         "machine": machine(),
         "endpoint": endpoint,
         "curve": curve is not None,
-        "processes": p,
+        "processes": processes,
         "mode": mode,
         "target_rate_rps": rate if mode == "open" else None,
         "early_stop": early_stop,
