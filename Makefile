@@ -40,7 +40,7 @@ lint: $(VENV)/.installed sys-deps
 	cargo clippy --workspace --all-targets -q -- -D warnings
 	ruff check python tests/python benches
 	ruff format --check python tests/python benches
-	lint-imports --no-cache
+	PYTHONPATH=python lint-imports --no-cache  # the source tree: lint runs before the package is built
 
 rust-test: sys-deps
 	cargo test --workspace -q
