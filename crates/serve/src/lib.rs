@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod client;
 pub mod config;
+pub mod loadgen;
 pub mod metrics;
 pub mod protocol;
 pub mod server;

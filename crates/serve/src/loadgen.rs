@@ -1,0 +1,694 @@
+//! The load generator behind `offload serve bench`: open loop at a fixed rate, free of
+//! coordinated omission (each request's latency runs from the time it was *meant* to be sent,
+//! as wrk2 does), many requests in flight per DEALER connection, several connections over
+//! several threads, frames built before the clock starts, a deadline on everything, and its own
+//! CPU cost reported so that a run says whether the generator, not the server, was the bound.
+//!
+//! ```text
+//! frames (pre-built) ─▶ T threads × their connections (DEALER) ─▶ the daemon's ROUTER
+//!   open loop:   request j of connection c is due at start + (j·C + c) / rate (one schedule,
+//!                interleaved over the C connections); latency = reply − due time
+//!   closed loop: each connection keeps `in_flight` requests out; latency = reply − send time
+//! ```
+//!
+//! A connection holds at most `max_in_flight` requests; when it is full (the server is behind),
+//! due requests wait, and their latency still counts from their due time (`stalls` counts the
+//! waits). After `duration` nothing more is sent; replies are taken for at most `drain`, and the
+//! requests still owed then are counted `unanswered`, never waited for. Requests due before the
+//! end but never sent are counted `unsent`. [`knee`] searches the most requests/s whose p99
+//! stays under an SLA, by bisection on the rate.
+
+use crate::auth::CurveClient;
+use crate::protocol::{self, Status};
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How the load is offered.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Load {
+    /// Requests/s over all connections, sent on a fixed schedule whatever the replies do.
+    Open { rate: f64 },
+    /// Each connection keeps this many requests out, sending the next when one is answered.
+    Closed { in_flight: usize },
+}
+
+/// One run of the generator.
+#[derive(Clone)]
+pub struct Spec {
+    pub endpoint: String,
+    /// Request frames (`protocol::encode_request`), sent in turn; each send gets a fresh id.
+    pub frames: Vec<Vec<u8>>,
+    pub load: Load,
+    pub connections: usize,
+    /// Sending threads; connection c belongs to thread c mod threads.
+    pub threads: usize,
+    /// Requests one connection holds out at most (open loop).
+    pub max_in_flight: usize,
+    /// How long requests are sent.
+    pub duration: Duration,
+    /// How long replies are still taken after the sending ends.
+    pub drain: Duration,
+    /// How long each connection waits for the reply to its first (unmeasured) request.
+    pub connect_timeout: Duration,
+    pub curve: Option<CurveClient>,
+}
+
+impl Spec {
+    /// A spec with the defaults of `offload serve bench`.
+    pub fn new(endpoint: &str, frames: Vec<Vec<u8>>, load: Load) -> Spec {
+        Spec {
+            endpoint: endpoint.to_string(),
+            frames,
+            load,
+            connections: 4,
+            threads: 1,
+            max_in_flight: 1024,
+            duration: Duration::from_secs(5),
+            drain: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(5),
+            curve: None,
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.frames.is_empty() {
+            return Err("no request frames to send".into());
+        }
+        if let Some(i) = self.frames.iter().position(|f| protocol::decode_request(f).is_err()) {
+            return Err(format!(
+                "frame {i} is not a request: {}",
+                protocol::decode_request(&self.frames[i]).unwrap_err()
+            ));
+        }
+        if self.connections == 0 || self.threads == 0 || self.max_in_flight == 0 {
+            return Err("connections, threads and max_in_flight must be at least 1".into());
+        }
+        if self.connections > 4096 || self.threads > 256 || self.max_in_flight > 1 << 20 {
+            return Err("at most 4096 connections, 256 threads and 2^20 requests in flight per connection".into());
+        }
+        match self.load {
+            Load::Open { rate } if !(rate > 0.0 && rate.is_finite()) => {
+                Err(format!("the rate must be a positive number of requests/s, not {rate}"))
+            }
+            Load::Closed { in_flight } if in_flight == 0 || in_flight > self.max_in_flight => {
+                Err(format!("closed loop: in_flight must be 1..={}", self.max_in_flight))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What one thread measured (merged into an [`Outcome`]).
+struct Tally {
+    latency: Histogram<u64>,
+    service: Histogram<u64>,
+    send_lag: Histogram<u64>,
+    sent: u64,
+    due: u64,
+    queries_ok: u64,
+    unanswered: u64,
+    stalls: u64,
+    stray: u64,
+    statuses: BTreeMap<&'static str, u64>,
+    messages: BTreeMap<&'static str, String>,
+    last_reply_ns: u64,
+    thread_cpu_ns: u64,
+}
+
+fn histogram() -> Histogram<u64> {
+    // 1 ns .. 1 hour at 3 significant digits (0.1%).
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds")
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            latency: histogram(),
+            service: histogram(),
+            send_lag: histogram(),
+            sent: 0,
+            due: 0,
+            queries_ok: 0,
+            unanswered: 0,
+            stalls: 0,
+            stray: 0,
+            statuses: BTreeMap::new(),
+            messages: BTreeMap::new(),
+            last_reply_ns: 0,
+            thread_cpu_ns: 0,
+        }
+    }
+    fn merge(&mut self, o: Tally) {
+        self.latency.add(&o.latency).expect("same bounds");
+        self.service.add(&o.service).expect("same bounds");
+        self.send_lag.add(&o.send_lag).expect("same bounds");
+        self.sent += o.sent;
+        self.due += o.due;
+        self.queries_ok += o.queries_ok;
+        self.unanswered += o.unanswered;
+        self.stalls += o.stalls;
+        self.stray += o.stray;
+        for (k, v) in o.statuses {
+            *self.statuses.entry(k).or_default() += v;
+        }
+        for (k, v) in o.messages {
+            self.messages.entry(k).or_insert(v);
+        }
+        self.last_reply_ns = self.last_reply_ns.max(o.last_reply_ns);
+        self.thread_cpu_ns += o.thread_cpu_ns;
+    }
+}
+
+/// One request out: its due and send times (ns from the start) and its size.
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    generation: u32,
+    busy: bool,
+    due_ns: u64,
+    sent_ns: u64,
+}
+
+/// One DEALER connection and the requests it holds out. A request id is (generation << 32) |
+/// slot, so a reply finds its slot without a map, and a stale id (a reused slot) is no match.
+struct Conn {
+    sock: zmq::Socket,
+    /// Its place in the open-loop schedule (0..connections).
+    index: u64,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// Requests this connection has sent (the next one's number in its schedule).
+    next: u64,
+}
+
+impl Conn {
+    fn in_flight(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+}
+
+fn zerr(what: &str) -> impl Fn(zmq::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+/// The id of the unmeasured first request each connection sends to see that a server is there.
+const PROBE_ID: u64 = u64::MAX;
+
+fn connect(ctx: &zmq::Context, spec: &Spec, index: usize) -> Result<Conn, String> {
+    let sock = ctx.socket(zmq::DEALER).map_err(zerr("socket"))?;
+    sock.set_linger(0).map_err(zerr("linger"))?;
+    // The in-flight bound, not ZeroMQ's high-water marks, holds requests back.
+    let hwm = (spec.max_in_flight.saturating_mul(2)).min(i32::MAX as usize) as i32;
+    sock.set_sndhwm(hwm).map_err(zerr("sndhwm"))?;
+    sock.set_rcvhwm(hwm).map_err(zerr("rcvhwm"))?;
+    if let Some(c) = &spec.curve {
+        c.apply(&sock)?;
+    }
+    sock.connect(&spec.endpoint).map_err(|e| format!("connect {}: {e}", spec.endpoint))?;
+    let mut probe = spec.frames[0].clone();
+    probe[4..12].copy_from_slice(&PROBE_ID.to_le_bytes());
+    sock.send(probe, 0).map_err(zerr("send"))?;
+    let until = Instant::now() + spec.connect_timeout;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if sock.poll(zmq::POLLIN, left.as_millis() as i64).map_err(zerr("poll"))? == 0 {
+            return Err(format!(
+                "no reply from {} within {:.3} s: is `offload serve` running there?",
+                spec.endpoint,
+                spec.connect_timeout.as_secs_f64()
+            ));
+        }
+        let f = sock.recv_bytes(0).map_err(zerr("recv"))?;
+        if protocol::decode_reply(&f).is_ok_and(|r| r.request_id == PROBE_ID) {
+            break;
+        }
+    }
+    let cap = spec.max_in_flight;
+    Ok(Conn {
+        sock,
+        index: index as u64,
+        slots: vec![Slot::default(); cap],
+        free: (0..cap as u32).rev().collect(),
+        next: 0,
+    })
+}
+
+/// When request `j` of connection `c` is due in the open loop (ns from the start): one schedule
+/// at `rate` over all connections, interleaved.
+fn due_ns(j: u64, c: u64, connections: u64, rate: f64) -> u64 {
+    ((j * connections + c) as f64 * 1e9 / rate) as u64
+}
+
+/// How many requests of connection `c` are due before `end_ns` in the open loop.
+fn due_before(end_ns: u64, c: u64, connections: u64, rate: f64) -> u64 {
+    let total = (end_ns as f64 * rate / 1e9).ceil() as u64; // schedule slots before the end
+    (total + connections - 1 - c.min(total + connections - 1)) / connections
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec through a pointer to a live local; the clock id
+    // is a constant the kernel knows. On failure ts stays zero.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The whole process's CPU time (user + system, every thread: the sending threads, ZeroMQ's I/O
+/// threads, and whatever else the process runs at the time).
+pub fn process_cpu_s() -> f64 {
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct (integers only).
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage through a pointer to a live local.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Waits until a socket of `conns` has a reply or `until` (an Instant) passes, at µs precision:
+/// ZeroMQ's own poll counts in ms. A socket's ZMQ_FD only signals a change, so ZMQ_EVENTS is
+/// asked first (then a message that arrives later does signal the fd).
+fn wait(conns: &[Conn], until: Instant) -> Result<(), String> {
+    let mut fds = Vec::with_capacity(conns.len());
+    for c in conns {
+        if c.sock.get_events().map_err(zerr("events"))?.contains(zmq::POLLIN) {
+            return Ok(());
+        }
+        fds.push(libc::pollfd { fd: c.sock.get_fd().map_err(zerr("fd"))?, events: libc::POLLIN, revents: 0 });
+    }
+    let left = until.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Ok(());
+    }
+    let ts = libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos() as libc::c_long };
+    // SAFETY: `fds` is a live Vec of fds.len() pollfds that ppoll may write revents into; `ts`
+    // is a live timespec; a null signal mask means none is changed. An error (EINTR) returns
+    // early, which the caller's loop treats like a wake-up.
+    unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    Ok(())
+}
+
+/// Takes the replies ready on `c` into `t`. `now` is refreshed per reply.
+fn take_replies(c: &mut Conn, t: &mut Tally, start: Instant) -> Result<(), String> {
+    loop {
+        let msg = match c.sock.recv_msg(zmq::DONTWAIT) {
+            Ok(m) => m,
+            Err(zmq::Error::EAGAIN) => return Ok(()),
+            Err(e) => return Err(format!("recv: {e}")),
+        };
+        let now = start.elapsed().as_nanos() as u64;
+        let Ok(r) = protocol::decode_reply(&msg) else {
+            t.stray += 1;
+            continue;
+        };
+        let (slot, generation) = ((r.request_id & 0xffff_ffff) as usize, (r.request_id >> 32) as u32);
+        let Some(s) = c.slots.get_mut(slot).filter(|s| s.busy && s.generation == generation) else {
+            t.stray += 1; // the probe's reply, or a late one for a slot since reused
+            continue;
+        };
+        s.busy = false;
+        c.free.push(slot as u32);
+        t.last_reply_ns = now;
+        let name = status_name(r.status);
+        *t.statuses.entry(name).or_default() += 1;
+        if r.status == Status::Ok {
+            t.latency.saturating_record(now.saturating_sub(s.due_ns).max(1));
+            t.service.saturating_record(now.saturating_sub(s.sent_ns).max(1));
+            t.queries_ok += r.rule.len() as u64;
+        } else {
+            t.messages.entry(name).or_insert(r.message);
+        }
+    }
+}
+
+fn status_name(s: Status) -> &'static str {
+    match s {
+        Status::Ok => "Ok",
+        Status::Busy => "Busy",
+        Status::DeadlineExceeded => "DeadlineExceeded",
+        Status::Malformed => "Malformed",
+        Status::BadRequest => "BadRequest",
+        Status::ShuttingDown => "ShuttingDown",
+    }
+}
+
+/// Sends request number `c.next` (due at `due`) if the connection has room; false if not.
+fn send_one(c: &mut Conn, spec: &Spec, due: u64, start: Instant, t: &mut Tally) -> Result<bool, String> {
+    let Some(&slot) = c.free.last() else { return Ok(false) };
+    let frame = &spec.frames[((c.next + c.index) % spec.frames.len() as u64) as usize];
+    let generation = c.slots[slot as usize].generation.wrapping_add(1).max(1);
+    let id = ((generation as u64) << 32) | slot as u64;
+    let mut msg = zmq::Message::from(&frame[..]);
+    msg[4..12].copy_from_slice(&id.to_le_bytes());
+    match c.sock.send(msg, zmq::DONTWAIT) {
+        Ok(()) => {}
+        Err(zmq::Error::EAGAIN) => return Ok(false),
+        Err(e) => return Err(format!("send: {e}")),
+    }
+    let now = start.elapsed().as_nanos() as u64;
+    c.free.pop();
+    c.slots[slot as usize] = Slot { generation, busy: true, due_ns: due, sent_ns: now };
+    c.next += 1;
+    t.sent += 1;
+    t.send_lag.saturating_record(now.saturating_sub(due).max(1));
+    Ok(true)
+}
+
+/// One sending thread over its connections, from `start` until the sending ends and the drain
+/// is over (or every reply came).
+fn drive(spec: &Spec, conns: &mut [Conn], start: Instant) -> Result<Tally, String> {
+    let cpu0 = thread_cpu_ns();
+    let mut t = Tally::new();
+    let end_send = spec.duration.as_nanos() as u64;
+    let hard_end = start + spec.duration + spec.drain;
+    let n_conns = spec.connections as u64;
+    // Bounded: every pass sends, takes or waits, and the hard end is a fixed instant.
+    loop {
+        let now_i = Instant::now();
+        if now_i >= hard_end {
+            break;
+        }
+        let now = now_i.duration_since(start).as_nanos() as u64;
+        let sending = now < end_send;
+        let mut next_wake = if sending { start + spec.duration } else { hard_end };
+        let mut blocked = false;
+        for c in conns.iter_mut() {
+            take_replies(c, &mut t, start)?;
+            if !sending {
+                continue;
+            }
+            match spec.load {
+                Load::Open { rate } => loop {
+                    let due = due_ns(c.next, c.index, n_conns, rate);
+                    if due > now {
+                        next_wake = next_wake.min(start + Duration::from_nanos(due));
+                        break;
+                    }
+                    if !send_one(c, spec, due, start, &mut t)? {
+                        t.stalls += 1;
+                        blocked = true;
+                        break;
+                    }
+                },
+                Load::Closed { in_flight } => {
+                    while c.in_flight() < in_flight {
+                        let now = start.elapsed().as_nanos() as u64;
+                        if !send_one(c, spec, now, start, &mut t)? {
+                            blocked = true;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if !sending && conns.iter().all(|c| c.in_flight() == 0) {
+            break;
+        }
+        if blocked {
+            // A full connection waits for a reply; a full ZeroMQ pipe is retried soon.
+            next_wake = next_wake.min(Instant::now() + Duration::from_millis(1));
+        }
+        wait(conns, next_wake.min(hard_end))?;
+    }
+    for c in conns.iter() {
+        t.unanswered += c.in_flight() as u64;
+        t.due += match spec.load {
+            Load::Open { rate } => due_before(end_send, c.index, n_conns, rate).max(c.next),
+            Load::Closed { .. } => c.next,
+        };
+    }
+    t.thread_cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
+    Ok(t)
+}
+
+fn set_timer_slack() {
+    // SAFETY: PR_SET_TIMERSLACK takes an integer and touches no memory of ours; it only makes
+    // this thread's sleeps (ppoll) wake within 1 µs of their time instead of 50 µs.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
+}
+
+/// Runs the generator once. Fails (before the clock starts) when the spec is invalid or a
+/// connection gets no reply to its first request within `connect_timeout`.
+pub fn run(spec: &Spec) -> Result<Outcome, String> {
+    spec.check()?;
+    let threads = spec.threads.min(spec.connections);
+    let ctxs: Vec<zmq::Context> = (0..threads).map(|_| zmq::Context::new()).collect();
+    let mut groups: Vec<Vec<Conn>> = (0..threads).map(|_| Vec::new()).collect();
+    for c in 0..spec.connections {
+        groups[c % threads].push(connect(&ctxs[c % threads], spec, c)?);
+    }
+    let cpu0 = process_cpu_s();
+    let start = Instant::now() + Duration::from_millis(1); // every thread begins at one instant
+    let results: Vec<Result<Tally, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = groups
+            .iter_mut()
+            .map(|g| {
+                s.spawn(move || {
+                    set_timer_slack();
+                    std::thread::sleep(start.saturating_duration_since(Instant::now()));
+                    drive(spec, g, start)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a sending thread panicked".into()))).collect()
+    });
+    let wall = start.elapsed();
+    let cpu = process_cpu_s() - cpu0;
+    let mut total = Tally::new();
+    for r in results {
+        total.merge(r?);
+    }
+    Ok(Outcome::new(spec, threads, total, wall, cpu))
+}
+
+/// Percentiles of a histogram of ns, in µs.
+fn quantiles_us(h: &Histogram<u64>) -> Value {
+    let us = |ns: u64| ns as f64 / 1e3;
+    json!({
+        "count": h.len(),
+        "p50": us(h.value_at_quantile(0.50)),
+        "p90": us(h.value_at_quantile(0.90)),
+        "p99": us(h.value_at_quantile(0.99)),
+        "p999": us(h.value_at_quantile(0.999)),
+        "max": us(h.max()),
+        "mean": h.mean() / 1e3,
+    })
+}
+
+/// The result of one run.
+pub struct Outcome {
+    pub load: Load,
+    pub sent: u64,
+    /// Requests due before the end (open loop; = sent in a closed loop).
+    pub due: u64,
+    pub ok: u64,
+    pub unanswered: u64,
+    pub requests_per_s: f64,
+    pub queries_per_s: f64,
+    /// Answers (Ok) from due time to reply, ns.
+    pub latency: Histogram<u64>,
+    /// Answers (Ok) from send time to reply, ns (what a generator with coordinated omission reports).
+    pub service: Histogram<u64>,
+    /// Whether the generator, not the server, bounded the run, and why.
+    pub generator_bound: Option<String>,
+    json: Value,
+}
+
+impl Outcome {
+    fn new(spec: &Spec, threads: usize, t: Tally, wall: Duration, cpu_s: f64) -> Outcome {
+        let dur = spec.duration.as_secs_f64();
+        let ok = t.statuses.get("Ok").copied().unwrap_or(0);
+        // The window requests ran in: from the start to the last reply (at least the sending).
+        let elapsed = (t.last_reply_ns as f64 / 1e9).max(dur.min(wall.as_secs_f64()));
+        let send_rate = t.sent as f64 / dur;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let thread_cpu_s = t.thread_cpu_ns as f64 / 1e9;
+        let wall_s = wall.as_secs_f64();
+        // The sending threads busy for most of the run, or the process for most of the cores.
+        let busy = thread_cpu_s / (threads as f64 * wall_s).max(1e-9);
+        let process_share = cpu_s / (cores as f64 * wall_s).max(1e-9);
+        let lag_p99_us = t.send_lag.value_at_quantile(0.99) as f64 / 1e3;
+        let mut why = Vec::new();
+        if busy > 0.9 {
+            why.push(format!("its sending threads were busy {:.0}% of the run", busy * 100.0));
+        }
+        if process_share > 0.9 {
+            why.push(format!("the process used {:.0}% of the {cores} cores", process_share * 100.0));
+        }
+        if let Load::Open { rate } = spec.load {
+            // Behind schedule though no connection was full: the generator could not keep up.
+            if t.stalls == 0 && (send_rate < 0.95 * rate || lag_p99_us > 1000.0) {
+                why.push(format!(
+                    "it sent {send_rate:.0} requests/s of the {rate:.0} asked (send lag p99 {lag_p99_us:.0} µs) \
+                     with no connection full"
+                ));
+            }
+        }
+        let generator_bound = (!why.is_empty()).then(|| why.join("; "));
+        let (mode, target, in_flight) = match spec.load {
+            Load::Open { rate } => ("open", Some(rate), spec.max_in_flight),
+            Load::Closed { in_flight } => ("closed", None, in_flight),
+        };
+        let requests_per_s = ok as f64 / elapsed.max(1e-9);
+        let queries_per_s = t.queries_ok as f64 / elapsed.max(1e-9);
+        let json = json!({
+            "benchmark": "serve-bench",
+            "endpoint": spec.endpoint,
+            "mode": mode,
+            "target_rate_rps": target,
+            "connections": spec.connections,
+            "threads": threads,
+            "in_flight_per_connection": in_flight,
+            "frames": spec.frames.len(),
+            "duration_s": dur,
+            "drain_s": spec.drain.as_secs_f64(),
+            "elapsed_s": elapsed,
+            "wall_s": wall_s,
+            "due": t.due,
+            "sent": t.sent,
+            "unsent": t.due.saturating_sub(t.sent),
+            "answered": t.statuses.values().sum::<u64>(),
+            "unanswered": t.unanswered,
+            "stalls": t.stalls,
+            "stray_replies": t.stray,
+            "status": t.statuses,
+            "messages": t.messages,
+            "send_rate_rps": send_rate,
+            "requests_per_s": requests_per_s,
+            "queries_per_s": queries_per_s,
+            "latency_us": quantiles_us(&t.latency),
+            "service_us": quantiles_us(&t.service),
+            "send_lag_us": quantiles_us(&t.send_lag),
+            "generator": {
+                "process_cpu_s": cpu_s,
+                "thread_cpu_s": thread_cpu_s,
+                "cores": cores,
+                "cpu_us_per_request": if t.sent > 0 { cpu_s * 1e6 / t.sent as f64 } else { 0.0 },
+                "thread_busy": busy,
+                "bound": generator_bound.is_some(),
+                "why": generator_bound,
+            },
+        });
+        Outcome {
+            load: spec.load,
+            sent: t.sent,
+            due: t.due,
+            ok,
+            unanswered: t.unanswered,
+            requests_per_s,
+            queries_per_s,
+            latency: t.latency,
+            service: t.service,
+            generator_bound,
+            json,
+        }
+    }
+
+    /// The run as JSON (the `offload serve bench` result).
+    pub fn json(&self) -> &Value {
+        &self.json
+    }
+
+    /// The p99 latency from due time, in µs.
+    pub fn p99_us(&self) -> f64 {
+        self.latency.value_at_quantile(0.99) as f64 / 1e3
+    }
+
+    /// Why the run misses the SLA (`sla_us` on the p99 from due time, every request due sent
+    /// and answered Ok), or None when it meets it.
+    fn misses(&self, sla_us: f64) -> Option<String> {
+        if self.sent * 100 < self.due * 99 {
+            Some(format!("{} of {} requests due were never sent (connections full)", self.due - self.sent, self.due))
+        } else if self.unanswered > 0 {
+            Some(format!("{} requests unanswered at the end of the drain", self.unanswered))
+        } else if self.ok < self.sent {
+            Some(format!("{} replies not Ok", self.sent - self.unanswered - self.ok))
+        } else if self.p99_us() > sla_us {
+            Some(format!("p99 {:.0} µs over {sla_us:.0} µs", self.p99_us()))
+        } else {
+            None
+        }
+    }
+}
+
+/// The knee: the most requests/s whose p99 (from due time) stays within `sla` with every
+/// request answered Ok, found by bisection on the open-loop rate. Starts from `start_rate`, or
+/// from the throughput of a closed-loop run (`spec.max_in_flight` out per connection, capped at
+/// 64) when none is given; doubles the rate while it passes (4 times at most), then bisects
+/// `steps` times. Stops, saying so, at a rate where the generator was the bound. Every run is
+/// in the result.
+pub fn knee(spec: &Spec, sla: Duration, steps: u32, start_rate: Option<f64>) -> Result<Value, String> {
+    let sla_us = sla.as_secs_f64() * 1e6;
+    let mut runs = Vec::new();
+    let first = match start_rate {
+        Some(r) => r,
+        None => {
+            let closed = Spec { load: Load::Closed { in_flight: spec.max_in_flight.min(64) }, ..spec.clone() };
+            let o = run(&closed)?;
+            runs.push(json!({"step": "closed-loop capacity", "outcome": o.json}));
+            o.requests_per_s.max(1.0)
+        }
+    };
+    let (mut lo, mut hi): (Option<(f64, Outcome)>, Option<f64>) = (None, None);
+    let (mut rate, mut stopped) = (first, None);
+    let (mut doublings, mut halvings, mut bisections) = (0, 0, 0);
+    // Bounded: at most 4 doublings, 4 halvings and `steps` bisections, so 9 + steps runs.
+    loop {
+        let o = run(&Spec { load: Load::Open { rate }, ..spec.clone() })?;
+        let missed = o.misses(sla_us);
+        let pass = missed.is_none();
+        runs.push(json!({"step": runs.len(), "rate_rps": rate, "meets_sla": pass, "misses": missed,
+                         "outcome": o.json}));
+        if let Some(why) = &o.generator_bound {
+            stopped = Some(format!("the generator was the bound at {rate:.0} requests/s: {why}"));
+            break;
+        }
+        if pass {
+            lo = Some((rate, o));
+        } else {
+            hi = Some(rate);
+        }
+        rate = match (&lo, hi) {
+            (Some((l, _)), None) if doublings < 4 => {
+                doublings += 1;
+                l * 2.0
+            }
+            (None, Some(h)) if halvings < 4 => {
+                halvings += 1;
+                h / 2.0
+            }
+            (Some((l, _)), Some(h)) if bisections < steps && (h - l) / h >= 0.01 => {
+                bisections += 1;
+                (l + h) / 2.0
+            }
+            _ => break,
+        };
+    }
+    let best = lo.as_ref().map(|(r, o)| {
+        json!({"rate_rps": r, "requests_per_s": o.requests_per_s, "queries_per_s": o.queries_per_s,
+               "p99_us": o.p99_us()})
+    });
+    Ok(json!({
+        "benchmark": "serve-bench-knee",
+        "sla_p99_us": sla_us,
+        "knee": best,
+        "failing_rate_rps": hi,
+        "stopped": stopped,
+        "runs": runs,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_open_loop_schedule_interleaves_connections_at_the_rate() {
+        // 1000 requests/s over 4 connections: one request every ms, in turn
+        let times: Vec<u64> = (0..3).flat_map(|j| (0..4).map(move |c| due_ns(j, c, 4, 1000.0))).collect();
+        assert_eq!(times, (0..12).map(|k| k * 1_000_000).collect::<Vec<_>>());
+        // due before 10 ms: slots 0..=9, so connections 0 and 1 have 3, 2 and 3 have 2
+        assert_eq!((0..4).map(|c| due_before(10_000_000, c, 4, 1000.0)).collect::<Vec<_>>(), vec![3, 3, 2, 2]);
+        assert_eq!(due_before(0, 0, 4, 1000.0), 0);
+    }
+}
