@@ -66,8 +66,9 @@ pub struct Settings {
     /// Rules CSV [default: none: give it here or in --config]
     #[arg(long, env = "OFFLOAD_SERVE_RULES", value_name = "FILE")]
     pub rules: Option<PathBuf>,
-    /// linear, nfa, nfa:<given|asc|desc|h2>, fast, gpu-host (the GPU's algorithm on the CPU) or
-    /// gpu (the kernel executors run on the CUDA device)
+    /// linear, nfa, nfa:<given|asc|desc|h2>, fast, gpu-host (the GPU's algorithm on the CPU),
+    /// gpu (the kernel executors run on the CUDA device), or null (benchmarks only: no matching,
+    /// every query answered "no match", to measure the service's own cost)
     #[arg(long, env = "OFFLOAD_SERVE_MATCHER", value_name = "NAME", default_value = "fast")]
     pub matcher: Option<String>,
     /// Data endpoint to bind (repeat): tcp://127.0.0.1:5555, ipc:///tmp/x. An address off
@@ -136,6 +137,10 @@ pub struct Settings {
     #[arg(long, env = "OFFLOAD_SERVE_ALLOW_REMOTE_METRICS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub allow_remote_metrics: Option<bool>,
 }
+
+/// `--matcher null`: the service's benchmark-only matcher (`Config::null_matcher`); it is no
+/// [`MatcherKind`], so nothing outside the service can pick it.
+pub const NULL_MATCHER: &str = "null";
 
 /// Settings with every default filled in and checked: what the daemon runs.
 #[derive(Debug, Clone)]
@@ -273,7 +278,13 @@ impl Settings {
                 "a rule set is needed: give --ruletype and --rules, or `ruletype` and `rules` in --config".into()
             );
         };
-        let matcher = s.matcher.as_deref().unwrap_or("fast").parse::<MatcherKind>()?;
+        let matcher = match s.matcher.as_deref().unwrap_or("fast") {
+            // The null matcher lives in the service, not the rule engine: the executors skip the
+            // match call. The engine still compiles (the workers encode with it), as `linear`,
+            // the cheapest to build.
+            NULL_MATCHER => MatcherKind::Linear,
+            name => name.parse::<MatcherKind>()?,
+        };
         let security = s.security(&ruletype, &rules)?;
         let config = s.daemon_config(security)?;
         Ok(Resolved { ruletype, rules, matcher, config })
@@ -300,6 +311,7 @@ impl Settings {
             metrics: self.metrics,
             batch_max_queries: self.batch_max_queries.unwrap_or_default(),
             batch_timeout_us: self.batch_timeout_us.ok_or("batch_timeout_us has no value")?,
+            null_matcher: self.matcher.as_deref() == Some(NULL_MATCHER),
         })
     }
 
@@ -462,6 +474,15 @@ mod tests {
         assert!(r.ruletype.exists() && r.rules.exists());
         assert_eq!((r.config.workers, r.config.kernels, r.config.queue), (2, 1, 64));
         assert_eq!(r.config.control.as_deref(), Some("tcp://127.0.0.1:5556"));
+    }
+
+    #[test]
+    fn null_is_the_services_own_matcher() {
+        let base = Settings { ruletype: Some("a".into()), rules: Some("b".into()), ..Settings::default() };
+        let r = Settings { matcher: Some("null".into()), ..base.clone() }.resolve().unwrap();
+        assert!(r.config.null_matcher);
+        assert!(!base.resolve().unwrap().config.null_matcher);
+        assert!("null".parse::<MatcherKind>().is_err(), "the rule engine has no null matcher");
     }
 
     #[test]

@@ -62,7 +62,14 @@ fn main() {
     let settings = Settings::from_args(&argv).unwrap_or_else(|e| show_or_fail(e));
     let stop = Arc::new(AtomicBool::new(false));
     match offload_serve::serve(settings, stop, |s, cfg| {
-        eprintln!("serving {} rules (version {}) on {}", s.engine.rules().len(), s.version, cfg.endpoints.join(", "))
+        let null =
+            if cfg.null_matcher { " with the null matcher (benchmark only: answers are not matches)" } else { "" };
+        eprintln!(
+            "serving {} rules (version {}) on {}{null}",
+            s.engine.rules().len(),
+            s.version,
+            cfg.endpoints.join(", ")
+        )
     }) {
         Ok(counters) => eprintln!("stopped: {counters:?}"),
         Err(e) => fail(&e),

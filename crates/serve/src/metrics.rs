@@ -106,6 +106,133 @@ impl StageHistograms {
     }
 }
 
+/// A thread role whose CPU time is counted (docs/serve-protocol.md, "CPU per query").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The one thread on the ROUTER: admits requests, forwards replies, answers control.
+    Broker,
+    /// Decode, batch, encode, hand over to the kernel queue.
+    Worker,
+    /// Match (with e = 1, on its own thread) and build and send the replies.
+    Executor,
+    /// libzmq's I/O thread(s) of the daemon's context: the socket reads and writes.
+    ZmqIo,
+}
+
+impl Role {
+    pub const ALL: [Role; 4] = [Role::Broker, Role::Worker, Role::Executor, Role::ZmqIo];
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Broker => "broker",
+            Role::Worker => "worker",
+            Role::Executor => "executor",
+            Role::ZmqIo => "zmq_io",
+        }
+    }
+}
+
+/// The CPU time the daemon's threads spent since serving started, by role. Nothing is done per
+/// query: each thread registers once (its id and the CPU it had then), and a reader (`stats`, a
+/// scrape) reads the threads' CPU clocks from `/proc/self/task/<tid>/schedstat` (ns, the
+/// kernel's `sum_exec_runtime`, what `CLOCK_THREAD_CPUTIME_ID` reads). The executors also sum
+/// the wall time they spend matching and busy (two relaxed adds per batch), which splits their
+/// CPU into match and the rest. Linux only: elsewhere no thread registers and the CPU is absent.
+#[derive(Debug, Default)]
+pub struct CpuAccounts {
+    /// (role, thread id, CPU ns at registration); written once per thread at its start.
+    threads: std::sync::Mutex<Vec<(Role, u32, u64)>>,
+    /// Executors: wall ns spent in the matcher, and busy with a batch (match + replies).
+    pub match_wall_ns: AtomicU64,
+    pub busy_wall_ns: AtomicU64,
+}
+
+/// The calling thread's id (Linux: from `/proc/thread-self`).
+pub fn thread_id() -> Option<u32> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    link.file_name()?.to_str()?.parse().ok()
+}
+
+/// CPU ns thread `tid` of this process has run (`None` when it is gone or there is no /proc).
+fn thread_cpu_ns(tid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// The ids of this process's libzmq I/O threads (named `ZMQbg/IO/<n>` by libzmq).
+pub fn zmq_io_threads() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|tid| {
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).is_ok_and(|c| c.starts_with("ZMQbg/IO"))
+        })
+        .collect()
+}
+
+/// CPU time per role since serving started, and the executors' match share.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuSnapshot {
+    /// (role, threads, CPU ns), in [`Role::ALL`] order.
+    pub roles: Vec<(Role, u64, u64)>,
+    /// The executors' CPU spent matching (their CPU × match wall ÷ busy wall).
+    pub match_ns: u64,
+}
+
+impl CpuSnapshot {
+    /// broker + worker + executor + zmq_io.
+    pub fn daemon_ns(&self) -> u64 {
+        self.roles.iter().map(|r| r.2).sum()
+    }
+    /// The parts, as (name, CPU ns): each role, match (part of executor), daemon (all roles) and
+    /// host_path (daemon less match).
+    pub fn parts(&self) -> Vec<(&'static str, u64)> {
+        let mut v: Vec<(&'static str, u64)> = self.roles.iter().map(|&(r, _, ns)| (r.name(), ns)).collect();
+        v.push(("match", self.match_ns));
+        v.push(("daemon", self.daemon_ns()));
+        v.push(("host_path", self.daemon_ns().saturating_sub(self.match_ns)));
+        v
+    }
+    /// `stats`' `cpu` object: threads, CPU ns and ns per query by part, and the queries counted.
+    pub fn summary(&self, queries: u64) -> serde_json::Value {
+        let per_query =
+            |ns: u64| if queries == 0 { serde_json::Value::Null } else { (ns as f64 / queries as f64).into() };
+        let threads: serde_json::Map<_, _> = self.roles.iter().map(|&(r, n, _)| (r.name().into(), n.into())).collect();
+        let parts = self.parts();
+        let cpu_ns: serde_json::Map<_, _> = parts.iter().map(|&(k, ns)| (k.into(), ns.into())).collect();
+        let per: serde_json::Map<_, _> = parts.iter().map(|&(k, ns)| (k.into(), per_query(ns))).collect();
+        serde_json::json!({"queries": queries, "threads": threads, "cpu_ns": cpu_ns, "ns_per_query": per})
+    }
+}
+
+impl CpuAccounts {
+    /// Counts the calling thread's CPU from now on under `role` (once, at the thread's start).
+    pub fn register_me(&self, role: Role) {
+        if let Some(tid) = thread_id() {
+            self.register(role, tid);
+        }
+    }
+    /// Counts thread `tid`'s CPU from now on under `role`.
+    pub fn register(&self, role: Role, tid: u32) {
+        if let Some(base) = thread_cpu_ns(tid) {
+            self.threads.lock().unwrap_or_else(|p| p.into_inner()).push((role, tid, base));
+        }
+    }
+    /// Reads every registered thread's CPU clock (a thread gone since counts nothing more).
+    pub fn snapshot(&self) -> CpuSnapshot {
+        let threads = self.threads.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut roles: Vec<(Role, u64, u64)> = Role::ALL.iter().map(|&r| (r, 0, 0)).collect();
+        for (role, tid, base) in threads {
+            let slot = &mut roles[Role::ALL.iter().position(|&r| r == role).unwrap_or(0)];
+            slot.1 += 1;
+            slot.2 += thread_cpu_ns(tid).map_or(0, |ns| ns.saturating_sub(base));
+        }
+        let executor_ns = roles.iter().find(|r| r.0 == Role::Executor).map_or(0, |r| r.2);
+        let (m, busy) = (self.match_wall_ns.load(Ordering::Relaxed), self.busy_wall_ns.load(Ordering::Relaxed));
+        let match_ns = if busy == 0 { 0 } else { (executor_ns as f64 * (m.min(busy) as f64 / busy as f64)) as u64 };
+        CpuSnapshot { roles, match_ns }
+    }
+}
+
 /// The page's families, read from the live counters at each scrape (names and helps: here only).
 pub struct Page {
     pub counters: Arc<Counters>,
@@ -154,6 +281,27 @@ impl Collector for Page {
             None,
             MetricType::Histogram,
         )?)?;
+        let help = "1 when the daemon runs the null matcher (benchmarks only: no query is matched, every answer \
+                    is 'no match'); 0 when its answers are real.";
+        let m = page.encode_descriptor("offload_null_matcher", help, None, MetricType::Gauge)?;
+        ConstGauge::new(i64::from(c.null_matcher)).encode(m)?;
+        let cpu = c.cpu.snapshot();
+        {
+            let help = "CPU time of the daemon's threads since serving started, by role (broker, worker, executor, \
+                        zmq_io) and match (the executors' share spent matching).";
+            let mut m = page.encode_descriptor("offload_cpu_seconds", help, None, MetricType::Counter)?;
+            for (part, ns) in cpu.parts().into_iter().filter(|(k, _)| !matches!(*k, "daemon" | "host_path")) {
+                ConstCounter::new(ns as f64 / 1e9).encode(m.encode_family(&[("part", part)])?)?;
+            }
+        }
+        if queries > 0 {
+            let help = "CPU ns per answered query since serving started, by part: the roles, match, daemon (all \
+                        roles) and host_path (daemon less match).";
+            let mut m = page.encode_descriptor("offload_cpu_ns_per_query", help, None, MetricType::Gauge)?;
+            for (part, ns) in cpu.parts() {
+                ConstGauge::new(ns as f64 / queries as f64).encode(m.encode_family(&[("part", part)])?)?;
+            }
+        }
         let help = "CURVE handshakes by socket and outcome.";
         let mut m = page.encode_descriptor("offload_auth", help, None, MetricType::Counter)?;
         for (k, v) in c.auth.snapshot() {

@@ -47,6 +47,10 @@ pub struct Config {
     pub batch_timeout_us: u64,
     /// Who may reach which socket, and what `reload` may read.
     pub security: Security,
+    /// Benchmarks only (`--matcher null`): the executors answer every query "no match" without
+    /// calling the matcher, so what the daemon costs is its host path alone. Said on stderr at
+    /// start, in `stats` and on the metrics page, so no one takes its answers for real ones.
+    pub null_matcher: bool,
 }
 
 /// The daemon's security settings (docs/serve-protocol.md, "Security"). The default is the safe
@@ -141,6 +145,11 @@ pub struct Counters {
     pub latency: crate::metrics::StageHistograms,
     /// CURVE handshakes admitted and refused, per socket.
     pub auth: Arc<auth::AuthCounters>,
+    /// CPU time of the daemon's threads by role, and the executors' match share.
+    pub cpu: crate::metrics::CpuAccounts,
+    /// The daemon runs the null matcher (benchmarks only; set at start): `stats` and the
+    /// metrics page say so.
+    pub null_matcher: bool,
 }
 
 impl Counters {
@@ -298,16 +307,26 @@ fn spawn_reload(current: &Current, source: RuleSource) -> std::sync::mpsc::Recei
     rx
 }
 
+/// What the null matcher's daemon says at start and in `stats`.
+pub const NULL_MATCHER_NOTE: &str = "null matcher: benchmark only, no query is matched and every answer is \
+                                     'no match'; the numbers are the service's host path alone";
+
 /// The `stats` answer: version, counters, latency quantiles, batching knobs, security.
 fn stats(current: &Current, counters: &Counters, policy: &BatchPolicy, security: &Security) -> String {
     let s = snapshot(current);
     let mut m = serde_json::Map::new();
     m.insert("version".into(), s.version.into());
     m.insert("rules".into(), s.engine.rules().len().into());
-    m.insert("matcher".into(), s.matcher.to_string().into());
+    if counters.null_matcher {
+        m.insert("matcher".into(), "null".into());
+        m.insert("benchmark_only".into(), NULL_MATCHER_NOTE.into());
+    } else {
+        m.insert("matcher".into(), s.matcher.to_string().into());
+    }
     for (k, v) in counters.snapshot() {
         m.insert(k.into(), v.into());
     }
+    m.insert("cpu".into(), counters.cpu.snapshot().summary(counters.queries.load(Ordering::Relaxed)));
     m.insert("latency".into(), counters.latency.summary());
     m.insert("batch_max_queries".into(), policy.max_queries.load(Ordering::Relaxed).into());
     m.insert("batch_timeout_us".into(), policy.timeout_us.load(Ordering::Relaxed).into());
@@ -423,11 +442,20 @@ pub fn run_with(
     ready: impl FnOnce(&Served),
 ) -> Result<Arc<Counters>, String> {
     check_exposure(cfg)?;
-    let counters = Arc::new(Counters::default());
+    let counters = Arc::new(Counters { null_matcher: cfg.null_matcher, ..Counters::default() });
+    if cfg.null_matcher {
+        eprintln!("warning: {NULL_MATCHER_NOTE}");
+    }
+    counters.cpu.register_me(crate::metrics::Role::Broker); // the broker runs on this thread
+    let io_before = crate::metrics::zmq_io_threads();
     let ctx = zmq::Context::new();
     // Declared before the sockets, so dropped after them: no CURVE socket outlives its handler.
     let _zap = start_zap(&ctx, &cfg.security, &counters)?;
     let sockets = bind(&ctx, cfg)?;
+    // The context's I/O thread starts with its first socket: the one not there before is ours.
+    for tid in crate::metrics::zmq_io_threads().into_iter().filter(|t| !io_before.contains(t)) {
+        counters.cpu.register(crate::metrics::Role::ZmqIo, tid);
+    }
     let policy = Arc::new(BatchPolicy {
         max_queries: AtomicU64::new(cfg.batch_max_queries),
         timeout_us: AtomicU64::new(cfg.batch_timeout_us),
@@ -859,6 +887,7 @@ fn worker(
     policy: Arc<BatchPolicy>,
 ) {
     let Some(push) = reply_socket(&ctx) else { return };
+    counters.cpu.register_me(crate::metrics::Role::Worker);
     while let Ok(first) = rx.recv() {
         let max = policy.max_queries.load(Ordering::Relaxed) as usize;
         let mut jobs = vec![first];
@@ -897,14 +926,23 @@ fn worker(
 
 /// A kernel executor (k): runs the compiled matcher with `threads` engine threads (e) on the
 /// batches the workers hand over, and sends the replies.
+///
+/// With the null matcher it answers every query "no match" without matching. It sums the wall
+/// time it spends matching and busy (two relaxed adds per batch): that splits its CPU time into
+/// match and the rest (`metrics::CpuAccounts`).
 fn kernel_executor(rx: Receiver<KernelBatch>, ctx: zmq::Context, counters: Arc<Counters>, threads: usize) {
     let Some(push) = reply_socket(&ctx) else { return };
+    counters.cpu.register_me(crate::metrics::Role::Executor);
+    let null = counters.null_matcher;
     while let Ok(batch) = rx.recv() {
-        let kernel_queue_ns = batch.enqueued.elapsed().as_nanos() as u64;
-        let replies = execute_batch(&batch.served, &batch.requests, threads, kernel_queue_ns);
+        let taken = Instant::now();
+        let kernel_queue_ns = taken.saturating_duration_since(batch.enqueued).as_nanos() as u64;
+        let (replies, match_ns) = execute_batch(&batch.served, &batch.requests, threads, kernel_queue_ns, null);
         for (req, reply) in batch.requests.into_iter().zip(replies) {
             send_reply(&push, &counters, req.envelope, req.received, &reply);
         }
+        counters.cpu.match_wall_ns.fetch_add(match_ns, Ordering::Relaxed);
+        counters.cpu.busy_wall_ns.fetch_add(taken.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 }
 
@@ -1022,7 +1060,7 @@ fn finish(served: &Served, p: &Prepared, rule: Vec<u32>, kernel_queue_ns: u64, m
 
 /// Matches one request alone; with `stop_after`, in growing chunks (64, 128, ...) until that
 /// many queries have matched (the seed's related-query batching with early stop).
-fn match_alone(served: &Served, p: &Prepared, threads: usize, kernel_queue_ns: u64) -> Reply {
+fn match_alone(served: &Served, p: &Prepared, threads: usize, kernel_queue_ns: u64) -> (Reply, u64) {
     let t = Instant::now();
     let w = served.engine.encoder.width();
     let n = p.codes.len() / w;
@@ -1043,18 +1081,26 @@ fn match_alone(served: &Served, p: &Prepared, threads: usize, kernel_queue_ns: u
         rule.truncate(done);
     }
     let matched = Matched { ns: t.elapsed().as_nanos() as u64, device };
-    finish(served, p, rule, kernel_queue_ns, matched)
+    (finish(served, p, rule, kernel_queue_ns, matched), matched.ns)
 }
 
 /// Executes one kernel batch: requests whose deadline passed in the kernel queue are refused
 /// unexecuted; the others without early stop are matched in one call over their concatenated
-/// queries; every request gets its own reply, in order.
-fn execute_batch(served: &Served, requests: &[Admitted], threads: usize, kernel_queue_ns: u64) -> Vec<Reply> {
+/// queries; every request gets its own reply, in order. With `null` (the null matcher) none is
+/// matched: each is answered "no match" for every query. Returns the replies and the wall ns
+/// spent matching.
+fn execute_batch(
+    served: &Served,
+    requests: &[Admitted],
+    threads: usize,
+    kernel_queue_ns: u64,
+    null: bool,
+) -> (Vec<Reply>, u64) {
     let now = now_unix_us();
     let expired = |p: &Prepared| p.deadline_us != 0 && now > p.deadline_us;
     let w = served.engine.encoder.width();
     let batchable: Vec<&Prepared> =
-        requests.iter().map(|r| &r.prepared).filter(|p| p.stop_after == 0 && !expired(p)).collect();
+        requests.iter().map(|r| &r.prepared).filter(|p| !null && p.stop_after == 0 && !expired(p)).collect();
     let mut shared: Vec<Vec<u32>> = Vec::new();
     let mut shared_matched = Matched::default();
     if batchable.len() > 1 {
@@ -1071,7 +1117,8 @@ fn execute_batch(served: &Served, requests: &[Admitted], threads: usize, kernel_
         }
     }
     let mut shared = shared.into_iter();
-    requests
+    let mut match_ns = shared_matched.ns;
+    let replies = requests
         .iter()
         .map(|r| {
             let p = &r.prepared;
@@ -1082,14 +1129,21 @@ fn execute_batch(served: &Served, requests: &[Admitted], threads: usize, kernel_
                     served.version,
                     "deadline passed in the kernel queue",
                 )
-            } else if p.stop_after == 0 {
-                match shared.next() {
-                    Some(rule) => finish(served, p, rule, kernel_queue_ns, shared_matched),
-                    None => match_alone(served, p, threads, kernel_queue_ns),
-                }
+            } else if null {
+                finish(served, p, vec![NO_MATCH; p.codes.len() / w], kernel_queue_ns, Matched::default())
             } else {
-                match_alone(served, p, threads, kernel_queue_ns)
+                // Only requests without early stop were matched together.
+                let rule = if p.stop_after == 0 { shared.next() } else { None };
+                match rule {
+                    Some(rule) => finish(served, p, rule, kernel_queue_ns, shared_matched),
+                    None => {
+                        let (reply, ns) = match_alone(served, p, threads, kernel_queue_ns);
+                        match_ns += ns;
+                        reply
+                    }
+                }
             }
         })
-        .collect()
+        .collect();
+    (replies, match_ns)
 }
