@@ -1,5 +1,6 @@
 //! `offload._native` bindings of `crates/serve`: the daemon (its arguments parsed by
-//! `offload_serve::config::Settings`), CURVE keys, request and reply frames, the echo baseline.
+//! `offload_serve::config::Settings`), CURVE keys, request and reply frames, the echo baseline,
+//! the load generator (`offload_serve::loadgen`).
 //! Conversions only; loops run with the GIL released.
 
 use crate::rules::{extract_columns, OwnedColumn};
@@ -195,6 +196,69 @@ fn zmq_echo(py: Python<'_>, endpoint: String, seconds: f64) -> PyResult<u64> {
     r.map_err(PyValueError::new_err)
 }
 
+/// Runs the load generator (`offload_serve::loadgen`, GIL released) on pre-built request
+/// `frames`: `mode` is "open" (`rate` requests/s), "closed" (`in_flight` out per connection) or
+/// "knee" (bisection on the rate for the most requests/s with p99 within `sla_p99_us`, `steps`
+/// bisections, from `rate`, or from a closed-loop run when `rate` is 0). `curve`: (server public
+/// key file, client secret key file). Returns the result as a dict; a bad setting, or no reply
+/// within `connect_timeout_s`, is a ValueError.
+#[pyfunction]
+#[pyo3(signature = (endpoint, frames, mode, rate, connections, threads, max_in_flight, in_flight,
+                    duration_s, drain_s, connect_timeout_s, sla_p99_us = 5000.0, steps = 6, curve = None))]
+#[allow(clippy::too_many_arguments)]
+fn serve_bench(
+    py: Python<'_>,
+    endpoint: String,
+    frames: Vec<Vec<u8>>,
+    mode: &str,
+    rate: f64,
+    connections: usize,
+    threads: usize,
+    max_in_flight: usize,
+    in_flight: usize,
+    duration_s: f64,
+    drain_s: f64,
+    connect_timeout_s: f64,
+    sla_p99_us: f64,
+    steps: u32,
+    curve: Option<(PathBuf, PathBuf)>,
+) -> PyResult<PyObject> {
+    use offload_serve::loadgen::{self, Load, Spec};
+    use std::time::Duration;
+    let secs = |what: &str, s: f64| {
+        Duration::try_from_secs_f64(s)
+            .map_err(|_| PyValueError::new_err(format!("{what} must be seconds >= 0, not {s}")))
+    };
+    let load = match mode {
+        "open" | "knee" => Load::Open { rate: if mode == "knee" && rate == 0.0 { 1.0 } else { rate } },
+        "closed" => Load::Closed { in_flight },
+        other => return Err(PyValueError::new_err(format!("mode is open, closed or knee, not {other:?}"))),
+    };
+    let curve = match curve {
+        Some((server, client)) => {
+            Some(offload_serve::auth::CurveClient::from_files(&server, &client).map_err(PyValueError::new_err)?)
+        }
+        None => None,
+    };
+    let spec = Spec {
+        connections,
+        threads,
+        max_in_flight,
+        duration: secs("the duration", duration_s)?,
+        drain: secs("the drain", drain_s)?,
+        connect_timeout: secs("the connect timeout", connect_timeout_s)?,
+        curve,
+        ..Spec::new(&endpoint, frames, load)
+    };
+    let sla = secs("the SLA", sla_p99_us / 1e6)?;
+    let result = py.allow_threads(|| match mode {
+        "knee" => loadgen::knee(&spec, sla, steps, (rate > 0.0).then_some(rate)),
+        _ => loadgen::run(&spec).map(|o| o.json().clone()),
+    });
+    let value = result.map_err(PyValueError::new_err)?;
+    Ok(pythonize::pythonize(py, &value)?.unbind())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(serve, m)?)?;
     m.add_function(wrap_pyfunction!(serve_help, m)?)?;
@@ -205,5 +269,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_request_codes, m)?)?;
     m.add_function(wrap_pyfunction!(decode_reply, m)?)?;
     m.add_function(wrap_pyfunction!(zmq_echo, m)?)?;
+    m.add_function(wrap_pyfunction!(serve_bench, m)?)?;
     Ok(())
 }

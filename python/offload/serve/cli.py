@@ -1,6 +1,7 @@
 """`offload serve`: run the daemon; `offload serve keys` makes CURVE key pairs; `offload serve
 stats|reload|set` talk to its control socket (docs/serve-protocol.md); `offload serve inject`
-replays a trace against it and `offload serve sweep` measures a grid of its configurations."""
+replays a trace against it, `offload serve bench` measures it with the Rust load generator and
+`offload serve sweep` measures a grid of its configurations."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import zmq
 from typer.core import TyperGroup
 from zmq.utils.monitor import recv_monitor_message
 
-from offload.clitools import JsonOpt, console, err, failing, floats, ints
+from offload.clitools import JsonOpt, OutOpt, console, emit, err, failing, floats, ints
 from offload.clitools import fail as _fail
 from offload.serve import CurveKeys
 
@@ -370,3 +371,91 @@ def sweep(
     c.print(f"most throughput with p99 <= {p99_us:,.0f} µs: {b1['label'] if b1 else 'none'}")
     c.print(f"lowest p99 with >= {target_qps:,.0f} queries/s: {b2['label'] if b2 else 'none'}")
     c.print(f"wrote {out} (+ .csv, .png)")
+
+
+@app.command()
+def bench(
+    endpoint: Annotated[str, typer.Option("--endpoint", "-e", help="The daemon's endpoint.")],
+    ruletype: Annotated[str, typer.Option("--ruletype", help="Rule type of the served set.")],
+    rules: Annotated[str, typer.Option("--rules", help="Rules CSV of the served set.")],
+    queries: Annotated[
+        Path,
+        typer.Option(help="Queries CSV (as `offload rules synth` writes), repeated to fill the requests."),
+    ],
+    request_size: Annotated[int, typer.Option(help="Queries per request.")] = 256,
+    encoded: Annotated[
+        bool, typer.Option(help="Send queries pre-encoded (version 1) instead of raw text.")
+    ] = False,
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="open: a fixed rate, latency from each request's due time; closed: --in-flight requests "
+            "out per connection; knee: the most requests/s with p99 within --sla-p99-us, by bisection on "
+            "the rate."
+        ),
+    ] = "open",
+    rate: Annotated[
+        float,
+        typer.Option(help="Requests/s over all connections (knee: the first rate; 0 = from a closed loop)."),
+    ] = 1000.0,
+    connections: Annotated[int, typer.Option(help="DEALER connections.")] = 4,
+    threads: Annotated[int, typer.Option(help="Sending threads (connection c on thread c mod threads).")] = 1,
+    in_flight: Annotated[int, typer.Option(help="Closed loop: requests out per connection.")] = 1,
+    max_in_flight: Annotated[
+        int, typer.Option(help="Open loop: requests one connection holds out at most (then due ones wait).")
+    ] = 1024,
+    duration: Annotated[float, typer.Option(help="Seconds of sending (per run).")] = 5.0,
+    drain: Annotated[
+        float,
+        typer.Option(help="Seconds replies are still taken after; those still owed count as unanswered."),
+    ] = 2.0,
+    sla_p99_us: Annotated[float, typer.Option(help="Knee: the p99 bound (µs, from due time).")] = 5000.0,
+    steps: Annotated[int, typer.Option(help="Knee: bisections on the rate.")] = 6,
+    connect_timeout: Annotated[
+        float, typer.Option(help="Seconds each connection waits for its first reply (nothing there: exit 2).")
+    ] = 5.0,
+    as_json: JsonOpt = False,
+    out: OutOpt = None,
+    server_key: ServerKeyOpt = None,
+    client_key: ClientKeyOpt = None,
+) -> None:
+    """Measure the daemon with the Rust load generator: open loop at a fixed rate free of
+    coordinated omission (as wrk2), many requests in flight per connection, frames built before
+    the clock starts; reports p50/p90/p99/p99.9 from due time, the achieved rates, the generator's
+    own CPU and whether it was the bound. Exits 1 when requests were not served (not Ok, or
+    unanswered at the end of the drain)."""
+    from offload import rules as rules_api
+    from offload.rules.bench import load_query_columns
+    from offload.serve import bench as b
+
+    if mode not in b.MODES:
+        raise _fail(f"--mode is one of {', '.join(b.MODES)}, not {mode!r}")
+    curve = curve_keys(server_key, client_key)
+    with failing(ValueError, OSError):
+        rs = rules_api.load(ruletype, rules)
+        _, cols = load_query_columns(rs, queries)
+        codes = rules_api.compile(rs, "fast").encode(cols) if encoded else None
+        frames, _ = b.frames(cols, list(rs.criterion_codes), request_size, codes)
+        load = b.Load(mode, rate, connections, threads, in_flight, max_in_flight, duration, drain,
+                      connect_timeout, sla_p99_us, steps)  # fmt: skip
+        result = b.run(endpoint, frames, load, curve)
+    result = {"request_size": request_size, "layout": "encoded" if encoded else "raw", **result}
+    if not emit(result, as_json, out):
+        if mode == "knee":
+            knee = result["knee"]
+            found = "none (the first rate already misses)"
+            if knee:
+                found = (
+                    f"{knee['queries_per_s']:,.0f} queries/s at {knee['rate_rps']:,.0f} requests/s, "
+                    f"p99 {knee['p99_us']:,.0f} µs"
+                )
+            console.print(f"knee (p99 <= {sla_p99_us:,.0f} µs): {found}", highlight=False)
+            if result["stopped"]:
+                console.print(result["stopped"], highlight=False)
+        else:
+            console.print(b.summary(result), highlight=False)
+        if out is not None:
+            console.print(f"wrote {out}", highlight=False)
+    failed = b.failures(result) if mode != "knee" else None
+    if failed:
+        raise _fail(failed, 1)
