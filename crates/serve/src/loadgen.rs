@@ -174,6 +174,8 @@ struct Slot {
 /// slot, so a reply finds its slot without a map, and a stale id (a reused slot) is no match.
 struct Conn {
     sock: zmq::Socket,
+    /// ZMQ_FD: readable when the socket's events may have changed (asked once).
+    fd: std::os::fd::RawFd,
     /// Its place in the open-loop schedule (0..connections).
     index: u64,
     slots: Vec<Slot>,
@@ -226,6 +228,7 @@ fn connect(ctx: &zmq::Context, spec: &Spec, index: usize) -> Result<Conn, String
     }
     let cap = spec.max_in_flight;
     Ok(Conn {
+        fd: sock.get_fd().map_err(zerr("fd"))?,
         sock,
         index: index as u64,
         slots: vec![Slot::default(); cap],
@@ -274,7 +277,7 @@ fn wait(conns: &[Conn], until: Instant) -> Result<(), String> {
         if c.sock.get_events().map_err(zerr("events"))?.contains(zmq::POLLIN) {
             return Ok(());
         }
-        fds.push(libc::pollfd { fd: c.sock.get_fd().map_err(zerr("fd"))?, events: libc::POLLIN, revents: 0 });
+        fds.push(libc::pollfd { fd: c.fd, events: libc::POLLIN, revents: 0 });
     }
     let left = until.saturating_duration_since(Instant::now());
     if left.is_zero() {
@@ -517,13 +520,15 @@ impl Outcome {
         }
         if let Load::Open { rate } = spec.load {
             // Behind schedule though no connection was full: the generator could not keep up.
-            if t.stalls == 0 && (send_rate < 0.95 * rate || lag_p99_us > 1000.0) {
-                why.push(format!(
-                    "it sent {send_rate:.0} requests/s of the {rate:.0} asked (send lag p99 {lag_p99_us:.0} µs) \
-                     with no connection full"
-                ));
+            if t.stalls == 0 && send_rate < 0.95 * rate {
+                why.push(format!("it sent {send_rate:.0} requests/s of the {rate:.0} asked with no connection full"));
             }
         }
+        // Late sends (CPU contention, or a busy generator) are in the latencies, as they should
+        // be, but say so: the server may look worse than it is.
+        let note = (lag_p99_us > 1000.0).then(|| {
+            format!("send lag p99 {lag_p99_us:.0} µs: sends were late (CPU contention?); latencies include it")
+        });
         let generator_bound = (!why.is_empty()).then(|| why.join("; "));
         let (mode, target, in_flight) = match spec.load {
             Load::Open { rate } => ("open", Some(rate), spec.max_in_flight),
@@ -567,6 +572,7 @@ impl Outcome {
                 "thread_busy": busy,
                 "bound": generator_bound.is_some(),
                 "why": generator_bound,
+                "note": note,
             },
         });
         Outcome {

@@ -115,4 +115,5 @@ def summary(result: dict[str, Any]) -> str:
         f"p50 {lat['p50']:,.0f} µs, p90 {lat['p90']:,.0f}, p99 {lat['p99']:,.0f}, p99.9 {lat['p999']:,.0f}, "
         f"max {lat['max']:,.0f}\ngenerator: {gen['process_cpu_s']:.2f} s CPU "
         f"({gen['cpu_us_per_request']:.1f} µs per request, {gen['cores']} cores); {bound}"
+        + (f"; {gen['note']}" if gen.get("note") else "")
     )
