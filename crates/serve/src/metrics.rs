@@ -169,6 +169,20 @@ pub fn zmq_io_threads() -> Vec<u32> {
         .collect()
 }
 
+/// The libzmq I/O threads not among `before`: those of a context whose first socket was made
+/// since. A new thread names itself once it runs, so this looks again, every millisecond, for
+/// up to 200 ms.
+pub fn new_zmq_io_threads(before: &[u32]) -> Vec<u32> {
+    for _ in 0..200 {
+        let new: Vec<u32> = zmq_io_threads().into_iter().filter(|t| !before.contains(t)).collect();
+        if !new.is_empty() || !std::path::Path::new("/proc/self/task").exists() {
+            return new;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Vec::new()
+}
+
 /// CPU time per role since serving started, and the executors' match share.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CpuSnapshot {
@@ -192,15 +206,24 @@ impl CpuSnapshot {
         v.push(("host_path", self.daemon_ns().saturating_sub(self.match_ns)));
         v
     }
-    /// `stats`' `cpu` object: threads, CPU ns and ns per query by part, and the queries counted.
+    /// `stats`' `cpu` object: threads, CPU ns and ns per query by part, the queries counted, and
+    /// the ceiling the host path implies: `cores` (those this process may run on) × 1e9 ÷ host
+    /// path ns per query, in queries/s (null before any query).
     pub fn summary(&self, queries: u64) -> serde_json::Value {
         let per_query =
             |ns: u64| if queries == 0 { serde_json::Value::Null } else { (ns as f64 / queries as f64).into() };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let host_path = self.daemon_ns().saturating_sub(self.match_ns);
+        let ceiling = match (queries, host_path) {
+            (0, _) | (_, 0) => serde_json::Value::Null,
+            (q, ns) => (cores as f64 * 1e9 * q as f64 / ns as f64).into(),
+        };
         let threads: serde_json::Map<_, _> = self.roles.iter().map(|&(r, n, _)| (r.name().into(), n.into())).collect();
         let parts = self.parts();
         let cpu_ns: serde_json::Map<_, _> = parts.iter().map(|&(k, ns)| (k.into(), ns.into())).collect();
         let per: serde_json::Map<_, _> = parts.iter().map(|&(k, ns)| (k.into(), per_query(ns))).collect();
-        serde_json::json!({"queries": queries, "threads": threads, "cpu_ns": cpu_ns, "ns_per_query": per})
+        serde_json::json!({"queries": queries, "threads": threads, "cpu_ns": cpu_ns, "ns_per_query": per,
+                           "cores": cores, "host_path_ceiling_qps": ceiling})
     }
 }
 

@@ -452,8 +452,7 @@ pub fn run_with(
     // Declared before the sockets, so dropped after them: no CURVE socket outlives its handler.
     let _zap = start_zap(&ctx, &cfg.security, &counters)?;
     let sockets = bind(&ctx, cfg)?;
-    // The context's I/O thread starts with its first socket: the one not there before is ours.
-    for tid in crate::metrics::zmq_io_threads().into_iter().filter(|t| !io_before.contains(t)) {
+    for tid in crate::metrics::new_zmq_io_threads(&io_before) {
         counters.cpu.register(crate::metrics::Role::ZmqIo, tid);
     }
     let policy = Arc::new(BatchPolicy {
@@ -537,26 +536,46 @@ fn start_pipeline(
     // Two batches per executor may wait: one being matched while the next is ready.
     let (ktx, krx) = bounded::<KernelBatch>(2 * cfg.kernels.max(1));
     let mut threads = Vec::new();
+    // Each thread registers its CPU clock first; the daemon says it serves once all have.
+    let (registered, all_registered) = std::sync::mpsc::channel::<()>();
+    let register = move |counters: &Counters, role| {
+        counters.cpu.register_me(role);
+        let _ = registered.send(());
+    };
     for i in 0..cfg.kernels.max(1) {
-        let (krx, ctx, counters) = (krx.clone(), ctx.clone(), counters.clone());
+        let (krx, ctx, counters, register) = (krx.clone(), ctx.clone(), counters.clone(), register.clone());
         let e = cfg.engine_threads.max(1);
         threads.push(
             std::thread::Builder::new()
                 .name(format!("offload-kernel-{i}"))
-                .spawn(move || kernel_executor(krx, ctx, counters, e))
+                .spawn(move || {
+                    register(&counters, crate::metrics::Role::Executor);
+                    kernel_executor(krx, ctx, counters, e)
+                })
                 .map_err(|e| format!("spawn kernel executor: {e}"))?,
         );
     }
     for i in 0..cfg.workers.max(1) {
         let (rx, ktx, ctx, current, counters) =
             (rx.clone(), ktx.clone(), ctx.clone(), current.clone(), counters.clone());
-        let policy = policy.clone();
+        let (policy, register) = (policy.clone(), register.clone());
         threads.push(
             std::thread::Builder::new()
                 .name(format!("offload-worker-{i}"))
-                .spawn(move || worker(rx, ktx, ctx, current, counters, policy))
+                .spawn(move || {
+                    register(&counters, crate::metrics::Role::Worker);
+                    worker(rx, ktx, ctx, current, counters, policy)
+                })
                 .map_err(|e| format!("spawn worker: {e}"))?,
         );
+    }
+    drop(register);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for _ in 0..threads.len() {
+        // A thread slow to start is counted when it registers (or never, past the deadline).
+        if all_registered.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_err() {
+            break;
+        }
     }
     Ok((tx, threads))
 }
@@ -887,7 +906,6 @@ fn worker(
     policy: Arc<BatchPolicy>,
 ) {
     let Some(push) = reply_socket(&ctx) else { return };
-    counters.cpu.register_me(crate::metrics::Role::Worker);
     while let Ok(first) = rx.recv() {
         let max = policy.max_queries.load(Ordering::Relaxed) as usize;
         let mut jobs = vec![first];
@@ -932,7 +950,6 @@ fn worker(
 /// match and the rest (`metrics::CpuAccounts`).
 fn kernel_executor(rx: Receiver<KernelBatch>, ctx: zmq::Context, counters: Arc<Counters>, threads: usize) {
     let Some(push) = reply_socket(&ctx) else { return };
-    counters.cpu.register_me(crate::metrics::Role::Executor);
     let null = counters.null_matcher;
     while let Ok(batch) = rx.recv() {
         let taken = Instant::now();

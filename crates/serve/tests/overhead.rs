@@ -121,5 +121,6 @@ fn cpu_per_role_is_counted_and_grows_with_load() {
     let queries = after["cpu"]["queries"].as_u64().unwrap();
     assert!(queries >= 100 * cols[0].len() as u64, "{after}");
     assert!(after["cpu"]["ns_per_query"]["daemon"].as_f64().unwrap() > 0.0, "{after}");
+    assert!(after["cpu"]["host_path_ceiling_qps"].as_f64().unwrap() > 0.0, "{after}");
     d.stop();
 }
