@@ -374,6 +374,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cpu_parts_add_up_and_divide_by_the_queries() {
+        let snap = CpuSnapshot {
+            roles: vec![
+                (Role::Broker, 1, 100),
+                (Role::Worker, 2, 200),
+                (Role::Executor, 1, 400),
+                (Role::ZmqIo, 1, 300),
+            ],
+            match_ns: 250,
+        };
+        let parts: std::collections::HashMap<_, _> = snap.parts().into_iter().collect();
+        assert_eq!((parts["daemon"], parts["host_path"], parts["match"]), (1000, 750, 250));
+        let s = snap.summary(10);
+        assert_eq!((s["ns_per_query"]["host_path"].as_f64(), s["threads"]["worker"].as_u64()), (Some(75.0), Some(2)));
+        let cores = s["cores"].as_f64().unwrap();
+        assert_eq!(s["host_path_ceiling_qps"].as_f64(), Some(cores * 1e9 / 75.0));
+        assert!(
+            snap.summary(0)["ns_per_query"]["daemon"].is_null() && snap.summary(0)["host_path_ceiling_qps"].is_null()
+        );
+        // The match share follows the executors' wall time: half their busy time, half their CPU.
+        let acc = CpuAccounts::default();
+        acc.register_me(Role::Executor);
+        acc.match_wall_ns.store(5, Ordering::Relaxed);
+        acc.busy_wall_ns.store(10, Ordering::Relaxed);
+        let _ = (0..1_000_000u64).fold(0u64, |a, x| std::hint::black_box(a ^ x.wrapping_mul(31)));
+        let snap = acc.snapshot();
+        let executor = snap.roles.iter().find(|r| r.0 == Role::Executor).unwrap().2;
+        assert!(snap.match_ns <= executor && snap.match_ns + 1 >= executor / 2, "{snap:?}");
+    }
+
+    #[test]
     fn quantiles_are_bucket_upper_bounds() {
         let h = Histogram::default();
         assert_eq!(h.quantile_ns(0.5), 0);
