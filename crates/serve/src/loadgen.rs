@@ -111,6 +111,8 @@ struct Tally {
     unanswered: u64,
     stalls: u64,
     stray: u64,
+    /// Passes of the sending loop (each takes replies, sends what is due, then waits).
+    passes: u64,
     statuses: BTreeMap<&'static str, u64>,
     messages: BTreeMap<&'static str, String>,
     last_reply_ns: u64,
@@ -134,6 +136,7 @@ impl Tally {
             unanswered: 0,
             stalls: 0,
             stray: 0,
+            passes: 0,
             statuses: BTreeMap::new(),
             messages: BTreeMap::new(),
             last_reply_ns: 0,
@@ -150,6 +153,7 @@ impl Tally {
         self.unanswered += o.unanswered;
         self.stalls += o.stalls;
         self.stray += o.stray;
+        self.passes += o.passes;
         for (k, v) in o.statuses {
             *self.statuses.entry(k).or_default() += v;
         }
@@ -372,6 +376,7 @@ fn drive(spec: &Spec, conns: &mut [Conn], start: Instant) -> Result<Tally, Strin
             break;
         }
         let now = now_i.duration_since(start).as_nanos() as u64;
+        t.passes += 1;
         let sending = now < end_send;
         let mut next_wake = if sending { start + spec.duration } else { hard_end };
         let mut blocked = false;
@@ -556,6 +561,7 @@ impl Outcome {
             "unanswered": t.unanswered,
             "stalls": t.stalls,
             "stray_replies": t.stray,
+            "loop_passes": t.passes,
             "status": t.statuses,
             "messages": t.messages,
             "send_rate_rps": send_rate,
