@@ -126,3 +126,16 @@ def test_bad_settings_and_nothing_there_are_one_line(tmp_path: Path) -> None:
         assert r.exit_code == 2, (extra, r.output)
         assert words in r.output and "Traceback" not in r.output, (extra, r.output)
     assert "serve_bench" in dir(_native)
+
+
+def test_the_knee_lies_below_the_capacity(slow: str) -> None:
+    """~500 requests/s at most (2 ms each): 200/s meets a 50 ms p99, 800/s cannot."""
+    argv = ["serve", "bench", "-e", slow, "--ruletype", str(MINI / "ruletype.toml"), "--rules",
+            str(MINI / "rules.csv"), "--queries", str(MINI / "queries.csv"), "--request-size", "4",
+            "--connections", "1", "--max-in-flight", "8", "--duration", "0.3", "--drain", "0.3",
+            "--mode", "knee", "--rate", "200", "--steps", "1", "--sla-p99-us", "50000"]  # fmt: skip
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 0 and "knee (p99 <= 50,000 µs)" in r.stdout, r.output
+    result = json.loads(CliRunner().invoke(app, [*argv, "--json"]).stdout)
+    assert 200 <= result["knee"]["rate_rps"] < result["failing_rate_rps"] <= 800, result["knee"]
+    assert all("outcome" in run for run in result["runs"]) and len(result["runs"]) <= 10
