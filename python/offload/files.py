@@ -135,7 +135,15 @@ def atomic_dir(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iter
 
 
 def save_figure(fig: Any, path: str | os.PathLike[str], **savefig_kw: Any) -> None:
-    """``fig.savefig(path)``, whole or not at all (the format from the suffix, PNG by default)."""
+    """``fig.savefig(path)``, whole or not at all (the format from the suffix, PNG by default),
+    its directory made; the figure is closed afterwards, saved or not, so that no caller leaks
+    one (pyplot keeps every open figure alive)."""
+    import matplotlib.pyplot as plt  # loaded already: the caller drew ``fig`` with it
+
     fmt = Path(path).suffix.lstrip(".").lower() or "png"
-    with atomic_write(path, "wb") as f:
-        fig.savefig(f, format=savefig_kw.pop("format", fmt), **savefig_kw)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path, "wb") as f:
+            fig.savefig(f, format=savefig_kw.pop("format", fmt), **savefig_kw)
+    finally:
+        plt.close(fig)

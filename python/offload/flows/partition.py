@@ -310,11 +310,7 @@ def plot_partition(runs: list[dict[str, Any]], path: Path) -> Path:
     ax.set_title("partition service: where the time goes")
     ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        save_figure(fig, path, dpi=120)
-    finally:
-        plt.close(fig)
+    save_figure(fig, path, dpi=120)
     return path
 
 

@@ -436,9 +436,5 @@ def plot_nodes(results: list[dict[str, Any]], path: Path) -> Path:
     ax.set_title(f"particle pipeline, each node's time by step ({rates})", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, hiding none
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        save_figure(fig, path, dpi=120)
-    finally:
-        plt.close(fig)
+    save_figure(fig, path, dpi=120)
     return path

@@ -298,10 +298,7 @@ def plot(
         f"w = {scatter_width} ({when}); hollow: the seed's published figures"
     )
     fig.subplots_adjust(left=0.05, right=0.99, bottom=0.12, top=0.9, wspace=0.25)
-    try:
-        save_figure(fig, Path(path))
-    finally:
-        plt.close(fig)
+    save_figure(fig, Path(path))
 
 
 def _curves(axes: Any, curve: Callable[..., None]) -> None:

@@ -468,10 +468,7 @@ def plot(r: dict[str, Any], path: Path) -> None:
     bars.set_xlabel("headroom, % of a sender's CPU")
     bars.set_title(f"headroom ({r['machine'].split(',')[0]})")
     fig.tight_layout()
-    try:
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)
 
 
 def _lines(stream: IO[str]) -> Any:

@@ -152,10 +152,7 @@ def plot(r: dict[str, Any], path: Path) -> None:
     ax.set_title("stress-ng relative performance per budget (seed 003's RPWU)")
     ax.legend()
     fig.tight_layout()
-    try:
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)
 
 
 def _child(args: dict[str, Any]) -> dict[str, Any]:

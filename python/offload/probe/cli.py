@@ -289,4 +289,3 @@ def _reuse_plot(pv: dict[str, Any], sh: dict[str, Any], steps: dict[str, float],
     ax.grid(alpha=0.3)
     fig.tight_layout()
     save_figure(fig, out, dpi=110)
-    plt.close(fig)

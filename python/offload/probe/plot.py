@@ -35,7 +35,6 @@ def bandwidth(profile: dict[str, Any], path: Path) -> Path:
     )
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -81,7 +80,6 @@ def loss(profile: dict[str, Any], path: Path) -> Path:
     fig.suptitle("From advertised to effective, step by step (the seed's Figure 5)")
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -108,7 +106,6 @@ def uring(profile: dict[str, Any], path: Path) -> Path | None:
     ax.set_title("io_uring random reads by queue depth")
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
-    plt.close(fig)
     return path
 
 

@@ -31,10 +31,8 @@ def _title(b: dict[str, Any]) -> str:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
-    plt.close(fig)
     return path
 
 

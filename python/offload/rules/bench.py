@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from offload import __version__, _native
-from offload.files import atomic_write
+from offload.files import save_figure
 from offload.host.machine import machine
 from offload.rules import DEVICE_MATCHERS, CompiledRules, RuleSet
 
@@ -65,11 +65,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     if len(batches) > 1:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    try:
-        with atomic_write(path, "wb") as f:  # whole or not at all
-            fig.savefig(f, dpi=120, format="png")
-    finally:
-        plt.close(fig)
+    save_figure(fig, path, dpi=120, format="png")
     return path
 
 

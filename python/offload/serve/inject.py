@@ -481,7 +481,6 @@ def plot(result: dict[str, Any], path: Path) -> Path:
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
-    plt.close(fig)
     return path
 
 

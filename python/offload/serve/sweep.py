@@ -245,5 +245,4 @@ def pareto_plot(
     fig.tight_layout()
     _labels(fig, ax, rows, front, chosen)
     save_figure(fig, path, dpi=120)
-    plt.close(fig)
     return path

@@ -49,7 +49,4 @@ def plot(r: dict[str, Any], path: Path) -> None:
         "(hollow: no window within the bound, second-half median)"
     )
     fig.tight_layout()
-    try:
-        save_figure(fig, path)
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)
