@@ -380,7 +380,7 @@ pub fn row_matches(lo: &[u32], hi: &[u32], q: &[u32]) -> bool {
 
 impl Encoder {
     pub fn new(rules: Arc<RuleSet>) -> Self {
-        let bounds: Vec<Vec<i128>> = rules
+        let bounds = rules
             .columns
             .iter()
             .map(|col| match col {
@@ -399,6 +399,14 @@ impl Encoder {
                 }
             })
             .collect();
+        Encoder::with_bounds(rules, bounds)
+    }
+
+    /// The encoder of `rules` whose range criteria have the boundaries `bounds` (sorted,
+    /// distinct; empty for equality criteria): [`Encoder::new`] derives them from the rules,
+    /// [`Encoder::from_dictionary`] takes them from a dictionary whose rule set has no rules.
+    pub(crate) fn with_bounds(rules: Arc<RuleSet>, bounds: Vec<Vec<i128>>) -> Self {
+        debug_assert_eq!(bounds.len(), rules.n_criteria());
         let rank_tables = bounds
             .iter()
             .map(|b: &Vec<i128>| {
@@ -447,6 +455,11 @@ impl Encoder {
             Column::Equ { dict, .. } => dict.len() + 1,
             Column::Range { .. } => self.bounds[c].len() + 1,
         }
+    }
+
+    /// The sorted, distinct boundaries of range criterion `c` (empty for an equality one).
+    pub fn bounds(&self, c: usize) -> &[i128] {
+        &self.bounds[c]
     }
 
     /// Number of boundaries `<= v`: the elementary interval of `v`.

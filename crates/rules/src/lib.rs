@@ -2,9 +2,11 @@
 //!
 //! Data flows one way: raw files → validated [`RuleSet`] ([`erbium`] or [`native`] loader) →
 //! [`Encoder`] (dictionaries and range boundaries) + [`EncodedRules`] → a compiled
-//! [`Matcher`] → batches of encoded queries in, winning rule indices out.
+//! [`Matcher`] → batches of encoded queries in, winning rule indices out. An encoder's
+//! [`EncoderDictionary`] lets a client encode queries without the rules.
 
 pub mod csv;
+pub mod dictionary;
 pub mod encode;
 pub mod erbium;
 pub mod error;
@@ -17,6 +19,7 @@ pub mod phf;
 pub mod queries;
 pub mod value;
 
+pub use dictionary::{DictionaryCriterion, EncoderDictionary};
 pub use encode::{EncodedRules, Encoder, PackedStrings, RawColumn, StringColumn};
 pub use error::{ErrorKind, LoadError, Location};
 pub use matcher::{match_parallel, match_staged, DeviceStages, Matcher, MatcherKind, NO_MATCH};
