@@ -133,20 +133,22 @@ impl Query {
                     return Err(ClientError::BadRequest("a column holds more than 4 GiB of text".into()));
                 }
             }
-            Payload::Encoded { width, codes, .. } => {
-                if *width == 0 || codes.len() % *width as usize != 0 {
-                    return Err(ClientError::BadRequest(format!(
-                        "{} codes are not whole rows of width {width}",
-                        codes.len()
-                    )));
-                }
-            }
+            Payload::Encoded { width, codes, .. } => check_rows(*width, codes.len())?,
+            Payload::Encoded16 { width, codes, .. } => check_rows(*width, codes.len())?,
         }
         if self.n_queries > u32::MAX as usize {
             return Err(ClientError::BadRequest("more than 2^32 - 1 queries in one request".into()));
         }
         Ok(())
     }
+}
+
+/// Encoded codes must be whole rows of `width`.
+fn check_rows(width: u16, n_codes: usize) -> Result<(), ClientError> {
+    if width == 0 || !n_codes.is_multiple_of(width as usize) {
+        return Err(ClientError::BadRequest(format!("{n_codes} codes are not whole rows of width {width}")));
+    }
+    Ok(())
 }
 
 pub struct Client {

@@ -3,6 +3,8 @@
 pub mod auth;
 pub mod client;
 pub mod config;
+pub mod emulated;
+pub mod handoff;
 pub mod loadgen;
 pub mod metrics;
 pub mod protocol;
@@ -32,7 +34,7 @@ pub fn serve(
     if let Some(keys) = &sec.data_clients {
         eprintln!("data endpoints: CURVE, admitting {} client keys", keys.len());
     }
-    serve_files(&r.ruletype, &r.rules, r.matcher, &r.config, stop, |s| ready(s, &r.config))
+    serve_rules(&r.ruletype, &r.rules, r.matcher, r.emulate.as_ref(), &r.config, stop, |s| ready(s, &r.config))
 }
 
 /// Loads and compiles a rule set and serves it until SIGINT/SIGTERM (or `stop`); `ready` is
@@ -45,14 +47,64 @@ pub fn serve_files(
     stop: Arc<AtomicBool>,
     ready: impl FnOnce(&server::Served),
 ) -> Result<Vec<(&'static str, u64)>, String> {
+    serve_rules(rule_type, rules, matcher, None, cfg, stop, ready)
+}
+
+/// [`serve_files`], with `emulate` (`--matcher emulated`, benchmarks only) the compiled matcher
+/// wrapped in an [`emulated::EmulatedDevice`]: said on stderr at start, its counters (`emulated_*`)
+/// added to the final ones and summed up in a line at the end.
+fn serve_rules(
+    rule_type: &Path,
+    rules: &Path,
+    matcher: MatcherKind,
+    emulate: Option<&emulated::Spec>,
+    cfg: &server::Config,
+    stop: Arc<AtomicBool>,
+    ready: impl FnOnce(&server::Served),
+) -> Result<Vec<(&'static str, u64)>, String> {
     let rs = offload_rules::load(rule_type, rules).map_err(|e| e.to_string())?;
-    let engine = Engine::compile(Arc::new(rs), matcher)?;
+    let mut engine = Engine::compile(Arc::new(rs), matcher)?;
+    let mut device = None;
+    if let Some(spec) = emulate {
+        let (emulated, counters) = emulate_device(engine, spec)?;
+        (engine, device) = (emulated, Some(counters));
+    }
     let served = Arc::new(server::Served::new(engine, 1, matcher));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("signal handler: {e}"))?;
     }
     // `ready` (which prints "serving ...") runs once every endpoint is bound.
-    server::run_with(Arc::new(std::sync::RwLock::new(served)), cfg, stop, ready).map(|c| c.snapshot())
+    let counters = server::run_with(Arc::new(std::sync::RwLock::new(served)), cfg, stop, ready)?;
+    let mut snapshot = counters.snapshot();
+    if let (Some(c), Some(spec)) = (device, emulate) {
+        eprintln!("{}", c.summary_line(spec));
+        let l = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        snapshot.extend([
+            ("emulated_batches", l(&c.batches)),
+            ("emulated_queries", l(&c.queries)),
+            ("emulated_misses", l(&c.misses)),
+            ("emulated_late_batches", l(&c.late_batches)),
+        ]);
+    }
+    Ok(snapshot)
+}
+
+/// The engine with its matcher replaced by an emulated device that wraps it (the answers of
+/// `spec.queries` precomputed first). A reload recompiles with the served `MatcherKind`, so it
+/// turns the emulation off.
+pub fn emulate_device(engine: Engine, spec: &emulated::Spec) -> Result<(Engine, Arc<emulated::Counters>), String> {
+    let Engine { encoder, encoded, matcher, compile_time } = engine;
+    let t = std::time::Instant::now();
+    let device = emulated::EmulatedDevice::start(matcher, &encoder.rules().rule_type, &encoder, spec)?;
+    eprintln!(
+        "warning: {} (profile {}; answers of {} precomputed in {:.1} s; a reload turns the emulation off)",
+        emulated::NOTE,
+        spec.profile.display(),
+        spec.queries.display(),
+        t.elapsed().as_secs_f64()
+    );
+    let counters = device.counters();
+    Ok((Engine { encoder, encoded, matcher: Box::new(device), compile_time }, counters))
 }
 
 /// A bare ZeroMQ echo server (ROUTER returning every message unchanged) until `stop`: the

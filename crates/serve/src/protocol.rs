@@ -11,6 +11,17 @@
 //! | criteria_fingerprint u64 (criteria_fingerprint() of the criterion names the columns follow)
 //! | layout 0 (raw):     n_columns u16, then per column: offsets (n_queries + 1) × u32, bytes
 //! | layout 1 (encoded): encoding_version u64, width u16, then n_queries × width × u32
+//! | layout 2 (encoded, 16-bit): encoding_version u64, width u16, then n_queries × width × u16
+//! ```
+//! Dictionary request (what a client needs to encode queries itself, [`DictionaryReply`]):
+//! ```text
+//! magic "OFD1" | request_id u64
+//! ```
+//! Dictionary reply:
+//! ```text
+//! magic "OFDR" | request_id u64 | status u8 | ruleset_version u64 | criteria_fingerprint u64
+//! | code_bits u8 (16: every code fits in u16, layout 2 may be used; else 32)
+//! | dictionary_len u32, dictionary (offload_rules::EncoderDictionary::to_bytes) | message_len u32, message
 //! ```
 //! Reply:
 //! ```text
@@ -26,6 +37,10 @@ pub const REQUEST_MAGIC: &[u8; 4] = b"OFQ2";
 pub const REQUEST_MAGIC_V1: &[u8; 4] = b"OFQ1";
 /// Replies did not change from version 1, so an old client can read why it was refused.
 pub const REPLY_MAGIC: &[u8; 4] = b"OFR1";
+/// Asks for the encoding dictionary of the served rule-set version.
+pub const DICTIONARY_REQUEST_MAGIC: &[u8; 4] = b"OFD1";
+/// Answers a dictionary request.
+pub const DICTIONARY_REPLY_MAGIC: &[u8; 4] = b"OFDR";
 /// The protocol version requests speak (the `2` of "OFQ2").
 pub const PROTOCOL_VERSION: u32 = 2;
 
@@ -60,6 +75,9 @@ pub enum Payload {
     Raw(Vec<RawColumnOwned>),
     /// Rows already encoded against the rule set whose encoding version is given.
     Encoded { encoding_version: u64, width: u16, codes: Vec<u32> },
+    /// The same with 16-bit codes (layout 2): for rule sets whose every code fits in u16
+    /// (the dictionary reply's `code_bits` says so), half the bytes on the wire.
+    Encoded16 { encoding_version: u64, width: u16, codes: Vec<u16> },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +95,46 @@ pub struct Request {
     /// [`criteria_fingerprint`] of the criteria the columns (or the encoded rows) follow.
     pub criteria_fingerprint: u64,
     pub payload: Payload,
+}
+
+/// The fixed part of a request, before its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub request_id: u64,
+    pub deadline_us: u64,
+    pub stop_after: u32,
+    pub n_queries: u32,
+    /// 0 raw, 1 encoded (u32 codes), 2 encoded (u16 codes).
+    pub layout: u8,
+    pub criteria_fingerprint: u64,
+}
+
+/// Layouts of a request's payload.
+pub const LAYOUT_RAW: u8 = 0;
+pub const LAYOUT_ENCODED: u8 = 1;
+pub const LAYOUT_ENCODED16: u8 = 2;
+
+/// An encoded request (layout 1 or 2) read in place: its codes stay in the received frame
+/// until [`EncodedView::append_codes`] copies them, once, where they are matched.
+#[derive(Debug, Clone, Copy)]
+pub struct EncodedView<'a> {
+    pub header: Header,
+    pub encoding_version: u64,
+    pub width: u16,
+    /// 32 (layout 1) or 16 (layout 2).
+    pub code_bits: u8,
+    codes: &'a [u8],
+}
+
+impl EncodedView<'_> {
+    /// Appends the request's `n_queries × width` codes to `out`, widened to u32.
+    pub fn append_codes(&self, out: &mut Vec<u32>) {
+        if self.code_bits == 16 {
+            out.extend(self.codes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as u32));
+        } else {
+            out.extend(self.codes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,6 +240,20 @@ impl Reply {
     }
 }
 
+/// The answer to a dictionary request: what a client needs to encode queries for the rule-set
+/// version the server serves (`dictionary`: `offload_rules::EncoderDictionary::to_bytes`), and
+/// whether 16-bit codes (layout 2) will do. Empty with a message when the status is not Ok.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DictionaryReply {
+    pub request_id: u64,
+    pub status: Status,
+    pub ruleset_version: u64,
+    pub criteria_fingerprint: u64,
+    pub code_bits: u8,
+    pub dictionary: Vec<u8>,
+    pub message: String,
+}
+
 /// Why a frame could not be decoded, with the byte offset where it went wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError {
@@ -230,6 +302,14 @@ impl<'a> Cursor<'a> {
         let bytes = self.take(n.checked_mul(4).ok_or_else(|| self.err(format!("{what}: count overflows")))?, what)?;
         Ok(bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
     }
+    fn u16s(&mut self, n: usize, what: &str) -> Result<Vec<u16>, DecodeError> {
+        let bytes = self.take(n.checked_mul(2).ok_or_else(|| self.err(format!("{what}: count overflows")))?, what)?;
+        Ok(bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
+    }
+    fn bytes_with_len(&mut self, what: &str) -> Result<&'a [u8], DecodeError> {
+        let len = self.u32(&format!("{what} length"))? as usize;
+        self.take(len, what)
+    }
     fn done(&self) -> Result<(), DecodeError> {
         if self.at == self.b.len() {
             Ok(())
@@ -243,7 +323,8 @@ impl<'a> Cursor<'a> {
 /// the id they claim.
 /// Version 1 frames too, so an old client matches the refusal to its request.
 pub fn peek_request_id(frame: &[u8]) -> u64 {
-    if frame.len() >= 12 && (&frame[..4] == REQUEST_MAGIC || &frame[..4] == REQUEST_MAGIC_V1) {
+    let known = |m: &[u8]| m == REQUEST_MAGIC || m == REQUEST_MAGIC_V1 || m == DICTIONARY_REQUEST_MAGIC;
+    if frame.len() >= 12 && known(&frame[..4]) {
         u64::from_le_bytes(frame[4..12].try_into().expect("8 bytes"))
     } else {
         0
@@ -257,6 +338,11 @@ pub fn peek_deadline_us(frame: &[u8]) -> u64 {
     } else {
         0
     }
+}
+
+/// The layout byte of a request frame (0 raw, 1 or 2 encoded), read without decoding.
+pub fn peek_layout(frame: &[u8]) -> Option<u8> {
+    (frame.len() >= 29 && &frame[..4] == REQUEST_MAGIC).then(|| frame[28])
 }
 
 /// The number of queries a frame announces (0 when unreadable), read without decoding.
@@ -276,8 +362,9 @@ pub fn encode_request(r: &Request) -> Vec<u8> {
     b.extend_from_slice(&r.stop_after.to_le_bytes());
     b.extend_from_slice(&r.n_queries.to_le_bytes());
     b.push(match r.payload {
-        Payload::Raw(_) => 0,
-        Payload::Encoded { .. } => 1,
+        Payload::Raw(_) => LAYOUT_RAW,
+        Payload::Encoded { .. } => LAYOUT_ENCODED,
+        Payload::Encoded16 { .. } => LAYOUT_ENCODED16,
     });
     b.extend_from_slice(&r.criteria_fingerprint.to_le_bytes());
     match &r.payload {
@@ -293,12 +380,17 @@ pub fn encode_request(r: &Request) -> Vec<u8> {
             b.extend_from_slice(&width.to_le_bytes());
             codes.iter().for_each(|c| b.extend_from_slice(&c.to_le_bytes()));
         }
+        Payload::Encoded16 { encoding_version, width, codes } => {
+            b.extend_from_slice(&encoding_version.to_le_bytes());
+            b.extend_from_slice(&width.to_le_bytes());
+            codes.iter().for_each(|c| b.extend_from_slice(&c.to_le_bytes()));
+        }
     }
     b
 }
 
-pub fn decode_request(frame: &[u8]) -> Result<Request, DecodeError> {
-    let mut c = Cursor { b: frame, at: 0 };
+/// Reads the magic and the fixed header of a request.
+fn read_header(c: &mut Cursor<'_>) -> Result<Header, DecodeError> {
     match c.take(4, "magic")? {
         m if m == REQUEST_MAGIC => {}
         m if m == REQUEST_MAGIC_V1 => {
@@ -312,13 +404,42 @@ pub fn decode_request(frame: &[u8]) -> Result<Request, DecodeError> {
         }
         _ => return Err(DecodeError { offset: 0, what: "not an offload request (magic is not OFQ2)".into() }),
     }
-    let request_id = c.u64("request_id")?;
-    let deadline_us = c.u64("deadline_us")?;
-    let stop_after = c.u32("stop_after")?;
-    let n_queries = c.u32("n_queries")?;
+    Ok(Header {
+        request_id: c.u64("request_id")?,
+        deadline_us: c.u64("deadline_us")?,
+        stop_after: c.u32("stop_after")?,
+        n_queries: c.u32("n_queries")?,
+        layout: c.u8("layout")?,
+        criteria_fingerprint: c.u64("criteria_fingerprint")?,
+    })
+}
+
+/// Reads an encoded request (layout 1 or 2) without copying its codes; `Ok(None)` for a raw
+/// one (layout 0, which [`decode_request`] reads). Checks everything `decode_request` checks.
+pub fn encoded_view(frame: &[u8]) -> Result<Option<EncodedView<'_>>, DecodeError> {
+    let mut c = Cursor { b: frame, at: 0 };
+    let header = read_header(&mut c)?;
+    let code_bits = match header.layout {
+        LAYOUT_ENCODED => 32,
+        LAYOUT_ENCODED16 => 16,
+        LAYOUT_RAW => return Ok(None),
+        other => return Err(c.err(format!("unknown layout {other}; expected 0 (raw), 1 or 2 (encoded)"))),
+    };
+    let encoding_version = c.u64("encoding_version")?;
+    let width = c.u16("width")?;
+    let bytes = (header.n_queries as usize)
+        .checked_mul(width as usize)
+        .and_then(|n| n.checked_mul(code_bits as usize / 8))
+        .ok_or_else(|| c.err("size overflows"))?;
+    let codes = c.take(bytes, "codes")?;
+    c.done()?;
+    Ok(Some(EncodedView { header, encoding_version, width, code_bits, codes }))
+}
+
+pub fn decode_request(frame: &[u8]) -> Result<Request, DecodeError> {
+    let mut c = Cursor { b: frame, at: 0 };
+    let Header { request_id, deadline_us, stop_after, n_queries, layout, criteria_fingerprint } = read_header(&mut c)?;
     let n = n_queries as usize;
-    let layout = c.u8("layout")?;
-    let criteria_fingerprint = c.u64("criteria_fingerprint")?;
     let payload = match layout {
         0 => {
             let n_cols = c.u16("n_columns")? as usize;
@@ -342,29 +463,68 @@ pub fn decode_request(frame: &[u8]) -> Result<Request, DecodeError> {
             let codes = c.u32s(n.checked_mul(width as usize).ok_or_else(|| c.err("size overflows"))?, "codes")?;
             Payload::Encoded { encoding_version, width, codes }
         }
-        other => return Err(c.err(format!("unknown layout {other}; expected 0 (raw) or 1 (encoded)"))),
+        2 => {
+            let encoding_version = c.u64("encoding_version")?;
+            let width = c.u16("width")?;
+            let codes = c.u16s(n.checked_mul(width as usize).ok_or_else(|| c.err("size overflows"))?, "codes")?;
+            Payload::Encoded16 { encoding_version, width, codes }
+        }
+        other => return Err(c.err(format!("unknown layout {other}; expected 0 (raw), 1 or 2 (encoded)"))),
     };
     c.done()?;
     Ok(Request { request_id, deadline_us, stop_after, n_queries, criteria_fingerprint, payload })
 }
 
 pub fn encode_reply(r: &Reply) -> Vec<u8> {
-    let n = r.rule.len();
-    let mut b = Vec::with_capacity(40 + n * 12 + r.message.len());
+    let content = r.content.iter().copied();
+    let mut b = reply_frame(r.request_id, r.status, r.ruleset_version, &r.rule, content, &r.stages_ns, r.message.len());
+    b.extend_from_slice(r.message.as_bytes());
+    b
+}
+
+/// An Ok reply written straight from the answers (`content` yields one value per rule, in
+/// order): what the daemon sends, without building a [`Reply`] first. Same bytes as
+/// [`encode_reply`] of the same reply.
+pub fn encode_ok_reply(
+    request_id: u64,
+    ruleset_version: u64,
+    rule: &[u32],
+    content: impl Iterator<Item = i64>,
+    stages_ns: &[(u8, u64)],
+) -> Vec<u8> {
+    reply_frame(request_id, Status::Ok, ruleset_version, rule, content, stages_ns, 0)
+}
+
+/// A reply up to its message's length (the message's bytes follow).
+fn reply_frame(
+    request_id: u64,
+    status: Status,
+    ruleset_version: u64,
+    rule: &[u32],
+    content: impl Iterator<Item = i64>,
+    stages_ns: &[(u8, u64)],
+    message_len: usize,
+) -> Vec<u8> {
+    let n = rule.len();
+    let mut b = Vec::with_capacity(30 + n * 12 + stages_ns.len() * 9 + message_len);
     b.extend_from_slice(REPLY_MAGIC);
-    b.extend_from_slice(&r.request_id.to_le_bytes());
-    b.push(r.status as u8);
-    b.extend_from_slice(&r.ruleset_version.to_le_bytes());
+    b.extend_from_slice(&request_id.to_le_bytes());
+    b.push(status as u8);
+    b.extend_from_slice(&ruleset_version.to_le_bytes());
     b.extend_from_slice(&(n as u32).to_le_bytes());
-    r.rule.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
-    r.content.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
-    b.push(r.stages_ns.len() as u8);
-    for &(s, ns) in &r.stages_ns {
+    rule.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes()));
+    let mut written = 0;
+    for x in content.take(n) {
+        b.extend_from_slice(&x.to_le_bytes());
+        written += 1;
+    }
+    debug_assert_eq!(written, n, "one content per rule");
+    b.push(stages_ns.len() as u8);
+    for &(s, ns) in stages_ns {
         b.push(s);
         b.extend_from_slice(&ns.to_le_bytes());
     }
-    b.extend_from_slice(&(r.message.len() as u32).to_le_bytes());
-    b.extend_from_slice(r.message.as_bytes());
+    b.extend_from_slice(&(message_len as u32).to_le_bytes());
     b
 }
 
@@ -392,6 +552,50 @@ pub fn decode_reply(frame: &[u8]) -> Result<Reply, DecodeError> {
     let message = String::from_utf8(c.take(len, "message")?.to_vec()).map_err(|_| c.err("message is not UTF-8"))?;
     c.done()?;
     Ok(Reply { request_id, status, ruleset_version, rule, content, stages_ns, message })
+}
+
+/// A dictionary request (magic "OFD1"): asks for what [`DictionaryReply`] carries.
+pub fn encode_dictionary_request(request_id: u64) -> Vec<u8> {
+    let mut b = DICTIONARY_REQUEST_MAGIC.to_vec();
+    b.extend_from_slice(&request_id.to_le_bytes());
+    b
+}
+
+/// Whether a frame is a dictionary request (its magic; the rest is the request id).
+pub fn is_dictionary_request(frame: &[u8]) -> bool {
+    frame.len() >= 4 && &frame[..4] == DICTIONARY_REQUEST_MAGIC
+}
+
+pub fn encode_dictionary_reply(r: &DictionaryReply) -> Vec<u8> {
+    let mut b = Vec::with_capacity(46 + r.dictionary.len() + r.message.len());
+    b.extend_from_slice(DICTIONARY_REPLY_MAGIC);
+    b.extend_from_slice(&r.request_id.to_le_bytes());
+    b.push(r.status as u8);
+    b.extend_from_slice(&r.ruleset_version.to_le_bytes());
+    b.extend_from_slice(&r.criteria_fingerprint.to_le_bytes());
+    b.push(r.code_bits);
+    b.extend_from_slice(&(r.dictionary.len() as u32).to_le_bytes());
+    b.extend_from_slice(&r.dictionary);
+    b.extend_from_slice(&(r.message.len() as u32).to_le_bytes());
+    b.extend_from_slice(r.message.as_bytes());
+    b
+}
+
+pub fn decode_dictionary_reply(frame: &[u8]) -> Result<DictionaryReply, DecodeError> {
+    let mut c = Cursor { b: frame, at: 0 };
+    if c.take(4, "magic")? != DICTIONARY_REPLY_MAGIC {
+        return Err(DecodeError { offset: 0, what: "not a dictionary reply (magic is not OFDR)".into() });
+    }
+    let request_id = c.u64("request_id")?;
+    let status = Status::from_u8(c.u8("status")?).ok_or_else(|| c.err("unknown status"))?;
+    let ruleset_version = c.u64("ruleset_version")?;
+    let criteria_fingerprint = c.u64("criteria_fingerprint")?;
+    let code_bits = c.u8("code_bits")?;
+    let dictionary = c.bytes_with_len("dictionary")?.to_vec();
+    let message =
+        String::from_utf8(c.bytes_with_len("message")?.to_vec()).map_err(|_| c.err("message is not UTF-8"))?;
+    c.done()?;
+    Ok(DictionaryReply { request_id, status, ruleset_version, criteria_fingerprint, code_bits, dictionary, message })
 }
 
 #[cfg(test)]
@@ -442,6 +646,8 @@ mod tests {
             message: String::new(),
         };
         assert_eq!(decode_reply(&encode_reply(&rep)).unwrap(), rep);
+        let direct = encode_ok_reply(7, 3, &rep.rule, rep.content.iter().copied(), &rep.stages_ns);
+        assert_eq!(direct, encode_reply(&rep), "the daemon's direct writer gives the same bytes");
     }
 
     #[test]
@@ -462,6 +668,15 @@ mod tests {
         longer.push(0);
         assert!(decode_request(&longer).unwrap_err().what.contains("trailing"));
         assert_eq!(decode_request(b"GET / HTTP/1.1").unwrap_err().offset, 0);
+    }
+
+    #[test]
+    fn dictionary_requests_are_told_apart_and_carry_their_id() {
+        let f = encode_dictionary_request(77);
+        assert!(is_dictionary_request(&f) && f.len() == 12);
+        assert_eq!(peek_request_id(&f), 77);
+        assert!(!is_dictionary_request(REQUEST_MAGIC) && !is_dictionary_request(b"OF"));
+        assert!(decode_request(&f).is_err(), "not a query request");
     }
 
     #[test]
@@ -500,19 +715,72 @@ mod tests {
             prop_assert!(decode_request(&f).is_err());
         }
 
-        /// Whatever a request holds, it decodes to itself.
+        /// Whatever a request holds, it decodes to itself; an encoded one reads in place to the
+        /// same header and codes.
         #[test]
-        fn requests_round_trip(id in any::<u64>(), fp in any::<u64>(), layout in any::<bool>(),
+        fn requests_round_trip(id in any::<u64>(), fp in any::<u64>(), layout in 0u8..3,
                                vals in prop::collection::vec("[a-zA-Z0-9]{0,5}", 0..8)) {
             let n = vals.len() as u32;
-            let payload = if layout {
-                let col: Vec<&str> = vals.iter().map(String::as_str).collect();
-                raw(&[&col, &col])
-            } else {
-                Payload::Encoded { encoding_version: id, width: 2, codes: (0..2 * n).collect() }
+            let payload = match layout {
+                0 => {
+                    let col: Vec<&str> = vals.iter().map(String::as_str).collect();
+                    raw(&[&col, &col])
+                }
+                1 => Payload::Encoded { encoding_version: id, width: 2, codes: (0..2 * n).map(|i| i.wrapping_mul(0x9e37_79b9)).collect() },
+                _ => Payload::Encoded16 { encoding_version: id, width: 2, codes: (0..2 * n as u16).map(|i| i.wrapping_mul(40503)).collect() },
             };
             let r = Request { request_id: id, deadline_us: 0, stop_after: 0, n_queries: n, criteria_fingerprint: fp, payload };
-            prop_assert_eq!(decode_request(&encode_request(&r)).unwrap(), r);
+            let frame = encode_request(&r);
+            let view = encoded_view(&frame).unwrap();
+            prop_assert_eq!(view.is_none(), layout == 0);
+            if let Some(v) = view {
+                let mut codes = vec![7u32]; // appends, keeps what was there
+                v.append_codes(&mut codes);
+                let want: Vec<u32> = match &r.payload {
+                    Payload::Encoded { codes, .. } => codes.clone(),
+                    Payload::Encoded16 { codes, .. } => codes.iter().map(|&c| c as u32).collect(),
+                    Payload::Raw(_) => unreachable!(),
+                };
+                prop_assert_eq!(&codes[1..], &want[..]);
+                prop_assert_eq!((v.header.request_id, v.header.n_queries, v.header.criteria_fingerprint, v.header.layout),
+                                (id, n, fp, layout));
+                prop_assert_eq!((v.encoding_version, v.width, v.code_bits), (id, 2, if layout == 1 { 32 } else { 16 }));
+            }
+            prop_assert_eq!(decode_request(&frame).unwrap(), r);
+        }
+
+        /// The in-place reader accepts exactly the encoded frames the decoder accepts.
+        #[test]
+        fn encoded_view_agrees_with_the_decoder(bytes in prop::collection::vec(any::<u8>(), 0..120), layout in 0u8..4,
+                                                n in 0u32..4, width in 0u16..3) {
+            let mut f = REQUEST_MAGIC.to_vec();
+            f.extend_from_slice(&[1u8; 16]);
+            f.extend_from_slice(&n.to_le_bytes());
+            f.push(layout);
+            f.extend_from_slice(&[2u8; 16]);
+            f.extend_from_slice(&width.to_le_bytes());
+            f.extend_from_slice(&bytes);
+            let (view, full) = (encoded_view(&f), decode_request(&f));
+            match view {
+                Ok(None) => prop_assert!(layout == 0),
+                Ok(Some(_)) => prop_assert!(full.is_ok()),
+                Err(_) => prop_assert!(full.is_err()),
+            }
+        }
+
+        #[test]
+        fn dictionary_replies_round_trip_and_never_panic(id in any::<u64>(), dict in prop::collection::vec(any::<u8>(), 0..64),
+                                                         msg in "[a-zé ]{0,12}", junk in prop::collection::vec(any::<u8>(), 0..80)) {
+            let r = DictionaryReply { request_id: id, status: Status::Ok, ruleset_version: id ^ 1, criteria_fingerprint: 3,
+                                      code_bits: 16, dictionary: dict, message: msg };
+            let f = encode_dictionary_reply(&r);
+            prop_assert_eq!(decode_dictionary_reply(&f).unwrap(), r);
+            for cut in 0..f.len() {
+                prop_assert!(decode_dictionary_reply(&f[..cut]).is_err());
+            }
+            let mut g = DICTIONARY_REPLY_MAGIC.to_vec();
+            g.extend_from_slice(&junk);
+            let _ = decode_dictionary_reply(&g);
         }
 
         #[test]

@@ -15,8 +15,8 @@
 //! answered, then the threads exit.
 
 use crate::auth;
+use crate::handoff::{HandOff, Popped, Producer, Refused};
 use crate::protocol::{self, Payload, Reply, Stage, Status};
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use offload_rules::{
     match_parallel, match_staged, DeviceStages, Engine, MatcherKind, PackedStrings, RawColumn, NO_MATCH,
 };
@@ -193,6 +193,12 @@ impl Served {
     pub fn new(engine: Engine, version: u64, matcher: MatcherKind) -> Served {
         let criteria_fingerprint = protocol::rule_type_fingerprint(&engine.rules().rule_type);
         Served { engine, version, matcher, criteria_fingerprint }
+    }
+
+    /// The encoding dictionary of this version, as a dictionary reply carries it, and the code
+    /// width (16 or 32 bits) every query fits in.
+    pub fn dictionary(&self) -> Result<(Vec<u8>, u8), String> {
+        Err("this server cannot send its encoding dictionary yet".into())
     }
 
     /// The criteria, as a person reads them: `CTN_TYPE (equ), APT (equ), ...`.
@@ -419,6 +425,14 @@ struct Job {
     received: Instant,
 }
 
+impl Job {
+    /// Where a refusal goes, and the request id it names.
+    fn refusal(self) -> (Frames, u64) {
+        let id = protocol::peek_request_id(&self.body);
+        (self.envelope, id)
+    }
+}
+
 fn now_unix_us() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
@@ -467,7 +481,7 @@ pub fn run_with(
         }
         None => None,
     };
-    let (queue, threads) = start_pipeline(cfg, &ctx, &current, &counters, &policy)?;
+    let (queues, threads) = start_pipeline(cfg, &ctx, &current, &counters, &policy)?;
     ready(&snapshot(&current)); // every endpoint is bound: now the daemon may say it serves
     let broker = Broker {
         sockets,
@@ -475,7 +489,7 @@ pub fn run_with(
         counters: counters.clone(),
         policy,
         security: &cfg.security,
-        queue: Some(queue),
+        queues: Some(queues),
         pending_reload: None,
     };
     broker.run(&stop, &threads)?;
@@ -523,18 +537,26 @@ fn bind(ctx: &zmq::Context, cfg: &Config) -> Result<Sockets, String> {
     Ok(Sockets { front, back, control, _files: files })
 }
 
-/// Starts k kernel executors and w workers; returns the request queue's sending end and the
-/// threads. Workers and executors exit in turn once the queues they read are closed and drained.
+/// Where the broker puts what it admits: raw requests go to the workers, pre-encoded ones
+/// straight to the kernel executors (nothing to encode: one thread hand-off fewer).
+struct Queues {
+    requests: Producer<Job>,
+    kernels: Producer<Pending>,
+}
+
+/// Starts k kernel executors and w workers; returns the queues' sending ends and the threads.
+/// Workers and executors exit in turn once the queues they read are closed and drained.
 fn start_pipeline(
     cfg: &Config,
     ctx: &zmq::Context,
     current: &Current,
     counters: &Arc<Counters>,
     policy: &Arc<BatchPolicy>,
-) -> Result<(Sender<Job>, Vec<std::thread::JoinHandle<()>>), String> {
-    let (tx, rx) = bounded::<Job>(cfg.queue.max(1));
-    // Two batches per executor may wait: one being matched while the next is ready.
-    let (ktx, krx) = bounded::<KernelBatch>(2 * cfg.kernels.max(1));
+) -> Result<(Queues, Vec<std::thread::JoinHandle<()>>), String> {
+    // Both queues hold `queue` requests; the broker answers "busy" when the one a request
+    // goes to is full.
+    let (requests_rx, requests) = HandOff::<Job>::new(cfg.queue.max(1));
+    let (kernels_rx, kernels) = HandOff::<Pending>::new(cfg.queue.max(1));
     let mut threads = Vec::new();
     // Each thread registers its CPU clock first; the daemon says it serves once all have.
     let (registered, all_registered) = std::sync::mpsc::channel::<()>();
@@ -542,32 +564,34 @@ fn start_pipeline(
         counters.cpu.register_me(role);
         let _ = registered.send(());
     };
+    let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new().name(name.clone()).spawn(f).map_err(|e| format!("spawn {name}: {e}"))
+    };
     for i in 0..cfg.kernels.max(1) {
-        let (krx, ctx, counters, register) = (krx.clone(), ctx.clone(), counters.clone(), register.clone());
-        let e = cfg.engine_threads.max(1);
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("offload-kernel-{i}"))
-                .spawn(move || {
-                    register(&counters, crate::metrics::Role::Executor);
-                    kernel_executor(krx, ctx, counters, e)
-                })
-                .map_err(|e| format!("spawn kernel executor: {e}"))?,
-        );
+        let push = reply_socket(ctx).ok_or("kernel executor: no inproc reply socket")?;
+        let (queue, current, counters, policy) =
+            (kernels_rx.clone(), current.clone(), counters.clone(), policy.clone());
+        let (register, e) = (register.clone(), cfg.engine_threads.max(1));
+        threads.push(spawn(
+            format!("offload-kernel-{i}"),
+            Box::new(move || {
+                register(&counters, crate::metrics::Role::Executor);
+                kernel_executor(queue, push, current, counters, policy, e)
+            }),
+        )?);
     }
     for i in 0..cfg.workers.max(1) {
-        let (rx, ktx, ctx, current, counters) =
-            (rx.clone(), ktx.clone(), ctx.clone(), current.clone(), counters.clone());
-        let (policy, register) = (policy.clone(), register.clone());
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("offload-worker-{i}"))
-                .spawn(move || {
-                    register(&counters, crate::metrics::Role::Worker);
-                    worker(rx, ktx, ctx, current, counters, policy)
-                })
-                .map_err(|e| format!("spawn worker: {e}"))?,
-        );
+        let push = reply_socket(ctx).ok_or("worker: no inproc reply socket")?;
+        let (requests, kernels, current, counters) =
+            (requests_rx.clone(), kernels.clone(), current.clone(), counters.clone());
+        let register = register.clone();
+        threads.push(spawn(
+            format!("offload-worker-{i}"),
+            Box::new(move || {
+                register(&counters, crate::metrics::Role::Worker);
+                worker(requests, kernels, push, current, counters)
+            }),
+        )?);
     }
     drop(register);
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -577,7 +601,7 @@ fn start_pipeline(
             break;
         }
     }
-    Ok((tx, threads))
+    Ok((Queues { requests, kernels }, threads))
 }
 
 /// The broker: the one thread that touches the ROUTER. It admits requests into the bounded
@@ -588,8 +612,8 @@ struct Broker<'a> {
     counters: Arc<Counters>,
     policy: Arc<BatchPolicy>,
     security: &'a Security,
-    /// The request queue; `None` once stopping (workers then drain it and exit).
-    queue: Option<Sender<Job>>,
+    /// The queues; `None` once stopping (workers and executors then drain them and exit).
+    queues: Option<Queues>,
     /// A reload runs off the broker's thread; its answer is owed on the control socket.
     pending_reload: Option<std::sync::mpsc::Receiver<String>>,
 }
@@ -601,9 +625,9 @@ impl Broker<'_> {
         loop {
             self.send_reload_answer();
             if stop.load(Ordering::Relaxed) {
-                self.queue = None; // workers, then executors, drain their queues, see them closed and exit
+                self.queues = None; // workers, then executors, drain their queues, see them closed and exit
             }
-            if self.queue.is_none() && threads.iter().all(|t| t.is_finished()) {
+            if self.queues.is_none() && threads.iter().all(|t| t.is_finished()) {
                 // Forward what the workers sent last. Requests still arriving are answered
                 // "shutting down" below until the front has been quiet for a moment (at most
                 // DRAIN_MAX), so a client that sent just before the signal gets an answer, not
@@ -677,37 +701,65 @@ impl Broker<'_> {
         }
     }
 
-    /// Takes every waiting request into the queue, or refuses it at once: busy when the queue
-    /// is full, shutting down once stopping.
+    /// Takes every waiting request into its queue, or refuses it at once: busy when the queue
+    /// is full, shutting down once stopping. A dictionary request is answered here.
     fn admit_requests(&self) {
         let (front, counters) = (&self.sockets.front, &self.counters);
-        let version = snapshot(&self.current).version;
+        let mut served: Option<Arc<Served>> = None;
         while let Ok(mut parts) = recv_frames(front) {
             let received = Instant::now();
-            counters.requests.fetch_add(1, Ordering::Relaxed);
             let body = parts.pop().unwrap_or_else(zmq::Message::new);
             let envelope = parts;
-            let id = protocol::peek_request_id(&body);
-            let refuse = |status: Status, msg: &str, envelope: Frames| {
+            let served = served.get_or_insert_with(|| snapshot(&self.current));
+            if protocol::is_dictionary_request(&body) {
+                let mut frames = envelope;
+                frames.push(dictionary_reply(served, &body).into());
+                send_frames(front, frames, counters);
+                continue;
+            }
+            counters.requests.fetch_add(1, Ordering::Relaxed);
+            let refuse = |status: Status, msg: &str, (envelope, id): (Frames, u64)| {
                 counters.count(status);
                 let mut frames = envelope;
-                frames.push(protocol::encode_reply(&Reply::status_only(id, status, version, msg)).into());
+                frames.push(protocol::encode_reply(&Reply::status_only(id, status, served.version, msg)).into());
                 send_frames(front, frames, counters);
             };
-            match &self.queue {
-                None => refuse(Status::ShuttingDown, "the server is shutting down", envelope),
-                Some(tx) => match tx.try_send(Job { envelope, body, received }) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(job)) => {
-                        refuse(Status::Busy, "queue full: retry later or elsewhere", job.envelope)
-                    }
-                    Err(TrySendError::Disconnected(job)) => {
-                        refuse(Status::ShuttingDown, "the server is shutting down", job.envelope)
-                    }
-                },
+            let job = Job { envelope, body, received };
+            let Some(queues) = &self.queues else {
+                refuse(Status::ShuttingDown, "the server is shutting down", job.refusal());
+                continue;
+            };
+            let refused = if protocol::peek_layout(&job.body).is_some_and(|l| l != protocol::LAYOUT_RAW) {
+                queues.kernels.try_push(Pending::Encoded(job)).map_err(|r| r.map(Pending::refusal))
+            } else {
+                queues.requests.try_push(job).map_err(|r| r.map(Job::refusal))
+            };
+            match refused {
+                Ok(()) => {}
+                Err(Refused::Full(to)) => refuse(Status::Busy, "queue full: retry later or elsewhere", to),
+                Err(Refused::Closed(to)) => refuse(Status::ShuttingDown, "the server is shutting down", to),
             }
         }
     }
+}
+
+/// The answer to a dictionary request: what a client needs to encode queries for the version
+/// served now (the bytes are built once per version, on first request).
+fn dictionary_reply(served: &Served, body: &[u8]) -> Vec<u8> {
+    let id = protocol::peek_request_id(body);
+    let (status, (dictionary, code_bits), message) = match served.dictionary() {
+        Ok(d) => (Status::Ok, d, String::new()),
+        Err(e) => (Status::BadRequest, (Vec::new(), 32), e),
+    };
+    protocol::encode_dictionary_reply(&protocol::DictionaryReply {
+        request_id: id,
+        status,
+        ruleset_version: served.version,
+        criteria_fingerprint: served.criteria_fingerprint,
+        code_bits,
+        dictionary,
+        message,
+    })
 }
 
 /// Starts the ZAP handler when any socket uses CURVE: the control socket admits
@@ -844,11 +896,19 @@ fn send_frames(front: &zmq::Socket, frames: Frames, counters: &Counters) {
     }
 }
 
-/// Cross-request batching, changeable while serving (control command `set`): a worker that
-/// takes a request waits up to `timeout_us` from that request's arrival for more, until the
-/// batch holds `max_queries` queries, and hands them to a kernel executor as one call.
-/// `max_queries == 0` means per-request execution. Requests with `stop_after` always run alone
-/// (early stop).
+/// Cross-request batching, changeable while serving (control command `set`); the kernel
+/// executors apply it when they take work from the kernel queue.
+///
+/// - `max_queries == 0`: per request, one request per matcher call.
+/// - `max_queries > 0`, `timeout_us == 0`: **self-filling** batches. An executor that frees takes
+///   everything queued at that moment, up to `max_queries` queries, and never waits for more: while
+///   it is busy requests queue, so under load batches grow by themselves, and an idle executor
+///   takes a lone request at once. No timer to tune.
+/// - `max_queries > 0`, `timeout_us > 0`: the seed's size-or-timeout policy: an executor that
+///   takes a request waits up to `timeout_us` from that request's arrival for more, until the
+///   batch holds `max_queries` queries.
+///
+/// Requests with `stop_after` always run alone (early stop).
 #[derive(Debug, Default)]
 pub struct BatchPolicy {
     pub max_queries: AtomicU64,
@@ -860,16 +920,20 @@ fn send_reply(push: &zmq::Socket, counters: &Counters, envelope: Frames, receive
     counters.count(reply.status);
     counters.queries.fetch_add(reply.rule.len() as u64, Ordering::Relaxed);
     if reply.status == Status::Ok {
-        for &(stage, ns) in &reply.stages_ns {
-            if let Some(h) = counters.latency.stages.get(stage as usize) {
-                h.record(ns);
-            }
-        }
-        counters.latency.server.record(received.elapsed().as_nanos() as u64);
+        record_stages(counters, &reply.stages_ns, received);
     }
     let mut frames = envelope;
     frames.push(protocol::encode_reply(reply).into()); // Vec -> Message takes the buffer, no copy
     let _ = push.send_multipart(frames, 0);
+}
+
+fn record_stages(counters: &Counters, stages_ns: &[(u8, u64)], received: Instant) {
+    for &(stage, ns) in stages_ns {
+        if let Some(h) = counters.latency.stages.get(stage as usize) {
+            h.record(ns);
+        }
+    }
+    counters.latency.server.record(received.elapsed().as_nanos() as u64);
 }
 
 fn reply_socket(ctx: &zmq::Context) -> Option<zmq::Socket> {
@@ -878,93 +942,346 @@ fn reply_socket(ctx: &zmq::Context) -> Option<zmq::Socket> {
     Some(push)
 }
 
-/// One request on its way to a kernel: where the reply goes, and its encoded queries.
-struct Admitted {
-    envelope: Frames,
-    received: Instant,
-    prepared: Prepared,
+/// What waits in the kernel queue: a pre-encoded request as the broker received it (the
+/// executor reads it in place and copies its codes once, into the batch it matches), or a raw
+/// request a worker has encoded.
+enum Pending {
+    Encoded(Job),
+    Prepared(Prepared),
 }
 
-/// What a worker hands to the kernel executors: requests encoded against one rule-set version,
-/// matched together (or alone, with early stop) by one executor.
-struct KernelBatch {
-    served: Arc<Served>,
-    requests: Vec<Admitted>,
-    enqueued: Instant,
-}
-
-/// A worker (w): takes requests from the broker's queue, batches them by the current policy,
-/// decodes and encodes them, answers the refused ones itself and hands the rest to the kernel
-/// queue. While a kernel matches one batch the worker already encodes the next (the seed's
-/// pipelining of the wrapper with the device).
-fn worker(
-    rx: Receiver<Job>,
-    kernels: Sender<KernelBatch>,
-    ctx: zmq::Context,
-    current: Current,
-    counters: Arc<Counters>,
-    policy: Arc<BatchPolicy>,
-) {
-    let Some(push) = reply_socket(&ctx) else { return };
-    while let Ok(first) = rx.recv() {
-        let max = policy.max_queries.load(Ordering::Relaxed) as usize;
-        let mut jobs = vec![first];
-        if max > 0 {
-            // The timer starts at the first queued request's arrival, not at this worker.
-            let until = jobs[0].received + Duration::from_micros(policy.timeout_us.load(Ordering::Relaxed));
-            let mut total = protocol::peek_n_queries(&jobs[0].body) as usize;
-            while total < max {
-                match rx.recv_deadline(until) {
-                    Ok(j) => {
-                        total += protocol::peek_n_queries(&j.body) as usize;
-                        jobs.push(j);
-                    }
-                    Err(_) => break,
-                }
-            }
+impl Pending {
+    fn n_queries(&self) -> usize {
+        match self {
+            Pending::Encoded(job) => protocol::peek_n_queries(&job.body) as usize,
+            Pending::Prepared(p) => p.codes.len() / p.served.engine.encoder.width().max(1),
         }
-        let served = snapshot(&current);
-        let mut requests = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            match prepare(&served, &job) {
-                Ok(prepared) => requests.push(Admitted { envelope: job.envelope, received: job.received, prepared }),
-                Err(reply) => send_reply(&push, &counters, job.envelope, job.received, &reply),
-            }
+    }
+    fn received(&self) -> Instant {
+        match self {
+            Pending::Encoded(job) => job.received,
+            Pending::Prepared(p) => p.received,
         }
-        if !requests.is_empty() {
-            // Blocks while every executor is busy and the kernel queue is full: the request
-            // queue then fills and the broker answers "busy" (backpressure, nothing dropped).
-            let batch = KernelBatch { served, requests, enqueued: Instant::now() };
-            if kernels.send(batch).is_err() {
-                return;
-            }
+    }
+    fn refusal(self) -> (Frames, u64) {
+        match self {
+            Pending::Encoded(job) => job.refusal(),
+            Pending::Prepared(p) => (p.envelope, p.id),
         }
     }
 }
 
-/// A kernel executor (k): runs the compiled matcher with `threads` engine threads (e) on the
-/// batches the workers hand over, and sends the replies.
+/// A raw request a worker has decoded and encoded against `served`.
+struct Prepared {
+    envelope: Frames,
+    received: Instant,
+    served: Arc<Served>,
+    id: u64,
+    deadline_us: u64,
+    stop_after: usize,
+    codes: Vec<u32>,
+    queue_ns: u64,
+    encode_ns: u64,
+    /// When the worker put it in the kernel queue.
+    handed: Instant,
+}
+
+/// A worker (w): takes raw requests from the broker's queue, decodes and encodes them, answers
+/// the refused ones itself and hands the rest to the kernel queue. While a kernel matches, the
+/// workers encode what comes next (the seed's pipelining of the wrapper with the device).
+/// Pre-encoded requests do not come here: the broker hands them to the kernel queue directly.
+fn worker(
+    requests: Arc<HandOff<Job>>,
+    kernels: Producer<Pending>,
+    push: zmq::Socket,
+    current: Current,
+    counters: Arc<Counters>,
+) {
+    while let Some(job) = requests.pop() {
+        let served = snapshot(&current);
+        match prepare(&served, &job) {
+            Ok(p) => {
+                let (id, version) = (p.id, served.version);
+                let pending = Pending::Prepared(Prepared {
+                    envelope: job.envelope,
+                    received: job.received,
+                    served,
+                    id,
+                    deadline_us: p.deadline_us,
+                    stop_after: p.stop_after,
+                    codes: p.codes,
+                    queue_ns: p.queue_ns,
+                    encode_ns: p.encode_ns,
+                    handed: Instant::now(),
+                });
+                // Waits while the kernel queue is full: the request queue then fills and the
+                // broker answers "busy" (backpressure, nothing dropped).
+                if let Err(Pending::Prepared(p)) = kernels.push(pending) {
+                    let reply = Reply::status_only(id, Status::ShuttingDown, version, "the server is shutting down");
+                    send_reply(&push, &counters, p.envelope, p.received, &reply);
+                }
+            }
+            Err(reply) => send_reply(&push, &counters, job.envelope, job.received, &reply),
+        }
+    }
+}
+
+/// A kernel executor (k): takes work from the kernel queue by the batching policy, matches it
+/// with `threads` engine threads (e) and sends the replies.
 ///
 /// With the null matcher it answers every query "no match" without matching. It sums the wall
 /// time it spends matching and busy (two relaxed adds per batch): that splits its CPU time into
-/// match and the rest (`metrics::CpuAccounts`).
-fn kernel_executor(rx: Receiver<KernelBatch>, ctx: zmq::Context, counters: Arc<Counters>, threads: usize) {
-    let Some(push) = reply_socket(&ctx) else { return };
-    let null = counters.null_matcher;
-    while let Ok(batch) = rx.recv() {
+/// match and the rest (`metrics::CpuAccounts`); on a device matcher the executor's time in the
+/// match call is the host's cost of feeding the device, so none of it counts as match.
+fn kernel_executor(
+    queue: Arc<HandOff<Pending>>,
+    push: zmq::Socket,
+    current: Current,
+    counters: Arc<Counters>,
+    policy: Arc<BatchPolicy>,
+    threads: usize,
+) {
+    let mut scratch = Scratch::default();
+    while let Some(first) = queue.pop() {
         let taken = Instant::now();
-        let kernel_queue_ns = taken.saturating_duration_since(batch.enqueued).as_nanos() as u64;
-        let (replies, match_ns) = execute_batch(&batch.served, &batch.requests, threads, kernel_queue_ns, null);
-        for (req, reply) in batch.requests.into_iter().zip(replies) {
-            send_reply(&push, &counters, req.envelope, req.received, &reply);
+        let mut pending = vec![first];
+        gather(&queue, &policy, &mut pending);
+        let served = snapshot(&current);
+        let groups = admit(&served, pending, taken, &mut scratch, |envelope, received, reply| {
+            send_reply(&push, &counters, envelope, received, &reply)
+        });
+        let mut match_ns = 0;
+        for mut group in groups {
+            let on_device = group.served.engine.matcher.on_device();
+            let ns =
+                execute_group(&mut group, threads, counters.null_matcher, &mut scratch, |envelope, received, reply| {
+                    send_ok(&push, &counters, envelope, received, reply)
+                });
+            if !on_device {
+                match_ns += ns;
+            }
+            scratch.recycle(group);
         }
         counters.cpu.match_wall_ns.fetch_add(match_ns, Ordering::Relaxed);
         counters.cpu.busy_wall_ns.fetch_add(taken.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
 }
 
-/// A decoded, encoded request ready to match.
-struct Prepared {
+/// Takes more work from the kernel queue by the policy (see [`BatchPolicy`]).
+fn gather(queue: &HandOff<Pending>, policy: &BatchPolicy, pending: &mut Vec<Pending>) {
+    let max = policy.max_queries.load(Ordering::Relaxed) as usize;
+    if max == 0 {
+        return;
+    }
+    let timeout = Duration::from_micros(policy.timeout_us.load(Ordering::Relaxed));
+    // The timer starts at the first queued request's arrival, not at this executor.
+    let until = pending[0].received() + timeout;
+    let mut total = pending[0].n_queries();
+    while total < max {
+        let next = if timeout.is_zero() {
+            queue.try_pop()
+        } else {
+            match queue.pop_until(until) {
+                Popped::Item(p) => Some(p),
+                Popped::TimedOut | Popped::Closed => None,
+            }
+        };
+        let Some(p) = next else { break };
+        total += p.n_queries();
+        pending.push(p);
+    }
+}
+
+/// Buffers an executor keeps from batch to batch, so a batch allocates no codes or answers.
+#[derive(Default)]
+struct Scratch {
+    codes: Vec<Vec<u32>>,
+    rules: Vec<u32>,
+}
+
+impl Scratch {
+    fn codes(&mut self) -> Vec<u32> {
+        let mut v = self.codes.pop().unwrap_or_default();
+        v.clear();
+        v
+    }
+    fn recycle(&mut self, group: Group) {
+        self.codes.push(group.codes);
+    }
+}
+
+/// Requests of one batch encoded against one rule-set version, their codes back to back.
+struct Group {
+    served: Arc<Served>,
+    /// The rows of the requests matched together, in order.
+    codes: Vec<u32>,
+    requests: Vec<Ready>,
+}
+
+/// One request of a [`Group`], ready to match.
+struct Ready {
+    envelope: Frames,
+    received: Instant,
+    id: u64,
+    stop_after: usize,
+    /// Its rows in the group's `codes` (requests without early stop), or its own codes.
+    rows: std::ops::Range<usize>,
+    own: Vec<u32>,
+    queue_ns: u64,
+    encode_ns: u64,
+    kernel_queue_ns: u64,
+}
+
+/// Checks what the executor took and sorts it into groups by rule-set version: a pre-encoded
+/// request is read in place against `served` (fingerprint, version, width, deadline) and its
+/// codes copied once into the group's batch; a prepared one joins the group of the version it
+/// was encoded with. Refusals go to `refuse` at once.
+fn admit(
+    served: &Arc<Served>,
+    pending: Vec<Pending>,
+    taken: Instant,
+    scratch: &mut Scratch,
+    mut refuse: impl FnMut(Frames, Instant, Reply),
+) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::with_capacity(1);
+    let now_us = now_unix_us();
+    let expired = |deadline_us: u64| deadline_us != 0 && now_us > deadline_us;
+    for p in pending {
+        match p {
+            Pending::Encoded(job) => {
+                let t = Instant::now();
+                let view = match check_encoded(served, &job.body) {
+                    Ok(view) => view,
+                    Err(reply) => {
+                        refuse(job.envelope, job.received, reply);
+                        continue;
+                    }
+                };
+                let h = view.header;
+                if expired(h.deadline_us) {
+                    let why = "deadline passed while queued";
+                    let reply = Reply::status_only(h.request_id, Status::DeadlineExceeded, served.version, why);
+                    refuse(job.envelope, job.received, reply);
+                    continue;
+                }
+                let g = group_of(&mut groups, served, scratch);
+                let mut ready = Ready {
+                    envelope: Vec::new(),
+                    received: job.received,
+                    id: h.request_id,
+                    stop_after: h.stop_after as usize,
+                    rows: 0..0,
+                    own: Vec::new(),
+                    queue_ns: taken.saturating_duration_since(job.received).as_nanos() as u64,
+                    encode_ns: 0,
+                    kernel_queue_ns: 0,
+                };
+                g.take_codes(&mut ready, |out| view.append_codes(out));
+                ready.encode_ns = t.elapsed().as_nanos() as u64; // the in-place read and the one copy
+                ready.envelope = job.envelope;
+                g.requests.push(ready);
+            }
+            Pending::Prepared(p) => {
+                if expired(p.deadline_us) {
+                    let why = "deadline passed in the kernel queue";
+                    let reply = Reply::status_only(p.id, Status::DeadlineExceeded, p.served.version, why);
+                    refuse(p.envelope, p.received, reply);
+                    continue;
+                }
+                let g = group_of(&mut groups, &p.served, scratch);
+                let mut ready = Ready {
+                    envelope: p.envelope,
+                    received: p.received,
+                    id: p.id,
+                    stop_after: p.stop_after,
+                    rows: 0..0,
+                    own: Vec::new(),
+                    queue_ns: p.queue_ns,
+                    encode_ns: p.encode_ns,
+                    kernel_queue_ns: taken.saturating_duration_since(p.handed).as_nanos() as u64,
+                };
+                g.take_codes(&mut ready, |out| out.extend_from_slice(&p.codes));
+                g.requests.push(ready);
+            }
+        }
+    }
+    groups
+}
+
+/// The group of `served`'s version in `groups`, added if new.
+fn group_of<'g>(groups: &'g mut Vec<Group>, served: &Arc<Served>, scratch: &mut Scratch) -> &'g mut Group {
+    let at = match groups.iter().position(|g| Arc::ptr_eq(&g.served, served)) {
+        Some(i) => i,
+        None => {
+            groups.push(Group { served: served.clone(), codes: scratch.codes(), requests: Vec::new() });
+            groups.len() - 1
+        }
+    };
+    &mut groups[at]
+}
+
+impl Group {
+    /// Puts a request's codes (what `append` appends) where it is matched: into the group's
+    /// batch, or, with early stop, its own.
+    fn take_codes(&mut self, ready: &mut Ready, append: impl FnOnce(&mut Vec<u32>)) {
+        if ready.stop_after == 0 {
+            let w = self.served.engine.encoder.width().max(1);
+            let start = self.codes.len() / w;
+            append(&mut self.codes);
+            ready.rows = start..self.codes.len() / w;
+        } else {
+            append(&mut ready.own);
+        }
+    }
+}
+
+/// Reads a pre-encoded frame in place and checks it against the served rule set.
+fn check_encoded<'a>(served: &Served, body: &'a [u8]) -> Result<protocol::EncodedView<'a>, Reply> {
+    let version = served.version;
+    let id = protocol::peek_request_id(body);
+    let view = match protocol::encoded_view(body) {
+        Ok(Some(view)) => view,
+        Ok(None) => return Err(Reply::status_only(id, Status::Malformed, version, "not an encoded request")),
+        Err(e) => return Err(Reply::status_only(id, Status::Malformed, version, e.to_string())),
+    };
+    if view.header.criteria_fingerprint != served.criteria_fingerprint {
+        return Err(fingerprint_refusal(served, id, view.header.criteria_fingerprint));
+    }
+    let w = served.engine.encoder.width();
+    if view.encoding_version != version || view.width as usize != w {
+        return Err(Reply::status_only(id, Status::BadRequest, version, encoding_mismatch(&view, version, w)));
+    }
+    Ok(view)
+}
+
+fn encoding_mismatch(view: &protocol::EncodedView<'_>, version: u64, w: usize) -> String {
+    format!(
+        "queries were encoded for rule-set version {} (width {}); this server has version {version} (width {w}): \
+         re-encode (fetch the dictionary again) or send raw values",
+        view.encoding_version, view.width
+    )
+}
+
+fn fingerprint_refusal(served: &Served, id: u64, fingerprint: u64) -> Reply {
+    let rt = &served.engine.rules().rule_type;
+    Reply::status_only(
+        id,
+        Status::BadRequest,
+        served.version,
+        format!(
+            "the request's columns follow criteria with fingerprint {fingerprint:016x}, not this server's: rule type \
+             {} expects {} criteria in this order: {} (fingerprint {:016x}); send the columns by these names \
+             (offload.serve.Client(criteria=...))",
+            rt.code,
+            rt.criteria.len(),
+            served.criteria_names(),
+            served.criteria_fingerprint
+        ),
+    )
+}
+
+/// A raw request decoded and encoded by a worker.
+struct Encoded {
     id: u64,
     deadline_us: u64,
     stop_after: usize,
@@ -973,8 +1290,9 @@ struct Prepared {
     encode_ns: u64,
 }
 
-/// Checks the deadline, decodes and encodes one request, or returns the reply refusing it.
-fn prepare(served: &Served, job: &Job) -> Result<Prepared, Reply> {
+/// Checks the deadline, decodes and encodes one raw request, or returns the reply refusing it.
+/// (A pre-encoded request that reaches a worker is decoded here too.)
+fn prepare(served: &Served, job: &Job) -> Result<Encoded, Reply> {
     let t_start = Instant::now();
     let queue_ns = t_start.duration_since(job.received).as_nanos() as u64;
     let id = protocol::peek_request_id(&job.body);
@@ -983,52 +1301,29 @@ fn prepare(served: &Served, job: &Job) -> Result<Prepared, Reply> {
     if deadline_us != 0 && now_unix_us() > deadline_us {
         return Err(Reply::status_only(id, Status::DeadlineExceeded, version, "deadline passed while queued"));
     }
+    if let Ok(Some(_)) = protocol::encoded_view(&job.body) {
+        let view = check_encoded(served, &job.body)?;
+        let mut codes = Vec::new();
+        view.append_codes(&mut codes);
+        let (id, stop_after) = (view.header.request_id, view.header.stop_after as usize);
+        let encode_ns = t_start.elapsed().as_nanos() as u64;
+        return Ok(Encoded { id, deadline_us, stop_after, codes, queue_ns, encode_ns });
+    }
     let req = protocol::decode_request(&job.body)
         .map_err(|e| Reply::status_only(id, Status::Malformed, version, e.to_string()))?;
     if req.criteria_fingerprint != served.criteria_fingerprint {
-        let rt = &served.engine.rules().rule_type;
-        return Err(Reply::status_only(
-            id,
-            Status::BadRequest,
-            version,
-            format!(
-                "the request's columns follow criteria with fingerprint {:016x}, not this server's: rule type {} \
-                 expects {} criteria in this order: {} (fingerprint {:016x}); send the columns by these names \
-                 (offload.serve.Client(criteria=...))",
-                req.criteria_fingerprint,
-                rt.code,
-                rt.criteria.len(),
-                served.criteria_names(),
-                served.criteria_fingerprint
-            ),
-        ));
+        return Err(fingerprint_refusal(served, id, req.criteria_fingerprint));
     }
-    let enc = &served.engine.encoder;
-    let w = enc.width();
-    let codes = match req.payload {
-        Payload::Raw(cols) => {
-            let offsets: Vec<Vec<i64>> = cols.iter().map(|c| c.offsets.iter().map(|&o| o as i64).collect()).collect();
-            let raw: Result<Vec<RawColumn>, String> =
-                cols.iter().zip(&offsets).map(|(c, o)| PackedStrings::new(&c.data, o).map(RawColumn::Packed)).collect();
-            raw.and_then(|raw| enc.encode_columns(&raw).map_err(|e| e.to_string()))
-                .map_err(|e| Reply::status_only(id, Status::BadRequest, version, e))?
-        }
-        Payload::Encoded { encoding_version, width, codes } => {
-            if encoding_version != version || width as usize != w {
-                return Err(Reply::status_only(
-                    id,
-                    Status::BadRequest,
-                    version,
-                    format!(
-                        "queries were encoded for rule-set version {encoding_version} (width {width}); \
-                         this server has version {version} (width {w}): re-encode or send raw values"
-                    ),
-                ));
-            }
-            codes
-        }
+    let Payload::Raw(cols) = req.payload else {
+        return Err(Reply::status_only(id, Status::Malformed, version, "not a raw request"));
     };
-    Ok(Prepared {
+    let offsets: Vec<Vec<i64>> = cols.iter().map(|c| c.offsets.iter().map(|&o| o as i64).collect()).collect();
+    let raw: Result<Vec<RawColumn>, String> =
+        cols.iter().zip(&offsets).map(|(c, o)| PackedStrings::new(&c.data, o).map(RawColumn::Packed)).collect();
+    let codes = raw
+        .and_then(|raw| served.engine.encoder.encode_columns(&raw).map_err(|e| e.to_string()))
+        .map_err(|e| Reply::status_only(id, Status::BadRequest, version, e))?;
+    Ok(Encoded {
         id: req.request_id,
         deadline_us,
         stop_after: req.stop_after as usize,
@@ -1045,122 +1340,111 @@ struct Matched {
     device: Option<DeviceStages>,
 }
 
-fn finish(served: &Served, p: &Prepared, rule: Vec<u32>, kernel_queue_ns: u64, matched: Matched) -> Reply {
+/// An answered request, as [`send_ok`] encodes it.
+struct Answer<'a> {
+    served: &'a Served,
+    ready: &'a Ready,
+    rule: &'a [u32],
+    matched: Matched,
+}
+
+/// Encodes and sends one Ok reply (no intermediate vectors: the contents are looked up as the
+/// frame is written), counting it and recording its stage timings.
+fn send_ok(push: &zmq::Socket, counters: &Counters, envelope: Frames, received: Instant, a: Answer<'_>) {
     let t = Instant::now();
-    let contents = &served.engine.rules().contents;
-    let content: Vec<i64> = rule.iter().map(|&r| if r == NO_MATCH { 0 } else { contents[r as usize] }).collect();
-    let mut stages_ns = vec![
-        (Stage::Queue as u8, p.queue_ns),
-        (Stage::Encode as u8, p.encode_ns),
-        (Stage::KernelQueue as u8, kernel_queue_ns),
-        (Stage::Match as u8, matched.ns),
-    ];
-    if let Some(d) = matched.device {
+    let r = a.ready;
+    let mut stages_ns = [(0u8, 0u64); 8];
+    let mut n = 0;
+    let mut stage = |s: Stage, ns: u64| {
+        stages_ns[n] = (s as u8, ns);
+        n += 1;
+    };
+    stage(Stage::Queue, r.queue_ns);
+    stage(Stage::Encode, r.encode_ns);
+    stage(Stage::KernelQueue, r.kernel_queue_ns);
+    stage(Stage::Match, a.matched.ns);
+    if let Some(d) = a.matched.device {
         let ns = |s: f64| (s * 1e9) as u64;
-        stages_ns.extend([
-            (Stage::H2d as u8, ns(d.h2d_s)),
-            (Stage::Kernel as u8, ns(d.kernel_s)),
-            (Stage::D2h as u8, ns(d.d2h_s)),
-        ]);
+        stage(Stage::H2d, ns(d.h2d_s));
+        stage(Stage::Kernel, ns(d.kernel_s));
+        stage(Stage::D2h, ns(d.d2h_s));
     }
-    stages_ns.push((Stage::Reply as u8, t.elapsed().as_nanos() as u64));
-    Reply {
-        request_id: p.id,
-        status: Status::Ok,
-        ruleset_version: served.version,
-        rule,
-        content,
-        stages_ns,
-        message: String::new(),
-    }
+    let contents = &a.served.engine.rules().contents;
+    let content = a.rule.iter().map(|&x| if x == NO_MATCH { 0 } else { contents[x as usize] });
+    // The reply stage: building this frame, measured up to here.
+    stage(Stage::Reply, t.elapsed().as_nanos() as u64);
+    let body = protocol::encode_ok_reply(r.id, a.served.version, a.rule, content, &stages_ns[..n]);
+    counters.ok.fetch_add(1, Ordering::Relaxed);
+    counters.queries.fetch_add(a.rule.len() as u64, Ordering::Relaxed);
+    record_stages(counters, &stages_ns[..n], received);
+    let mut frames = envelope;
+    frames.push(body.into());
+    let _ = push.send_multipart(frames, 0);
 }
 
-/// Matches one request alone; with `stop_after`, in growing chunks (64, 128, ...) until that
-/// many queries have matched (the seed's related-query batching with early stop).
-fn match_alone(served: &Served, p: &Prepared, threads: usize, kernel_queue_ns: u64) -> (Reply, u64) {
-    let t = Instant::now();
-    let w = served.engine.encoder.width();
-    let n = p.codes.len() / w;
-    let matcher = &*served.engine.matcher;
-    let mut rule = vec![NO_MATCH; n];
-    let mut device = None;
-    if p.stop_after == 0 {
-        device = match_staged(matcher, &p.codes, &mut rule, threads);
-    } else {
-        let (mut done, mut chunk, mut found) = (0usize, 64usize, 0usize);
-        while done < n && found < p.stop_after {
-            let end = (done + chunk).min(n);
-            match_parallel(matcher, &p.codes[done * w..end * w], &mut rule[done..end], threads);
-            found += rule[done..end].iter().filter(|&&r| r != NO_MATCH).count();
-            done = end;
-            chunk *= 2;
-        }
-        rule.truncate(done);
-    }
-    let matched = Matched { ns: t.elapsed().as_nanos() as u64, device };
-    (finish(served, p, rule, kernel_queue_ns, matched), matched.ns)
-}
-
-/// Executes one kernel batch: requests whose deadline passed in the kernel queue are refused
-/// unexecuted; the others without early stop are matched in one call over their concatenated
-/// queries; every request gets its own reply, in order. With `null` (the null matcher) none is
-/// matched: each is answered "no match" for every query. Returns the replies and the wall ns
-/// spent matching.
-fn execute_batch(
-    served: &Served,
-    requests: &[Admitted],
+/// Matches one group: the requests without early stop in one matcher call over their
+/// concatenated rows, the others alone in growing chunks (64, 128, ...) until enough queries
+/// matched (the seed's related-query batching with early stop); with `null` (the null matcher)
+/// none is matched and every query is answered "no match". Each request gets its own reply, in
+/// order, through `answer`. Returns the wall ns spent matching.
+fn execute_group(
+    group: &mut Group,
     threads: usize,
-    kernel_queue_ns: u64,
     null: bool,
-) -> (Vec<Reply>, u64) {
-    let now = now_unix_us();
-    let expired = |p: &Prepared| p.deadline_us != 0 && now > p.deadline_us;
-    let w = served.engine.encoder.width();
-    let batchable: Vec<&Prepared> =
-        requests.iter().map(|r| &r.prepared).filter(|p| !null && p.stop_after == 0 && !expired(p)).collect();
-    let mut shared: Vec<Vec<u32>> = Vec::new();
-    let mut shared_matched = Matched::default();
-    if batchable.len() > 1 {
+    scratch: &mut Scratch,
+    mut answer: impl FnMut(Frames, Instant, Answer<'_>),
+) -> u64 {
+    let served = &*group.served.clone();
+    let w = served.engine.encoder.width().max(1);
+    let matcher = &*served.engine.matcher;
+    let rules = &mut scratch.rules;
+    rules.clear();
+    rules.resize(group.codes.len() / w, NO_MATCH);
+    let mut shared = Matched::default();
+    if !null && !rules.is_empty() {
         let t = Instant::now();
-        let codes: Vec<u32> = batchable.iter().flat_map(|p| p.codes.iter().copied()).collect();
-        let mut rule = vec![NO_MATCH; codes.len() / w];
-        let device = match_staged(&*served.engine.matcher, &codes, &mut rule, threads);
-        shared_matched = Matched { ns: t.elapsed().as_nanos() as u64, device };
-        let mut rest = rule.as_slice();
-        for p in &batchable {
-            let (mine, tail) = rest.split_at(p.codes.len() / w);
-            shared.push(mine.to_vec());
-            rest = tail;
+        let device = match_staged(matcher, &group.codes, rules, threads);
+        shared = Matched { ns: t.elapsed().as_nanos() as u64, device };
+    }
+    let mut match_ns = shared.ns;
+    for r in &mut group.requests {
+        let envelope = std::mem::take(&mut r.envelope);
+        let r = &*r;
+        if r.stop_after == 0 {
+            answer(envelope, r.received, Answer { served, ready: r, rule: &rules[r.rows.clone()], matched: shared });
+        } else {
+            let (rule, matched) = match_early_stop(served, &r.own, r.stop_after, threads, null);
+            match_ns += matched.ns;
+            answer(envelope, r.received, Answer { served, ready: r, rule: &rule, matched });
         }
     }
-    let mut shared = shared.into_iter();
-    let mut match_ns = shared_matched.ns;
-    let replies = requests
-        .iter()
-        .map(|r| {
-            let p = &r.prepared;
-            if expired(p) {
-                Reply::status_only(
-                    p.id,
-                    Status::DeadlineExceeded,
-                    served.version,
-                    "deadline passed in the kernel queue",
-                )
-            } else if null {
-                finish(served, p, vec![NO_MATCH; p.codes.len() / w], kernel_queue_ns, Matched::default())
-            } else {
-                // Only requests without early stop were matched together.
-                let rule = if p.stop_after == 0 { shared.next() } else { None };
-                match rule {
-                    Some(rule) => finish(served, p, rule, kernel_queue_ns, shared_matched),
-                    None => {
-                        let (reply, ns) = match_alone(served, p, threads, kernel_queue_ns);
-                        match_ns += ns;
-                        reply
-                    }
-                }
-            }
-        })
-        .collect();
-    (replies, match_ns)
+    match_ns
+}
+
+/// Matches `codes` in growing chunks (64, 128, ...) until `stop_after` queries have matched.
+fn match_early_stop(
+    served: &Served,
+    codes: &[u32],
+    stop_after: usize,
+    threads: usize,
+    null: bool,
+) -> (Vec<u32>, Matched) {
+    let t = Instant::now();
+    let w = served.engine.encoder.width().max(1);
+    let n = codes.len() / w;
+    let mut rule = vec![NO_MATCH; n];
+    if null {
+        return (rule, Matched::default());
+    }
+    let matcher = &*served.engine.matcher;
+    let (mut done, mut chunk, mut found) = (0usize, 64usize, 0usize);
+    while done < n && found < stop_after {
+        let end = (done + chunk).min(n);
+        match_parallel(matcher, &codes[done * w..end * w], &mut rule[done..end], threads);
+        found += rule[done..end].iter().filter(|&&r| r != NO_MATCH).count();
+        done = end;
+        chunk *= 2;
+    }
+    rule.truncate(done);
+    (rule, Matched { ns: t.elapsed().as_nanos() as u64, device: None })
 }
