@@ -67,8 +67,10 @@ pub struct Settings {
     #[arg(long, env = "OFFLOAD_SERVE_RULES", value_name = "FILE")]
     pub rules: Option<PathBuf>,
     /// linear, nfa, nfa:<given|asc|desc|h2>, fast, gpu-host (the GPU's algorithm on the CPU),
-    /// gpu (the kernel executors run on the CUDA device), or null (benchmarks only: no matching,
-    /// every query answered "no match", to measure the service's own cost)
+    /// gpu (the kernel executors run on the CUDA device), null (benchmarks only: no matching,
+    /// every query answered "no match", to measure the service's own cost), or emulated
+    /// (benchmarks only: a device emulated from --emulate-profile, exact answers precomputed for
+    /// --emulate-queries)
     #[arg(long, env = "OFFLOAD_SERVE_MATCHER", value_name = "NAME", default_value = "fast")]
     pub matcher: Option<String>,
     /// Data endpoint to bind (repeat): tcp://127.0.0.1:5555, ipc:///tmp/x. An address off
@@ -136,11 +138,24 @@ pub struct Settings {
     /// Allow the metrics page off loopback (counters only) [default: refused]
     #[arg(long, env = "OFFLOAD_SERVE_ALLOW_REMOTE_METRICS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub allow_remote_metrics: Option<bool>,
+    /// With --matcher emulated (benchmarks only): the device profile whose [costs] each batch is
+    /// held for, e.g. data/plans/whatif/gpu-h200.toml [default: none; needed then]
+    #[arg(long, env = "OFFLOAD_SERVE_EMULATE_PROFILE", value_name = "FILE")]
+    pub emulate_profile: Option<PathBuf>,
+    /// With --matcher emulated: the queries (a query CSV, the benchmark's trace) whose answers the
+    /// fast matcher precomputes; other rows are matched on the emulated device's thread, counted
+    /// as misses [default: none; needed then]
+    #[arg(long, env = "OFFLOAD_SERVE_EMULATE_QUERIES", value_name = "FILE")]
+    pub emulate_queries: Option<PathBuf>,
 }
 
 /// `--matcher null`: the service's benchmark-only matcher (`Config::null_matcher`); it is no
 /// [`MatcherKind`], so nothing outside the service can pick it.
 pub const NULL_MATCHER: &str = "null";
+
+/// `--matcher emulated`: the service's benchmark-only emulated device ([`crate::emulated`]); no
+/// [`MatcherKind`] either. The engine compiles as `fast`, which precomputes its answers.
+pub const EMULATED_MATCHER: &str = crate::emulated::NAME;
 
 /// Settings with every default filled in and checked: what the daemon runs.
 #[derive(Debug, Clone)]
@@ -149,6 +164,8 @@ pub struct Resolved {
     pub rules: PathBuf,
     pub matcher: MatcherKind,
     pub config: Config,
+    /// `--matcher emulated`: the device profile (read) and the trace to precompute.
+    pub emulate: Option<crate::emulated::Spec>,
 }
 
 impl Default for Config {
@@ -261,7 +278,10 @@ impl Settings {
     pub fn from_toml(text: &str, base: &Path) -> Result<Settings, String> {
         let mut s: Settings = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
         let lists = [&mut s.curve_clients, &mut s.curve_data_clients, &mut s.reload_dirs];
-        let paths = [&mut s.ruletype, &mut s.rules, &mut s.curve_secret_key].into_iter().flatten();
+        let paths =
+            [&mut s.ruletype, &mut s.rules, &mut s.curve_secret_key, &mut s.emulate_profile, &mut s.emulate_queries]
+                .into_iter()
+                .flatten();
         for p in paths.chain(lists.into_iter().flatten().flatten()) {
             if p.is_relative() {
                 *p = base.join(&*p);
@@ -283,11 +303,36 @@ impl Settings {
             // match call. The engine still compiles (the workers encode with it), as `linear`,
             // the cheapest to build.
             NULL_MATCHER => MatcherKind::Linear,
+            EMULATED_MATCHER => MatcherKind::Fast,
             name => name.parse::<MatcherKind>()?,
         };
+        let emulate = s.emulate()?;
         let security = s.security(&ruletype, &rules)?;
         let config = s.daemon_config(security)?;
-        Ok(Resolved { ruletype, rules, matcher, config })
+        Ok(Resolved { ruletype, rules, matcher, config, emulate })
+    }
+
+    /// `--matcher emulated` with its two files (the profile read here, so that a bad one fails
+    /// before the rules load); the two files without it are a mistake, said so.
+    fn emulate(&self) -> Result<Option<crate::emulated::Spec>, String> {
+        let on = self.matcher.as_deref() == Some(EMULATED_MATCHER);
+        match (on, &self.emulate_profile, &self.emulate_queries) {
+            (true, Some(profile), Some(queries)) => Ok(Some(crate::emulated::Spec {
+                profile: profile.clone(),
+                costs: crate::emulated::DeviceCosts::from_file(profile)?,
+                queries: queries.clone(),
+            })),
+            (true, _, _) => {
+                Err("--matcher emulated (benchmarks only) needs --emulate-profile FILE (a device profile, \
+                                 e.g. data/plans/whatif/gpu-h200.toml) and --emulate-queries FILE (the benchmark's \
+                                 queries, whose answers are precomputed)"
+                    .into())
+            }
+            (false, None, None) => Ok(None),
+            (false, _, _) => {
+                Err("--emulate-profile and --emulate-queries are for --matcher emulated (benchmarks only)".into())
+            }
+        }
     }
 
     /// The daemon's configuration from settings with the defaults filled in (see `resolve`).
@@ -483,6 +528,37 @@ mod tests {
         assert!(r.config.null_matcher);
         assert!(!base.resolve().unwrap().config.null_matcher);
         assert!("null".parse::<MatcherKind>().is_err(), "the rule engine has no null matcher");
+    }
+
+    #[test]
+    fn emulated_needs_its_profile_and_queries_and_only_it_takes_them() {
+        let base = Settings { ruletype: Some("a".into()), rules: Some("b".into()), ..Settings::default() };
+        let profile = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/plans/whatif/gpu-h200.toml");
+        let emulated = Settings {
+            matcher: Some("emulated".into()),
+            emulate_profile: Some(profile.clone()),
+            emulate_queries: Some("q.csv".into()),
+            ..base.clone()
+        };
+        let r = emulated.clone().resolve().unwrap();
+        assert_eq!(r.matcher, MatcherKind::Fast);
+        let spec = r.emulate.unwrap();
+        assert_eq!((spec.profile, spec.queries), (profile.clone(), PathBuf::from("q.csv")));
+        assert!(spec.costs.kernel_fixed_s > 0.0 && !r.config.null_matcher);
+        let e = Settings { emulate_queries: None, ..emulated.clone() }.resolve().unwrap_err();
+        assert!(e.contains("--emulate-queries FILE") && !e.contains('\n'), "{e}");
+        let e = Settings { emulate_profile: Some("/nonexistent/p.toml".into()), ..emulated.clone() }.resolve();
+        assert!(e.unwrap_err().starts_with("device profile /nonexistent/p.toml: "));
+        let e = Settings { matcher: Some("fast".into()), ..emulated }.resolve().unwrap_err();
+        assert!(e.contains("are for --matcher emulated"), "{e}");
+        assert!(base.resolve().unwrap().emulate.is_none());
+        assert!("emulated".parse::<MatcherKind>().is_err(), "the rule engine has no emulated matcher");
+        let s = args(&["--matcher", "emulated", "--emulate-profile", "p.toml", "--emulate-queries", "q.csv"]).unwrap();
+        assert_eq!(s.emulate_profile.as_deref(), Some(Path::new("p.toml")));
+        let s =
+            Settings::from_toml("emulate_profile = 'p.toml'\nemulate_queries = '/q.csv'\n", Path::new("/cfg")).unwrap();
+        assert_eq!(s.emulate_profile.as_deref(), Some(Path::new("/cfg/p.toml")));
+        assert_eq!(s.emulate_queries.as_deref(), Some(Path::new("/q.csv")));
     }
 
     #[test]
