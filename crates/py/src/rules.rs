@@ -9,7 +9,7 @@ use offload_rules::{self as rules, Engine, LoadError, MatcherKind, PackedStrings
 use pyo3::create_exception;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString};
+use pyo3::types::{PyBytes, PyList, PyString};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -140,6 +140,101 @@ pub(crate) fn extract_columns<'py>(columns: &Bound<'py, PyList>) -> PyResult<Vec
         .collect()
 }
 
+/// Encodes raw query columns (list of str, int64 array or packed, one per criterion) with
+/// `enc` into row-major codes, the GIL released.
+fn encode_columns(py: Python<'_>, enc: &rules::Encoder, columns: &Bound<'_, PyList>) -> PyResult<Vec<u32>> {
+    let owned = extract_columns(columns)?;
+    let strs: Vec<Vec<&str>> = owned
+        .iter()
+        .map(|c| match c {
+            OwnedColumn::Str(v) => v.iter().map(|s| s.to_str()).collect::<PyResult<Vec<&str>>>(),
+            _ => Ok(Vec::new()),
+        })
+        .collect::<PyResult<_>>()?;
+    let contiguous = |what: &str| PyValueError::new_err(format!("{what} array must be contiguous"));
+    let raw: Vec<RawColumn> = owned
+        .iter()
+        .zip(strs)
+        .map(|(c, s)| {
+            Ok(match c {
+                OwnedColumn::Int(a) => RawColumn::Int(a.as_slice().map_err(|_| contiguous("int64"))?),
+                OwnedColumn::Str(_) => RawColumn::Str(s),
+                OwnedColumn::Packed(d, o) => RawColumn::Packed(
+                    PackedStrings::new(
+                        d.as_slice().map_err(|_| contiguous("string data"))?,
+                        o.as_slice().map_err(|_| contiguous("offsets"))?,
+                    )
+                    .map_err(PyValueError::new_err)?,
+                ),
+            })
+        })
+        .collect::<PyResult<_>>()?;
+    py.allow_threads(|| enc.encode_columns(&raw)).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// A client-side encoder built from a server's dictionary bytes (`CompiledRules.dictionary`,
+/// or a dictionary reply of `offload serve`): the same codes as the server's encoder, without
+/// the rules (`offload_rules::Encoder::from_dictionary`).
+#[pyclass(module = "offload._native", frozen)]
+struct DictionaryEncoder {
+    encoder: rules::Encoder,
+    code_bits: u8,
+}
+
+#[pymethods]
+impl DictionaryEncoder {
+    /// Reads the dictionary; ValueError saying what is wrong with bytes that are not one.
+    #[new]
+    fn new(dictionary: &[u8]) -> PyResult<Self> {
+        let d = rules::EncoderDictionary::from_bytes(dictionary)
+            .map_err(|e| PyValueError::new_err(format!("bad encoder dictionary: {e}")))?;
+        let code_bits = d.max_code_bits();
+        let encoder = rules::Encoder::from_dictionary(d).map_err(PyValueError::new_err)?;
+        Ok(DictionaryEncoder { encoder, code_bits })
+    }
+    #[getter]
+    fn width(&self) -> usize {
+        self.encoder.width()
+    }
+    /// The rule type's code.
+    #[getter]
+    fn rule_type(&self) -> String {
+        self.encoder.rules().rule_type.code.clone()
+    }
+    /// The criterion codes, in column order.
+    #[getter]
+    fn criteria(&self) -> Vec<String> {
+        self.encoder.rules().rule_type.criteria.iter().map(|c| c.code.clone()).collect()
+    }
+    /// 16 when every code fits in a uint16, else 32.
+    #[getter]
+    fn code_bits(&self) -> u8 {
+        self.code_bits
+    }
+    /// Encodes raw query columns (as `CompiledRules.encode`) into an (n, width) array of
+    /// uint32, or uint16 with `code_bits=16` (ValueError where some code does not fit).
+    #[pyo3(signature = (columns, code_bits = 32))]
+    fn encode<'py>(&self, py: Python<'py>, columns: &Bound<'py, PyList>, code_bits: u8) -> PyResult<PyObject> {
+        if code_bits != 16 && code_bits != 32 {
+            return Err(PyValueError::new_err(format!("code_bits is 16 or 32, not {code_bits}")));
+        }
+        if code_bits < self.code_bits {
+            return Err(PyValueError::new_err(format!(
+                "this dictionary's codes need {} bits, not {code_bits}",
+                self.code_bits
+            )));
+        }
+        let codes = encode_columns(py, &self.encoder, columns)?;
+        let w = self.encoder.width();
+        let n = codes.len() / w;
+        if code_bits == 16 {
+            let narrow: Vec<u16> = codes.iter().map(|&c| c as u16).collect();
+            return Ok(narrow.into_pyarray(py).reshape([n, w])?.into_any().unbind());
+        }
+        Ok(codes.into_pyarray(py).reshape([n, w])?.into_any().unbind())
+    }
+}
+
 /// A rule set compiled for one matcher.
 #[pyclass(module = "offload._native", frozen)]
 struct CompiledRules {
@@ -178,37 +273,16 @@ impl CompiledRules {
     /// Encodes raw query columns (one per criterion, in rule-type order) into an (n, width)
     /// uint32 array.
     fn encode<'py>(&self, py: Python<'py>, columns: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyArray2<u32>>> {
-        let owned = extract_columns(columns)?;
-        let strs: Vec<Vec<&str>> = owned
-            .iter()
-            .map(|c| match c {
-                OwnedColumn::Str(v) => v.iter().map(|s| s.to_str()).collect::<PyResult<Vec<&str>>>(),
-                _ => Ok(Vec::new()),
-            })
-            .collect::<PyResult<_>>()?;
-        let contiguous = |what: &str| PyValueError::new_err(format!("{what} array must be contiguous"));
-        let raw: Vec<RawColumn> = owned
-            .iter()
-            .zip(strs)
-            .map(|(c, s)| {
-                Ok(match c {
-                    OwnedColumn::Int(a) => RawColumn::Int(a.as_slice().map_err(|_| contiguous("int64"))?),
-                    OwnedColumn::Str(_) => RawColumn::Str(s),
-                    OwnedColumn::Packed(d, o) => RawColumn::Packed(
-                        PackedStrings::new(
-                            d.as_slice().map_err(|_| contiguous("string data"))?,
-                            o.as_slice().map_err(|_| contiguous("offsets"))?,
-                        )
-                        .map_err(PyValueError::new_err)?,
-                    ),
-                })
-            })
-            .collect::<PyResult<_>>()?;
         let enc = &self.engine.encoder;
-        let codes = py.allow_threads(|| enc.encode_columns(&raw)).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let codes = encode_columns(py, enc, columns)?;
         let w = enc.width();
         let n = codes.len() / w;
         codes.into_pyarray(py).reshape([n, w])
+    }
+    /// The encoder's dictionary (`offload_rules::EncoderDictionary::to_bytes`): what
+    /// `DictionaryEncoder` needs to encode queries as this rule set does, without the rules.
+    fn dictionary<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.engine.encoder.dictionary().to_bytes())
     }
     /// Matches encoded queries; returns the winning rule index per query (2**32-1 = no match).
     #[pyo3(signature = (codes, threads = 1))]
@@ -351,6 +425,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("RuleError", m.py().get_type::<RuleError>())?;
     m.add_class::<RuleSet>()?;
     m.add_class::<CompiledRules>()?;
+    m.add_class::<DictionaryEncoder>()?;
     m.add_function(wrap_pyfunction!(load_queries, m)?)?;
     m.add_function(wrap_pyfunction!(eval_files, m)?)?;
     m.add_function(wrap_pyfunction!(time_encode, m)?)?;

@@ -126,8 +126,9 @@ fn encode_request<'py>(
     Ok(pyo3::types::PyBytes::new(py, &offload_serve::protocol::encode_request(&req)))
 }
 
-/// Builds a request frame from pre-encoded rows (`CompiledRules.encode`) for rule-set version
-/// `encoding_version` of the rule type whose criteria have `fingerprint`.
+/// Builds a request frame from pre-encoded rows (`CompiledRules.encode`, or
+/// `DictionaryEncoder.encode`) for rule-set version `encoding_version` of the rule type whose
+/// criteria have `fingerprint`: a uint32 array is layout 1, a uint16 one layout 2.
 #[pyfunction]
 fn encode_request_codes<'py>(
     py: Python<'py>,
@@ -136,20 +137,55 @@ fn encode_request_codes<'py>(
     stop_after: u32,
     fingerprint: u64,
     encoding_version: u64,
-    codes: PyReadonlyArray2<'py, u32>,
+    codes: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
     use offload_serve::protocol::{Payload, Request};
-    let (n, w) = (codes.shape()[0], codes.shape()[1]);
-    let flat = codes.as_slice().map_err(|_| PyValueError::new_err("codes must be C-contiguous"))?.to_vec();
-    let req = Request {
-        request_id,
-        deadline_us,
-        stop_after,
-        n_queries: n as u32,
-        criteria_fingerprint: fingerprint,
-        payload: Payload::Encoded { encoding_version, width: w as u16, codes: flat },
+    let contiguous = || PyValueError::new_err("codes must be C-contiguous");
+    let (n, payload) = if let Ok(a) = codes.extract::<PyReadonlyArray2<'py, u32>>() {
+        let (n, w) = (a.shape()[0], a.shape()[1]);
+        let codes = a.as_slice().map_err(|_| contiguous())?.to_vec();
+        (n, Payload::Encoded { encoding_version, width: width_u16(w)?, codes })
+    } else if let Ok(a) = codes.extract::<PyReadonlyArray2<'py, u16>>() {
+        let (n, w) = (a.shape()[0], a.shape()[1]);
+        let codes = a.as_slice().map_err(|_| contiguous())?.to_vec();
+        (n, Payload::Encoded16 { encoding_version, width: width_u16(w)?, codes })
+    } else {
+        return Err(PyValueError::new_err("codes must be a 2-d uint32 or uint16 array"));
     };
+    let n_queries = u32::try_from(n).map_err(|_| PyValueError::new_err("more than 2^32 - 1 queries"))?;
+    let req = Request { request_id, deadline_us, stop_after, n_queries, criteria_fingerprint: fingerprint, payload };
     Ok(pyo3::types::PyBytes::new(py, &offload_serve::protocol::encode_request(&req)))
+}
+
+fn width_u16(w: usize) -> PyResult<u16> {
+    u16::try_from(w).map_err(|_| PyValueError::new_err(format!("rows of {w} codes: at most 65535")))
+}
+
+/// A dictionary request frame (`offload_serve::protocol::encode_dictionary_request`).
+#[pyfunction]
+fn encode_dictionary_request(py: Python<'_>, request_id: u64) -> Bound<'_, pyo3::types::PyBytes> {
+    pyo3::types::PyBytes::new(py, &offload_serve::protocol::encode_dictionary_request(request_id))
+}
+
+/// Decodes a dictionary reply: (request_id, status, ruleset_version, criteria_fingerprint,
+/// code_bits, dictionary bytes (for `DictionaryEncoder`), message).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn decode_dictionary_reply<'py>(
+    py: Python<'py>,
+    frame: &[u8],
+) -> PyResult<(u64, String, u64, u64, u8, Bound<'py, pyo3::types::PyBytes>, String)> {
+    let r =
+        offload_serve::protocol::decode_dictionary_reply(frame).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok((
+        r.request_id,
+        format!("{:?}", r.status),
+        r.ruleset_version,
+        r.criteria_fingerprint,
+        r.code_bits,
+        pyo3::types::PyBytes::new(py, &r.dictionary),
+        r.message,
+    ))
 }
 
 /// Decodes a reply frame: (request_id, status, ruleset_version, rule u32[], content i64[],
@@ -268,6 +304,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_request, m)?)?;
     m.add_function(wrap_pyfunction!(encode_request_codes, m)?)?;
     m.add_function(wrap_pyfunction!(decode_reply, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_dictionary_request, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_dictionary_reply, m)?)?;
     m.add_function(wrap_pyfunction!(zmq_echo, m)?)?;
     m.add_function(wrap_pyfunction!(serve_bench, m)?)?;
     Ok(())

@@ -14,9 +14,21 @@
 //! One request is in flight at a time. The socket is a DEALER: ZeroMQ reconnects by itself, so
 //! a client outlives a daemon restart; a reply that does not come within the timeout is an
 //! error, and a late one is skipped by its request id.
+//!
+//! [`EncodingClient`] encodes queries itself, with the server's dictionary (fetched once per
+//! rule-set version, [`Client::fetch_dictionary`]), and sends codes instead of text:
+//!
+//! ```no_run
+//! use offload_serve::client::{Client, EncodingClient};
+//! let mut c = EncodingClient::new(Client::connect("tcp://127.0.0.1:5555")?);
+//! let columns = vec![vec!["II"], vec!["LHR"]]; // in the order of c.criteria()?
+//! let reply = c.call(&columns)?;
+//! # Ok::<(), offload_serve::client::ClientError>(())
+//! ```
 
 pub use crate::auth::CurveClient;
-use crate::protocol::{self, Payload, RawColumnOwned, Reply, Request};
+use crate::protocol::{self, DictionaryReply, Payload, RawColumnOwned, Reply, Request, Status};
+use offload_rules::{Encoder, EncoderDictionary, RawColumn};
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -173,6 +185,23 @@ impl Client {
         Ok(Client { _ctx: ctx, sock, next_id: 1, timeout: Duration::from_secs(10) })
     }
 
+    /// Asks the daemon for the encoding dictionary of the rule-set version it serves now
+    /// (`reply.dictionary`: [`EncoderDictionary::to_bytes`]; `reply.code_bits`: 16 when
+    /// 16-bit codes will do). [`EncodingClient`] does this for you.
+    pub fn fetch_dictionary(&mut self) -> Result<DictionaryReply, ClientError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(protocol::encode_dictionary_request(id))?;
+        self.receive(|frame| {
+            // A late reply to an earlier query is skipped, as any late reply.
+            if frame.starts_with(protocol::REPLY_MAGIC) {
+                return Ok(None);
+            }
+            let r = protocol::decode_dictionary_reply(frame).map_err(|e| ClientError::BadReply(e.to_string()))?;
+            Ok((r.request_id == id).then_some(r))
+        })
+    }
+
     /// Sends one request and waits for its reply (whatever its status: check `reply.status`).
     pub fn call(&mut self, query: Query) -> Result<Reply, ClientError> {
         query.check()?;
@@ -190,7 +219,23 @@ impl Client {
             criteria_fingerprint: query.criteria_fingerprint,
             payload: query.payload,
         };
-        self.sock.send(protocol::encode_request(&req), 0).map_err(|e| ClientError::Zmq(e.to_string()))?;
+        self.send(protocol::encode_request(&req))?;
+        self.receive(|frame| {
+            if frame.starts_with(protocol::DICTIONARY_REPLY_MAGIC) {
+                return Ok(None); // a late dictionary reply
+            }
+            let reply = protocol::decode_reply(frame).map_err(|e| ClientError::BadReply(e.to_string()))?;
+            Ok((reply.request_id == id).then_some(reply))
+        })
+    }
+
+    fn send(&mut self, frame: Vec<u8>) -> Result<(), ClientError> {
+        self.sock.send(frame, 0).map_err(|e| ClientError::Zmq(e.to_string()))
+    }
+
+    /// Waits up to the timeout for the frame `read` takes (`Some`), skipping the others: late
+    /// replies to requests that already timed out.
+    fn receive<T>(&mut self, mut read: impl FnMut(&[u8]) -> Result<Option<T>, ClientError>) -> Result<T, ClientError> {
         let until = Instant::now() + self.timeout;
         loop {
             let left = until.saturating_duration_since(Instant::now());
@@ -200,11 +245,148 @@ impl Client {
                 return Err(ClientError::Timeout(self.timeout));
             }
             let frame = self.sock.recv_bytes(0).map_err(|e| ClientError::Zmq(e.to_string()))?;
-            let reply = protocol::decode_reply(&frame).map_err(|e| ClientError::BadReply(e.to_string()))?;
-            if reply.request_id == id {
-                return Ok(reply);
+            if let Some(t) = read(&frame)? {
+                return Ok(t);
             }
-            // A late reply to a request that already timed out: skip it.
+        }
+    }
+}
+
+/// The dictionary of one rule-set version, ready to encode with.
+struct Cached {
+    version: u64,
+    fingerprint: u64,
+    code_bits: u8,
+    criteria: Vec<String>,
+    encoder: Encoder,
+}
+
+/// A client that encodes queries itself: it fetches the server's encoding dictionary
+/// ([`Client::fetch_dictionary`]), keeps it with its rule-set version, encodes raw columns
+/// locally ([`Encoder::from_dictionary`]: the server's codes) and sends 16-bit codes where every
+/// code fits (layout 2), else 32-bit ones. When the server has reloaded meanwhile, it answers
+/// the old version's codes `BadRequest` (never with an answer from another version's codes):
+/// the client then fetches the new dictionary once and sends again.
+pub struct EncodingClient {
+    client: Client,
+    cache: Option<Cached>,
+    /// Codes on the wire: `Some(32)` forces 32-bit codes; `None` (default) uses 16 where the
+    /// dictionary allows.
+    pub code_bits: Option<u8>,
+    /// How many dictionaries were fetched (the first, then one per version change seen).
+    pub fetches: u64,
+}
+
+impl EncodingClient {
+    pub fn new(client: Client) -> EncodingClient {
+        EncodingClient { client, cache: None, code_bits: None, fetches: 0 }
+    }
+
+    /// The plain client underneath (raw queries, its timeout).
+    pub fn client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    /// The rule-set version of the dictionary held, if any.
+    pub fn version(&self) -> Option<u64> {
+        self.cache.as_ref().map(|c| c.version)
+    }
+
+    /// The criterion codes the columns of [`EncodingClient::call`] follow, in order (fetched
+    /// with the dictionary when none is held).
+    pub fn criteria(&mut self) -> Result<Vec<String>, ClientError> {
+        Ok(self.cached()?.criteria.clone())
+    }
+
+    /// Fetches the dictionary of the version served now, replacing the one held.
+    pub fn refresh(&mut self) -> Result<(), ClientError> {
+        let r = self.client.fetch_dictionary()?;
+        if r.status != Status::Ok {
+            return Err(ClientError::BadReply(format!("dictionary request answered {:?}: {}", r.status, r.message)));
+        }
+        let d = EncoderDictionary::from_bytes(&r.dictionary).map_err(|e| ClientError::BadReply(e.to_string()))?;
+        let criteria: Vec<String> = d.criterion_codes().into_iter().map(String::from).collect();
+        if protocol::criteria_fingerprint(&criteria) != r.criteria_fingerprint {
+            return Err(ClientError::BadReply("the dictionary's criteria do not have the reply's fingerprint".into()));
+        }
+        let code_bits = d.max_code_bits().max(r.code_bits);
+        let encoder = Encoder::from_dictionary(d).map_err(ClientError::BadReply)?;
+        self.fetches += 1;
+        self.cache = Some(Cached {
+            version: r.ruleset_version,
+            fingerprint: r.criteria_fingerprint,
+            code_bits,
+            criteria,
+            encoder,
+        });
+        Ok(())
+    }
+
+    fn cached(&mut self) -> Result<&Cached, ClientError> {
+        if self.cache.is_none() {
+            self.refresh()?;
+        }
+        Ok(self.cache.as_ref().expect("fetched"))
+    }
+
+    /// Encodes raw columns (one per criterion of [`EncodingClient::criteria`], in order) with
+    /// the dictionary held (fetched if none): a query for its version. A value the encoder
+    /// refuses (a bad date, say) is `BadRequest`, saying which.
+    pub fn encode<S: AsRef<str>>(&mut self, columns: &[Vec<S>]) -> Result<Query, ClientError> {
+        let force = self.code_bits;
+        let c = self.cached()?;
+        let strs: Vec<Vec<&str>> = columns.iter().map(|col| col.iter().map(|v| v.as_ref()).collect()).collect();
+        let raw: Vec<RawColumn> = strs.into_iter().map(RawColumn::Str).collect();
+        let codes = c.encoder.encode_columns(&raw).map_err(|e| ClientError::BadRequest(e.to_string()))?;
+        let width = u16::try_from(c.encoder.width()).map_err(|_| ClientError::BadRequest("rows too wide".into()))?;
+        let n = codes.len() / width as usize;
+        let payload = if c.code_bits == 16 && force != Some(32) {
+            Payload::Encoded16 { encoding_version: c.version, width, codes: codes.iter().map(|&x| x as u16).collect() }
+        } else {
+            Payload::Encoded { encoding_version: c.version, width, codes }
+        };
+        Ok(Query {
+            payload,
+            n_queries: n,
+            n_criteria: columns.len(),
+            criteria_fingerprint: c.fingerprint,
+            stop_after: 0,
+            deadline: None,
+        })
+    }
+
+    /// Encodes and sends raw columns; see [`EncodingClient::call_with`].
+    pub fn call<S: AsRef<str>>(&mut self, columns: &[Vec<S>]) -> Result<Reply, ClientError> {
+        self.call_with(columns, |q| q)
+    }
+
+    /// Encodes `columns`, lets `tune` set the query's options (`|q| q.stop_after(10)`), sends
+    /// it and returns the reply. A `BadRequest` because the server's version moved on (a hot
+    /// reload) makes it fetch the new dictionary and send once more; an `Ok` reply is always
+    /// from the version the codes were encoded for.
+    pub fn call_with<S: AsRef<str>>(
+        &mut self,
+        columns: &[Vec<S>],
+        tune: impl Fn(Query) -> Query,
+    ) -> Result<Reply, ClientError> {
+        let mut refreshed = false;
+        loop {
+            let query = tune(self.encode(columns)?);
+            let version = self.cache.as_ref().map_or(0, |c| c.version);
+            let reply = self.client.call(query)?;
+            match reply.status {
+                Status::Ok if reply.ruleset_version != version => {
+                    return Err(ClientError::BadReply(format!(
+                        "codes of version {version} answered by version {}",
+                        reply.ruleset_version
+                    )));
+                }
+                Status::BadRequest if reply.ruleset_version != version && !refreshed => {
+                    self.refresh()?;
+                    refreshed = true;
+                }
+                _ => return Ok(reply),
+            }
         }
     }
 }
