@@ -97,11 +97,12 @@ pub fn emulate_device(engine: Engine, spec: &emulated::Spec) -> Result<(Engine, 
     let t = std::time::Instant::now();
     let device = emulated::EmulatedDevice::start(matcher, &encoder.rules().rule_type, &encoder, spec)?;
     eprintln!(
-        "warning: {} (profile {}; answers of {} precomputed in {:.1} s; a reload turns the emulation off)",
+        "warning: {} (profile {}; answers of {} precomputed in {:.1} s; {}; a reload turns the emulation off)",
         emulated::NOTE,
         spec.profile.display(),
         spec.queries.display(),
-        t.elapsed().as_secs_f64()
+        t.elapsed().as_secs_f64(),
+        device.margins()
     );
     let counters = device.counters();
     Ok((Engine { encoder, encoded, matcher: Box::new(device), compile_time }, counters))
