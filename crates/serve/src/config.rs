@@ -95,7 +95,9 @@ pub struct Settings {
     /// Worker threads (w): decode, batch, encode
     #[arg(long, env = "OFFLOAD_SERVE_WORKERS", value_name = "N", default_value = "2")]
     pub workers: Option<usize>,
-    /// Kernel executors (k), each matching one batch at a time
+    /// Kernel executors (k), each matching one batch at a time; 0 = inline: the broker matches
+    /// pre-encoded requests itself and the workers match what they encode (fewest thread
+    /// hand-offs; overload shows as deadlines and ZeroMQ's backpressure, not 'busy')
     #[arg(long, env = "OFFLOAD_SERVE_KERNELS", value_name = "N", default_value = "1")]
     pub kernels: Option<usize>,
     /// Matching threads per kernel executor (e)
@@ -349,7 +351,7 @@ impl Settings {
             security,
             endpoints,
             workers: at_least_one(self.workers, "workers")?,
-            kernels: at_least_one(self.kernels, "kernels")?,
+            kernels: self.kernels.ok_or("kernels has no value")?,
             engine_threads: at_least_one(self.engine_threads, "engine_threads")?,
             queue: at_least_one(self.queue, "queue")?,
             control: self.control,
@@ -565,8 +567,9 @@ mod tests {
     fn resolve_refuses_what_cannot_run() {
         assert!(Settings::default().resolve().unwrap_err().contains("--ruletype"));
         let base = Settings { ruletype: Some("a".into()), rules: Some("b".into()), ..Settings::default() };
-        let e = Settings { kernels: Some(0), ..base.clone() }.resolve().unwrap_err();
-        assert_eq!(e, "kernels must be at least 1");
+        let e = Settings { workers: Some(0), ..base.clone() }.resolve().unwrap_err();
+        assert_eq!(e, "workers must be at least 1");
+        assert_eq!(Settings { kernels: Some(0), ..base.clone() }.resolve().unwrap().config.kernels, 0, "inline");
         let e = Settings { matcher: Some("quick".into()), ..base.clone() }.resolve().unwrap_err();
         assert!(e.contains("quick"), "{e}");
         let e = Settings { endpoints: Some(vec![]), ..base }.resolve().unwrap_err();

@@ -134,16 +134,26 @@ impl Role {
 /// The CPU time the daemon's threads spent since serving started, by role. Nothing is done per
 /// query: each thread registers once (its id and the CPU it had then), and a reader (`stats`, a
 /// scrape) reads the threads' CPU clocks from `/proc/self/task/<tid>/schedstat` (ns, the
-/// kernel's `sum_exec_runtime`, what `CLOCK_THREAD_CPUTIME_ID` reads). The executors also sum
-/// the wall time they spend matching and busy (two relaxed adds per batch), which splits their
-/// CPU into match and the rest. Linux only: elsewhere no thread registers and the CPU is absent.
+/// kernel's `sum_exec_runtime`, what `CLOCK_THREAD_CPUTIME_ID` reads). The thread that calls a
+/// CPU matcher (an executor; in inline mode the broker or a worker) reads its own CPU clock
+/// around each call and adds the difference to `match_cpu_ns` (one relaxed add per batch), so
+/// the match share is exact with one engine thread (e > 1: the engine threads are not counted). Linux only: elsewhere no thread registers and the CPU is absent.
 #[derive(Debug, Default)]
 pub struct CpuAccounts {
     /// (role, thread id, CPU ns at registration); written once per thread at its start.
     threads: std::sync::Mutex<Vec<(Role, u32, u64)>>,
-    /// Executors: wall ns spent in the matcher, and busy with a batch (match + replies).
-    pub match_wall_ns: AtomicU64,
-    pub busy_wall_ns: AtomicU64,
+    /// CPU ns the matching threads spent inside a CPU matcher's call. A device matcher's call
+    /// is the host's cost of feeding the device (staging, launching, waiting): host path.
+    pub match_cpu_ns: AtomicU64,
+}
+
+/// The calling thread's CPU time, ns (`CLOCK_THREAD_CPUTIME_ID`; 0 where it cannot be read).
+pub fn this_thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec through a pointer to a live local; the clock id
+    // is a constant the kernel knows. On failure ts stays zero.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The calling thread's id (Linux: from `/proc/thread-self`).
@@ -188,7 +198,7 @@ pub fn new_zmq_io_threads(before: &[u32]) -> Vec<u32> {
 pub struct CpuSnapshot {
     /// (role, threads, CPU ns), in [`Role::ALL`] order.
     pub roles: Vec<(Role, u64, u64)>,
-    /// The executors' CPU spent matching (their CPU × match wall ÷ busy wall).
+    /// CPU spent in the matcher (see [`CpuAccounts::match_cpu_ns`]).
     pub match_ns: u64,
 }
 
@@ -249,9 +259,9 @@ impl CpuAccounts {
             slot.1 += 1;
             slot.2 += thread_cpu_ns(tid).map_or(0, |ns| ns.saturating_sub(base));
         }
-        let executor_ns = roles.iter().find(|r| r.0 == Role::Executor).map_or(0, |r| r.2);
-        let (m, busy) = (self.match_wall_ns.load(Ordering::Relaxed), self.busy_wall_ns.load(Ordering::Relaxed));
-        let match_ns = if busy == 0 { 0 } else { (executor_ns as f64 * (m.min(busy) as f64 / busy as f64)) as u64 };
+        // Read after the roles: the match share is never more than the roles' CPU it is part of.
+        let daemon: u64 = roles.iter().map(|r| r.2).sum();
+        let match_ns = self.match_cpu_ns.load(Ordering::Relaxed).min(daemon);
         CpuSnapshot { roles, match_ns }
     }
 }
@@ -393,15 +403,21 @@ mod tests {
         assert!(
             snap.summary(0)["ns_per_query"]["daemon"].is_null() && snap.summary(0)["host_path_ceiling_qps"].is_null()
         );
-        // The match share follows the executors' wall time: half their busy time, half their CPU.
+        // The match share is what the matching thread's own clock counted, never more than the
+        // roles' CPU it is part of.
         let acc = CpuAccounts::default();
         acc.register_me(Role::Executor);
-        acc.match_wall_ns.store(5, Ordering::Relaxed);
-        acc.busy_wall_ns.store(10, Ordering::Relaxed);
+        let before = this_thread_cpu_ns();
         let _ = (0..1_000_000u64).fold(0u64, |a, x| std::hint::black_box(a ^ x.wrapping_mul(31)));
+        let spent = this_thread_cpu_ns() - before;
+        assert!(spent > 0, "the thread clock moves");
+        acc.match_cpu_ns.store(spent, Ordering::Relaxed);
         let snap = acc.snapshot();
         let executor = snap.roles.iter().find(|r| r.0 == Role::Executor).unwrap().2;
-        assert!(snap.match_ns <= executor && snap.match_ns + 1 >= executor / 2, "{snap:?}");
+        assert!(snap.match_ns == spent.min(executor) && spent <= executor + 1_000_000, "{snap:?} {spent}");
+        acc.match_cpu_ns.store(u64::MAX, Ordering::Relaxed);
+        let snap = acc.snapshot();
+        assert!(snap.match_ns <= snap.daemon_ns(), "{snap:?}");
     }
 
     #[test]

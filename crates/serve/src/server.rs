@@ -187,18 +187,23 @@ pub struct Served {
     pub matcher: MatcherKind,
     /// [`protocol::rule_type_fingerprint`] of the engine's rule type: what requests must carry.
     pub criteria_fingerprint: u64,
+    /// The encoding dictionary's bytes and code width, built on the first dictionary request.
+    dictionary: std::sync::OnceLock<(Vec<u8>, u8)>,
 }
 
 impl Served {
     pub fn new(engine: Engine, version: u64, matcher: MatcherKind) -> Served {
         let criteria_fingerprint = protocol::rule_type_fingerprint(&engine.rules().rule_type);
-        Served { engine, version, matcher, criteria_fingerprint }
+        Served { engine, version, matcher, criteria_fingerprint, dictionary: std::sync::OnceLock::new() }
     }
 
     /// The encoding dictionary of this version, as a dictionary reply carries it, and the code
     /// width (16 or 32 bits) every query fits in.
-    pub fn dictionary(&self) -> Result<(Vec<u8>, u8), String> {
-        Err("this server cannot send its encoding dictionary yet".into())
+    pub fn dictionary(&self) -> &(Vec<u8>, u8) {
+        self.dictionary.get_or_init(|| {
+            let d = self.engine.encoder.dictionary();
+            (d.to_bytes(), d.max_code_bits())
+        })
     }
 
     /// The criteria, as a person reads them: `CTN_TYPE (equ), APT (equ), ...`.
@@ -490,6 +495,8 @@ pub fn run_with(
         policy,
         security: &cfg.security,
         queues: Some(queues),
+        scratch: Scratch::default(),
+        engine_threads: cfg.engine_threads.max(1),
         pending_reload: None,
     };
     broker.run(&stop, &threads)?;
@@ -538,10 +545,12 @@ fn bind(ctx: &zmq::Context, cfg: &Config) -> Result<Sockets, String> {
 }
 
 /// Where the broker puts what it admits: raw requests go to the workers, pre-encoded ones
-/// straight to the kernel executors (nothing to encode: one thread hand-off fewer).
+/// straight to the kernel executors (nothing to encode: one thread hand-off fewer). In inline
+/// mode (`kernels == 0`) there are no executors: the broker matches pre-encoded requests on its
+/// own thread and the workers match what they encode.
 struct Queues {
     requests: Producer<Job>,
-    kernels: Producer<Pending>,
+    kernels: Option<Producer<Pending>>,
 }
 
 /// Starts k kernel executors and w workers; returns the queues' sending ends and the threads.
@@ -557,6 +566,7 @@ fn start_pipeline(
     // goes to is full.
     let (requests_rx, requests) = HandOff::<Job>::new(cfg.queue.max(1));
     let (kernels_rx, kernels) = HandOff::<Pending>::new(cfg.queue.max(1));
+    let kernels = (cfg.kernels > 0).then_some(kernels); // dropped in inline mode: nothing reads it
     let mut threads = Vec::new();
     // Each thread registers its CPU clock first; the daemon says it serves once all have.
     let (registered, all_registered) = std::sync::mpsc::channel::<()>();
@@ -567,7 +577,7 @@ fn start_pipeline(
     let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new().name(name.clone()).spawn(f).map_err(|e| format!("spawn {name}: {e}"))
     };
-    for i in 0..cfg.kernels.max(1) {
+    for i in 0..cfg.kernels {
         let push = reply_socket(ctx).ok_or("kernel executor: no inproc reply socket")?;
         let (queue, current, counters, policy) =
             (kernels_rx.clone(), current.clone(), counters.clone(), policy.clone());
@@ -584,12 +594,12 @@ fn start_pipeline(
         let push = reply_socket(ctx).ok_or("worker: no inproc reply socket")?;
         let (requests, kernels, current, counters) =
             (requests_rx.clone(), kernels.clone(), current.clone(), counters.clone());
-        let register = register.clone();
+        let (register, e) = (register.clone(), cfg.engine_threads.max(1));
         threads.push(spawn(
             format!("offload-worker-{i}"),
             Box::new(move || {
                 register(&counters, crate::metrics::Role::Worker);
-                worker(requests, kernels, push, current, counters)
+                worker(requests, kernels, push, current, counters, e)
             }),
         )?);
     }
@@ -614,6 +624,9 @@ struct Broker<'a> {
     security: &'a Security,
     /// The queues; `None` once stopping (workers and executors then drain them and exit).
     queues: Option<Queues>,
+    /// Inline mode: the broker's batch buffers and engine threads.
+    scratch: Scratch,
+    engine_threads: usize,
     /// A reload runs off the broker's thread; its answer is owed on the control socket.
     pending_reload: Option<std::sync::mpsc::Receiver<String>>,
 }
@@ -703,9 +716,11 @@ impl Broker<'_> {
 
     /// Takes every waiting request into its queue, or refuses it at once: busy when the queue
     /// is full, shutting down once stopping. A dictionary request is answered here.
-    fn admit_requests(&self) {
+    fn admit_requests(&mut self) {
         let (front, counters) = (&self.sockets.front, &self.counters);
         let mut served: Option<Arc<Served>> = None;
+        // Inline mode: the pre-encoded requests read now, matched on this thread below.
+        let mut inline: Vec<Pending> = Vec::new();
         while let Ok(mut parts) = recv_frames(front) {
             let received = Instant::now();
             let body = parts.pop().unwrap_or_else(zmq::Message::new);
@@ -730,7 +745,11 @@ impl Broker<'_> {
                 continue;
             };
             let refused = if protocol::peek_layout(&job.body).is_some_and(|l| l != protocol::LAYOUT_RAW) {
-                queues.kernels.try_push(Pending::Encoded(job)).map_err(|r| r.map(Pending::refusal))
+                let Some(kernels) = &queues.kernels else {
+                    inline.push(Pending::Encoded(job));
+                    continue;
+                };
+                kernels.try_push(Pending::Encoded(job)).map_err(|r| r.map(Pending::refusal))
             } else {
                 queues.requests.try_push(job).map_err(|r| r.map(Job::refusal))
             };
@@ -740,6 +759,25 @@ impl Broker<'_> {
                 Err(Refused::Closed(to)) => refuse(Status::ShuttingDown, "the server is shutting down", to),
             }
         }
+        self.run_inline(inline);
+    }
+
+    /// Inline mode: matches the pre-encoded requests the broker just read, on its own thread,
+    /// in batches of up to `batch_max_queries` (0: one request at a time). What was readable at
+    /// once forms the batches (self-filling); replies go straight out through the ROUTER.
+    fn run_inline(&mut self, mut inline: Vec<Pending>) {
+        let max = self.policy.max_queries.load(Ordering::Relaxed) as usize;
+        while !inline.is_empty() {
+            let (mut take, mut total) = (0, 0);
+            while take < inline.len() && (take == 0 || (max > 0 && total < max)) {
+                total += inline[take].n_queries();
+                take += 1;
+            }
+            let rest = inline.split_off(take);
+            let out = Out::Front(&self.sockets.front);
+            run_pending(inline, &self.current, &self.counters, self.engine_threads, &mut self.scratch, out);
+            inline = rest;
+        }
     }
 }
 
@@ -747,18 +785,15 @@ impl Broker<'_> {
 /// served now (the bytes are built once per version, on first request).
 fn dictionary_reply(served: &Served, body: &[u8]) -> Vec<u8> {
     let id = protocol::peek_request_id(body);
-    let (status, (dictionary, code_bits), message) = match served.dictionary() {
-        Ok(d) => (Status::Ok, d, String::new()),
-        Err(e) => (Status::BadRequest, (Vec::new(), 32), e),
-    };
+    let (dictionary, code_bits) = served.dictionary();
     protocol::encode_dictionary_reply(&protocol::DictionaryReply {
         request_id: id,
-        status,
+        status: Status::Ok,
         ruleset_version: served.version,
         criteria_fingerprint: served.criteria_fingerprint,
-        code_bits,
-        dictionary,
-        message,
+        code_bits: *code_bits,
+        dictionary: dictionary.clone(),
+        message: String::new(),
     })
 }
 
@@ -915,8 +950,27 @@ pub struct BatchPolicy {
     pub timeout_us: AtomicU64,
 }
 
-/// Sends one reply back to the broker, counting it and recording its stage timings.
-fn send_reply(push: &zmq::Socket, counters: &Counters, envelope: Frames, received: Instant, reply: &Reply) {
+/// Where replies leave a thread: to the broker over inproc (workers, executors), or, on the
+/// broker's own thread in inline mode, out through the ROUTER.
+#[derive(Clone, Copy)]
+enum Out<'a> {
+    Broker(&'a zmq::Socket),
+    Front(&'a zmq::Socket),
+}
+
+impl Out<'_> {
+    fn send(self, frames: Frames, counters: &Counters) {
+        match self {
+            Out::Broker(push) => {
+                let _ = push.send_multipart(frames, 0);
+            }
+            Out::Front(front) => send_frames(front, frames, counters),
+        }
+    }
+}
+
+/// Sends one reply, counting it and recording its stage timings.
+fn send_reply(out: Out<'_>, counters: &Counters, envelope: Frames, received: Instant, reply: &Reply) {
     counters.count(reply.status);
     counters.queries.fetch_add(reply.rule.len() as u64, Ordering::Relaxed);
     if reply.status == Status::Ok {
@@ -924,7 +978,7 @@ fn send_reply(push: &zmq::Socket, counters: &Counters, envelope: Frames, receive
     }
     let mut frames = envelope;
     frames.push(protocol::encode_reply(reply).into()); // Vec -> Message takes the buffer, no copy
-    let _ = push.send_multipart(frames, 0);
+    out.send(frames, counters);
 }
 
 fn record_stages(counters: &Counters, stages_ns: &[(u8, u64)], received: Instant) {
@@ -990,49 +1044,55 @@ struct Prepared {
 /// the refused ones itself and hands the rest to the kernel queue. While a kernel matches, the
 /// workers encode what comes next (the seed's pipelining of the wrapper with the device).
 /// Pre-encoded requests do not come here: the broker hands them to the kernel queue directly.
+/// In inline mode (`kernels == None`, no executors) a worker matches what it encoded itself.
 fn worker(
     requests: Arc<HandOff<Job>>,
-    kernels: Producer<Pending>,
+    kernels: Option<Producer<Pending>>,
     push: zmq::Socket,
     current: Current,
     counters: Arc<Counters>,
+    threads: usize,
 ) {
+    let out = Out::Broker(&push);
+    let mut scratch = Scratch::default();
     while let Some(job) = requests.pop() {
         let served = snapshot(&current);
-        match prepare(&served, &job) {
-            Ok(p) => {
-                let (id, version) = (p.id, served.version);
-                let pending = Pending::Prepared(Prepared {
-                    envelope: job.envelope,
-                    received: job.received,
-                    served,
-                    id,
-                    deadline_us: p.deadline_us,
-                    stop_after: p.stop_after,
-                    codes: p.codes,
-                    queue_ns: p.queue_ns,
-                    encode_ns: p.encode_ns,
-                    handed: Instant::now(),
-                });
-                // Waits while the kernel queue is full: the request queue then fills and the
-                // broker answers "busy" (backpressure, nothing dropped).
-                if let Err(Pending::Prepared(p)) = kernels.push(pending) {
-                    let reply = Reply::status_only(id, Status::ShuttingDown, version, "the server is shutting down");
-                    send_reply(&push, &counters, p.envelope, p.received, &reply);
-                }
+        let p = match prepare(&served, &job) {
+            Ok(p) => p,
+            Err(reply) => {
+                send_reply(out, &counters, job.envelope, job.received, &reply);
+                continue;
             }
-            Err(reply) => send_reply(&push, &counters, job.envelope, job.received, &reply),
+        };
+        let (id, version) = (p.id, served.version);
+        let pending = Pending::Prepared(Prepared {
+            envelope: job.envelope,
+            received: job.received,
+            served,
+            id,
+            deadline_us: p.deadline_us,
+            stop_after: p.stop_after,
+            codes: p.codes,
+            queue_ns: p.queue_ns,
+            encode_ns: p.encode_ns,
+            handed: Instant::now(),
+        });
+        let Some(kernels) = &kernels else {
+            run_pending(vec![pending], &current, &counters, threads, &mut scratch, out);
+            continue;
+        };
+        // Waits while the kernel queue is full: the request queue then fills and the broker
+        // answers "busy" (backpressure, nothing dropped).
+        if let Err(Pending::Prepared(p)) = kernels.push(pending) {
+            let reply = Reply::status_only(id, Status::ShuttingDown, version, "the server is shutting down");
+            send_reply(out, &counters, p.envelope, p.received, &reply);
         }
     }
 }
 
 /// A kernel executor (k): takes work from the kernel queue by the batching policy, matches it
-/// with `threads` engine threads (e) and sends the replies.
-///
-/// With the null matcher it answers every query "no match" without matching. It sums the wall
-/// time it spends matching and busy (two relaxed adds per batch): that splits its CPU time into
-/// match and the rest (`metrics::CpuAccounts`); on a device matcher the executor's time in the
-/// match call is the host's cost of feeding the device, so none of it counts as match.
+/// with `threads` engine threads (e) and sends the replies. With the null matcher it answers
+/// every query "no match" without matching.
 fn kernel_executor(
     queue: Arc<HandOff<Pending>>,
     push: zmq::Socket,
@@ -1043,27 +1103,35 @@ fn kernel_executor(
 ) {
     let mut scratch = Scratch::default();
     while let Some(first) = queue.pop() {
-        let taken = Instant::now();
         let mut pending = vec![first];
         gather(&queue, &policy, &mut pending);
-        let served = snapshot(&current);
-        let groups = admit(&served, pending, taken, &mut scratch, |envelope, received, reply| {
-            send_reply(&push, &counters, envelope, received, &reply)
+        run_pending(pending, &current, &counters, threads, &mut scratch, Out::Broker(&push));
+    }
+}
+
+/// Checks, matches and answers what a thread took: refusals at once, then each group of one
+/// rule-set version in one matcher call. The CPU the thread spends inside a CPU matcher is
+/// read from its own clock and counted as match (`metrics::CpuAccounts`); on a device matcher
+/// the call is the host's cost of feeding the device, so it stays host path.
+fn run_pending(
+    pending: Vec<Pending>,
+    current: &Current,
+    counters: &Counters,
+    threads: usize,
+    scratch: &mut Scratch,
+    out: Out<'_>,
+) {
+    let taken = Instant::now();
+    let served = snapshot(current);
+    let groups = admit(&served, pending, taken, scratch, |envelope, received, reply| {
+        send_reply(out, counters, envelope, received, &reply)
+    });
+    for mut group in groups {
+        let counted = !counters.null_matcher && !group.served.engine.matcher.on_device();
+        execute_group(&mut group, threads, counters.null_matcher, scratch, counted.then_some(counters), |e, r, a| {
+            send_ok(out, counters, e, r, a)
         });
-        let mut match_ns = 0;
-        for mut group in groups {
-            let on_device = group.served.engine.matcher.on_device();
-            let ns =
-                execute_group(&mut group, threads, counters.null_matcher, &mut scratch, |envelope, received, reply| {
-                    send_ok(&push, &counters, envelope, received, reply)
-                });
-            if !on_device {
-                match_ns += ns;
-            }
-            scratch.recycle(group);
-        }
-        counters.cpu.match_wall_ns.fetch_add(match_ns, Ordering::Relaxed);
-        counters.cpu.busy_wall_ns.fetch_add(taken.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        scratch.recycle(group);
     }
 }
 
@@ -1350,7 +1418,7 @@ struct Answer<'a> {
 
 /// Encodes and sends one Ok reply (no intermediate vectors: the contents are looked up as the
 /// frame is written), counting it and recording its stage timings.
-fn send_ok(push: &zmq::Socket, counters: &Counters, envelope: Frames, received: Instant, a: Answer<'_>) {
+fn send_ok(out: Out<'_>, counters: &Counters, envelope: Frames, received: Instant, a: Answer<'_>) {
     let t = Instant::now();
     let r = a.ready;
     let mut stages_ns = [(0u8, 0u64); 8];
@@ -1379,7 +1447,7 @@ fn send_ok(push: &zmq::Socket, counters: &Counters, envelope: Frames, received: 
     record_stages(counters, &stages_ns[..n], received);
     let mut frames = envelope;
     frames.push(body.into());
-    let _ = push.send_multipart(frames, 0);
+    out.send(frames, counters);
 }
 
 /// Matches one group: the requests without early stop in one matcher call over their
@@ -1392,6 +1460,7 @@ fn execute_group(
     threads: usize,
     null: bool,
     scratch: &mut Scratch,
+    match_cpu: Option<&Counters>,
     mut answer: impl FnMut(Frames, Instant, Answer<'_>),
 ) -> u64 {
     let served = &*group.served.clone();
@@ -1403,7 +1472,7 @@ fn execute_group(
     let mut shared = Matched::default();
     if !null && !rules.is_empty() {
         let t = Instant::now();
-        let device = match_staged(matcher, &group.codes, rules, threads);
+        let device = counting_match(match_cpu, || match_staged(matcher, &group.codes, rules, threads));
         shared = Matched { ns: t.elapsed().as_nanos() as u64, device };
     }
     let mut match_ns = shared.ns;
@@ -1413,12 +1482,24 @@ fn execute_group(
         if r.stop_after == 0 {
             answer(envelope, r.received, Answer { served, ready: r, rule: &rules[r.rows.clone()], matched: shared });
         } else {
-            let (rule, matched) = match_early_stop(served, &r.own, r.stop_after, threads, null);
+            let (rule, matched) =
+                counting_match(match_cpu, || match_early_stop(served, &r.own, r.stop_after, threads, null));
             match_ns += matched.ns;
             answer(envelope, r.received, Answer { served, ready: r, rule: &rule, matched });
         }
     }
     match_ns
+}
+
+/// Runs a matcher call, adding the CPU the calling thread spends in it to the match share when
+/// `match_cpu` is given (a CPU matcher; two clock reads per call).
+fn counting_match<R>(match_cpu: Option<&Counters>, call: impl FnOnce() -> R) -> R {
+    let Some(counters) = match_cpu else { return call() };
+    let before = crate::metrics::this_thread_cpu_ns();
+    let r = call();
+    let spent = crate::metrics::this_thread_cpu_ns().saturating_sub(before);
+    counters.cpu.match_cpu_ns.fetch_add(spent, Ordering::Relaxed);
+    r
 }
 
 /// Matches `codes` in growing chunks (64, 128, ...) until `stop_after` queries have matched.
