@@ -358,6 +358,12 @@ class CompiledRules:
         matches."""
         return np.asarray(self._native.encode(self._columns(queries)))
 
+    def dictionary(self) -> bytes:
+        """The encoder's dictionary (``offload_rules::EncoderDictionary``, bytes): what a client
+        needs to encode queries as :meth:`encode` does without the rules
+        (``_native.DictionaryEncoder``; ``offload serve`` sends it to clients that ask)."""
+        return bytes(self._native.dictionary())
+
     def match(self, queries: Any, threads: int = 1) -> MatchResult:
         """Match raw query columns, or an already encoded uint32 array from :meth:`encode`."""
         if not isinstance(threads, int) or threads < 1:

@@ -6,7 +6,10 @@
 >>> reply.status, reply.rule, reply.content, reply.stages
 
 Frames are built and parsed by the same Rust code the daemon uses (one protocol definition,
-docs/serve-protocol.md); this module only moves bytes with pyzmq.
+docs/serve-protocol.md); this module only moves bytes with pyzmq. With ``encode="client"`` a
+client fetches the server's encoding dictionary (once per rule-set version) and sends codes
+instead of text, encoded here by the server's own encoder rebuilt from it
+(``_native.DictionaryEncoder``).
 
 Where things live (docs/serve-protocol.md, "Where things live"):
 
@@ -36,7 +39,7 @@ import zmq
 from offload import _native
 from offload.rules import NO_MATCH, _to_column
 
-__all__ = ["AsyncClient", "Client", "CurveKeys", "ServeError", "ServeReply"]
+__all__ = ["AsyncClient", "Client", "CurveKeys", "EncodingDictionary", "ServeError", "ServeReply"]
 
 
 class ServeError(RuntimeError):
@@ -93,6 +96,47 @@ class ServeReply:
         return self.rule >= 0
 
 
+ENCODE_MODES = ("server", "client")
+_DICTIONARY_REPLY = b"OFDR"
+
+
+@dataclass(frozen=True)
+class EncodingDictionary:
+    """The server's encoding dictionary of one rule-set version, ready to encode with:
+    ``criteria`` (the columns' order), ``code_bits`` (16 when every code fits in a uint16)."""
+
+    version: int
+    fingerprint: int
+    code_bits: int
+    criteria: list[str]
+    encoder: Any  # _native.DictionaryEncoder
+
+    @staticmethod
+    def from_reply(frame: bytes) -> EncodingDictionary:
+        """Reads a dictionary reply; ServeError when the server could not send one."""
+        _, status, version, fp, code_bits, dictionary, message = _native.decode_dictionary_reply(frame)
+        if status != "Ok":
+            raise ServeError(f"dictionary request answered {status}: {message}")
+        encoder = _native.DictionaryEncoder(bytes(dictionary))
+        criteria = list(encoder.criteria)
+        if int(_native.criteria_fingerprint(criteria)) != fp:
+            raise ServeError("the dictionary's criteria do not have the reply's fingerprint")
+        bits = max(int(code_bits), int(encoder.code_bits))
+        return EncodingDictionary(version, fp, bits, criteria, encoder)
+
+    def frame(
+        self, request_id: int, columns: list[Any], deadline_us: int, stop_after: int, code_bits: int | None
+    ) -> bytes:
+        """A request frame of ``columns`` encoded for this version: 16-bit codes where they fit
+        (unless ``code_bits`` is 32)."""
+        bits = 32 if code_bits == 32 or self.code_bits == 32 else 16
+        codes = self.encoder.encode(columns, bits)
+        frame = _native.encode_request_codes(
+            request_id, deadline_us, stop_after, self.fingerprint, self.version, codes
+        )
+        return bytes(frame)
+
+
 def _decode(frame: bytes, t0: float) -> ServeReply:
     rid, status, version, rule, content, stages, message = _native.decode_reply(frame)
     rule = np.asarray(rule)
@@ -115,7 +159,14 @@ class Client:
     another order. ZeroMQ reconnects by itself, so a client
     survives a daemon restart; a reply that does not come within ``timeout_s`` raises
     :class:`ServeError` and a late one is discarded by its request id. ``curve``: the keys for
-    data endpoints that require CURVE (a key the daemon does not admit shows as a timeout)."""
+    data endpoints that require CURVE (a key the daemon does not admit shows as a timeout).
+
+    ``encode``: ``"server"`` (default) sends raw values, which the server encodes;
+    ``"client"`` fetches the server's encoding dictionary (:meth:`fetch_dictionary`, once per
+    rule-set version), encodes here and sends codes, 16-bit where every code fits (``code_bits=32``
+    forces 32). ``criteria`` may then be left out (the dictionary names them). After a hot
+    reload the server refuses the old version's codes (BadRequest, never a wrong answer): the
+    client fetches the new dictionary once and sends again."""
 
     def __init__(
         self,
@@ -124,10 +175,20 @@ class Client:
         timeout_s: float = 10.0,
         context: zmq.Context[Any] | None = None,
         curve: CurveKeys | None = None,
+        encode: str = "server",
+        code_bits: int | None = None,
     ) -> None:
+        if encode not in ENCODE_MODES:
+            raise ValueError(f"encode is one of {', '.join(ENCODE_MODES)}, not {encode!r}")
+        if code_bits not in (None, 16, 32):
+            raise ValueError(f"code_bits is 16, 32 or None, not {code_bits!r}")
         self.endpoint = endpoint
         self.criteria = list(criteria) if criteria is not None else None
         self._fp: int | None = None
+        self.encode = encode
+        self.code_bits = code_bits
+        self.dictionary: EncodingDictionary | None = None
+        self.dictionary_fetches = 0
         self.timeout_s = timeout_s
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
@@ -177,15 +238,40 @@ class Client:
     def receive(self, request_id: int | None = None, started: float | None = None) -> ServeReply:
         """Waits for the reply to ``request_id`` (any reply when None)."""
         t0 = started if started is not None else time.perf_counter()
-        deadline = t0 + self.timeout_s
         while True:
-            left = deadline - time.perf_counter()
-            if left <= 0 or not self._sock.poll(int(left * 1000) + 1):
-                raise ServeError(f"no reply from {self.endpoint} within {self.timeout_s} s")
-            reply = _decode(self._sock.recv(), t0)
+            frame = self._receive_frame(t0)
+            if frame[:4] == _DICTIONARY_REPLY:
+                continue  # a late dictionary reply
+            reply = _decode(frame, t0)
             if request_id is not None and reply.request_id != request_id:
                 continue  # a late reply to an earlier request that timed out
             return reply
+
+    def _receive_frame(self, t0: float) -> bytes:
+        left = t0 + self.timeout_s - time.perf_counter()
+        if left <= 0 or not self._sock.poll(int(left * 1000) + 1):
+            raise ServeError(f"no reply from {self.endpoint} within {self.timeout_s} s")
+        return bytes(self._sock.recv())
+
+    def fetch_dictionary(self) -> EncodingDictionary:
+        """Fetches the server's encoding dictionary of the rule-set version it serves now and
+        keeps it (``encode="client"`` does this by itself)."""
+        rid, t0 = next(self._ids), time.perf_counter()
+        self._sock.send(_native.encode_dictionary_request(rid))
+        while True:
+            frame = self._receive_frame(t0)
+            if frame[:4] == _DICTIONARY_REPLY and int.from_bytes(frame[4:12], "little") == rid:
+                return self._keep(EncodingDictionary.from_reply(frame))
+
+    def _keep(self, d: EncodingDictionary) -> EncodingDictionary:
+        if self.criteria is not None and self.criteria != d.criteria:
+            raise ValueError(f"criteria {self.criteria} are not the server's: {d.criteria}")
+        self.criteria, self.dictionary = list(d.criteria), d
+        self.dictionary_fetches += 1
+        return d
+
+    def _client_encoded(self, queries: Any) -> bool:
+        return self.encode == "client" and not (isinstance(queries, np.ndarray) and queries.ndim == 2)
 
     def request_frame(
         self, queries: Any, deadline_s: float | None = None, stop_after: int = 0
@@ -195,6 +281,11 @@ class Client:
         ``encoding_version`` must be the server's version, 1)."""
         rid = next(self._ids)
         deadline_us = int((time.time() + deadline_s) * 1e6) if deadline_s is not None else 0
+        if self._client_encoded(queries):
+            if self.dictionary is None:
+                raise ServeError("no encoding dictionary yet: call fetch_dictionary() first")
+            cols = self._columns(queries)
+            return rid, self.dictionary.frame(rid, cols, deadline_us, stop_after, self.code_bits)
         if isinstance(queries, np.ndarray) and queries.dtype == np.uint32 and queries.ndim == 2:
             codes = np.ascontiguousarray(queries)
             frame = _native.encode_request_codes(rid, deadline_us, stop_after, self._fingerprint(), 1, codes)
@@ -208,9 +299,30 @@ class Client:
         which the server answers DeadlineExceeded instead of executing; ``stop_after``: stop
         once that many queries have matched (related-query batching with early stop)."""
         t0 = time.perf_counter()
-        rid, frame = self.request_frame(queries, deadline_s, stop_after)
-        self._sock.send(frame)
-        return self.receive(rid, t0)
+        if not self._client_encoded(queries):
+            rid, frame = self.request_frame(queries, deadline_s, stop_after)
+            self._sock.send(frame)
+            return self.receive(rid, t0)
+        d = self.dictionary or self.fetch_dictionary()
+        for attempt in range(2):
+            rid, frame = self.request_frame(queries, deadline_s, stop_after)
+            self._sock.send(frame)
+            reply = _check_version(self.receive(rid, t0), d.version)
+            if not (attempt == 0 and _stale(reply, d.version)):
+                return reply
+            d = self.fetch_dictionary()  # the server reloaded: its new version's dictionary
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _stale(reply: ServeReply, version: int) -> bool:
+    """Whether the server refused codes because it serves another version now."""
+    return reply.status == "BadRequest" and reply.version != version
+
+
+def _check_version(reply: ServeReply, version: int) -> ServeReply:
+    if reply.ok and reply.version != version:
+        raise ServeError(f"codes of version {version} answered by version {reply.version}")
+    return reply
 
 
 class AsyncClient:
@@ -227,15 +339,22 @@ class AsyncClient:
         criteria: Sequence[str] | None = None,
         timeout_s: float = 10.0,
         curve: CurveKeys | None = None,
+        encode: str = "server",
+        code_bits: int | None = None,
     ) -> None:
         import asyncio
 
         import zmq.asyncio
 
+        if encode not in ENCODE_MODES:
+            raise ValueError(f"encode is one of {', '.join(ENCODE_MODES)}, not {encode!r}")
         self._frames = Client.__new__(Client)  # reuse Client's frame building, no socket
         self._frames.criteria = list(criteria) if criteria is not None else None
         self._frames._fp = None
         self._frames._ids = itertools.count(1)
+        self._frames.encode, self._frames.code_bits = encode, code_bits
+        self._frames.dictionary, self._frames.dictionary_fetches = None, 0
+        self._fetch_lock = asyncio.Lock()
         self.endpoint, self.timeout_s = endpoint, timeout_s
         self._ctx = zmq.asyncio.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
@@ -243,7 +362,7 @@ class AsyncClient:
         if curve is not None:
             curve.apply(self._sock)  # type: ignore[arg-type]
         self._sock.connect(endpoint)
-        self._waiting: dict[int, tuple[asyncio.Future[ServeReply], float]] = {}
+        self._waiting: dict[int, tuple[asyncio.Future[Any], float]] = {}
         self._reader: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> AsyncClient:
@@ -263,17 +382,25 @@ class AsyncClient:
             rid = int.from_bytes(frame[4:12], "little") if len(frame) >= 12 else 0
             waiter = self._waiting.pop(rid, None)
             if waiter is not None and not waiter[0].done():
-                waiter[0].set_result(_decode(frame, waiter[1]))
+                dictionary = frame[:4] == _DICTIONARY_REPLY
+                waiter[0].set_result(bytes(frame) if dictionary else _decode(frame, waiter[1]))
 
-    async def match(self, queries: Any, deadline_s: float | None = None, stop_after: int = 0) -> ServeReply:
-        """Like :meth:`Client.match`, awaitable, many at a time."""
+    @property
+    def dictionary(self) -> EncodingDictionary | None:
+        return self._frames.dictionary
+
+    @property
+    def dictionary_fetches(self) -> int:
+        return self._frames.dictionary_fetches
+
+    async def _exchange(self, rid: int, frame: bytes, t0: float) -> Any:
+        """Sends ``frame`` and awaits the reply to ``rid`` (a ServeReply, or a dictionary
+        reply's bytes)."""
         import asyncio
 
         if self._reader is None:
             self._reader = asyncio.get_running_loop().create_task(self._read())
-        t0 = time.perf_counter()
-        rid, frame = self._frames.request_frame(queries, deadline_s, stop_after)
-        fut: asyncio.Future[ServeReply] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = (fut, t0)
         await self._sock.send(frame)
         try:
@@ -281,3 +408,35 @@ class AsyncClient:
         except TimeoutError:
             self._waiting.pop(rid, None)
             raise ServeError(f"no reply from {self.endpoint} within {self.timeout_s} s") from None
+
+    async def fetch_dictionary(self) -> EncodingDictionary:
+        """Like :meth:`Client.fetch_dictionary`, awaitable."""
+        rid = next(self._frames._ids)
+        request = bytes(_native.encode_dictionary_request(rid))
+        frame = await self._exchange(rid, request, time.perf_counter())
+        return self._frames._keep(EncodingDictionary.from_reply(frame))
+
+    async def match(self, queries: Any, deadline_s: float | None = None, stop_after: int = 0) -> ServeReply:
+        """Like :meth:`Client.match`, awaitable, many at a time."""
+        t0 = time.perf_counter()
+        if not self._frames._client_encoded(queries):
+            rid, frame = self._frames.request_frame(queries, deadline_s, stop_after)
+            reply: ServeReply = await self._exchange(rid, frame, t0)
+            return reply
+        d = await self._dictionary_newer_than(None)
+        for attempt in range(2):
+            rid, frame = self._frames.request_frame(queries, deadline_s, stop_after)
+            reply = _check_version(await self._exchange(rid, frame, t0), d.version)
+            if not (attempt == 0 and _stale(reply, d.version)):
+                return reply
+            d = await self._dictionary_newer_than(d.version)  # the server reloaded
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _dictionary_newer_than(self, version: int | None) -> EncodingDictionary:
+        """The dictionary held when it is newer than ``version`` (any, for None), else a fetched
+        one: requests in flight together fetch it once."""
+        async with self._fetch_lock:
+            d = self._frames.dictionary
+            if d is not None and (version is None or d.version > version):
+                return d
+            return await self.fetch_dictionary()

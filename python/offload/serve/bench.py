@@ -44,6 +44,17 @@ class Load:
     steps: int = 6  # knee: bisections
 
 
+def _windows(n: int, request_size: int) -> tuple[int, list[tuple[int, int, int]]]:
+    """How often the n queries are repeated to fill one request at least, and the requests
+    (first query, size, 0) over the repeated queries, at most MAX_FRAMES."""
+    if n == 0 or request_size < 1:
+        raise ValueError("no queries to send" if n == 0 else "the request size must be at least 1")
+    reps = -(-request_size // n)
+    total = n * reps
+    starts = range(0, total - request_size + 1, request_size)
+    return reps, [(lo, request_size, 0) for lo in starts][:MAX_FRAMES]
+
+
 def frames(
     columns: list[list[str]], criteria: list[str], request_size: int, codes: np.ndarray | None = None
 ) -> tuple[list[bytes], int]:
@@ -52,17 +63,44 @@ def frames(
     frames and the queries each holds."""
     from offload import _native
 
-    n = len(columns[0]) if columns else 0
-    if n == 0 or request_size < 1:
-        raise ValueError("no queries to send" if n == 0 else "the request size must be at least 1")
-    reps = -(-request_size // n)  # repeat the queries to fill one request at least
+    reps, reqs = _windows(len(columns[0]) if columns else 0, request_size)
     cols = [c * reps for c in columns]
     rows = np.tile(codes, (reps, 1)) if codes is not None else None
-    total = n * reps
-    reqs = [(lo, request_size, 0) for lo in range(0, total - request_size + 1, request_size)][:MAX_FRAMES]
     trace = Trace(cols, reqs, rows, list(criteria))
     fingerprint = int(_native.criteria_fingerprint(list(criteria)))
     return [f for _, f in _frames(trace, list(range(len(reqs))), False, fingerprint)], request_size
+
+
+def encoded_frames(
+    endpoint: str,
+    columns: list[list[str]],
+    criteria: list[str],
+    request_size: int,
+    code_bits: int = 16,
+    curve: CurveKeys | None = None,
+    timeout_s: float = 5.0,
+) -> tuple[list[bytes], dict[str, int]]:
+    """Request frames as `frames`, encoded here with the dictionary fetched from the daemon at
+    `endpoint` (its version now; 16-bit codes where every code fits, unless `code_bits` is 32);
+    returns the frames and {"encoding_version", "code_bits"}. No dictionary within `timeout_s`
+    is a ValueError."""
+    from offload.serve import Client, ServeError
+
+    if code_bits not in (16, 32):
+        raise ValueError(f"the code bits are 16 or 32, not {code_bits}")
+    reps, reqs = _windows(len(columns[0]) if columns else 0, request_size)
+    cols = [c * reps for c in columns]
+    try:
+        with Client(endpoint, criteria, timeout_s, curve=curve, encode="client") as c:
+            d = c.fetch_dictionary()
+    except ServeError as e:
+        why = f"no encoding dictionary from {endpoint}: {e}: is offload serve running there?"
+        raise ValueError(why) from e
+    out = [
+        d.frame(k + 1, [col[first : first + n] for col in cols], 0, 0, code_bits)
+        for k, (first, n, _) in enumerate(reqs)
+    ]
+    return out, {"encoding_version": d.version, "code_bits": 32 if code_bits == 32 else d.code_bits}
 
 
 def run(endpoint: str, frame_list: list[bytes], load: Load, curve: CurveKeys | None = None) -> dict[str, Any]:

@@ -384,8 +384,16 @@ def bench(
     ],
     request_size: Annotated[int, typer.Option(help="Queries per request.")] = 256,
     encoded: Annotated[
-        bool, typer.Option(help="Send queries pre-encoded (version 1) instead of raw text.")
+        bool,
+        typer.Option(
+            help="Send queries encoded here, with the dictionary fetched from the daemon (its version "
+            "now), instead of raw text."
+        ),
     ] = False,
+    code_bits: Annotated[
+        int,
+        typer.Option(help="With --encoded: 16 = 16-bit codes where every code fits (else 32); 32 = always."),
+    ] = 16,
     mode: Annotated[
         str,
         typer.Option(
@@ -434,12 +442,17 @@ def bench(
     with failing(ValueError, OSError):
         rs = rules_api.load(ruletype, rules)
         _, cols = load_query_columns(rs, queries)
-        codes = rules_api.compile(rs, "fast").encode(cols) if encoded else None
-        frames, _ = b.frames(cols, list(rs.criterion_codes), request_size, codes)
+        encoding: dict[str, int] = {}
+        if encoded:
+            frames, encoding = b.encoded_frames(
+                endpoint, cols, list(rs.criterion_codes), request_size, code_bits, curve, connect_timeout
+            )
+        else:
+            frames, _ = b.frames(cols, list(rs.criterion_codes), request_size)
         load = b.Load(mode, rate, connections, threads, in_flight, max_in_flight, duration, drain,
                       connect_timeout, sla_p99_us, steps)  # fmt: skip
         result = b.run(endpoint, frames, load, curve)
-    result = {"request_size": request_size, "layout": "encoded" if encoded else "raw", **result}
+    result = {"request_size": request_size, "layout": "encoded" if encoded else "raw", **encoding, **result}
     if not emit(result, as_json, out):
         if mode == "knee":
             knee = result["knee"]
