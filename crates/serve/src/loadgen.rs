@@ -253,14 +253,6 @@ fn due_before(end_ns: u64, c: u64, connections: u64, rate: f64) -> u64 {
     (total + connections - 1 - c.min(total + connections - 1)) / connections
 }
 
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec through a pointer to a live local; the clock id
-    // is a constant the kernel knows. On failure ts stays zero.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// The whole process's CPU time (user + system, every thread: the sending threads, ZeroMQ's I/O
 /// threads, and whatever else the process runs at the time).
 pub fn process_cpu_s() -> f64 {
@@ -364,7 +356,7 @@ fn send_one(c: &mut Conn, spec: &Spec, due: u64, start: Instant, t: &mut Tally) 
 /// One sending thread over its connections, from `start` until the sending ends and the drain
 /// is over (or every reply came).
 fn drive(spec: &Spec, conns: &mut [Conn], start: Instant) -> Result<Tally, String> {
-    let cpu0 = thread_cpu_ns();
+    let cpu0 = crate::metrics::this_thread_cpu_ns();
     let mut t = Tally::new();
     let end_send = spec.duration.as_nanos() as u64;
     let hard_end = start + spec.duration + spec.drain;
@@ -425,7 +417,7 @@ fn drive(spec: &Spec, conns: &mut [Conn], start: Instant) -> Result<Tally, Strin
             Load::Closed { .. } => c.next,
         };
     }
-    t.thread_cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
+    t.thread_cpu_ns = crate::metrics::this_thread_cpu_ns().saturating_sub(cpu0);
     Ok(t)
 }
 
