@@ -335,8 +335,10 @@ pub struct Counters {
     pub queries: AtomicU64,
     /// Rows not in the table, matched by the real matcher on the device thread.
     pub misses: AtomicU64,
-    /// Batches whose lookups ended after their due instant (answered at once).
+    /// Batches whose lookups ended after their due instant (answered at once), and by how
+    /// much in all (ns): what the emulation added to the profile's time.
     pub late_batches: AtomicU64,
+    pub late_ns: AtomicU64,
     /// Device-thread wall ns in lookups (and misses), and yielding before a due instant.
     pub lookup_ns: AtomicU64,
     pub spin_ns: AtomicU64,
@@ -352,12 +354,15 @@ impl Counters {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
             "emulated device: {} batches, {} queries, {} misses (rows not in {}: matched by fast on the device \
-             thread), {} late batches, {} fallbacks",
+             thread), {} late batches ({:.0} µs late on average: the emulation's own delay, its thread's wake-up \
+             and lookups), {:.0} ns of lookups per query, {} fallbacks",
             l(&self.batches),
             l(&self.queries),
             l(&self.misses),
             spec.queries.display(),
             l(&self.late_batches),
+            l(&self.late_ns) as f64 / 1e3 / l(&self.late_batches).max(1) as f64,
+            l(&self.lookup_ns) as f64 / l(&self.queries).max(1) as f64,
             l(&self.fallbacks)
         )
     }
@@ -462,6 +467,7 @@ fn device_thread(
         counters.lookup_ns.fetch_add(looked_up.duration_since(t0).as_nanos() as u64, Ordering::Relaxed);
         if looked_up > due {
             counters.late_batches.fetch_add(1, Ordering::Relaxed);
+            counters.late_ns.fetch_add(looked_up.duration_since(due).as_nanos() as u64, Ordering::Relaxed);
         }
         let answer_at = due.checked_sub(margins.wake).unwrap_or(due);
         counters.spin_ns.fetch_add(hold_until(answer_at, margins.sleep), Ordering::Relaxed);
@@ -505,6 +511,7 @@ impl Matcher for EmulatedDevice {
             "queries": l(&c.queries),
             "misses": l(&c.misses),
             "late_batches": l(&c.late_batches),
+            "late_ns": l(&c.late_ns),
             "fallbacks": l(&c.fallbacks),
             "lookup_ns": l(&c.lookup_ns),
             "spin_ns": l(&c.spin_ns),
