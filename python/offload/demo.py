@@ -131,7 +131,7 @@ def _control_with_keys(control: str, keys: Path) -> dict[str, Any]:
     """The control socket requires CURVE: a peer without keys gets nothing, the operator's key
     gets the counters."""
     from offload.serve import CurveKeys
-    from offload.serve.cli import control_request
+    from offload.serve.control import control_request
 
     try:
         control_request(control, "stats", 0.5)

@@ -175,7 +175,7 @@ def test_zmq_is_the_real_library() -> None:
 def test_reload_under_load_gives_no_wrong_or_mixed_answers(data: dict[str, object], tmp_path: Path) -> None:
     import threading
 
-    from offload.serve.cli import control_request
+    from offload.serve.control import control_request
 
     d = data["dir"]
     assert isinstance(d, Path)
@@ -221,7 +221,7 @@ def test_reload_under_load_gives_no_wrong_or_mixed_answers(data: dict[str, objec
 
 
 def test_cross_request_batching_keeps_answers_apart(data: dict[str, object], tmp_path: Path) -> None:
-    from offload.serve.cli import control_request
+    from offload.serve.control import control_request
 
     rs = data["rs"]
     assert isinstance(rs, rules.RuleSet)
@@ -261,7 +261,7 @@ def test_metrics_endpoint_and_latency_stats(data: dict[str, object], tmp_path: P
     import socket
     import urllib.request
 
-    from offload.serve.cli import control_request
+    from offload.serve.control import control_request
 
     with socket.socket() as s:  # a free loopback port
         s.bind(("127.0.0.1", 0))
@@ -391,7 +391,7 @@ def test_settings_file_with_flags_over_it(
     cfg.write_text(cfg.read_text() + "batch_timeout_us = 250\n")
     proc = daemon.start("--config", str(cfg), "--batch-max-queries", "7", timeout_s=30)
     try:
-        from offload.serve.cli import control_request
+        from offload.serve.control import control_request
 
         st = control_request(control, "stats", 10)
         assert st["batch_max_queries"] == 7  # the flag wins over the variable and the file

@@ -79,8 +79,9 @@ def test_open_loop_shows_the_queueing_a_closed_loop_hides(
 
 def test_every_request_to_the_daemon_is_answered(tmp_path: Path) -> None:
     endpoint = _ep(tmp_path, "daemon")
+    control = _ep(tmp_path, "control")
     flags = [*daemon.rule_flags(MINI / "ruletype.toml", MINI / "rules.csv"), "--endpoint", endpoint]
-    proc = daemon.start(*flags, "--workers", "1", timeout_s=30)
+    proc = daemon.start(*flags, "--workers", "1", "--control", control, timeout_s=30)
     try:
         common = ["--ruletype", str(MINI / "ruletype.toml"), "--rules", str(MINI / "rules.csv"),
                   "--queries", str(MINI / "queries.csv"), "--duration", "0.4", "--drain", "2"]  # fmt: skip
@@ -108,6 +109,16 @@ def test_every_request_to_the_daemon_is_answered(tmp_path: Path) -> None:
             assert result["queries_per_s"] > 0 and result["generator"]["process_cpu_s"] > 0, result
         r = CliRunner().invoke(app, ["serve", "bench", "-e", endpoint, *common, "--mode", "closed"])
         assert r.exit_code == 0 and "closed loop" in r.stdout and "generator" in r.stdout, r.output
+        # With the control socket: the daemon's CPU per query over the run, by role.
+        r = CliRunner().invoke(app, ["serve", "bench", "-e", endpoint, "-c", control, *common, "--json"])
+        assert r.exit_code == 0, r.output
+        cpu = json.loads(r.stdout)["daemon_cpu"]
+        per = cpu["ns_per_query"]
+        assert cpu["queries"] > 0 and per["daemon"] > 0, cpu
+        assert per["host_path"] == pytest.approx(per["daemon"] - per["match"]), cpu
+        assert cpu["host_path_ceiling_qps"] > 0 and cpu["matcher"] == "fast", cpu
+        r = CliRunner().invoke(app, ["serve", "bench", "-e", endpoint, "-c", control, *common])
+        assert r.exit_code == 0 and "host path" in r.stdout and "ns/query" in r.stdout, r.output
     finally:
         daemon.stop(proc)
 

@@ -17,6 +17,8 @@ Where things live (docs/serve-protocol.md, "Where things live"):
 - ``cli``: ``offload serve`` (its arguments go untouched to the daemon's one settings parser,
   ``offload_serve::config::Settings`` in Rust) and ``keys``, ``stats``, ``reload``, ``set``,
   ``inject``, ``sweep``
+- ``control``: the control socket's client (``control_request``: stats, reload, set)
+- ``bench``: the Rust load generator's frames, runs and the host path per query from ``stats``
 - ``daemon``: the daemon as a child process, started and stopped with bounded waits
 - ``inject``: replays a user-request trace; latency percentiles as the simulator's
   (``np.percentile``, linear)

@@ -124,6 +124,31 @@ def run(endpoint: str, frame_list: list[bytes], load: Load, curve: CurveKeys | N
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(), **dict(result)}
 
 
+def daemon_cpu(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
+    """The daemon's CPU per answered query by part between two `stats` answers (their `cpu`
+    objects, docs/serve-protocol.md "The server's own cost"), and the ceiling the host path
+    implies on the daemon's cores; None when no query was answered in between."""
+    b, a = before.get("cpu") or {}, after.get("cpu") or {}
+    queries = int(a.get("queries", 0)) - int(b.get("queries", 0))
+    if queries <= 0 or "cpu_ns" not in a:
+        return None
+    per = {k: (ns - b.get("cpu_ns", {}).get(k, 0)) / queries for k, ns in a["cpu_ns"].items()}
+    cores = int(a.get("cores", 1))
+    ceiling = cores * 1e9 / per["host_path"] if per.get("host_path") else None
+    return {"queries": queries, "ns_per_query": per, "cores": cores, "host_path_ceiling_qps": ceiling,
+            "matcher": after.get("matcher")}  # fmt: skip
+
+
+def host_path_line(cpu: dict[str, Any]) -> str:
+    """The host path in one line: ns per query by part, and the ceiling it implies."""
+    per = cpu["ns_per_query"]
+    roles = ("broker", "worker", "executor", "zmq_io", "match")
+    parts = ", ".join(f"{k} {per[k]:,.0f}" for k in roles if k in per)
+    ceiling = cpu.get("host_path_ceiling_qps")
+    cap = f"; ceiling {ceiling / 1e6:,.1f} M queries/s on {cpu['cores']} cores" if ceiling else ""
+    return f"host path {per['host_path']:,.0f} ns/query ({parts}; daemon {per['daemon']:,.0f}){cap}"
+
+
 def failures(result: dict[str, Any]) -> str | None:
     """One line saying which requests were not served (not Ok, or unanswered), or None."""
     status: dict[str, int] = result.get("status", {})

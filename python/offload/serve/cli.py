@@ -6,18 +6,17 @@ replays a trace against it, `offload serve bench` measures it with the Rust load
 from __future__ import annotations
 
 import json
-import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import zmq
 from typer.core import TyperGroup
-from zmq.utils.monitor import recv_monitor_message
 
 from offload.clitools import JsonOpt, OutOpt, console, emit, err, failing, floats, ints
 from offload.clitools import fail as _fail
 from offload.serve import CurveKeys
+from offload.serve.control import control_request
 
 _DAEMON_ARGS = "offload.serve.daemon_args"
 
@@ -104,54 +103,6 @@ def keys(
         with failing(ValueError):
             public, secret = _native.curve_key_pair(str(directory), n, force)
         print(f"{public}  (public: share it)\n{secret}  (secret: keep it, mode 600)")
-
-
-def control_request(
-    endpoint: str, message: str | list[bytes], timeout_s: float, curve: CurveKeys | None = None
-) -> dict[str, Any]:
-    """Sends one control command (a text, or the frames of a multipart command) and returns the
-    daemon's JSON answer. With CURVE, a refused key is an error at once, not a timeout."""
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
-    if curve is not None:
-        curve.apply(sock)
-    monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_DISCONNECTED)
-    try:
-        sock.connect(endpoint)
-        sock.send_multipart([message.encode()] if isinstance(message, str) else message)
-        return dict(json.loads(_answer(sock, monitor, endpoint, timeout_s, curve is not None)))
-    finally:
-        sock.disable_monitor()
-        monitor.close(linger=0)
-        sock.close(linger=0)
-
-
-def _answer(
-    sock: zmq.Socket[Any], monitor: zmq.Socket[Any], endpoint: str, timeout_s: float, curve: bool
-) -> str:
-    """Waits for the answer, watching the handshake: a key the daemon refuses is an error at once,
-    and a timeout after connections closed mid-handshake says what is likely wrong."""
-    poller = zmq.Poller()
-    poller.register(sock, zmq.POLLIN)
-    poller.register(monitor, zmq.POLLIN)
-    deadline, dropped = time.monotonic() + timeout_s, 0
-    while (left := deadline - time.monotonic()) > 0:
-        ready = dict(poller.poll(int(left * 1000) + 1))
-        if sock in ready:
-            return str(sock.recv_string())
-        if monitor in ready:
-            if recv_monitor_message(monitor)["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-                raise PermissionError(
-                    f"{endpoint} refused this client's key: the daemon must admit its public half "
-                    "(--curve-client NAME.key)"
-                )
-            dropped += 1
-    hint = ""
-    if dropped:
-        why = "is --server-key the daemon's?" if curve else "does it need CURVE (--server-key, --client-key)?"
-        hint = f"; the daemon closed the connection {dropped} times during the handshake: {why}"
-    raise TimeoutError(f"no answer from {endpoint} within {timeout_s} s{hint}")
 
 
 def curve_keys(server_key: Path | None, client_key: Path | None) -> CurveKeys | None:
@@ -422,6 +373,16 @@ def bench(
     connect_timeout: Annotated[
         float, typer.Option(help="Seconds each connection waits for its first reply (nothing there: exit 2).")
     ] = 5.0,
+    control: Annotated[
+        str | None,
+        typer.Option(
+            "--control",
+            "-c",
+            help="The daemon's control endpoint: read its `stats` around the run and report the host "
+            "path (the daemon's CPU per query by thread role, less matching) and the ceiling it implies; "
+            "with --mode knee, measured in one more open-loop run at the knee's rate.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     out: OutOpt = None,
     server_key: ServerKeyOpt = None,
@@ -430,8 +391,8 @@ def bench(
     """Measure the daemon with the Rust load generator: open loop at a fixed rate free of
     coordinated omission (as wrk2), many requests in flight per connection, frames built before
     the clock starts; reports p50/p90/p99/p99.9 from due time, the achieved rates, the generator's
-    own CPU and whether it was the bound. Exits 1 when requests were not served (not Ok, or
-    unanswered at the end of the drain)."""
+    own CPU and whether it was the bound, and with --control the daemon's host path per query.
+    Exits 1 when requests were not served (not Ok, or unanswered at the end of the drain)."""
     from offload import rules as rules_api
     from offload.rules.bench import load_query_columns
     from offload.serve import bench as b
@@ -451,7 +412,17 @@ def bench(
             frames, _ = b.frames(cols, list(rs.criterion_codes), request_size)
         load = b.Load(mode, rate, connections, threads, in_flight, max_in_flight, duration, drain,
                       connect_timeout, sla_p99_us, steps)  # fmt: skip
+        stats = (lambda: control_request(control, "stats", connect_timeout, curve)) if control else None
+        before = stats() if stats and mode != "knee" else None
         result = b.run(endpoint, frames, load, curve)
+        if stats and mode == "knee" and result.get("knee"):
+            # The host path at the knee: one more open-loop run at its rate, between two stats.
+            before = stats()
+            knee_load = replace(load, mode="open", rate=result["knee"]["rate_rps"])
+            at_knee = b.run(endpoint, frames, knee_load, curve)
+            result["at_knee"] = {k: at_knee[k] for k in ("requests_per_s", "queries_per_s", "latency_us")}
+        if before is not None and stats:
+            result["daemon_cpu"] = b.daemon_cpu(before, stats())
     result = {"request_size": request_size, "layout": "encoded" if encoded else "raw", **encoding, **result}
     if not emit(result, as_json, out):
         if mode == "knee":
@@ -467,6 +438,9 @@ def bench(
                 console.print(result["stopped"], highlight=False)
         else:
             console.print(b.summary(result), highlight=False)
+        if result.get("daemon_cpu"):
+            where = " at the knee" if mode == "knee" else ""
+            console.print(f"{b.host_path_line(result['daemon_cpu'])}{where}", highlight=False)
         if out is not None:
             console.print(f"wrote {out}", highlight=False)
     failed = b.failures(result) if mode != "knee" else None
