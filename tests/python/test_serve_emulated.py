@@ -11,12 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from offload import rules
 from offload.rules.bench import load_query_columns
 from offload.serve import Client, daemon
-from offload.serve.cli import control_request
+from offload.serve.control import control_request
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "data" / "examples" / "mct-mini"
@@ -51,11 +49,6 @@ def test_emulated_answers_are_the_fast_matchers_with_device_stages(tmp_path: Pat
     assert "emulated device: 3 batches" in err and " 0 misses " in err, err
 
 
-@pytest.mark.xfail(
-    reason="stats names the emulated device once server.rs's stats() reads the matcher's name "
-    "(the patch suggested with issue 25, item 4)",
-    strict=False,
-)
 def test_stats_say_the_emulated_device_is_benchmark_only(tmp_path: Path) -> None:
     proc, _, control = _start(tmp_path)
     try:

@@ -331,6 +331,11 @@ fn stats(current: &Current, counters: &Counters, policy: &BatchPolicy, security:
     if counters.null_matcher {
         m.insert("matcher".into(), "null".into());
         m.insert("benchmark_only".into(), NULL_MATCHER_NOTE.into());
+    } else if s.engine.matcher.name() == crate::emulated::NAME {
+        // The emulated device (benchmarks only) says so, with its own counters.
+        m.insert("matcher".into(), crate::emulated::NAME.into());
+        m.insert("benchmark_only".into(), crate::emulated::NOTE.into());
+        m.insert("emulated".into(), s.engine.matcher.stats());
     } else {
         m.insert("matcher".into(), s.matcher.to_string().into());
     }
