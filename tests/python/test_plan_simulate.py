@@ -58,9 +58,10 @@ def test_cores_are_shared_by_the_stages() -> None:
     one_core = simulate(Pipeline(p=8, w=4, k=4, cpus=1), costs, Load(duration_s=1))
     assert one_core.throughput_qps == pytest.approx(1 / 5e-4, rel=0.01)
     assert free.throughput_qps > 2.5 * one_core.throughput_qps
-    # An accelerator's engines do not take host cores.
+    # An accelerator's engines do not take host cores (four devices, one per executor: one
+    # device shared by the four would bound it at 1 / 3e-4, see test_plan_device.py).
     on_accelerator = Costs(worker_query_s=2e-4, kernel_query_s=3e-4, kernel_on_host=False)
-    acc = simulate(Pipeline(p=8, w=4, k=4, cpus=1), on_accelerator, Load(duration_s=1))
+    acc = simulate(Pipeline(p=8, w=4, k=4, cpus=1, devices=4), on_accelerator, Load(duration_s=1))
     assert acc.throughput_qps == pytest.approx(1 / 2e-4, rel=0.01)
 
 
@@ -83,7 +84,9 @@ def test_overload_answers_busy_and_serves_the_rest() -> None:
     )
     assert r.busy > 0.5 * 3000 * 2  # two thirds of the arrivals cannot be served
     assert r.throughput_rps == pytest.approx(1 / s, rel=0.02)
-    assert r.percentile(99) < 8 * s  # a bounded queue keeps latency bounded
+    # A bounded queue keeps latency bounded: 4 in the request queue, 1 at the worker, 4 in the
+    # kernel queue (it holds `queue` requests, as the daemon's) and 1 matching: 10 S at most.
+    assert r.percentile(99) < 10.5 * s
 
 
 @settings(max_examples=25, deadline=None)

@@ -79,7 +79,7 @@ def cost(
     _show(tables.cost(scenario, lines, explain))
 
 
-# Over 80 lines: the declarations of its 21 options; the logic below them is 30 lines.
+# Over 80 lines: the declarations of its 24 options; the logic below them is 30 lines.
 @app.command()
 def simulate(
     costs: Annotated[
@@ -104,16 +104,44 @@ def simulate(
     processes: Annotated[int, typer.Option("--processes", "-p", help="Client processes (closed loop).")] = 1,
     p_old: Annotated[int | None, typer.Option("--p", hidden=True, help=OLD_P)] = None,
     w: Annotated[int, typer.Option("--w", help="Workers.")] = 1,
-    k: Annotated[int, typer.Option("--k", help="Kernel executors.")] = 1,
+    k: Annotated[
+        int,
+        typer.Option(
+            "--k", help="Kernel executors (0 = inline: the broker matches pre-encoded requests itself)."
+        ),
+    ] = 1,
     e: Annotated[int, typer.Option("--e", help="Engines per executor.")] = 1,
-    batch: Annotated[int, typer.Option(help="Cross-request batch size in queries (0 = per request).")] = 0,
+    batch: Annotated[
+        int,
+        typer.Option(help="Cross-request batch size in queries, taken by the executors (0 = per request)."),
+    ] = 0,
     timeout_us: Annotated[
-        float, typer.Option(help="Batching timeout from the first request, µs (the daemon's default).")
+        float,
+        typer.Option(
+            help="Batching timeout from the first request, µs (the daemon's default; 0 = self-filling: "
+            "an executor takes what is queued, never waits)."
+        ),
     ] = 200.0,
-    queue: Annotated[int, typer.Option(help="Request queue bound (beyond it: busy).")] = 64,
+    queue: Annotated[int, typer.Option(help="Request and kernel queue bound (beyond it: busy).")] = 64,
     cpus: Annotated[int, typer.Option(help="Host cores the stages share (0 = no contention).")] = 0,
-    mode: Annotated[str, typer.Option(help="closed (p clients) or open (Poisson arrivals).")] = "closed",
+    encoded: Annotated[
+        bool,
+        typer.Option(
+            "--encoded/--raw",
+            help="Requests come pre-encoded (the broker hands them to the executors, no worker).",
+        ),
+    ] = False,
+    devices: Annotated[
+        int,
+        typer.Option(
+            help="Devices the k executors share (a what-if kernel off the host; executor i uses i mod N)."
+        ),
+    ] = 1,
+    mode: Annotated[str, typer.Option(help="closed (p clients) or open (arrivals at --rate).")] = "closed",
     rate: Annotated[float, typer.Option(help="Open loop: requests/s.")] = 1000.0,
+    arrivals: Annotated[
+        str, typer.Option(help="Open loop: poisson, or fixed (evenly spaced, as `offload serve bench`).")
+    ] = "poisson",
     sizes: Annotated[str, typer.Option(help="Queries per request to draw from, comma-separated.")] = "1",
     trace: Annotated[
         Path | None,
@@ -162,8 +190,10 @@ def simulate(
     with failing(ValueError):
         qpr = inputs.request_sizes(trace, sizes)
     p = processes if p_old is None else p_old
-    pipe = sim.Pipeline(p, w, k, e, batch, timeout_us * 1e-6, queue, cpus or sc.cpus or None)
-    load = sim.Load(qpr, mode, rate, duration, min(0.1, duration / 10), seed, max_requests)
+    pipe = sim.Pipeline(
+        p, w, k, e, batch, timeout_us * 1e-6, queue, cpus or sc.cpus or None, encoded, devices
+    )
+    load = sim.Load(qpr, mode, rate, duration, min(0.1, duration / 10), seed, max_requests, arrivals)
     try:
         with progress(f"simulating {pipe.label()} for {duration:g} s"):
             r = sim.simulate(pipe, sc.costs, load)

@@ -2,21 +2,35 @@
 
 The model follows the daemon (docs/serve-protocol.md), stage by stage:
 
-    client ──channel──▶ broker ─▶ request queue ─▶ w workers ─▶ (batching) ─▶ k executors × e engines
-       ▲                  │        (bounded: busy)  decode            size-or-timeout    invoke + transfer
-       └──────channel─────┘◀─────────────────────── reply ◀──────────────────────────── + match
+    client ──channel──▶ broker ─▶ request queue ─▶ w workers ─▶ kernel queue ─▶ k executors × e engines
+       ▲                  │  │     (bounded: busy)  decode+encode  (bounded)  ▲  batch, invoke,
+       │                  │  └─ pre-encoded requests ─────────────────────────┘  transfer + match
+       └──────channel─────┘◀──────────────────────────────────────────── reply ◀──┘
 
 - **Arrivals**: a closed loop of p clients (each sends its next request when the last is
   answered, like `offload serve inject --mode closed`) or Poisson arrivals at a rate (open loop).
   Request sizes (queries per request) are drawn from a list — a trace's, or a distribution.
 - **Channel** client ↔ daemon: T(n) = L + n/B per direction (a probe profile's ZeroMQ fit).
 - **Broker**: one thread, a cost per message in and out.
-- **Workers**: w; a cost per request plus per query (decode the request, encode the reply).
-- **Batching**: per request (each request is one kernel batch), or, in each worker, across
-  requests up to `batch_queries` queries or `batch_timeout_s` after the first one arrived,
-  whichever comes first (as the daemon's workers do).
-- **Kernel executors**: k; a batch costs invoke + transfer (L + n/B to the accelerator) + the
-  match time of n queries spread over e engines, then building and sending the replies.
+- **Workers**: w; a cost per request plus per query (decode and encode a raw request). A
+  pre-encoded request (`Pipeline.encoded`) skips them: the broker puts it in the kernel queue.
+- **Batching**, in the executors as the daemon's: an executor that frees takes the first request
+  queued, then more: per request (`batch_queries` 0), self-filling (`batch_timeout_s` 0: what
+  is queued at that instant, up to `batch_queries` queries, never waiting; batches grow with the
+  load), or size-or-timeout (waits until `batch_queries` queries or `batch_timeout_s` after the
+  first request reached the broker).
+- **Kernel executors**: k; on host engines (`kernel_on_host`) a batch costs invoke + transfer
+  (L + n/B) + the match of n queries spread over e engines; then building and sending the
+  replies. k = 0 is the daemon's inline mode: the broker matches pre-encoded requests itself, in
+  batches of what was readable at once (raw ones: the worker that encoded them).
+- **The device** (`kernel_on_host = False`): ONE device (or `devices`, the executors taking them
+  in turn) shared by the k executors, as the emulated device (crates/serve/src/emulated.rs,
+  `DeviceCosts::batch` and `Lanes`) models it: the launch (invoke) takes no lane, then the batch
+  goes through three one-at-a-time lanes in the order the batches were handed over: H2D (half
+  the transfer latency + the query bytes), kernel (⌈n/e⌉ queries + the floor), D2H (half the
+  latency + 4 B per query). So k executors overlap only what one device overlaps (the next
+  batch's copy with this one's kernel), and the kernel lane bounds the throughput however
+  large k is.
 - **CPUs**: with `cpus` set, every stage that computes on the host (client, broker, worker,
   CPU engines) shares that many cores with the others running at the same time (processor
   sharing, like a time-slicing scheduler) — on a small machine the stages compete for cores,
@@ -81,10 +95,18 @@ class Pipeline:
     batch_timeout_s: float = 200e-6  # the daemon's default (crates/serve: batch_timeout_us = 200)
     queue_capacity: int = 64  # request queue bound (the daemon's `queue`); beyond it: busy
     cpus: int | None = None  # host cores the stages share (None: no contention)
+    encoded: bool = False  # requests come pre-encoded: the broker hands them to the executors
+    devices: int = 1  # devices the k executors share (executor i uses device i mod devices)
 
     def label(self) -> str:
-        b = f" batch {self.batch_queries}/{self.batch_timeout_s * 1e3:g}ms" if self.batch_queries else ""
-        return f"{self.p}p {self.w}w {self.k}k {self.e}e{b}"
+        b = ""
+        if self.batch_queries:
+            fill = "self-filling" if self.batch_timeout_s == 0 else f"{self.batch_timeout_s * 1e3:g}ms"
+            b = f" batch {self.batch_queries}/{fill}"
+        more = (" encoded" if self.encoded else "") + (
+            f" {self.devices} devices" if self.devices != 1 else ""
+        )
+        return f"{self.p}p {self.w}w {self.k}k {self.e}e{b}{more}"
 
 
 # 40-100 µs of wall time per simulated request on this 2-vCPU VM (more with many engines or
@@ -97,12 +119,13 @@ MAX_REQUESTS = 500_000
 @dataclass(frozen=True)
 class Load:
     queries_per_request: Sequence[int] = (1,)  # sizes to draw from (uniformly)
-    mode: str = "closed"  # closed (p clients) or open (Poisson)
+    mode: str = "closed"  # closed (p clients) or open (arrivals at rate_rps)
     rate_rps: float = 0.0  # open loop: requests per second
     duration_s: float = 1.0  # simulated time measured
     warmup_s: float = 0.1  # simulated time before measuring
     seed: int = 1
     max_requests: int = MAX_REQUESTS  # a bound on the work: beyond it, SimulationLimit
+    arrivals: str = "poisson"  # open loop: poisson, or fixed (evenly spaced, as `offload serve bench`)
 
 
 class SimulationLimit(ValueError):
@@ -124,6 +147,12 @@ class Result:
     duration_s: float
     latencies_s: np.ndarray = field(repr=False)
     utilisation: dict[str, float]
+    batches: int = 0  # matcher calls (kernel batches) started in the measured window
+    batch_queries: int = 0  # the queries in them
+
+    @property
+    def queries_per_batch(self) -> float:
+        return self.batch_queries / self.batches if self.batches else math.nan
 
     @property
     def throughput_rps(self) -> float:
@@ -160,6 +189,8 @@ class Result:
             "latency_s": {f"p{q}": self.percentile(q) if self.enough(q) else None for q in (50, 90, 99)}
             | {"mean": float(self.latencies_s.mean()) if len(self.latencies_s) else None},
             "utilisation": self.utilisation, "warnings": self.warnings(),
+            "batches": self.batches,
+            "queries_per_batch": self.queries_per_batch if self.batches else None,
         }  # fmt: skip
 
 
@@ -292,6 +323,58 @@ def _transfer(latency: float, bps: float | None, nbytes: float) -> float:
     return latency + (nbytes / bps if bps else 0.0)
 
 
+# Bytes of one answer on the way back (emulated.rs's ANSWER_BYTES; measured.py folds them into
+# the profile's bytes per query).
+ANSWER_BYTES = 4.0
+
+
+@dataclass(frozen=True)
+class DeviceBatch:
+    """One batch's time on a device, by lane (the emulated device's `BatchTime`)."""
+
+    invoke_s: float  # the launch: takes no lane
+    h2d_s: float
+    kernel_s: float
+    d2h_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.invoke_s + self.h2d_s + self.kernel_s + self.d2h_s
+
+
+def device_batch(costs: Costs, n: int, e: int = 1) -> DeviceBatch:
+    """The emulated device's `DeviceCosts::batch` (crates/serve/src/emulated.rs): the profile's
+    one transfer (both ways) split as half its latency each way, ANSWER_BYTES per query out and
+    the rest in; the kernel's n queries over e engines (the slowest gets ⌈n/e⌉; e = 1 there).
+    The sum is `request_time`'s device part."""
+    per_byte = 1.0 / costs.transfer_bps if costs.transfer_bps else 0.0
+    out = min(ANSWER_BYTES, costs.transfer_bytes_per_query)
+    half = costs.transfer_latency_s / 2
+    return DeviceBatch(
+        invoke_s=costs.invoke_s,
+        h2d_s=half + n * (costs.transfer_bytes_per_query - out) * per_byte,
+        kernel_s=-(-n // max(e, 1)) * costs.kernel_query_s + costs.kernel_fixed_s,
+        d2h_s=half + n * out * per_byte,
+    )
+
+
+@dataclass
+class Lanes:
+    """A device's three one-at-a-time lanes (copy in, compute, copy out): when each is next free.
+    `book` is the emulated device's `Lanes::book`, line for line."""
+
+    h2d_free_s: float = 0.0
+    kernel_free_s: float = 0.0
+    d2h_free_s: float = 0.0
+
+    def book(self, sent_s: float, t: DeviceBatch) -> float:
+        """Books a batch handed over at `sent_s`; returns when it is done (its D2H ends)."""
+        self.h2d_free_s = max(sent_s + t.invoke_s, self.h2d_free_s) + t.h2d_s
+        self.kernel_free_s = max(self.h2d_free_s, self.kernel_free_s) + t.kernel_s
+        self.d2h_free_s = max(self.kernel_free_s, self.d2h_free_s) + t.d2h_s
+        return self.d2h_free_s
+
+
 def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
     """Runs the pipeline under ``load`` for its warm-up and duration (deterministic per seed)."""
     _check(pipe, costs, load)
@@ -300,16 +383,22 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
     end = model.end
     lat = np.array([d[0] for d in done])
     util = {stage: t / (end * (pipe.cpus or 1)) for stage, t in sorted(model.cpu.busy.items())}
-    return Result(pipe, len(done), sum(d[1] for d in done), model.busy, load.duration_s, lat, util)
+    util |= {f"device {lane}": t / (end * pipe.devices) for lane, t in model.lane_busy.items() if t > 0}
+    queries = sum(d[1] for d in done)
+    return Result(pipe, len(done), queries, model.busy, load.duration_s, lat, util, *model.batches)
 
 
 def _check(pipe: Pipeline, costs: Costs, load: Load) -> None:
-    if min(pipe.p, pipe.w, pipe.k, pipe.e) < 1:
-        raise ValueError(f"p, w, k and e must be at least 1: {pipe.label()}")
+    if min(pipe.p, pipe.w, pipe.e, pipe.devices) < 1 or pipe.k < 0:
+        raise ValueError(f"p, w, e and devices must be at least 1, k at least 0 (inline): {pipe.label()}")
+    if pipe.batch_queries < 0 or pipe.batch_timeout_s < 0:
+        raise ValueError("batch_queries and batch_timeout_s must be ≥ 0")
     if not load.queries_per_request or min(load.queries_per_request) < 0 or max(load.queries_per_request) < 1:
         raise ValueError("queries_per_request needs sizes ≥ 0 queries, at least one of them > 0")
     if load.mode not in ("closed", "open") or (load.mode == "open" and load.rate_rps <= 0):
         raise ValueError("mode must be closed, or open with a positive rate_rps")
+    if load.arrivals not in ("poisson", "fixed"):
+        raise ValueError(f"arrivals are poisson or fixed, not {load.arrivals!r}")
     if request_time(costs, max(load.queries_per_request)) <= 0:
         raise ValueError(
             "every stage cost is zero: a request takes no time, so any throughput would be "
@@ -321,10 +410,23 @@ def _check(pipe: Pipeline, costs: Costs, load: Load) -> None:
         raise ValueError(f"max_requests must be at least 1, not {load.max_requests}")
 
 
+@dataclass
+class _Request:
+    """A request inside the daemon: its queries, the event its reply fires, when the broker took
+    it (the size-or-timeout timer starts there) and when it was put in its current queue."""
+
+    n: int
+    answered: simpy.Event
+    received: float
+    queued: float
+
+
 class _Model:
     """One simulation: the daemon's stages as SimPy processes over shared queues. Clients (or
-    Poisson arrivals) send requests through the broker into the bounded request queue; workers
-    batch and decode them into the kernel queue; executors run the kernel and answer."""
+    open-loop arrivals) send requests through the broker into the bounded request queue (raw) or
+    the kernel queue (pre-encoded); workers decode and encode raw ones into the kernel queue;
+    executors batch, run the kernel (on host cores, or on the shared device's lanes) and answer.
+    With k = 0 the broker matches pre-encoded requests itself (inline)."""
 
     def __init__(self, pipe: Pipeline, costs: Costs, load: Load) -> None:
         self.pipe, self.costs, self.load = pipe, costs, load
@@ -333,21 +435,29 @@ class _Model:
         self.cpu = _Busy(env, pipe.cpus)
         self.broker = simpy.Resource(env, capacity=1)
         self.requests: simpy.Store = simpy.Store(env, capacity=pipe.queue_capacity)
-        # As in the daemon: workers block when the kernel queue (2 batches per executor) is full,
-        # so the request queue fills and the broker answers busy.
-        self.kernel_queue: simpy.Store = simpy.Store(env, capacity=2 * pipe.k)
+        # As in the daemon: the kernel queue holds `queue` requests; workers block when it is
+        # full, so the request queue fills and the broker answers busy.
+        self.kernel_queue: simpy.Store = simpy.Store(env, capacity=pipe.queue_capacity)
+        self.front: simpy.Store = simpy.Store(env)  # inline mode: what the ROUTER holds unread
+        self.inline = pipe.k == 0 and pipe.encoded
+        self.devices = [Lanes() for _ in range(pipe.devices)]
+        self.lane_busy = {"h2d": 0.0, "kernel": 0.0, "d2h": 0.0}
         self.start = load.warmup_s
         self.end = self.start + load.duration_s
         self.done: list[tuple[float, int]] = []  # (latency, queries) of requests answered in the window
         self.busy = 0
         self.started = 0
+        self.batches = [0, 0]  # batches started in the window, and their queries
 
     def run(self) -> list[tuple[float, int]]:
         env, pipe = self.env, self.pipe
-        for _ in range(pipe.w):
-            env.process(self.worker())
-        for _ in range(pipe.k):
-            env.process(self.executor())
+        if not pipe.encoded:
+            for _ in range(pipe.w):
+                env.process(self.worker())
+        for i in range(pipe.k):
+            env.process(self.executor(i % pipe.devices))
+        if self.inline:
+            env.process(self.inline_broker())
         if self.load.mode == "closed":
             for _ in range(pipe.p):
                 env.process(self.closed_client())
@@ -375,16 +485,21 @@ class _Model:
             )
         yield from self.cpu.run("client", costs.client_request_s + n * costs.client_query_s)
         yield env.timeout(self.channel(n * costs.request_bytes_per_query))
-        yield from self.broker_pass()
         if costs.background_request_s > 0:  # takes cores, delays this request only through them
             env.process(self.cpu.run("background", costs.background_request_s))
         answered = env.event()
-        if len(self.requests.items) >= self.pipe.queue_capacity:
-            answered.succeed(False)  # busy: the broker answers at once
+        if self.inline:  # the broker reads it with what else is readable, matches and answers
+            yield self.front.put(_Request(n, answered, env.now, env.now))
+            ok = yield answered
         else:
-            yield self.requests.put((n, answered, env.now))
-        ok = yield answered
-        yield from self.broker_pass()
+            yield from self.broker_pass()
+            queue = self.kernel_queue if self.pipe.encoded else self.requests
+            if len(queue.items) >= self.pipe.queue_capacity:
+                answered.succeed(False)  # busy: the broker answers at once
+            else:
+                yield queue.put(_Request(n, answered, env.now, env.now))
+            ok = yield answered
+            yield from self.broker_pass()
         yield env.timeout(self.channel(n * costs.reply_bytes_per_query))
         if costs.stall_probability and self.rng.random() < costs.stall_probability:
             yield env.timeout(costs.stall_s)
@@ -395,60 +510,117 @@ class _Model:
                 self.busy += 1
 
     def worker(self):  # type: ignore[no-untyped-def]
-        """As the daemon's workers: take a request; with batching, keep taking requests until
-        the batch has `batch_queries` queries or `batch_timeout_s` has passed since the first
-        one arrived; decode them all; hand the batch to the kernel queue."""
-        env, costs, pipe, requests = self.env, self.costs, self.pipe, self.requests
+        """As the daemon's workers: take a raw request, decode and encode it, hand it to the
+        kernel queue (waiting while it is full); in inline mode (k = 0) match it here."""
+        env, costs, requests = self.env, self.costs, self.requests
         while True:
-            n, answered, queued = yield requests.get()
-            if env.now == queued:  # the worker was idle, blocked on the queue: it must wake up
+            req = yield requests.get()
+            if env.now == req.queued:  # the worker was idle, blocked on the queue: it must wake up
                 yield env.timeout(costs.queue_wakeup_s)
-            group, total = [(n, answered)], n
-            until = queued + pipe.batch_timeout_s
-            while pipe.batch_queries > 0 and total < pipe.batch_queries and env.now < until:
-                get = requests.get()
-                got = yield get | env.timeout(until - env.now)
-                if get not in got:
-                    get.cancel()
-                    yield env.timeout(costs.queue_wakeup_s)  # the timed wait must wake it up too
-                    break
-                m, more, _ = got[get]
-                group.append((m, more))
-                total += m
-            decode_s = len(group) * costs.worker_request_s + total * costs.worker_query_s
-            yield from self.cpu.run("worker", decode_s)
-            yield self.kernel_queue.put((group, env.now))
+            yield from self.cpu.run("worker", costs.worker_request_s + req.n * costs.worker_query_s)
+            if self.pipe.k == 0:
+                yield from self.run_batch([req], 0)
+            else:
+                req.queued = env.now
+                yield self.kernel_queue.put(req)
 
-    def executor(self):  # type: ignore[no-untyped-def]
-        env, costs, pipe, cpu = self.env, self.costs, self.pipe, self.cpu
+    def executor(self, device: int):  # type: ignore[no-untyped-def]
+        """As the daemon's kernel executors: take the first request queued, gather more by the
+        batching policy, match them as one batch, answer each."""
+        env, costs = self.env, self.costs
         while True:
-            group, queued = yield self.kernel_queue.get()
-            if env.now == queued:  # the executor was idle: it must wake up
+            first = yield self.kernel_queue.get()
+            if env.now == first.queued:  # the executor was idle: it must wake up
                 yield env.timeout(costs.kernel_wakeup_s)
-            n = sum(q for q, _ in group)
-            yield from cpu.run("invoke", costs.invoke_s, costs.kernel_on_host)
+            group = [first]
+            yield from self.gather(group)
+            yield from self.run_batch(group, device)
+
+    def gather(self, group: list[_Request]):  # type: ignore[no-untyped-def]
+        """The daemon's `gather`: self-filling (timeout 0) takes what is queued now, up to
+        `batch_queries`; size-or-timeout waits until then from the first request's arrival."""
+        env, pipe, queue = self.env, self.pipe, self.kernel_queue
+        total = group[0].n
+        until = group[0].received + pipe.batch_timeout_s
+        while pipe.batch_queries > 0 and total < pipe.batch_queries:
+            if pipe.batch_timeout_s == 0:
+                if not queue.items:
+                    break
+                got = yield queue.get()  # there is one: taken at this instant
+            else:
+                if env.now >= until:
+                    break
+                get = queue.get()
+                fired = yield get | env.timeout(until - env.now)
+                if get not in fired:
+                    get.cancel()
+                    yield env.timeout(self.costs.kernel_wakeup_s)  # the timed wait must wake it up too
+                    break
+                got = fired[get]
+            group.append(got)
+            total += got.n
+
+    def inline_broker(self):  # type: ignore[no-untyped-def]
+        """Inline mode (k = 0, pre-encoded): the broker takes every request readable at once,
+        admits each, and matches them itself in batches of up to `batch_queries` queries (0: one
+        request each), sending each reply out (a broker pass each) before reading again."""
+        pipe, costs = self.pipe, self.costs
+        while True:
+            first = yield self.front.get()
+            with self.broker.request() as b:
+                yield b
+                read = [first]
+                while self.front.items:
+                    read.append((yield self.front.get()))
+                yield from self.cpu.run("broker", len(read) * costs.broker_s)
+                while read:
+                    take, total = 0, 0
+                    while take < len(read) and (
+                        take == 0 or (pipe.batch_queries > 0 and total < pipe.batch_queries)
+                    ):
+                        total += read[take].n
+                        take += 1
+                    yield from self.run_batch(read[:take], 0, replies_out=True)
+                    read = read[take:]
+
+    def run_batch(self, group: list[_Request], device: int, replies_out: bool = False):  # type: ignore[no-untyped-def]
+        """Matches a batch (host engines, or the shared device's lanes), builds and sends the
+        replies (with `replies_out`, through the ROUTER: a broker pass each), answers each."""
+        env, costs, pipe, cpu = self.env, self.costs, self.pipe, self.cpu
+        n = sum(r.n for r in group)
+        if self.start <= env.now < self.end:
+            self.batches[0] += 1
+            self.batches[1] += n
+        if costs.kernel_on_host:
+            yield from cpu.run("invoke", costs.invoke_s)
             xfer = _transfer(costs.transfer_latency_s, costs.transfer_bps, n * costs.transfer_bytes_per_query)
             if xfer > 0:
                 yield env.timeout(xfer)
             # n queries over e engines: the slowest engine gets ⌈n/e⌉.
             shares = [n // pipe.e + (1 if i < n % pipe.e else 0) for i in range(pipe.e)]
-            engines = [
-                env.process(cpu.run("kernel", s * costs.kernel_query_s, costs.kernel_on_host))
-                for s in shares
-                if s
-            ]
+            engines = [env.process(cpu.run("kernel", s * costs.kernel_query_s)) for s in shares if s]
             yield simpy.AllOf(env, engines)
             if costs.kernel_fixed_s > 0:
                 yield env.timeout(costs.kernel_fixed_s)
-            yield from cpu.run("reply", len(group) * costs.reply_request_s + n * costs.reply_query_s)
-            for _, answered in group:
-                answered.succeed(True)
+        else:
+            t = device_batch(costs, n, pipe.e)
+            due = self.devices[device].book(env.now, t)
+            for lane, s in (("h2d", t.h2d_s), ("kernel", t.kernel_s), ("d2h", t.d2h_s)):
+                self.lane_busy[lane] += s
+            if due > env.now:
+                yield env.timeout(due - env.now)
+        out = len(group) * (costs.reply_request_s + (costs.broker_s if replies_out else 0.0))
+        yield from cpu.run("reply", out + n * costs.reply_query_s)
+        for r in group:
+            r.answered.succeed(True)
 
     def closed_client(self):  # type: ignore[no-untyped-def]
         while True:
             yield from self.one_request(self.rng.choice(self.load.queries_per_request))
 
     def open_arrivals(self):  # type: ignore[no-untyped-def]
+        load = self.load
         while True:
-            yield self.env.timeout(self.rng.expovariate(self.load.rate_rps))
-            self.env.process(self.one_request(self.rng.choice(self.load.queries_per_request)))
+            gap = 1 / load.rate_rps if load.arrivals == "fixed" else self.rng.expovariate(load.rate_rps)
+            yield self.env.timeout(gap)
+            self.env.process(self.one_request(self.rng.choice(load.queries_per_request)))
