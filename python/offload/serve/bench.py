@@ -12,7 +12,7 @@ whether the generator, not the server, was the bound (docs/serve-protocol.md, "L
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,34 @@ def run(endpoint: str, frame_list: list[bytes], load: Load, curve: CurveKeys | N
         keys,
     )  # fmt: skip
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(), **dict(result)}
+
+
+def measure(
+    endpoint: str,
+    frame_list: list[bytes],
+    load: Load,
+    curve: CurveKeys | None = None,
+    control: str | None = None,
+    timeout_s: float = 5.0,
+) -> dict[str, Any]:
+    """`run`, and with the daemon's `control` endpoint its CPU per query by role over the run
+    (`daemon_cpu`); with the knee, over one more open-loop run at the knee's rate (`at_knee`)."""
+    from offload.serve.control import control_request
+
+    def stats() -> dict[str, Any]:
+        return control_request(control, "stats", timeout_s, curve) if control else {}
+
+    before = stats() if control and load.mode != "knee" else None
+    result = run(endpoint, frame_list, load, curve)
+    if control and load.mode == "knee" and result.get("knee"):
+        before = stats()
+        knee_load = replace(load, mode="open", rate=result["knee"]["rate_rps"])
+        at_knee = run(endpoint, frame_list, knee_load, curve)
+        kept = ("requests_per_s", "queries_per_s", "latency_us", "generator")
+        result["at_knee"] = {k: at_knee[k] for k in kept}
+    if before is not None:
+        result["daemon_cpu"] = daemon_cpu(before, stats())
+    return result
 
 
 def daemon_cpu(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:

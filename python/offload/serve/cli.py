@@ -6,7 +6,6 @@ replays a trace against it, `offload serve bench` measures it with the Rust load
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -412,17 +411,7 @@ def bench(
             frames, _ = b.frames(cols, list(rs.criterion_codes), request_size)
         load = b.Load(mode, rate, connections, threads, in_flight, max_in_flight, duration, drain,
                       connect_timeout, sla_p99_us, steps)  # fmt: skip
-        stats = (lambda: control_request(control, "stats", connect_timeout, curve)) if control else None
-        before = stats() if stats and mode != "knee" else None
-        result = b.run(endpoint, frames, load, curve)
-        if stats and mode == "knee" and result.get("knee"):
-            # The host path at the knee: one more open-loop run at its rate, between two stats.
-            before = stats()
-            knee_load = replace(load, mode="open", rate=result["knee"]["rate_rps"])
-            at_knee = b.run(endpoint, frames, knee_load, curve)
-            result["at_knee"] = {k: at_knee[k] for k in ("requests_per_s", "queries_per_s", "latency_us")}
-        if before is not None and stats:
-            result["daemon_cpu"] = b.daemon_cpu(before, stats())
+        result = b.measure(endpoint, frames, load, curve, control, connect_timeout)
     result = {"request_size": request_size, "layout": "encoded" if encoded else "raw", **encoding, **result}
     if not emit(result, as_json, out):
         if mode == "knee":
