@@ -18,11 +18,13 @@ def rule_flags(ruletype: str | Path, rules: str | Path) -> list[str]:
     return ["--ruletype", str(ruletype), "--rules", str(rules)]
 
 
-def start(*flags: str, timeout_s: float = 120.0, cpus: set[int] | None = None) -> subprocess.Popen[str]:
-    """Starts `offload serve` with these CLI flags and returns once it says it is serving. With
-    `cpus`, the daemon and all its threads run only on those CPUs. What it printed up to then is
-    kept for `stop`."""
-    cmd = [sys.executable, "-m", "offload.cli", "serve", *flags]
+def start(
+    *flags: str, timeout_s: float = 120.0, cpus: set[int] | None = None, program: list[str] | None = None
+) -> subprocess.Popen[str]:
+    """Starts `offload serve` (or `program`, e.g. an `offload-serve` binary, which takes the same
+    flags) with these CLI flags and returns once it says it is serving. With `cpus`, the daemon
+    and all its threads run only on those CPUs. What it printed up to then is kept for `stop`."""
+    cmd = [*(program or [sys.executable, "-m", "offload.cli", "serve"]), *flags]
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, preexec_fn=pin)
     _STARTUP[proc.pid] = wait_ready(proc, "serving", timeout_s, f"offload serve {' '.join(flags)}", "stderr")
