@@ -8,7 +8,7 @@
 //!   encoded row up in that table. A row not in it is matched by the real matcher, still on the
 //!   device's thread, and counted as a **miss**: answers are always exact.
 //! - **The device's own thread.** One thread per device stands for the device's silicon: an
-//!   executor hands its batch over (a bounded channel; copying the codes stands for the staging
+//!   executor hands its batch over (a bounded [`HandOff`] queue, which sleeps on a futex; copying the codes stands for the staging
 //!   into pinned memory a real device call does on the executor) and blocks until the answers
 //!   come back, as on a real device call. That thread is **not registered** in
 //!   [`crate::metrics::CpuAccounts`], which reads only registered threads' clocks: its lookups,
@@ -21,7 +21,8 @@
 //!   one batch is out at a time and each is held for exactly the planner's time). A batch is
 //!   due when its D2H ends. The device thread sleeps until then less a margin it measures at
 //!   start (the sleep's overshoot: 65-90 µs on the 2-vCPU benchmark VM, whatever was asked) and
-//!   yields in a loop for the rest; it answers one executor wake-up early (measured at start too,
+//!   spins for the rest (a `sched_yield` loop would give the core away for a whole time slice on
+//!   a busy machine); it answers one executor wake-up early (measured at start too,
 //!   its 10th percentile), and the executor holds until the due instant itself, so a batch is
 //!   never answered before it is due. A batch whose lookups end after its due instant is counted
 //!   `late`. The floor: a hand-over costs the device thread's wake-up and the answer the
@@ -30,6 +31,7 @@
 //! - **Reload** recompiles with the served `MatcherKind` (`fast`): a reload turns the emulation
 //!   off, and the daemon then answers from the host's `fast` matcher.
 
+use crate::handoff::{HandOff, Popped, Producer};
 use offload_rules::{DeviceStages, Encoder, Matcher, RuleType, NO_MATCH};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -179,8 +181,8 @@ impl Lanes {
     }
 }
 
-/// Sleeps until `due`, waking `margin` early (the sleep's overshoot) and yielding in a loop for
-/// the rest. Returns the ns spent yielding.
+/// Sleeps until `due`, waking `margin` early (the sleep's overshoot) and spinning for the rest.
+/// Returns the ns spent spinning.
 pub fn hold_until(due: Instant, margin: Duration) -> u64 {
     let mut spun = None;
     for _ in 0..1_000_000_000u64 {
@@ -190,25 +192,26 @@ pub fn hold_until(due: Instant, margin: Duration) -> u64 {
             std::thread::sleep(left - margin);
         } else {
             spun.get_or_insert(now);
-            std::thread::yield_now();
+            std::hint::spin_loop();
         }
     }
     spun.map_or(0, |t| t.elapsed().as_nanos() as u64)
 }
 
-/// How long a thread blocked on a channel takes to run again after a send, on this machine: the
-/// 10th percentile of 20 hand-overs (a sleeping core's wake-up: tens of µs on a VM), at most 1 ms.
+/// How long a thread blocked on a hand-off queue takes to run again after a push, on this
+/// machine: the 10th percentile of 20 hand-overs (a sleeping core's wake-up: tens of µs on a
+/// VM), at most 1 ms.
 pub fn wake_latency() -> Duration {
-    let (tx, rx) = crossbeam_channel::bounded::<Instant>(1);
-    let waker = std::thread::spawn(move || rx.iter().map(|sent| sent.elapsed()).collect::<Vec<_>>());
+    let (rx, tx) = HandOff::<Instant>::new(1);
+    let waker = std::thread::spawn(move || std::iter::from_fn(|| rx.pop()).map(|sent| sent.elapsed()).collect());
     for _ in 0..20 {
         std::thread::sleep(Duration::from_micros(200)); // the receiver is blocked again
-        if tx.send(Instant::now()).is_err() {
+        if tx.push(Instant::now()).is_err() {
             break;
         }
     }
     drop(tx);
-    let mut woke = waker.join().unwrap_or_default();
+    let mut woke: Vec<Duration> = waker.join().unwrap_or_default();
     woke.sort();
     woke.get(woke.len() / 10).copied().unwrap_or_default().min(Duration::from_millis(1))
 }
@@ -339,7 +342,7 @@ pub struct Counters {
     /// much in all (ns): what the emulation added to the profile's time.
     pub late_batches: AtomicU64,
     pub late_ns: AtomicU64,
-    /// Device-thread wall ns in lookups (and misses), and yielding before a due instant.
+    /// Device-thread wall ns in lookups (and misses), and spinning before a due instant.
     pub lookup_ns: AtomicU64,
     pub spin_ns: AtomicU64,
     /// Batches the executor matched itself: the device thread did not answer within a minute.
@@ -355,7 +358,7 @@ impl Counters {
         format!(
             "emulated device: {} batches, {} queries, {} misses (rows not in {}: matched by fast on the device \
              thread), {} late batches ({:.0} µs late on average: the emulation's own delay, its thread's wake-up \
-             and lookups), {:.0} ns of lookups per query, {} fallbacks",
+             and lookups), {:.0} ns of lookups per query, {:.0} µs of spin per batch, {} fallbacks",
             l(&self.batches),
             l(&self.queries),
             l(&self.misses),
@@ -363,6 +366,7 @@ impl Counters {
             l(&self.late_batches),
             l(&self.late_ns) as f64 / 1e3 / l(&self.late_batches).max(1) as f64,
             l(&self.lookup_ns) as f64 / l(&self.queries).max(1) as f64,
+            l(&self.spin_ns) as f64 / 1e3 / l(&self.batches).max(1) as f64,
             l(&self.fallbacks)
         )
     }
@@ -372,7 +376,7 @@ impl Counters {
 struct Job {
     codes: Vec<u32>,
     sent: Instant,
-    done: crossbeam_channel::Sender<Answered>,
+    done: Producer<Answered>,
 }
 
 /// A batch's answers, its stages, and when it is due (the executor holds until then).
@@ -381,7 +385,7 @@ type Answered = (Vec<u32>, DeviceStages, Instant);
 /// The device's measured waits on this machine.
 #[derive(Debug, Clone, Copy)]
 struct Margins {
-    /// The sleep's overshoot: the device wakes this much before a due instant and yields.
+    /// The sleep's overshoot: the device wakes this much before a due instant and spins.
     sleep: Duration,
     /// A blocked executor's wake-up: the device answers this much before the due instant, and
     /// the executor holds the rest (rarely any: it is the 10th percentile).
@@ -391,7 +395,7 @@ struct Margins {
 /// The emulated device: see the module's documentation.
 pub struct EmulatedDevice {
     inner: Arc<dyn Matcher>,
-    jobs: crossbeam_channel::Sender<Job>,
+    jobs: Producer<Job>,
     counters: Arc<Counters>,
     spec: Spec,
     rows: usize,
@@ -414,14 +418,14 @@ impl EmulatedDevice {
 
     /// The device over a table already made.
     pub fn with_table(inner: Arc<dyn Matcher>, table: AnswerTable, spec: Spec) -> Result<Self, String> {
-        let (jobs, rx) = crossbeam_channel::bounded(JOB_QUEUE);
+        let (rx, jobs) = HandOff::new(JOB_QUEUE);
         let counters = Arc::new(Counters::default());
         let margins = Margins { sleep: sleep_overshoot(), wake: wake_latency() };
         let (rows, width) = (table.len(), table.width);
         let (m, c, costs) = (inner.clone(), counters.clone(), spec.costs);
         std::thread::Builder::new()
             .name("emulated-device".into())
-            .spawn(move || device_thread(rx, &*m, &table, costs, &c, margins))
+            .spawn(move || device_thread(&rx, &*m, &table, costs, &c, margins))
             .map_err(|e| format!("emulated device: its thread: {e}"))?;
         let table_bytes = rows * (width * 4 + 24);
         Ok(EmulatedDevice { inner, jobs, counters, spec, rows, table_bytes, margins })
@@ -446,7 +450,7 @@ impl EmulatedDevice {
 /// The device: takes batches in order, books them on the lanes, answers from the table, holds
 /// each until due less the executor's wake-up. Ends when the device (its sender) is dropped.
 fn device_thread(
-    jobs: crossbeam_channel::Receiver<Job>,
+    jobs: &HandOff<Job>,
     inner: &dyn Matcher,
     table: &AnswerTable,
     costs: DeviceCosts,
@@ -456,7 +460,7 @@ fn device_thread(
     counters.thread_id.store(crate::metrics::thread_id().map_or(0, u64::from), Ordering::Relaxed);
     let epoch = Instant::now();
     let mut lanes = Lanes::default();
-    while let Ok(job) = jobs.recv() {
+    while let Some(job) = jobs.pop() {
         let t0 = Instant::now();
         let n = job.codes.len() / table.width.max(1);
         let time = costs.batch(n);
@@ -474,7 +478,7 @@ fn device_thread(
         counters.batches.fetch_add(1, Ordering::Relaxed);
         counters.queries.fetch_add(n as u64, Ordering::Relaxed);
         counters.misses.fetch_add(misses as u64, Ordering::Relaxed);
-        let _ = job.done.send((rule, time.stages(n), due));
+        let _ = job.done.try_push((rule, time.stages(n), due));
     }
 }
 
@@ -522,15 +526,18 @@ impl Matcher for EmulatedDevice {
         })
     }
     /// Hands the batch to the device thread and waits for its answers and stages, then holds
-    /// until the batch is due (the device answers a wake-up early). Should the device thread not
-    /// take or answer it within [`DEVICE_WAIT`], matches here (exact, counted `fallbacks`, no
+    /// until the batch is due (the device answers a wake-up early). Should the device thread be
+    /// gone, or not answer within [`DEVICE_WAIT`], matches here (exact, counted `fallbacks`, no
     /// stages).
     fn match_batch_staged(&self, queries: &[u32], out: &mut [u32]) -> Option<DeviceStages> {
-        let (done, answered) = crossbeam_channel::bounded(1);
+        let (answered, done) = HandOff::new(1);
         let job = Job { codes: queries.to_vec(), sent: Instant::now(), done };
-        let reply = self.jobs.send_timeout(job, DEVICE_WAIT).ok().and_then(|_| answered.recv_timeout(DEVICE_WAIT).ok());
+        let reply = match self.jobs.push(job) {
+            Ok(()) => answered.pop_until(Instant::now() + DEVICE_WAIT),
+            Err(_) => Popped::Closed,
+        };
         match reply {
-            Some((rule, stages, due)) if rule.len() == out.len() => {
+            Popped::Item((rule, stages, due)) if rule.len() == out.len() => {
                 out.copy_from_slice(&rule);
                 hold_until(due, self.margins.sleep);
                 Some(stages)
