@@ -4,8 +4,9 @@
 # rule set and trace). Writes JSON and plots to
 # OUT (default $OUT, else build/gpu-results). Without a GPU every step says so and the script
 # still ends, so it can be tried anywhere.
-# Usage: benches/gpu/run.sh [STEP...]   steps: tests bench sweep probe (default: all, ~12 min on
-# an H200 machine; a device call lasts at most 10, so run them in two calls there)
+# Usage: benches/gpu/run.sh [STEP...]   steps: tests bench sweep probe service (default: all but
+# service, ~12 min on an H200 machine; a device call lasts at most 10, so run them in two calls
+# there). `service` (~4 min): the service's knee, gpu against fast, with the open-loop generator.
 set -uo pipefail
 steps=" ${*:-tests bench sweep probe} "
 step() { [[ $steps == *" $1 "* ]]; }
@@ -63,4 +64,32 @@ step sweep && python3 -m offload.cli serve sweep "${rt[@]}" --trace "$demo" --ma
 # 4. The channels: pageable / pinned / allocation + copy, launch latency (CuPy, where present).
 # (no plots: an installed wheel does not find the repo's data/presets, which the plots read)
 step probe && python3 -m offload.cli probe --quick --no-uring --no-plots --out "$out/probe.json" 2>&1 | tail -20
+# 5. The service's knee with the open-loop generator and client-side encoding (16-bit codes from
+#    the daemon's dictionary): gpu inline (the broker feeds the device, self-filling batches) and
+#    with 2 executors, against fast with 8 executors on this machine's cores, at 256 and 4,096
+#    queries per request; each with the daemon's host path at the knee (--control). Issue 25.
+if step service; then
+    svc_ep=ipc:///tmp/offload-gpu-svc.sock svc_ctl=ipc:///tmp/offload-gpu-svc-control.sock
+    service() {  # name matcher kernels batch_max_queries request_size
+        python3 -m offload.cli serve "${rt[@]}" -e "$svc_ep" -c "$svc_ctl" --matcher "$2" --workers 2 \
+            --kernels "$3" --batch-max-queries "$4" --batch-timeout-us 0 --queue 1024 2> "$out/service-$1.log" &
+        local pid=$! i
+        for i in $(seq 60); do
+            python3 -m offload.cli serve stats -c "$svc_ctl" --timeout 1 > /dev/null 2>&1 && break
+            sleep 1
+        done
+        timeout 120 python3 -m offload.cli serve bench -e "$svc_ep" -c "$svc_ctl" "${rt[@]}" \
+            --queries "$demo/queries.csv" --encoded --request-size "$5" --mode knee --rate 0 --steps 5 \
+            --duration 2 --drain 1 --connections 16 --threads 4 --sla-p99-us 5000 --out "$out/service-$1.json" \
+            2>&1 | tail -4
+        python3 -m offload.cli serve stats -c "$svc_ctl" > "$out/service-$1-stats.json" 2>&1
+        kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    }
+    for r in 256 4096; do
+        echo "== requests of $r queries"
+        service "fast-k8-r$r" fast 8 4096 "$r"
+        service "gpu-inline-r$r" gpu 0 262144 "$r"
+        service "gpu-k2-r$r" gpu 2 262144 "$r"
+    done
+fi
 ls -l "$out"
