@@ -94,7 +94,8 @@ class Pipeline:
     batch_queries: int = 0  # 0: per request; else batch across requests up to this many queries
     batch_timeout_s: float = 200e-6  # the daemon's default (crates/serve: batch_timeout_us = 200)
     queue_capacity: int = 64  # request queue bound (the daemon's `queue`); beyond it: busy
-    cpus: int | None = None  # host cores the stages share (None: no contention)
+    # Host cores the stages share (None: no contention; a fraction: what other processes leave).
+    cpus: float | None = None
     encoded: bool = False  # requests come pre-encoded: the broker hands them to the executors
     devices: int = 1  # devices the k executors share (executor i uses device i mod devices)
 
@@ -200,7 +201,7 @@ class _SharedCores:
     for its whole burst would let one lone worker run at full speed however many threads compete,
     which is not how an overloaded 2-core machine behaves.)"""
 
-    def __init__(self, env: simpy.Environment, cores: int) -> None:
+    def __init__(self, env: simpy.Environment, cores: float) -> None:
         self.env, self.cores = env, cores
         self.jobs: dict[int, list[Any]] = {}  # id → [remaining work (s), completion event]
         self.last = 0.0
@@ -243,7 +244,7 @@ class _SharedCores:
 class _Busy:
     """The host's cores (or no contention) and the busy time per stage."""
 
-    def __init__(self, env: simpy.Environment, cpus: int | None) -> None:
+    def __init__(self, env: simpy.Environment, cpus: float | None) -> None:
         self.env = env
         self.cores = _SharedCores(env, cpus) if cpus else None
         self.busy: dict[str, float] = {}
