@@ -8,8 +8,9 @@ The model follows the daemon (docs/serve-protocol.md), stage by stage:
        └──────channel─────┘◀──────────────────────────────────────────── reply ◀──┘
 
 - **Arrivals**: a closed loop of p clients (each sends its next request when the last is
-  answered, like `offload serve inject --mode closed`) or Poisson arrivals at a rate (open loop).
-  Request sizes (queries per request) are drawn from a list — a trace's, or a distribution.
+  answered, like `offload serve inject --mode closed`) or arrivals at a rate (open loop): Poisson,
+  or evenly spaced (`Load.arrivals = "fixed"`, the schedule of `offload serve bench`). Request sizes
+  (queries per request) are drawn from a list — a trace's, or a distribution.
 - **Channel** client ↔ daemon: T(n) = L + n/B per direction (a probe profile's ZeroMQ fit).
 - **Broker**: one thread, a cost per message in and out.
 - **Workers**: w; a cost per request plus per query (decode and encode a raw request). A
