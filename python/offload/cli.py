@@ -135,6 +135,13 @@ def report(
             "\\[default: none]"
         ),
     ] = None,
+    host_path: Annotated[
+        str | None,
+        typer.Option(
+            help="benches/serve_hostpath.py JSON (or make demo's serve-hostpath.json; .png beside): the "
+            "service's knee and host path by configuration. \\[default: none]"
+        ),
+    ] = None,
 ) -> None:
     """One static HTML report of the benchmark, probe, sweep, calibration, recommendation, cost,
     RM-SSD, near-data, particle-flow and metrics results, with plots; opens from disk.
@@ -149,7 +156,7 @@ def report(
         return Path(x) if x else None
 
     given = (bench, probe, sweep, calibration, recommend, cost, recsys, dataservices, flows, rpwu, nodes,
-             mbwu, headroom, availability, gpu, gpu_check)  # fmt: skip
+             mbwu, headroom, availability, gpu, gpu_check, host_path)  # fmt: skip
     inputs = [path(x) for x in given]
     with failing(rep.ReportInputError):  # names the option and the file
         written = rep.build(Path(out), *inputs)

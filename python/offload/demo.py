@@ -106,7 +106,34 @@ def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[
         + f". Most throughput with p99 <= 5 ms: {best['label'] if best else 'none'}"
     )  # fmt: skip
     console.print(f"wrote {breakdown} (stage breakdown by size) and {out / 'serve-sweep.png'} (Pareto)")
-    return {"replay": replay, "open_loop": opened, "sweep": summary, "security": security}
+    host_path = _host_path_section(out, paths)
+    return {
+        "replay": replay,
+        "open_loop": opened,
+        "sweep": summary,
+        "security": security,
+        "host_path": host_path,
+    }
+
+
+def _host_path_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
+    """The service's own cost: the knee of the daemon with the null matcher (the host path
+    alone), with fast, and with the emulated H200 (no matching on the host), inline, requests of
+    256 queries encoded by the client with the daemon's dictionary; the host path at each knee.
+    A short search (2 bisections of 0.5 s): benches/serve_hostpath.py runs the full one."""
+    from offload.serve import hostpath
+
+    console.rule("the service's host path (offload serve bench --control; docs/serve-protocol.md)")
+    profile = data_path("plans", "whatif", "gpu-h200.toml")
+    setup = hostpath.Setup(
+        paths["ruletype"], paths["rules"], Path(paths["queries"]), profile, duration_s=0.5, steps=2
+    )
+    with console.status("each configuration's knee (p99 <= 5 ms) and its host path"):
+        result = hostpath.run(setup, hostpath.DEMO_CONFIGS, log=console.print)
+    write_text(out / "serve-hostpath.json", json.dumps(result, indent=1))
+    hostpath.plot(result, out / "serve-hostpath.png")
+    console.print(f"wrote {out / 'serve-hostpath.json'} and {out / 'serve-hostpath.png'}")
+    return result
 
 
 def _free_port() -> int:
@@ -262,7 +289,8 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
                         out / "cost.json", out / "recsys-bench.json",
                         out / "dataservices-cases.json", out / "flows-partition.json",
                         _if_made(out / "rpwu.json"), _if_made(out / "flows-nodes.json"),
-                        availability=_if_made(out / "availability.json"))  # fmt: skip
+                        availability=_if_made(out / "availability.json"),
+                        host_path=_if_made(out / "serve-hostpath.json"))  # fmt: skip
     console.print(f"wrote {html} (open it in a browser)")
     return {"calibration": cal, "recommend": rec}
 

@@ -69,6 +69,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "headroom": RESULTS / "metrics" / "headroom.json",
         "availability": RESULTS / "metrics" / "availability.json",
         "gpu": RESULTS / "gpu" / "rules-gpu-nogpu.json",
+        "host_path": RESULTS / "serve-hostpath-100k.json",
     }  # fmt: skip
 
 
@@ -79,12 +80,12 @@ def test_report_has_every_section_table_and_plot(inputs: dict[str, Path], tmp_pa
     flows = ["Particle data flows (partition by id)", "Node budgets' relative performance (RPWU)",
              "Particle pipeline over several nodes", "Media-based work units (MBWU)",
              "Network processing headroom", "Relative data availability",
-             "The rule engine on a GPU"]  # fmt: skip
+             "The rule engine on a GPU", "The service's host path"]  # fmt: skip
     shown = [html.unescape(t) for t in re.findall(r"<h2 id=\"s\d+\">(.*?)</h2>", page)]
     for title in [*titles, *more, "Near-data queries (offload or push back)", *flows]:
         assert title in shown
     assert 'class="missing"' not in page  # every input was given and found
-    assert page.count("<table>") == 16  # MBWU has two: this disk, the seed's case study
+    assert page.count("<table>") == 17  # MBWU has two: this disk, the seed's case study
     assert "gpu: skipped (no GPU" in page and "gpu-host" in page  # a run without a device says so
     assert "ycsb-a" in page and "[64.0%]" in page and "94" in page and "20.58" in page  # the metrics
     assert "100 such nodes" in page and "held out" in page  # the pipeline model
@@ -99,7 +100,8 @@ def test_report_has_every_section_table_and_plot(inputs: dict[str, Path], tmp_pa
 
 def test_missing_sections_say_how_to_make_them(tmp_path: Path) -> None:
     page = report.build(tmp_path / "r.html", cost=None).read_text()
-    assert page.count('class="missing"') == 15 and "offload plan calibrate" in page
+    assert page.count('class="missing"') == 16 and "offload plan calibrate" in page
+    assert "benches/serve_hostpath.py" in page
     assert "benches/gpu/run.sh" in page
     assert "flows_bench.py --parts nodes" in page
     assert "offload flows partition" in page and "offload metrics rpwu" in page
@@ -109,7 +111,7 @@ def test_missing_sections_say_how_to_make_them(tmp_path: Path) -> None:
 
 def test_cli_writes_the_report(inputs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "cli.html"
-    args = [f"--{k}={v}" for k, v in inputs.items()]
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in inputs.items()]
     r = subprocess.run([sys.executable, "-m", "offload.cli", "report", "--out", str(out), *args],
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -130,7 +132,7 @@ def test_headless_chromium_renders_every_plot_and_table(inputs: dict[str, Path],
     assert body, dom.stdout[:500]
     attrs = dict(re.findall(r'data-([a-z-]+)="(\d+)"', body.group(1)))
     assert int(attrs["images"]) >= 16 and attrs["images-loaded"] == attrs["images"], attrs
-    assert int(attrs["tables"]) == 16
+    assert int(attrs["tables"]) == 17
     shot = tmp_path / "report.png"
     subprocess.run([*browser, "--window-size=1280,2400", f"--screenshot={shot}", out.as_uri()],
                    capture_output=True, timeout=120, check=True)  # fmt: skip

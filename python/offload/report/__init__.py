@@ -9,6 +9,8 @@ Where each section comes from (option: command that writes it → module that dr
   ``offload plan check`` → ``plan``
 - Channels (``--probe``): ``offload probe`` → ``probe``
 - Service configurations (``--sweep``): ``offload serve sweep`` → ``serve``
+- The service's host path (``--host-path``): ``benches/serve_hostpath.py`` or ``make demo`` →
+  ``serve``
 - Simulator calibration, Recommendation, Deployment cost (``--calibration``, ``--recommend``,
   ``--cost``): ``offload plan calibrate | recommend | cost`` → ``plan``
 - RM-SSD (``--recsys``): ``offload recsys bench`` → ``recsys``
@@ -41,7 +43,7 @@ from offload.report.plan import calibration_section, check_section, cost_section
 from offload.report.probe import probe_section
 from offload.report.recsys import recsys_section
 from offload.report.rules import gpu_section, rules_section
-from offload.report.serve import sweep_section
+from offload.report.serve import host_path_section, sweep_section
 
 __all__ = ["ReportInputError", "build"]
 
@@ -64,13 +66,15 @@ def build(
     availability: Path | None = None,
     gpu: Path | None = None,
     gpu_check: Path | None = None,
+    host_path: Path | None = None,
 ) -> Path:
     """Writes the report to ``out`` from the files given; every input is read and checked for
     its kind before anything is drawn (ReportInputError naming the option and the file)."""
     given = {"bench": bench, "probe": probe, "sweep": sweep, "calibration": calibration,
              "recommend": recommend, "cost": cost, "recsys": recsys, "dataservices": dataservices,
              "flows": flows, "rpwu": rpwu, "nodes": nodes, "mbwu": mbwu, "headroom": headroom,
-             "availability": availability, "gpu": gpu, "gpu_check": gpu_check}  # fmt: skip
+             "availability": availability, "gpu": gpu, "gpu_check": gpu_check,
+             "host_path": host_path}  # fmt: skip
     data = {option: load(path, option) for option, path in given.items()}  # all checked first
     now = datetime.now(UTC).isoformat(timespec="seconds")
     html = page(__version__, now, _sections(data, given))
@@ -96,6 +100,10 @@ def _sections(d: dict[str, Any], given: dict[str, Path | None]) -> list[tuple[st
         ),
         ("Channels (probe)", part(("probe",), lambda: probe_section(d["probe"], g["probe"]))),
         ("Service configurations (sweep)", part(("sweep",), lambda: sweep_section(d["sweep"], g["sweep"]))),
+        (
+            "The service's host path",
+            part(("host_path",), lambda: host_path_section(d["host_path"], g["host_path"])),
+        ),
         ("Simulator calibration", part(("calibration",), lambda: calibration_section(d["calibration"]))),
         ("Recommendation", part(("recommend",), lambda: recommend_section(d["recommend"]))),
         ("Deployment cost", part(("cost",), lambda: cost_section(d["cost"]))),

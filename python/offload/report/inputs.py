@@ -31,6 +31,7 @@ KINDS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
     "availability": ("an `offload metrics availability` result", ("cases",), None),
     "gpu": ("an `offload rules bench --matcher gpu` result", ("matchers",), None),
     "gpu_check": ("an `offload plan check` result", ("median_abs_error", "table"), None),
+    "host_path": ("a benches/serve_hostpath.py result", ("runs", "request_size"), None),
 }
 
 

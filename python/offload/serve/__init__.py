@@ -19,6 +19,7 @@ Where things live (docs/serve-protocol.md, "Where things live"):
   ``inject``, ``sweep``
 - ``control``: the control socket's client (``control_request``: stats, reload, set)
 - ``bench``: the Rust load generator's frames, runs and the host path per query from ``stats``
+- ``hostpath``: configurations side by side, each to its knee with its host path; the plot
 - ``daemon``: the daemon as a child process, started and stopped with bounded waits
 - ``inject``: replays a user-request trace; latency percentiles as the simulator's
   (``np.percentile``, linear)

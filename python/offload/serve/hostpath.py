@@ -1,0 +1,195 @@
+"""The service's host path by configuration: each configuration's daemon driven to its knee by
+the open-loop generator, the daemon's CPU per query by thread role at the knee's rate (`stats` →
+`cpu`), and the plot of it (`benches/serve_hostpath.py` runs the before/after set; `make demo` a
+short one; `offload report --host-path` shows the result, offload.report.serve)."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from offload import rules as rules_api
+from offload.files import save_figure
+from offload.host.plots import pyplot
+from offload.serve import bench, daemon
+from offload.serve.control import control_request
+
+
+@dataclass(frozen=True)
+class Config:
+    """One daemon configuration: which build, matcher, executors (0 = inline), batching policy
+    and request layout."""
+
+    label: str
+    build: str  # "before" or "after"
+    matcher: str  # fast, null, emulated
+    kernels: int
+    batch_max_queries: int
+    batch_timeout_us: int
+    layout: str  # raw, encoded32 (the old client's local encoding, version 1), encoded16
+
+    def flags(self, profile: Path, queries: Path) -> list[str]:
+        f = ["--matcher", self.matcher, "--workers", "1", "--kernels", str(self.kernels), "--queue", "1024"]
+        f += [
+            "--batch-max-queries",
+            str(self.batch_max_queries),
+            "--batch-timeout-us",
+            str(self.batch_timeout_us),
+        ]
+        if self.matcher == "emulated":
+            f += ["--emulate-profile", str(profile), "--emulate-queries", str(queries)]
+        return f
+
+
+# before/after issue 25 (BENCHMARKS.md): "before" needs the daemon of the commit before it.
+CONFIGS = [
+    Config("before: fast, 1 executor, per request", "before", "fast", 1, 0, 200, "encoded32"),
+    Config("before: null, 1 executor, per request", "before", "null", 1, 0, 200, "encoded32"),
+    Config("after: fast, 1 executor, self-filling", "after", "fast", 1, 4096, 0, "encoded16"),
+    Config("after: null, 1 executor, self-filling", "after", "null", 1, 4096, 0, "encoded16"),
+    Config("after: fast, inline", "after", "fast", 0, 4096, 0, "encoded16"),
+    Config("after: null, inline", "after", "null", 0, 4096, 0, "encoded16"),
+    Config("after: emulated H200, inline", "after", "emulated", 0, 65536, 0, "encoded16"),
+    Config("after: emulated H200, 1 executor", "after", "emulated", 1, 65536, 0, "encoded16"),
+    Config("after: fast, raw, inline", "after", "fast", 0, 4096, 0, "raw"),
+]
+
+
+def frames_for(c: Config, endpoint: str, rs: Any, cols: list[list[str]], size: int) -> list[bytes]:
+    criteria = list(rs.criterion_codes)
+    if c.layout == "raw":
+        return bench.frames(cols, criteria, size)[0]
+    if c.layout == "encoded32":  # as the clients did before: encoded here against version 1
+        return bench.frames(cols, criteria, size, rules_api.compile(rs, "fast").encode(cols))[0]
+    return bench.encoded_frames(endpoint, cols, criteria, size, 16)[0]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every configuration runs on, and how hard the knee search looks."""
+
+    ruletype: str
+    rules: str
+    queries: Path
+    profile: Path  # the emulated device's
+    request_size: int = 256
+    connections: int = 4
+    duration_s: float = 1.5  # per knee step
+    steps: int = 5
+    sla_p99_us: float = 5000.0
+    start_rate: float = 0.0  # requests/s the knee search starts at (0: a closed loop's throughput)
+
+
+def measure_config(
+    c: Config, s: Setup, rs: Any, cols: list[list[str]], tmp: str, program: list[str] | None = None
+) -> dict[str, Any]:
+    """One configuration: its daemon (`program`, default `offload serve`) started, driven to its
+    knee, its host path at the knee's rate, stopped (every wait bounded)."""
+    ep, ctl = f"ipc://{tmp}/d.sock", f"ipc://{tmp}/c.sock"
+    flags = [*daemon.rule_flags(s.ruletype, s.rules), "-e", ep, "-c", ctl, *c.flags(s.profile, s.queries)]
+    proc = daemon.start(*flags, timeout_s=180, program=program)
+    try:
+        frames = frames_for(c, ep, rs, cols, s.request_size)
+        load = bench.Load(
+            "knee", s.start_rate, s.connections, 1, 1, 1024, s.duration_s, 1.0, 5.0, s.sla_p99_us, s.steps
+        )
+        result = bench.measure(ep, frames, load, control=ctl)
+        stats = control_request(ctl, "stats", 10)
+    finally:
+        daemon.stop(proc)
+    knee = result.get("knee") or {}
+    return {
+        "label": c.label, "config": c.__dict__, "knee": knee, "at_knee": result.get("at_knee"),
+        "daemon_cpu": result.get("daemon_cpu"), "stopped": result.get("stopped"),
+        "matcher": stats.get("matcher"), "emulated": stats.get("emulated"),
+    }  # fmt: skip
+
+
+# A short set for `make demo`: the host path alone, with a real matcher, with the emulated H200.
+DEMO_CONFIGS = [
+    Config("null, inline", "after", "null", 0, 4096, 0, "encoded16"),
+    Config("fast, inline", "after", "fast", 0, 4096, 0, "encoded16"),
+    Config("emulated H200, inline", "after", "emulated", 0, 65536, 0, "encoded16"),
+]
+
+
+def run(
+    setup: Setup,
+    configs: list[Config],
+    program: Callable[[Config], list[str] | None] = lambda c: None,
+    log: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
+    """Every configuration in turn (`program(c)`: the daemon to run it with, None: `offload
+    serve`), one line each to `log`; the result `offload report --host-path` reads."""
+    from offload.host.machine import machine
+    from offload.rules.bench import load_query_columns
+
+    rs = rules_api.load(setup.ruletype, setup.rules)
+    _, cols = load_query_columns(rs, setup.queries)
+    runs = []
+    for c in configs:
+        t = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="hostpath-") as tmp:
+            r = measure_config(c, setup, rs, cols, tmp, program(c))
+        runs.append(r)
+        k, cpu = r["knee"], r["daemon_cpu"] or {}
+        host = cpu.get("ns_per_query", {}).get("host_path") or 0.0
+        knee = f"{k.get('queries_per_s', 0) / 1e6:.2f} M q/s at {k.get('rate_rps', 0):,.0f} req/s"
+        p99, took = k.get("p99_us", 0), time.monotonic() - t
+        log(f"{c.label}: knee {knee}, p99 {p99:,.0f} µs; host path {host:,.0f} ns/query ({took:.0f} s)")
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
+        "request_size": setup.request_size, "sla_p99_us": setup.sla_p99_us, "rules": setup.rules,
+        "device_profile": str(setup.profile), "runs": runs,
+    }  # fmt: skip
+
+
+# The parts of the host path, as `stats` → `cpu` names them; `executor` less `match` is the
+# executors' own share (the match is not host path).
+PARTS = ("broker", "worker", "executor", "zmq_io")
+
+
+def parts(run: dict[str, Any]) -> dict[str, float] | None:
+    """ns per query of each part of the host path at the run's knee (matching taken out), or None."""
+    cpu = run.get("daemon_cpu") or {}
+    per = cpu.get("ns_per_query")
+    if not per:
+        return None
+    out = {k: float(per.get(k, 0.0)) for k in PARTS}
+    # The match is part of the role that matched: the executors, or in inline mode the broker
+    # (pre-encoded requests) or the workers (raw ones).
+    c = run["config"]
+    matched = "executor" if c["kernels"] > 0 else ("worker" if c["layout"] == "raw" else "broker")
+    out[matched] = max(0.0, out[matched] - float(per.get("match", 0.0)))
+    return out
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Horizontal stacked bars: host-path ns per query by part for each configuration, with its
+    knee (queries/s) written beside."""
+    plt = pyplot()
+    runs = [r for r in result["runs"] if parts(r)]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(runs) + 1.4))
+    labels = [r["label"] for r in runs]
+    left = [0.0] * len(runs)
+    for part in PARTS:
+        widths = [parts(r)[part] for r in runs]  # type: ignore[index]
+        ax.barh(labels, widths, left=left, label=part)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    for y, (r, x) in enumerate(zip(runs, left, strict=True)):
+        knee = (r.get("knee") or {}).get("queries_per_s", 0.0)
+        ax.text(x, y, f"  knee {knee / 1e6:.1f} M q/s", va="center", fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(left, default=1) * 1.45)
+    ax.set_xlabel("host path: the daemon's CPU ns per query at the knee (matching excluded)")
+    ax.grid(axis="x")
+    ax.legend(loc="lower right")
+    m = result.get("machine", {})
+    ax.set_title(f"{result.get('request_size')} queries per request; {m.get('cpus', '?')} CPUs", fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, path)
