@@ -379,7 +379,8 @@ def bench(
             "-c",
             help="The daemon's control endpoint: read its `stats` around the run and report the host "
             "path (the daemon's CPU per query by thread role, less matching) and the ceiling it implies; "
-            "with --mode knee, measured in one more open-loop run at the knee's rate.",
+            "with --mode knee, measured in one more open-loop run at the knee's rate. \\[default: none: no "
+            "host path]",
         ),
     ] = None,
     as_json: JsonOpt = False,
