@@ -575,40 +575,31 @@ fn start_pipeline(
     let mut threads = Vec::new();
     // Each thread registers its CPU clock first; the daemon says it serves once all have.
     let (registered, all_registered) = std::sync::mpsc::channel::<()>();
-    let register = move |counters: &Counters, role| {
-        counters.cpu.register_me(role);
-        let _ = registered.send(());
+    let mut start = |name: String, role, body: Box<dyn FnOnce() + Send>| -> Result<(), String> {
+        let (registered, counters) = (registered.clone(), counters.clone());
+        let thread = std::thread::Builder::new().name(name.clone()).spawn(move || {
+            counters.cpu.register_me(role);
+            let _ = registered.send(());
+            body()
+        });
+        threads.push(thread.map_err(|e| format!("spawn {name}: {e}"))?);
+        Ok(())
     };
-    let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
-        std::thread::Builder::new().name(name.clone()).spawn(f).map_err(|e| format!("spawn {name}: {e}"))
-    };
+    let e = cfg.engine_threads.max(1);
     for i in 0..cfg.kernels {
         let push = reply_socket(ctx).ok_or("kernel executor: no inproc reply socket")?;
         let (queue, current, counters, policy) =
             (kernels_rx.clone(), current.clone(), counters.clone(), policy.clone());
-        let (register, e) = (register.clone(), cfg.engine_threads.max(1));
-        threads.push(spawn(
-            format!("offload-kernel-{i}"),
-            Box::new(move || {
-                register(&counters, crate::metrics::Role::Executor);
-                kernel_executor(queue, push, current, counters, policy, e)
-            }),
-        )?);
+        let body = move || kernel_executor(queue, push, current, counters, policy, e);
+        start(format!("offload-kernel-{i}"), crate::metrics::Role::Executor, Box::new(body))?;
     }
     for i in 0..cfg.workers.max(1) {
         let push = reply_socket(ctx).ok_or("worker: no inproc reply socket")?;
         let (requests, kernels, current, counters) =
             (requests_rx.clone(), kernels.clone(), current.clone(), counters.clone());
-        let (register, e) = (register.clone(), cfg.engine_threads.max(1));
-        threads.push(spawn(
-            format!("offload-worker-{i}"),
-            Box::new(move || {
-                register(&counters, crate::metrics::Role::Worker);
-                worker(requests, kernels, push, current, counters, e)
-            }),
-        )?);
+        let body = move || worker(requests, kernels, push, current, counters, e);
+        start(format!("offload-worker-{i}"), crate::metrics::Role::Worker, Box::new(body))?;
     }
-    drop(register);
     let deadline = Instant::now() + Duration::from_secs(5);
     for _ in 0..threads.len() {
         // A thread slow to start is counted when it registers (or never, past the deadline).

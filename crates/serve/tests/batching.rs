@@ -8,41 +8,15 @@
 
 mod common;
 
-use common::{engine, example, fingerprint, in_process, names, queries, scratch};
-use offload_rules::{Engine, MatcherKind, NO_MATCH};
+use common::{engine, example, fingerprint, in_process, names, queries, scratch, Daemon};
+use offload_rules::{Engine, NO_MATCH};
 use offload_serve::client::{Client, Query};
 use offload_serve::emulated::{Counters as DeviceCounters, DeviceCosts, Spec};
 use offload_serve::protocol::{self, Payload, Request, Status};
-use offload_serve::server::{self, Config, Served};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
-use std::thread::JoinHandle;
+use offload_serve::server::Config;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-struct Daemon {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<()>,
-}
-
-impl Daemon {
-    fn start(engine: Engine, cfg: Config) -> Daemon {
-        let served = Arc::new(RwLock::new(Arc::new(Served::new(engine, 1, MatcherKind::Fast))));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s, (tx, rx)) = (stop.clone(), std::sync::mpsc::channel());
-        let thread = std::thread::spawn(move || {
-            server::run_with(served, &cfg, s, move |_| {
-                let _ = tx.send(());
-            })
-            .unwrap();
-        });
-        rx.recv_timeout(Duration::from_secs(20)).expect("the daemon said it serves");
-        Daemon { stop, thread }
-    }
-    fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap();
-    }
-}
 
 #[test]
 fn inline_mode_answers_as_the_pipeline_does() {

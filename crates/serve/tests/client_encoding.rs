@@ -6,24 +6,16 @@
 
 mod common;
 
-use common::{engine, example, in_process, names, queries, scratch};
+use common::{engine, example, in_process, names, queries, scratch, Daemon};
 use offload_rules::{native, Engine, MatcherKind};
 use offload_serve::client::{self, Client, ClientError, EncodingClient, Query};
 use offload_serve::protocol::Status;
-use offload_serve::server::{self, Config, Served};
+use offload_serve::server::Config;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::Duration;
 
-struct Daemon {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<()>,
-}
-
 fn start(engine: Engine, endpoint: &str, control: Option<&str>) -> Daemon {
-    let served = Served::new(engine, 1, MatcherKind::Fast);
     let cfg = Config {
         endpoints: vec![endpoint.into()],
         control: control.map(String::from),
@@ -32,19 +24,7 @@ fn start(engine: Engine, endpoint: &str, control: Option<&str>) -> Daemon {
         engine_threads: 1,
         ..Config::default()
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    let thread = std::thread::spawn(move || {
-        server::run(Arc::new(RwLock::new(Arc::new(served))), &cfg, s).unwrap();
-    });
-    Daemon { stop, thread }
-}
-
-impl Daemon {
-    fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap();
-    }
+    Daemon::start(engine, cfg)
 }
 
 /// A small deterministic generator (xorshift), so a failing seed replays.

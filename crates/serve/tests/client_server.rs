@@ -4,37 +4,16 @@
 
 mod common;
 
-use common::{engine, fingerprint, in_process, names, queries};
-use offload_rules::{MatcherKind, NO_MATCH};
+use common::{engine, fingerprint, in_process, names, queries, Daemon};
+use offload_rules::NO_MATCH;
 use offload_serve::client::{Client, ClientError, Query};
 use offload_serve::protocol::Status;
-use offload_serve::server::{self, Config, Served};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
-use std::thread::JoinHandle;
+use offload_serve::server::Config;
 use std::time::Duration;
 
-struct Daemon {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<()>,
-}
-
 fn start(endpoint: &str, kernels: usize) -> Daemon {
-    let served = Served::new(engine(), 1, MatcherKind::Fast);
     let cfg = Config { endpoints: vec![endpoint.into()], workers: 2, kernels, engine_threads: 2, ..Config::default() };
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    let thread = std::thread::spawn(move || {
-        server::run(Arc::new(RwLock::new(Arc::new(served))), &cfg, s).unwrap();
-    });
-    Daemon { stop, thread }
-}
-
-impl Daemon {
-    fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap();
-    }
+    Daemon::start(engine(), cfg)
 }
 
 fn endpoint(name: &str) -> String {

@@ -5,14 +5,12 @@
 
 mod common;
 
-use common::{engine, example, in_process, names, queries, scratch};
-use offload_rules::MatcherKind;
+use common::{engine, example, in_process, names, queries, scratch, Daemon};
 use offload_serve::client::{Client, Query};
 use offload_serve::emulated::{DeviceCosts, Spec};
 use offload_serve::protocol::{Stage, Status};
-use offload_serve::server::{self, Config, Served};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use offload_serve::server::Config;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Costs large enough to see on a noisy machine: 1 ms launch, 2 ms of copy latency, 100 B per
@@ -38,16 +36,7 @@ fn the_emulated_device_answers_exactly_holds_each_batch_and_reports_its_stages()
 
     let data = format!("ipc://{}/d.sock", dir.display());
     let cfg = Config { endpoints: vec![data.clone()], ..Config::default() };
-    let served = Arc::new(RwLock::new(Arc::new(Served::new(emulated, 1, MatcherKind::Fast))));
-    let stop = Arc::new(AtomicBool::new(false));
-    let (s, (tx, rx)) = (stop.clone(), std::sync::mpsc::channel());
-    let daemon = std::thread::spawn(move || {
-        server::run_with(served, &cfg, s, move |_| {
-            let _ = tx.send(());
-        })
-        .map(|_| ())
-    });
-    rx.recv_timeout(Duration::from_secs(20)).expect("the daemon said it serves");
+    let daemon = Daemon::start(emulated, cfg);
 
     let mut c = Client::connect(&data).unwrap();
     c.timeout = Duration::from_secs(20);
@@ -79,8 +68,7 @@ fn the_emulated_device_answers_exactly_holds_each_batch_and_reports_its_stages()
     }
     assert_eq!(counters.batches.load(Ordering::Relaxed), 2);
     assert_eq!(counters.fallbacks.load(Ordering::Relaxed), 0);
-    stop.store(true, Ordering::Relaxed);
-    daemon.join().unwrap().unwrap();
+    daemon.stop();
 }
 
 #[test]

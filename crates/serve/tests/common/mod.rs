@@ -48,3 +48,32 @@ pub fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// A daemon served on a thread of the test (`server::run_with`), returned once it says it
+/// serves (20 s at most); `stop` ends it and joins its thread.
+pub struct Daemon {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Daemon {
+    pub fn start(engine: Engine, cfg: offload_serve::server::Config) -> Daemon {
+        use offload_serve::server::{self, Served};
+        let served = Arc::new(std::sync::RwLock::new(Arc::new(Served::new(engine, 1, MatcherKind::Fast))));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s, (tx, rx)) = (stop.clone(), std::sync::mpsc::channel());
+        let thread = std::thread::spawn(move || {
+            server::run_with(served, &cfg, s, move |_| {
+                let _ = tx.send(());
+            })
+            .unwrap();
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(20)).expect("the daemon said it serves");
+        Daemon { stop, thread }
+    }
+
+    pub fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap();
+    }
+}
