@@ -1004,7 +1004,7 @@ impl Pending {
     fn n_queries(&self) -> usize {
         match self {
             Pending::Encoded(job) => protocol::peek_n_queries(&job.body) as usize,
-            Pending::Prepared(p) => p.codes.len() / p.served.engine.encoder.width().max(1),
+            Pending::Prepared(p) => p.request.codes.len() / p.served.engine.encoder.width().max(1),
         }
     }
     fn received(&self) -> Instant {
@@ -1016,22 +1016,17 @@ impl Pending {
     fn refusal(self) -> (Frames, u64) {
         match self {
             Pending::Encoded(job) => job.refusal(),
-            Pending::Prepared(p) => (p.envelope, p.id),
+            Pending::Prepared(p) => (p.envelope, p.request.id),
         }
     }
 }
 
-/// A raw request a worker has decoded and encoded against `served`.
+/// A raw request a worker has decoded and encoded against `served`, on its way to an executor.
 struct Prepared {
     envelope: Frames,
     received: Instant,
     served: Arc<Served>,
-    id: u64,
-    deadline_us: u64,
-    stop_after: usize,
-    codes: Vec<u32>,
-    queue_ns: u64,
-    encode_ns: u64,
+    request: Encoded,
     /// When the worker put it in the kernel queue.
     handed: Instant,
 }
@@ -1061,18 +1056,8 @@ fn worker(
             }
         };
         let (id, version) = (p.id, served.version);
-        let pending = Pending::Prepared(Prepared {
-            envelope: job.envelope,
-            received: job.received,
-            served,
-            id,
-            deadline_us: p.deadline_us,
-            stop_after: p.stop_after,
-            codes: p.codes,
-            queue_ns: p.queue_ns,
-            encode_ns: p.encode_ns,
-            handed: Instant::now(),
-        });
+        let (envelope, received, handed) = (job.envelope, job.received, Instant::now());
+        let pending = Pending::Prepared(Prepared { envelope, received, served, request: p, handed });
         let Some(kernels) = &kernels else {
             run_pending(vec![pending], &current, &counters, threads, &mut scratch, out);
             continue;
@@ -1246,9 +1231,10 @@ fn admit(
                 g.requests.push(ready);
             }
             Pending::Prepared(p) => {
-                if expired(p.deadline_us) {
+                let r = &p.request;
+                if expired(r.deadline_us) {
                     let why = "deadline passed in the kernel queue";
-                    let reply = Reply::status_only(p.id, Status::DeadlineExceeded, p.served.version, why);
+                    let reply = Reply::status_only(r.id, Status::DeadlineExceeded, p.served.version, why);
                     refuse(p.envelope, p.received, reply);
                     continue;
                 }
@@ -1256,15 +1242,15 @@ fn admit(
                 let mut ready = Ready {
                     envelope: p.envelope,
                     received: p.received,
-                    id: p.id,
-                    stop_after: p.stop_after,
+                    id: r.id,
+                    stop_after: r.stop_after,
                     rows: 0..0,
                     own: Vec::new(),
-                    queue_ns: p.queue_ns,
-                    encode_ns: p.encode_ns,
+                    queue_ns: r.queue_ns,
+                    encode_ns: r.encode_ns,
                     kernel_queue_ns: taken.saturating_duration_since(p.handed).as_nanos() as u64,
                 };
-                g.take_codes(&mut ready, |out| out.extend_from_slice(&p.codes));
+                g.take_codes(&mut ready, |out| out.extend_from_slice(&p.request.codes));
                 g.requests.push(ready);
             }
         }
