@@ -13,7 +13,6 @@ from offload.clitools import err, failing
 from offload.dataservices import cli as node_cli
 from offload.dataservices.cli import app as node_app
 from offload.flows.cli import app as flows_app
-from offload.flows.network import FlowService
 from offload.metrics.cli import app as metrics_app
 from offload.plan.cli import app as plan_app
 from offload.probe.cli import app as probe_app
@@ -32,8 +31,18 @@ app.add_typer(serve_app, name="serve")
 app.add_typer(probe_app, name="probe")
 app.add_typer(plan_app, name="plan")
 app.add_typer(recsys_app, name="recsys")
+
+
+def _flow_service(node: Any) -> Any:
+    """The particle flows a node hosts, imported when a node starts: `offload` itself loads no
+    data-service stack (pyarrow, datasketches), which the GPU machines lack."""
+    from offload.flows.network import FlowService
+
+    return FlowService(node)
+
+
 app.add_typer(node_app, name="node")
-node_cli.SERVICES["flows"] = FlowService  # every `offload node serve` takes part in particle flows
+node_cli.SERVICES["flows"] = _flow_service  # every `offload node serve` takes part in particle flows
 app.add_typer(flows_app, name="flows")
 app.add_typer(metrics_app, name="metrics")
 

@@ -125,3 +125,12 @@ def test_json_and_out_hold_the_same_result(argv: list[str], tmp_path: Path) -> N
     assert r.returncode == 0, r.stderr[-1000:]
     assert r.stdout == out.read_text() + "\n"
     assert json.loads(r.stdout)
+
+
+def test_the_cli_starts_without_the_data_service_stack() -> None:
+    """`offload` loads pyarrow, datasketches and pandas only in the commands that use them: the
+    GPU machines (benches/gpu/run.sh) have none of them."""
+    heavy = "{'pyarrow', 'datasketches', 'pandas', 'datafusion'}"
+    code = f"import sys, offload.cli; print(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", (done.stdout, done.stderr)
