@@ -482,12 +482,6 @@ fn device_thread(
     }
 }
 
-/// CPU ns a thread of this process has run (Linux `/proc`), `None` elsewhere.
-fn thread_cpu_ns(tid: u64) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-    text.split_whitespace().next()?.parse().ok()
-}
-
 impl Matcher for EmulatedDevice {
     fn name(&self) -> &'static str {
         NAME
@@ -521,7 +515,7 @@ impl Matcher for EmulatedDevice {
             "spin_ns": l(&c.spin_ns),
             "sleep_margin_us": self.margins.sleep.as_secs_f64() * 1e6,
             "wake_margin_us": self.margins.wake.as_secs_f64() * 1e6,
-            "device_thread_cpu_ns": if tid == 0 { None } else { thread_cpu_ns(tid) },
+            "device_thread_cpu_ns": u32::try_from(tid).ok().filter(|&t| t != 0).and_then(crate::metrics::thread_cpu_ns),
             "matcher": self.inner.name(),
         })
     }

@@ -143,15 +143,6 @@ impl<T> HandOff<T> {
         self.not_empty.notify_all();
         self.not_full.notify_all();
     }
-
-    /// Items waiting now.
-    pub fn len(&self) -> usize {
-        self.lock().items.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 impl<T> Producer<T> {

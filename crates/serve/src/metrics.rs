@@ -163,7 +163,7 @@ pub fn thread_id() -> Option<u32> {
 }
 
 /// CPU ns thread `tid` of this process has run (`None` when it is gone or there is no /proc).
-fn thread_cpu_ns(tid: u32) -> Option<u64> {
+pub(crate) fn thread_cpu_ns(tid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
     text.split_whitespace().next()?.parse().ok()
 }

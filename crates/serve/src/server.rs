@@ -1341,7 +1341,7 @@ struct Encoded {
 }
 
 /// Checks the deadline, decodes and encodes one raw request, or returns the reply refusing it.
-/// (A pre-encoded request that reaches a worker is decoded here too.)
+/// (Pre-encoded requests never come here: the broker hands them to the executors.)
 fn prepare(served: &Served, job: &Job) -> Result<Encoded, Reply> {
     let t_start = Instant::now();
     let queue_ns = t_start.duration_since(job.received).as_nanos() as u64;
@@ -1350,14 +1350,6 @@ fn prepare(served: &Served, job: &Job) -> Result<Encoded, Reply> {
     let deadline_us = protocol::peek_deadline_us(&job.body);
     if deadline_us != 0 && now_unix_us() > deadline_us {
         return Err(Reply::status_only(id, Status::DeadlineExceeded, version, "deadline passed while queued"));
-    }
-    if let Ok(Some(_)) = protocol::encoded_view(&job.body) {
-        let view = check_encoded(served, &job.body)?;
-        let mut codes = Vec::new();
-        view.append_codes(&mut codes);
-        let (id, stop_after) = (view.header.request_id, view.header.stop_after as usize);
-        let encode_ns = t_start.elapsed().as_nanos() as u64;
-        return Ok(Encoded { id, deadline_us, stop_after, codes, queue_ns, encode_ns });
     }
     let req = protocol::decode_request(&job.body)
         .map_err(|e| Reply::status_only(id, Status::Malformed, version, e.to_string()))?;
