@@ -16,7 +16,7 @@ pytest.importorskip("datafusion")
 pytest.importorskip("substrait")
 
 from offload.dataservices import particles as P
-from offload.dataservices import plans
+from offload.dataservices import plans, wire
 from offload.dataservices.client import NodeClient, NodeError
 from offload.dataservices.node import Node, NodeConfig
 
@@ -225,3 +225,30 @@ def test_the_wire_format_is_fixed() -> None:
     assert wire.scan_ticket("p", ["id"], "lz4") == scan
     with pytest.raises(ValueError, match="way must be"):
         wire.request(b"x", "sideways")
+
+
+def test_pushback_streams_bounded_batches_of_a_loaded_table(data: dict[str, pa.Table]) -> None:
+    """A loaded file is one chunk of all its rows; the node still sends it as batches of at
+    most its bounds (rows, bytes), and the answer is unchanged."""
+    n = Node(NodeConfig(TOKEN, batch_rows=3_000, batch_bytes=96 << 10))
+    try:
+        n.add("particles", data["particles"])
+        assert n.dataset("particles").table.column(0).num_chunks == 1
+        with NodeClient(f"127.0.0.1:{n.port}", TOKEN, timeout_s=20) as c:
+            reader = c._client.do_get(
+                flight.Ticket(wire.scan_ticket("particles", ["id", "x", "y"], None)),
+                options=c._opts,
+            )
+            sizes = [
+                (ch.data.num_rows, ch.data.nbytes)
+                for ch in reader
+                if ch.data is not None and ch.data.num_rows
+            ]
+            assert sum(r for r, _ in sizes) == ROWS and len(sizes) >= ROWS // 3_000
+            assert all(r <= 3_000 and b <= 96 << 10 for r, b in sizes)
+            sql = "select * from particles where x < 0.4"
+            (back, tb), (off, to) = c.query(sql, "pushback"), c.query(sql, "offload")
+            assert plans.same_answer(back, off) and tb.batches >= ROWS // 3_000
+            assert 0 < tb.first_batch <= tb.fetch and to.batches >= 1
+    finally:
+        n.shutdown()

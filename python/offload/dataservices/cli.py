@@ -24,6 +24,7 @@ from offload.clitools import (
     failing,
     oneline,
     progress,
+    size_bytes,
 )
 
 app = typer.Typer(
@@ -128,6 +129,12 @@ def serve(
     max_seconds: Annotated[
         float, typer.Option(help="Stop after this many seconds (0: run until Ctrl-C / SIGTERM).")
     ] = 0.0,
+    batch_rows: Annotated[
+        int, typer.Option(min=1, help="The most rows in one record batch the node sends.")
+    ] = 65_536,
+    batch_size: Annotated[
+        str, typer.Option(help="The most Arrow bytes in one record batch the node sends, e.g. 4M.")
+    ] = "4M",
 ) -> None:
     """Serve a node: an Arrow Flight server that owns data sets and runs Substrait plans sent to
     it, or ships the columns they read back to the host, under a resource budget (CPU quota,
@@ -147,6 +154,7 @@ def serve(
     os.environ["TOKIO_WORKER_THREADS"] = str(prof.threads)  # before DataFusion starts its runtime
     with failing(ValueError):
         cfg = S.config(prof, B.profile(profile), host, port, data_dir, allow_remote, name, models)
+        cfg.batch_rows, cfg.batch_bytes = batch_rows, size_bytes(batch_size)
     with failing(S.CannotServe):
         served = S.start(cfg, prof, netns, token_file, list(SERVICES.values()))
     if served.token_file is not None:

@@ -29,7 +29,9 @@ class Timing:
     node's check of the query (get_flight_info); ``fetch``: the streams, first byte to last;
     ``node_engine``: the node producing batches (its query engine, or the scan); ``node``: the
     node's whole stream (engine, serialization, sending); ``host``: the plan run here (pushback);
-    ``arrow_bytes``: the Arrow bytes received, decoded (the wire carries less when compressed)."""
+    ``arrow_bytes``: the Arrow bytes received, decoded (the wire carries less when compressed);
+    ``first_batch``: from the start of the fetch to the first rows received (a node sends
+    bounded batches, so this does not wait for the whole stream); ``batches``: how many."""
 
     way: str
     plan: float = 0.0
@@ -41,6 +43,8 @@ class Timing:
     total: float = 0.0
     arrow_bytes: int = 0
     rows: int = 0
+    first_batch: float = 0.0
+    batches: int = 0
     decision: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -188,7 +192,10 @@ class NodeClient:
         with ThreadPoolExecutor(max(1, len(info.endpoints))) as pool:
             streams = list(pool.map(self._fetch, info.endpoints))
         timing.fetch = time.perf_counter() - t2
-        for _, meta, nbytes in streams:
+        firsts = [s[3] for s in streams if s[3] is not None]
+        timing.first_batch = (min(firsts) - t2) if firsts else timing.fetch
+        for table, meta, nbytes, _ in streams:
+            timing.batches += len(table.to_batches())
             timing.node_engine = max(timing.node_engine, meta.get("engine_s", 0.0))
             timing.node = max(timing.node, meta.get("node_s", 0.0))
             timing.arrow_bytes += nbytes
@@ -204,19 +211,21 @@ class NodeClient:
         timing.rows = result.num_rows
         return result, timing
 
-    def _fetch(self, ep: flight.FlightEndpoint) -> tuple[pa.Table, dict[str, Any], int]:
-        """One stream: its table, the node's timings (last chunk's app_metadata), its IPC bytes."""
-        batches, meta, nbytes = [], {}, 0
+    def _fetch(self, ep: flight.FlightEndpoint) -> tuple[pa.Table, dict[str, Any], int, float | None]:
+        """One stream: its table (one chunk per batch received), the node's timings (last
+        chunk's app_metadata), its IPC bytes, and when its first rows came (perf_counter)."""
+        batches, meta, nbytes, first = [], {}, 0, None
         with self._call_errors():
             reader = self._client.do_get(ep.ticket, options=self._opts)
             schema = reader.schema
             for chunk in reader:
                 if chunk.data is not None and chunk.data.num_rows:
+                    first = first or time.perf_counter()
                     batches.append(chunk.data)
                     nbytes += chunk.data.nbytes
                 if chunk.app_metadata is not None:
                     meta = json.loads(chunk.app_metadata.to_pybytes())
-        return pa.Table.from_batches(batches, schema=schema), meta, nbytes
+        return pa.Table.from_batches(batches, schema=schema), meta, nbytes, first
 
 
 class _errors:

@@ -96,6 +96,11 @@ class NodeConfig:
     """timemodel.Models for the decision (None: no decision, ``auto`` offloads)."""
     system: str = "host"
     """This node's system type in the models (its profile's name)."""
+    batch_rows: int = 65_536
+    batch_bytes: int = 4 << 20
+    """The largest record batch a node sends, in rows and in Arrow bytes (whichever binds first):
+    a stream of bounded batches keeps memory bounded on both sides and lets the first rows
+    arrive before the last are read (a loaded file is one chunk of all its rows)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -336,7 +341,7 @@ class Node(flight.FlightServerBase):
                 raise flight.FlightServerError(f"data set {req['scan']!r} has no column {', '.join(missing)}")
             t0 = time.perf_counter()
             scanned = table.select(req["columns"])
-            return _stream(scanned.schema, iter(scanned.to_batches()), t0, opts, way="pushback")
+            return _stream(scanned.schema, iter(scanned.to_batches()), t0, opts, "pushback", self._bounds())
         info = self._check_plan(req["plan"])
         tables = {t: self.dataset(t).table for t in info.reads}
         t0 = time.perf_counter()
@@ -346,7 +351,7 @@ class Node(flight.FlightServerBase):
             self.config.stats["errors"] += 1
             raise flight.FlightServerError(str(e)) from None
         # planning and starting the engine are engine time too
-        return _stream(schema, batches, t0, opts, way="offload", setup_s=time.perf_counter() - t0)
+        return _stream(schema, batches, t0, opts, "offload", self._bounds(), time.perf_counter() - t0)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [(name, what) for name, (what, _) in self._actions.items()]
@@ -395,6 +400,9 @@ class Node(flight.FlightServerBase):
 
     # ------------------------------------------------------------------------------ helpers
 
+    def _bounds(self) -> tuple[int, int]:
+        return max(1, self.config.batch_rows), max(1, self.config.batch_bytes)
+
     def _parse(self, raw: bytes) -> dict[str, Any]:
         return wire.parse(raw, ("scan", *self._gets))
 
@@ -427,11 +435,12 @@ def _stream(
     t0: float,
     opts: pa.ipc.IpcWriteOptions,
     way: str,
+    bounds: tuple[int, int],
     setup_s: float = 0.0,
 ) -> flight.GeneratorStream:
-    """The batches, then an empty batch whose app_metadata holds the node's timings: seconds in
-    the engine (planning, then producing batches) and in all (producing, serializing and
-    sending)."""
+    """The batches, each cut to at most ``bounds`` = (rows, Arrow bytes), then an empty batch
+    whose app_metadata holds the node's timings: seconds in the engine (planning, then
+    producing batches) and in all (producing, serializing and sending)."""
 
     def gen() -> Iterator[Any]:
         engine = setup_s
@@ -444,11 +453,23 @@ def _stream(
             if b is None:
                 break
             rows += b.num_rows
-            yield b
+            yield from bounded(b, *bounds)
         meta = {"way": way, "engine_s": engine, "node_s": time.perf_counter() - t0, "rows": rows}
         yield pa.RecordBatch.from_pylist([], schema=schema), json.dumps(meta).encode()
 
     return flight.GeneratorStream(schema, gen(), options=opts)
+
+
+def bounded(b: pa.RecordBatch, max_rows: int, max_bytes: int) -> Iterator[pa.RecordBatch]:
+    """``b`` as zero-copy slices of at most ``max_rows`` rows and, at its average row width,
+    ``max_bytes`` bytes (at least one row each)."""
+    width = b.nbytes / max(1, b.num_rows)
+    step = max(1, min(max_rows, int(max_bytes // max(width, 1e-9))))
+    if b.num_rows <= step:
+        yield b
+        return
+    for start in range(0, b.num_rows, step):
+        yield b.slice(start, step)
 
 
 def _is_name(name: str) -> bool:
