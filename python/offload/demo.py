@@ -430,6 +430,7 @@ def _dataservices_section(out: Path) -> dict[str, Any]:
     from offload.dataservices import cases as C
     from offload.dataservices import particles as P
     from offload.dataservices import timemodel as TM
+    from offload.dataservices import training as TR
     from offload.dataservices.cli import print_cases
     from offload.dataservices.client import NodeClient
     from offload.dataservices.node import Node, NodeConfig
@@ -444,7 +445,7 @@ def _dataservices_section(out: Path) -> dict[str, Any]:
                 samples = []
                 for i, n in enumerate((20_000, 100_000)):  # `offload node train` in small
                     c.upload(f"train_{n}", P.generate(n, seed=10 + i))
-                    samples += TM.measure(c, f"train_{n}", TM.training_queries(9, i), "host", repeat=1)
+                    samples += TR.measure(c, f"train_{n}", TR.training_queries(9, i), "host", repeat=1)
                     c.drop(f"train_{n}")
                 node.config.models = TM.Models.fit(samples)
                 results = [C.run_case(c, name, repeat=1) for name in C.CASES]

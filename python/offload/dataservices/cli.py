@@ -390,6 +390,7 @@ def train(
     transfer is modelled from the node's link at decision time). Prints the held-out errors."""
     from offload.dataservices import particles as P
     from offload.dataservices import timemodel as TM
+    from offload.dataservices import training as TR
     from offload.dataservices.client import NodeError
 
     try:
@@ -410,8 +411,8 @@ def train(
                     name = f"train_{n}"
                     steps(f"training on {system}: {n:,} rows")
                     c.upload(name, P.generate(n, seed=seed + i))
-                    sqls = TM.training_queries(queries, seed + i)
-                    samples += TM.measure(c, name, sqls, system, lambda _: steps.advance(), repeat)
+                    sqls = TR.training_queries(queries, seed + i)
+                    samples += TR.measure(c, name, sqls, system, lambda _: steps.advance(), repeat)
                     c.drop(name)
     with failing(OSError, ValueError):
         old = TM.Models.load(out).samples if out.exists() else []
