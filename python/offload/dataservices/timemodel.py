@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 FEATURES = ("in_rows", "in_bytes", "out_rows", "out_bytes", "functions", "aggregate", "join", "sort", "heavy",
             "heavy_rows", "cheap_rows", "aggregate_rows", "sort_rows")  # fmt: skip
@@ -85,10 +86,12 @@ def features(
     est_bytes: float,
     tables: dict[str, tuple[int, float]],
     work: Mapping[str, float] | None = None,
+    schemas: Mapping[str, pa.Schema] | None = None,
 ) -> QueryFeatures:
     """Features of ``plan``: ``tables`` maps each data set read to (rows, bytes of the columns
     read); ``est_*``: the estimated result; ``work``: the estimator's work counts
-    (estimate.WORK; default: every call on every row read, no aggregate or sort rows)."""
+    (estimate.WORK; default: every call on every row read, no aggregate or sort rows);
+    ``schemas``: the data sets' schemas (the columns' type families; none: all fixed-width)."""
     from substrait.plan_pb2 import Plan
 
     from offload.dataservices.plans import find, function_calls, function_names, heavy_calls, walk
