@@ -28,7 +28,10 @@ import numpy as np
 import pyarrow as pa
 
 FEATURES = ("in_rows", "in_bytes", "out_rows", "out_bytes", "functions", "aggregate", "join", "sort", "heavy",
-            "heavy_rows", "cheap_rows", "aggregate_rows", "sort_rows")  # fmt: skip
+            "heavy_rows", "cheap_rows", "aggregate_rows", "sort_rows", "string_rows", "in_string_bytes",
+            "out_string_bytes", "join_rows", "group_bytes", "in_width", "in_string_width")  # fmt: skip
+"""The vector a model sees (:meth:`QueryFeatures.vector`): sizes as logs, the work by kind, and
+bytes per row read (all, and of variable-width columns): what the work is, not which table."""
 TARGETS = ("node_engine", "node_stream_out", "node_stream_in", "node_offload", "node_pushback",
            "node_request", "host_engine", "host_receive_out", "host_receive_in")  # fmt: skip
 """What is learned. ``node_stream_out``: serializing and sending the offloaded result;
@@ -38,10 +41,20 @@ and the serializer share it, so their sum is not the whole); ``node_request``: a
 for the query (its checks and estimate, a round trip), the same either way; ``host_receive_*``:
 the host's part of a fetch beyond the node's stream (deserializing, buffering)."""
 
+STRING_FUNCTIONS = frozenset(
+    ("like", "ilike", "not_like", "not_ilike", "substring", "substr", "concat", "lower", "upper", "trim",
+     "ltrim", "rtrim", "btrim", "replace", "contains", "starts_with", "ends_with", "strpos", "length",
+     "char_length", "character_length", "octet_length", "regexp_like", "regexp_match", "regexp_replace",
+     "split_part", "left", "right", "lpad", "rpad", "reverse", "initcap", "md5", "sha256", "to_hex")
+)  # fmt: skip
+"""String functions, where :func:`plans.function_class` is not there to say (their cost grows
+with the strings' bytes, not only their rows)."""
+
 
 @dataclass
 class QueryFeatures:
-    """A query's sizes as the estimator sees them, plus its shape."""
+    """A query's sizes as the estimator sees them, plus its shape and its work. Fields after
+    ``sort`` have defaults, so training files written before them still load."""
 
     in_rows: float
     in_bytes: float
@@ -61,8 +74,20 @@ class QueryFeatures:
     """Estimated rows entering aggregates."""
     sort_rows: float = 0.0
     """Estimated rows entering sorts."""
+    string_rows: float = 0.0
+    """Rows each string function (LIKE, substr, lower...) runs on, summed."""
+    in_string_bytes: float = 0.0
+    """Bytes of the variable-width columns read (strings, binaries): what serializing, sending
+    and receiving pay per byte and fixed-width numbers do not."""
+    out_string_bytes: float = 0.0
+    """The same in the result (the read's share of variable-width bytes, applied to the result)."""
+    join_rows: float = 0.0
+    """Rows entering hash joins, build and probe sides."""
+    group_bytes: float = 0.0
+    """A grouped aggregate's state: estimated groups times their row width."""
 
     def vector(self) -> list[float]:
+        per_row = 1.0 / max(self.in_rows, 1.0)
         return [
             math.log1p(self.in_rows),
             math.log1p(self.in_bytes),
@@ -77,6 +102,13 @@ class QueryFeatures:
             math.log1p(self.cheap_rows),
             math.log1p(self.aggregate_rows),
             math.log1p(self.sort_rows),
+            math.log1p(self.string_rows),
+            math.log1p(self.in_string_bytes),
+            math.log1p(self.out_string_bytes),
+            math.log1p(self.join_rows),
+            math.log1p(self.group_bytes),
+            self.in_bytes * per_row,
+            self.in_string_bytes * per_row,
         ]
 
 
@@ -94,35 +126,108 @@ def features(
     ``schemas``: the data sets' schemas (the columns' type families; none: all fixed-width)."""
     from substrait.plan_pb2 import Plan
 
-    from offload.dataservices.plans import find, function_calls, function_names, heavy_calls, walk
+    from offload.dataservices import plans
 
     p = Plan()
     p.ParseFromString(plan)
     root = p.relations[0].root
-    kinds = {r.DESCRIPTOR.name for r in walk(root) if r.DESCRIPTOR.name.endswith("Rel")}
-    heavy = heavy_calls(root, function_names(p))
+    names = plans.function_names(p)
+    kinds: set[str] = set()
+    calls: list[str] = []
+    reads: dict[str, list[str]] = {}
+    for r in plans.walk(root):
+        kind = r.DESCRIPTOR.name
+        if kind == "ScalarFunction":
+            calls.append(names.get(r.function_reference, "?"))
+        elif kind.endswith("Rel"):
+            kinds.add(kind)
+            if kind == "ReadRel" and r.HasField("named_table") and r.named_table.names:
+                reads[r.named_table.names[-1]] = _read_columns(r)
+    heavy = sum(c not in plans.CHEAP_FUNCTIONS for c in calls)
+    strings = sum(_is_string_function(c) for c in calls)
     in_rows = float(sum(r for r, _ in tables.values()))
+    in_bytes = float(sum(b for _, b in tables.values()))
+    in_string = _string_bytes(tables, reads, schemas or {})
     w = work or {}
+    aggregate, join = "AggregateRel" in kinds, "JoinRel" in kinds or "HashJoinRel" in kinds
     return QueryFeatures(
         in_rows=in_rows,
-        in_bytes=float(sum(b for _, b in tables.values())),
+        in_bytes=in_bytes,
         out_rows=float(est_rows),
         out_bytes=float(est_bytes),
-        functions=len(find(root, "ScalarFunction")),
-        aggregate="AggregateRel" in kinds,
-        join="JoinRel" in kinds,
+        functions=len(calls),
+        aggregate=aggregate,
+        join=join,
         sort="SortRel" in kinds,
         heavy=heavy,
         heavy_rows=float(w.get("heavy_rows", heavy * in_rows)),
-        cheap_rows=float(w.get("cheap_rows", (function_calls(root) - heavy) * in_rows)),
+        cheap_rows=float(w.get("cheap_rows", (len(calls) - heavy) * in_rows)),
         aggregate_rows=float(w.get("aggregate_rows", 0.0)),
         sort_rows=float(w.get("sort_rows", 0.0)),
+        string_rows=float(w.get("string_rows", strings * in_rows)),
+        in_string_bytes=in_string,
+        out_string_bytes=float(est_bytes) * (in_string / in_bytes if in_bytes > 0 else 0.0),
+        join_rows=float(w.get("join_rows", in_rows if join else 0.0)),
+        group_bytes=float(w.get("group_bytes", est_bytes if aggregate and est_rows > 1 else 0.0)),
     )
+
+
+def _read_columns(read: Any) -> list[str]:
+    names = list(read.base_schema.names)
+    if read.HasField("projection"):
+        return [names[i.field] for i in read.projection.select.struct_items if i.field < len(names)]
+    return names
+
+
+def _is_string_function(name: str) -> bool:
+    from offload.dataservices import plans
+
+    classify = getattr(plans, "function_class", None)  # the estimator's helper adds it
+    if classify is not None:
+        return bool(classify(name) == "string")
+    return name in STRING_FUNCTIONS
+
+
+def _string_bytes(
+    tables: Mapping[str, tuple[int, float]], reads: Mapping[str, list[str]], schemas: Mapping[str, pa.Schema]
+) -> float:
+    """Bytes of the variable-width columns read: each table's bytes read less its fixed-width
+    columns' (rows x byte width), where its schema is known and it reads such a column."""
+    total = 0.0
+    for t, (rows, nbytes) in tables.items():
+        schema = schemas.get(t)
+        if schema is None:
+            continue
+        types = [schema.field(c).type for c in reads.get(t, schema.names) if c in schema.names]
+        if not any(_variable_width(typ) for typ in types):
+            continue
+        fixed = sum(typ.bit_width / 8 for typ in types if not _variable_width(typ) and _fixed(typ))
+        total += max(0.0, nbytes - rows * fixed)
+    return total
+
+
+def _variable_width(t: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t) or getattr(pa.types, "is_string_view", lambda _: False)(t)
+        or getattr(pa.types, "is_binary_view", lambda _: False)(t)
+        or (pa.types.is_dictionary(t) and _variable_width(t.value_type))
+    )  # fmt: skip
+
+
+def _fixed(t: pa.DataType) -> bool:
+    try:
+        return t.bit_width > 0
+    except ValueError:
+        return False
 
 
 def scan_features(f: QueryFeatures) -> QueryFeatures:
     """The features of shipping a query's input as it is (pushback's stream)."""
-    return QueryFeatures(f.in_rows, f.in_bytes, f.in_rows, f.in_bytes, 0, False, False, False)
+    return QueryFeatures(
+        f.in_rows, f.in_bytes, f.in_rows, f.in_bytes, 0, False, False, False,
+        in_string_bytes=f.in_string_bytes, out_string_bytes=f.in_string_bytes,
+    )  # fmt: skip
 
 
 @dataclass
@@ -167,17 +272,19 @@ class TransferLink:
 class Models:
     """A regressor of log seconds per (system, target), fitted from samples: gradient boosting,
     which on this machine's training files came out 2-6 points of median error ahead of random
-    forests on the node's stages (held-out quarters, five splits)."""
+    forests on the node's stages (held-out quarters, five splits). Predictions walk the fitted
+    trees with numpy (:class:`Forest`), every stage of a decision at once."""
 
     samples: list[QuerySample]
     regressors: dict[tuple[str, str], Any] = field(default_factory=dict)
+    _forests: dict[tuple[tuple[str, str, int], ...], Forest] = field(default_factory=dict, repr=False)
 
     @classmethod
     def fit(cls, samples: Sequence[QuerySample], seed: int = 0) -> Models:
         from sklearn.ensemble import GradientBoostingRegressor
 
         m = cls(list(samples))
-        for system in {s.system for s in samples}:
+        for system in sorted({s.system for s in samples}):
             for target in TARGETS:
                 rows = [s for s in samples if s.system == system and target in s.times]
                 if len(rows) < 4:
@@ -190,11 +297,18 @@ class Models:
                 m.regressors[(system, target)] = gbm.fit(x, y)
         return m
 
+    def forest(self, keys: Sequence[tuple[str, str, int]]) -> Forest:
+        """The regressors of ``keys`` = (system, target, which vector) as one forest (cached)."""
+        k = tuple(keys)
+        if k not in self._forests:
+            missing = [f"{t} on {s}" for s, t, _ in k if (s, t) not in self.regressors]
+            if missing:
+                raise KeyError(f"no model of {', '.join(missing)}: train with `offload node train`")
+            self._forests[k] = Forest([(self.regressors[(s, t)], i) for s, t, i in k])
+        return self._forests[k]
+
     def predict(self, system: str, target: str, f: QueryFeatures) -> float:
-        model = self.regressors.get((system, target))
-        if model is None:
-            raise KeyError(f"no model of {target} on {system}: train with `offload node train`")
-        return float(np.exp(model.predict(np.array([f.vector()]))[0]))
+        return float(self.forest([(system, target, 0)]).predict(np.array([f.vector()]))[0])
 
     def systems(self) -> set[str]:
         return {s for s, _ in self.regressors}
@@ -205,13 +319,71 @@ class Models:
 
         write_text(path, json.dumps({"samples": [s.as_dict() for s in self.samples]}, indent=1))
 
-    @classmethod
-    def load(cls, path: str | Path) -> Models:
+    @staticmethod
+    def read_samples(path: str | Path) -> list[QuerySample]:
         try:
             data = json.loads(Path(path).read_text())
-            return cls.fit([QuerySample.from_dict(d) for d in data["samples"]])
+            return [QuerySample.from_dict(d) for d in data["samples"]]
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{path}: not a training file of `offload node train` ({e})") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Models:
+        return cls.fit(cls.read_samples(path))
+
+
+class Forest:
+    """Fitted gradient-boosted regressors of log seconds, evaluated together with numpy: their
+    trees padded to one depth (a leaf loops to itself), walked level by level for every tree at
+    once. scikit-learn's ``predict`` checks its input on every call, 0.1-0.3 ms a model, which
+    nine models a decision paid for; this is one pass. Regressor ``j`` reads the feature vector
+    ``which[j]`` of the rows given (0: the query, 1: its scan)."""
+
+    def __init__(self, models: Sequence[tuple[Any, int]]) -> None:
+        trees = [(j, t.tree_) for j, (gbm, _) in enumerate(models) for t in gbm.estimators_[:, 0]]
+        width = max(t.node_count for _, t in trees)
+        n = len(trees)
+        self.feature = np.zeros((n, width), dtype=np.intp)
+        self.threshold = np.full((n, width), np.inf)
+        self.left = np.tile(np.arange(width), (n, 1))
+        self.right = self.left.copy()
+        self.value = np.zeros((n, width))
+        self.depth = max(int(t.max_depth) for _, t in trees)
+        for i, (_, t) in enumerate(trees):
+            c = t.node_count
+            inner = t.children_left[:c] >= 0
+            self.feature[i, :c] = np.where(inner, t.feature[:c], 0)
+            self.threshold[i, :c] = np.where(inner, t.threshold[:c], np.inf)
+            self.left[i, :c] = np.where(inner, t.children_left[:c], np.arange(c))
+            self.right[i, :c] = np.where(inner, t.children_right[:c], np.arange(c))
+            self.value[i, :c] = t.value[:c, 0, 0]
+        self.owner = np.array([j for j, _ in trees], dtype=np.intp)
+        self.which = np.array([models[j][1] for j, _ in trees], dtype=np.intp)
+        self.rate = np.array([gbm.learning_rate for gbm, _ in models])
+        self.rows = np.arange(n)
+        self.base = np.zeros(len(models))
+        # the initial prediction (the training mean, for squared error), read back from
+        # scikit-learn itself once, so this stays right whatever its loss keeps there
+        for j, (gbm, _) in enumerate(models):
+            x0 = np.zeros((1, gbm.n_features_in_))
+            self.base[j] = float(gbm.predict(x0)[0]) - self._raw(np.repeat(x0, 2, axis=0))[j]
+
+    def _raw(self, x: np.ndarray) -> np.ndarray:
+        """Each regressor's learning-rate-weighted sum of its trees' leaves, ``x`` one row per
+        vector (scikit-learn compares features as float32)."""
+        x = x.astype(np.float32).astype(np.float64)
+        node = np.zeros(len(self.rows), dtype=np.intp)
+        for _ in range(self.depth):
+            go_left = x[self.which, self.feature[self.rows, node]] <= self.threshold[self.rows, node]
+            node = np.where(go_left, self.left[self.rows, node], self.right[self.rows, node])
+        sums = np.bincount(self.owner, weights=self.value[self.rows, node], minlength=len(self.rate))
+        return sums * self.rate
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Seconds each regressor predicts (the exponential of its log seconds)."""
+        if len(x) == 1 and self.which.max() > 0:
+            x = np.repeat(x, 2, axis=0)
+        return np.exp(self.base + self._raw(x))
 
 
 @dataclass
@@ -263,31 +435,40 @@ def decide(
         f"({100 * (1 - min(o, b) / max(o, b)):.1f}% less); the other way's largest stage is "
         f"{big} ({loser[big] * 1e3:.1f} ms)"
     )
+    fixed_o = parts["request"] + parts["receive_out"]
+    fixed_b = parts["request"] + parts["receive_in"] + parts["host_engine"]
 
-    def both(rate: float) -> tuple[float, float]:
-        o_, b_ = _stages(parts, f, TransferLink(rate, link.latency_s))
-        return sum(o_.values()), sum(b_.values())
+    def both(rate: Any) -> tuple[Any, Any]:  # a rate or an array of them
+        t_o, t_b = link.latency_s + f.out_bytes / rate, link.latency_s + f.in_bytes / rate
+        return fixed_o + np.maximum(parts["node_offload"], t_o), fixed_b + np.maximum(
+            parts["node_pushback"], t_b
+        )
 
-    rate, above = crossover(both)
+    rate, above = crossover(both, vectorized=True)
     if rate is not None:
         why += f"; {above} wins on links above {rate * 8e-6:,.0f} Mbit/s"
     return Decision(way, off, back, why, None if rate is None else rate * 8e-6, above)
 
 
 def _predicted(models: Models, node_system: str, host_system: str, f: QueryFeatures) -> dict[str, float]:
-    """The learned parts of both ways, which do not depend on the link."""
-    scan = scan_features(f)
+    """The learned parts of both ways, which do not depend on the link: every model at once,
+    the query's vector and its scan's (KeyError naming the models missing)."""
+    have = models.regressors
+    off = ("node_offload",) if (node_system, "node_offload") in have else ("node_engine", "node_stream_out")
+    back = ("node_pushback",) if (node_system, "node_pushback") in have else ("node_stream_in",)
+    request = (node_system, "node_request") in have
+    keys = [(host_system, "host_receive_out", 0), (host_system, "host_receive_in", 1),
+            (host_system, "host_engine", 0), *((node_system, "node_request", 0) for _ in range(request)),
+            *((node_system, t, 0) for t in off), *((node_system, t, 1) for t in back)]  # fmt: skip
+    y = models.forest(keys).predict(np.array([f.vector(), scan_features(f).vector()]))
+    n = 3 + request
     return {
-        "request": models.predict(node_system, "node_request", f)
-        if (node_system, "node_request") in models.regressors
-        else 0.0,
-        "node_offload": _node_total(
-            models, node_system, f, "node_offload", ("node_engine", "node_stream_out")
-        ),
-        "node_pushback": _node_total(models, node_system, scan, "node_pushback", ("node_stream_in",)),
-        "receive_out": models.predict(host_system, "host_receive_out", f),
-        "receive_in": models.predict(host_system, "host_receive_in", scan),
-        "host_engine": models.predict(host_system, "host_engine", f),
+        "request": float(y[3]) if request else 0.0,
+        "node_offload": float(y[n : n + len(off)].sum()),
+        "node_pushback": float(y[n + len(off) :].sum()),
+        "receive_out": float(y[0]),
+        "receive_in": float(y[1]),
+        "host_engine": float(y[2]),
     }
 
 
@@ -318,16 +499,22 @@ RATES = np.geomspace(1e5, 1.25e11, 121)
 """Link rates (bytes/s, 0.8 Mbit/s to 1 Tbit/s) the crossover is looked for over."""
 
 
-def crossover(both: Callable[[float], tuple[float, float]]) -> tuple[float | None, str | None]:
+def crossover(
+    both: Callable[[Any], tuple[Any, Any]], vectorized: bool = False
+) -> tuple[float | None, str | None]:
     """The fastest link rate (bytes/s) where the faster way changes, ``both(rate)`` giving
     (offload s, pushback s), and the way that wins above it; (None, None) where one way wins
-    over all of RATES."""
+    over all of RATES. ``vectorized``: ``both`` takes the array of RATES at once too."""
 
     def winner(rate: float) -> str:
         o, b = both(rate)
         return "offload" if o <= b else "pushback"
 
-    ways = [winner(float(r)) for r in RATES]
+    if vectorized:
+        o, b = both(RATES)
+        ways = ["offload" if w else "pushback" for w in (np.asarray(o) <= np.asarray(b))]
+    else:
+        ways = [winner(float(r)) for r in RATES]
     changes = [i for i in range(len(ways) - 1) if ways[i] != ways[i + 1]]
     if not changes:
         return None, None
@@ -336,13 +523,6 @@ def crossover(both: Callable[[float], tuple[float, float]]) -> tuple[float | Non
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if winner(mid) == ways[changes[-1]] else (lo, mid)
     return math.sqrt(lo * hi), ways[-1]
-
-
-def _node_total(models: Models, system: str, f: QueryFeatures, total: str, parts: tuple[str, ...]) -> float:
-    """The node's whole stream one way: its own model, or (older training files) the parts' sum."""
-    if (system, total) in models.regressors:
-        return models.predict(system, total, f)
-    return sum(models.predict(system, p, f) for p in parts)
 
 
 def held_out_error(samples: Sequence[QuerySample], seed: int = 0, share: float = 0.25) -> dict[str, float]:
