@@ -209,7 +209,25 @@ class NodeClient:
             timing.host = time.perf_counter() - t3
         timing.total = time.perf_counter() - t0
         timing.rows = result.num_rows
+        self._observe(plan, timing)
         return result, timing
+
+    def _observe(self, plan: bytes, timing: Timing) -> None:
+        """Tells the node the host's stages of a query it served (action ``observe``), so that it
+        learns from it; best effort, after the query's time is taken: a node that does not
+        learn, or any failure, is ignored."""
+        way = timing.way
+        host = {"node_request": timing.info}
+        received = max(0.0, timing.fetch - timing.node)
+        if way == "offload":
+            host["host_receive_out"] = received
+        else:
+            host |= {"host_receive_in": received, "host_engine": timing.host}
+        body = json.dumps({"q": wire.plan_key(plan), "way": way, "rows": timing.rows, "times": host})
+        try:
+            list(self._client.do_action(flight.Action("observe", body.encode()), options=self._opts))
+        except Exception:  # best effort: the query is answered already
+            pass
 
     def _fetch(self, ep: flight.FlightEndpoint) -> tuple[pa.Table, dict[str, Any], int, float | None]:
         """One stream: its table (one chunk per batch received), the node's timings (last

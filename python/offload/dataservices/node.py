@@ -28,10 +28,13 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import math
+import queue
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from offload.dataservices import plans, wire
+from offload.dataservices import timemodel as TM
 from offload.dataservices.estimate import estimate
 from offload.dataservices.stats import TableStats
 
@@ -89,11 +93,21 @@ class NodeConfig:
     data_dir: Path | None = None
     allow_remote: bool = False
     name: str = "node"
-    stats: dict[str, int] = field(default_factory=lambda: {"queries": 0, "errors": 0})
+    stats: dict[str, float] = field(
+        default_factory=lambda: {
+            "queries": 0,
+            "errors": 0,
+            "decisions": 0,
+            "fallbacks": 0,
+            "decision_cpu_s": 0.0,
+        }
+    )
+    """Counters (``status``, ``metrics``): queries streamed, errors, ``auto`` decisions, those that
+    fell back (:class:`timemodel.Fallback`), and the decisions' thread CPU seconds."""
     budget: dict[str, Any] = field(default_factory=dict)
     """What the node's budget (budget.apply, link.shape) did: reported by ``status``."""
     models: Any = None
-    """timemodel.Models for the decision (None: no decision, ``auto`` offloads)."""
+    """timemodel.Models for the decision (None: ``auto`` falls back until online samples fit some)."""
     system: str = "host"
     """This node's system type in the models (its profile's name)."""
     batch_rows: int = 65_536
@@ -101,6 +115,16 @@ class NodeConfig:
     """The largest record batch a node sends, in rows and in Arrow bytes (whichever binds first):
     a stream of bounded batches keeps memory bounded on both sides and lets the first rows
     arrive before the last are read (a loaded file is one chunk of all its rows)."""
+    adapt: bool = True
+    """Learn online (:class:`timemodel.Adaptation`): every query served becomes samples, and the
+    models are refitted in the background."""
+    adapt_every: int = 25
+    adapt_keep: int = 2000
+    adapt_cpu_share: float = 0.05
+    """Refit after this many new samples, keep this many recent ones, and spend at most this
+    share of the time on refits."""
+    seed: int = 0
+    """The refits' seed: the same samples give the same models."""
 
 
 def is_loopback(host: str) -> bool:
@@ -155,9 +179,21 @@ class Node(flight.FlightServerBase):
         self._own_actions()
         for service in services:
             service(self)
+        self._schemas: OrderedDict[Any, pa.Schema] = OrderedDict()
+        """Result schemas of offloaded plans, by plan and input schemas (DataFusion plans the
+        query over empty tables to know it: ~1 ms a plan)."""
         super().__init__(  # serving from here on: every handler is in place
             f"grpc://{config.host}:{config.port}", middleware={"auth": _TokenCheck(config.token)}
         )
+        self.learner = _Learner(self) if config.adapt else None
+        if config.models is not None:
+            TM.warm(config.models, config.system)
+
+    def shutdown(self) -> None:
+        """Stops serving, and the learner's thread."""
+        super().shutdown()
+        if self.learner is not None:
+            self.learner.stop()
 
     # ------------------------------------------------------------------------------ handlers
 
@@ -198,6 +234,9 @@ class Node(flight.FlightServerBase):
             ("explain", "the estimate, both ways' predicted times and the choice: the plan's bytes",
              self.explain),
             ("status", "the node's name, threads, data sets and counters", lambda _: self.status()),
+            ("observe", 'a query\'s host stages, to learn from: {"q": plan key, "way": ..., "rows": ...,'
+             ' "times": {stage: seconds}}', self._observe),
+            ("metrics", "counters and prediction errors as Prometheus text", lambda _: self.metrics()),
         ]  # fmt: skip
         for name, what, handler in own:
             self.handle_action(name, what, handler)
@@ -224,29 +263,87 @@ class Node(flight.FlightServerBase):
             ds.table = pa.concat_tables([ds.table, table]).combine_chunks()
         return ds
 
-    def explain(self, plan: bytes) -> dict[str, Any]:
+    def explain(self, plan: bytes, info: plans.PlanInfo | None = None) -> dict[str, Any]:
         """What the node expects of ``plan`` and would do: the estimate, the query's features,
-        both ways' predicted stages and the choice (offload where it has no time models)."""
-        from offload.dataservices import timemodel as TM
-
-        est = self.estimate(plan)
-        reads = plans.inspect(plan).reads
-        sizes = {}
-        for t, cols in reads.items():
-            st = self.dataset(t).stats
-            sizes[t] = (st.rows, st.rows * sum(st.columns[c].width_bytes for c in cols))
-        f = TM.features(plan, est["rows"], est["bytes"], sizes, est)
-        out: dict[str, Any] = {"estimate": est, "features": f.__dict__}
+        both ways' predicted stages and the choice, and the choice's thread CPU seconds. Where
+        the estimate or a model cannot answer, the choice falls back (``fallback`` says why and
+        by what rule: :class:`timemodel.Fallback`); ``auto`` never fails for that."""
+        c0 = time.thread_time()
+        info = info or self._check_plan(plan)
+        out: dict[str, Any] = {"estimate": None, "features": None}
+        try:
+            est, f = self._features(plan, info)
+        except Exception as e:  # the estimator failed (a shape or type it lacks): fall back
+            return self._decided(
+                out, self._fallback(plan, info, None, f"the estimate failed ({_line(e)})"), c0
+            )
+        out["estimate"], out["features"] = est, asdict(f)
         models = self.config.models
         if models is None or self.config.system not in models.systems():
-            out["way"] = "offload"
-            out["why"] = f"no time models for {self.config.system!r} on this node: offload by default"
-            return out
+            reason = f"no time models for {self.config.system!r} on this node"
+            return self._decided(out, self._fallback(plan, info, est, reason), c0)
         t0 = time.perf_counter()
-        d = TM.decide(models, self.config.system, f, TM.TransferLink.of(self.config.budget.get("link")))
+        try:
+            d = TM.decide(models, self.config.system, f, TM.TransferLink.of(self.config.budget.get("link")))
+        except Exception as e:  # a stage never learned, a model that cannot answer: fall back
+            reason = f"the time models cannot answer ({_line(e)})"
+            return self._decided(out, self._fallback(plan, info, est, reason), c0)
         out["decision"] = d.as_dict() | {"seconds": time.perf_counter() - t0}
         out["way"], out["why"] = d.way, d.why
+        return self._decided(out, None, c0)
+
+    def _decided(self, out: dict[str, Any], fb: TM.Fallback | None, c0: float) -> dict[str, Any]:
+        """``out`` with the way (``fb``'s where it fell back) and the thread CPU it took, counted."""
+        if fb is not None:
+            out["way"], out["why"], out["fallback"] = fb.way, fb.why, fb.as_dict()
+        out["decision_cpu_s"] = time.thread_time() - c0
+        with self._lock:
+            self.config.stats["decisions"] += 1
+            self.config.stats["fallbacks"] += fb is not None
+            self.config.stats["decision_cpu_s"] += out["decision_cpu_s"]
         return out
+
+    def _features(self, plan: bytes, info: plans.PlanInfo) -> tuple[dict[str, Any], TM.QueryFeatures]:
+        """The plan's estimate and its features (whatever the estimator raises passes)."""
+        sets = {t: self.dataset(t) for t in info.reads}
+        est = estimate(plan, {t: ds.stats for t, ds in sets.items()}).as_dict()
+        schemas = {t: ds.table.schema for t, ds in sets.items()}
+        return est, TM.features(plan, est["rows"], est["bytes"], self._read_sizes(info), est, schemas)
+
+    def _read_sizes(self, info: plans.PlanInfo) -> dict[str, tuple[int, float]]:
+        """Each data set read: its rows, and the bytes of the columns read (rows x widths)."""
+        out = {}
+        for t, cols in info.reads.items():
+            st = self.dataset(t).stats
+            out[t] = (st.rows, st.rows * sum(st.columns[c].width_bytes for c in cols))
+        return out
+
+    def _fallback(
+        self, plan: bytes, info: plans.PlanInfo, est: dict[str, Any] | None, reason: str
+    ) -> TM.Fallback:
+        """The way that moves fewer bytes: pushback the columns read; offload its estimated
+        result, or without an estimate a bound of it (the plan's rows bound, the output
+        schema's width, strings as wide as the widest read). Nothing here may raise: a bound
+        that cannot be had is unbounded, and pushback runs the plan on the host."""
+        sizes = self._read_sizes(info)
+        back = float(sum(b for _, b in sizes.values()))
+        if est is not None:
+            return TM.Fallback(reason, float(est["bytes"]), back, "the estimated result")
+        try:
+            rows = TM.rows_bound(plan, {t: float(r) for t, (r, _) in sizes.items()})
+            widest = max(
+                (
+                    self.dataset(t).stats.columns[c].width_bytes
+                    for t, cols in info.reads.items()
+                    for c in cols
+                ),
+                default=8.0,
+            )
+            width = TM.row_width(self._result_schema(plan, info), widest)
+            bound = rows * width if math.isfinite(rows) else math.inf
+        except Exception:  # no bound is a bound too: unbounded
+            bound = math.inf
+        return TM.Fallback(reason, bound, back, "a bound of the result from the plan")
 
     def estimate(self, plan: bytes) -> dict[str, Any]:
         """The plan's estimated result (rows, bytes, the steps, the estimating time)."""
@@ -308,21 +405,24 @@ class Node(flight.FlightServerBase):
         if descriptor.descriptor_type == flight.DescriptorType.PATH:
             return self._describe(self.dataset(descriptor.path[0].decode()))
         req = self._parse(descriptor.command)
-        info = self._check_plan(req["plan"])
-        meta = b""
+        plan = req["plan"]
+        info = self._check_plan(plan)
+        meta, f = b"", None
         if req["way"] == "auto":
-            ex = self.explain(req["plan"])
-            req["way"] = ex["way"]
+            ex = self.explain(plan, info)
+            req["way"], f = ex["way"], ex["features"]
             meta = json.dumps(ex).encode()
+        key = wire.plan_key(plan)
+        if self.learner is not None:
+            self.learner.submit(("query", key, plan, info, f and TM.QueryFeatures(**f)))
         if req["way"] == "offload":
-            tables = {t: self.dataset(t).table for t in info.reads}
-            ticket = wire.request(req["plan"], "offload", req["compression"])
-            endpoints = [flight.FlightEndpoint(ticket, [])]
-            schema = _result_schema(req["plan"], tables)
-            return flight.FlightInfo(schema, descriptor, endpoints, -1, -1, app_metadata=meta)
+            ticket = wire.request(plan, "offload", req["compression"])
+            schema = self._result_schema(plan, info)
+            return flight.FlightInfo(schema, descriptor, [flight.FlightEndpoint(ticket, [])], -1, -1,
+                                     app_metadata=meta)  # fmt: skip
         endpoints = []
         for t, cols in info.reads.items():
-            endpoints.append(flight.FlightEndpoint(wire.scan_ticket(t, cols, req["compression"]), []))
+            endpoints.append(flight.FlightEndpoint(wire.scan_ticket(t, cols, req["compression"], key), []))
         first, cols = next(iter(info.reads.items()))
         schema = self.dataset(first).table.select(cols).schema if len(info.reads) == 1 else pa.schema([])
         return flight.FlightInfo(schema, descriptor, endpoints, -1, -1, app_metadata=meta)
@@ -341,7 +441,10 @@ class Node(flight.FlightServerBase):
                 raise flight.FlightServerError(f"data set {req['scan']!r} has no column {', '.join(missing)}")
             t0 = time.perf_counter()
             scanned = table.select(req["columns"])
-            return _stream(scanned.schema, iter(scanned.to_batches()), t0, opts, "pushback", self._bounds())
+            done = self._learn(str(req.get("q", "")), None)
+            return _stream(
+                scanned.schema, iter(scanned.to_batches()), t0, opts, "pushback", self._bounds(), done=done
+            )
         info = self._check_plan(req["plan"])
         tables = {t: self.dataset(t).table for t in info.reads}
         t0 = time.perf_counter()
@@ -351,7 +454,15 @@ class Node(flight.FlightServerBase):
             self.config.stats["errors"] += 1
             raise flight.FlightServerError(str(e)) from None
         # planning and starting the engine are engine time too
-        return _stream(schema, batches, t0, opts, "offload", self._bounds(), time.perf_counter() - t0)
+        done = self._learn(wire.plan_key(req["plan"]), req["plan"])
+        return _stream(schema, batches, t0, opts, "offload", self._bounds(), time.perf_counter() - t0, done)
+
+    def _learn(self, key: str, plan: bytes | None) -> Callable[[dict[str, Any]], None] | None:
+        """What a stream calls with its timings at its end: they go to the learner, by plan key."""
+        learner = self.learner
+        if learner is None or not key:
+            return None
+        return lambda meta: learner.submit(("node", key, plan, meta))
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [(name, what) for name, (what, _) in self._actions.items()]
@@ -388,7 +499,7 @@ class Node(flight.FlightServerBase):
         writer.write(json.dumps(ds.describe()).encode())
 
     def status(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.config.name,
             "system": self.config.system,
             "models": sorted(self.config.models.systems()) if self.config.models is not None else [],
@@ -397,8 +508,52 @@ class Node(flight.FlightServerBase):
             "datasets": [d.describe() for d in self.datasets()],
             "counters": dict(self.config.stats),
         }
+        if self.learner is not None:
+            out["adaptation"] = self.learner.status()
+        return out
+
+    def metrics(self) -> str:
+        """The counters and the adaptation's prediction errors as Prometheus text."""
+        adapt = self.learner.status() if self.learner is not None else {}
+        return TM.prometheus(adapt, dict(self.config.stats), self.config.name)
+
+    def _observe(self, body: bytes) -> dict[str, Any]:
+        """A client's host stages of a query it ran (NodeClient.query sends them), joined with
+        the node's own by plan key in the background."""
+        args = wire.json_object(body, "observation")
+        times = args.get("times")
+        key, way = str(args.get("q", ""))[:64], args.get("way")
+        if not isinstance(times, dict) or way not in wire.WAYS or not key:
+            raise flight.FlightServerError(
+                'an observation is {"q": key, "way": way, "times": {stage: seconds}}'
+            )
+        clean = {
+            str(k): float(v)
+            for k, v in times.items()
+            if k in TM.STAGES and isinstance(v, int | float) and math.isfinite(v) and 0 <= v < 1e5
+        }
+        rows = args.get("rows")
+        if self.learner is None:
+            return {"learning": False}
+        self.learner.submit(("host", key, way, rows if isinstance(rows, int) else None, clean))
+        return {"learning": True}
 
     # ------------------------------------------------------------------------------ helpers
+
+    def _result_schema(self, plan: bytes, info: plans.PlanInfo) -> pa.Schema:
+        """The schema of an offloaded plan's result, kept for the 256 plans last asked."""
+        schemas = tuple((t, self.dataset(t).table.schema) for t in info.reads)
+        key = (wire.plan_key(plan), schemas)
+        with self._lock:
+            if key in self._schemas:
+                self._schemas.move_to_end(key)
+                return self._schemas[key]
+        schema = _result_schema(plan, {t: s.empty_table() for t, s in schemas})
+        with self._lock:
+            self._schemas[key] = schema
+            while len(self._schemas) > 256:
+                self._schemas.popitem(last=False)
+        return schema
 
     def _bounds(self) -> tuple[int, int]:
         return max(1, self.config.batch_rows), max(1, self.config.batch_bytes)
@@ -429,6 +584,11 @@ def _result_schema(plan: bytes, tables: dict[str, pa.Table]) -> pa.Schema:
     return schema
 
 
+def _line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def _stream(
     schema: pa.Schema,
     batches: Iterator[pa.RecordBatch],
@@ -437,14 +597,16 @@ def _stream(
     way: str,
     bounds: tuple[int, int],
     setup_s: float = 0.0,
+    done: Callable[[dict[str, Any]], None] | None = None,
 ) -> flight.GeneratorStream:
     """The batches, each cut to at most ``bounds`` = (rows, Arrow bytes), then an empty batch
     whose app_metadata holds the node's timings: seconds in the engine (planning, then
-    producing batches) and in all (producing, serializing and sending)."""
+    producing batches) and in all (producing, serializing and sending). ``done`` gets the
+    timings (and the Arrow bytes sent) before the client can see the stream end."""
 
     def gen() -> Iterator[Any]:
         engine = setup_s
-        rows = 0
+        rows = nbytes = 0
         it = iter(batches)
         while True:
             t = time.perf_counter()
@@ -453,8 +615,11 @@ def _stream(
             if b is None:
                 break
             rows += b.num_rows
+            nbytes += b.nbytes
             yield from bounded(b, *bounds)
         meta = {"way": way, "engine_s": engine, "node_s": time.perf_counter() - t0, "rows": rows}
+        if done is not None:
+            done(meta | {"bytes": nbytes})
         yield pa.RecordBatch.from_pylist([], schema=schema), json.dumps(meta).encode()
 
     return flight.GeneratorStream(schema, gen(), options=opts)
@@ -480,3 +645,127 @@ def check_name(name: str) -> None:
     """A data set's (or a hosted flow's) name: 1-128 letters, digits, _ - . (a Flight error if not)."""
     if not _is_name(name):
         raise flight.FlightServerError(f"bad data set name {name[:40]!r}: use 1-128 letters, digits, _ - .")
+
+
+class _Learner:
+    """A node's online learning, on one thread of its own: it joins the node's side of each
+    query (its stream timings, by plan key) with the host's (the client's ``observe``), turns
+    them into samples for :class:`timemodel.Adaptation`, and refits the node's models when that
+    says so. The request path only enqueues (a bounded queue: when full, events are dropped and
+    counted); features of queries that did not go through ``auto`` are computed here, off it."""
+
+    PENDING = 256
+    """Queries awaiting their other side; the oldest is taken as it is beyond this."""
+
+    def __init__(self, node: Node) -> None:
+        cfg = node.config
+        base = cfg.models.samples if cfg.models is not None else []
+        self.adaptation = TM.Adaptation(base, cfg.system, keep=cfg.adapt_keep, every=cfg.adapt_every,
+                                        cpu_share=cfg.adapt_cpu_share, seed=cfg.seed)  # fmt: skip
+        self._node = node
+        self._fitted: TM.Models | None = cfg.models
+        """The models the base samples came from, or this learner's last refit."""
+        self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=4096)
+        self._pending: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._stop = threading.Event()
+        self.dropped = self.failed = 0
+        self._thread = threading.Thread(target=self._run, name=f"{cfg.name}-learner", daemon=True)
+        self._thread.start()
+
+    def submit(self, event: tuple[Any, ...]) -> None:
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self.dropped += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def refit_now(self, timeout_s: float = 60.0) -> TM.Models:
+        """Takes every event queued so far in, then refits at once (whatever the CPU budget)."""
+        box: list[TM.Models] = []
+        ready = threading.Event()
+        self._queue.put(("refit", box, ready), timeout=timeout_s)
+        if not ready.wait(timeout_s) or not box:
+            raise TimeoutError(
+                f"the learner of {self._node.config.name} did not refit within {timeout_s:g} s"
+            )
+        return box[0]
+
+    def status(self) -> dict[str, Any]:
+        return self.adaptation.status() | {"pending": len(self._pending), "dropped": self.dropped,
+                                           "failed": self.failed}  # fmt: skip
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                event = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            try:
+                self._handle(event)
+            except Exception:  # a query that cannot become a sample is skipped, and counted
+                self.failed += 1
+            if self.adaptation.due(time.monotonic()):
+                self._refit()
+
+    def _refit(self) -> TM.Models:
+        current = self._node.config.models
+        if current is not self._fitted:  # models given since (a training file): their samples are the base
+            self.adaptation.base = list(current.samples) if current is not None else []
+        models = self._fitted = self.adaptation.refit()
+        self._node.config.models = models  # one assignment: a decision sees the old or the new
+        return models
+
+    def _handle(self, event: tuple[Any, ...]) -> None:
+        kind = event[0]
+        if kind == "refit":
+            while self._pending:
+                self._finish(self._pending.popitem(last=False)[1])
+            event[1].append(self._refit())
+            event[2].set()
+        elif kind == "query":
+            _, key, plan, info, f = event
+            if key in self._pending:
+                self._finish(self._pending.pop(key))
+            self._pending[key] = {"plan": plan, "info": info, "f": f, "node": {}, "streams": 0}
+            while len(self._pending) > self.PENDING:
+                self._finish(self._pending.popitem(last=False)[1])
+        elif kind == "node":
+            _, key, plan, meta = event
+            q = self._pending.get(key)
+            if q is None and plan is not None:  # an offload ticket fetched without asking first
+                q = self._pending[key] = {"plan": plan, "info": None, "f": None, "node": {}, "streams": 0}
+            if q is not None:
+                q["streams"] += 1
+                q["way"] = meta["way"]
+                for k in ("engine_s", "node_s"):
+                    q["node"][k] = max(q["node"].get(k, 0.0), meta[k])
+                for k in ("rows", "bytes"):
+                    q["node"][k] = q["node"].get(k, 0) + meta[k]
+        elif kind == "host":
+            _, key, way, rows, times = event
+            q = self._pending.pop(key, None)
+            if q is not None and q.get("way") == way:
+                self._finish(q | {"host": times, "host_rows": rows})
+
+    def _finish(self, q: dict[str, Any]) -> None:
+        """One query's samples: the node's stages (and the host's, where its client sent them)."""
+        if not q["streams"]:
+            return
+        node = self._node
+        info = q["info"] or node._check_plan(q["plan"])
+        f = q["f"] or node._features(q["plan"], info)[1]
+        times = dict(q.get("host") or {})
+        engine, total = q["node"]["engine_s"], q["node"]["node_s"]
+        if q["way"] == "offload":
+            times |= {"node_engine": engine, "node_offload": total, "node_stream_out": total - engine}
+            rows, nbytes = float(q["node"]["rows"]), float(q["node"]["bytes"])
+        else:
+            times |= {"node_pushback": total, "node_stream_in": total - engine}
+            rows = float(q["host_rows"]) if q.get("host_rows") is not None else f.out_rows
+            nbytes = f.out_bytes * rows / f.out_rows if f.out_rows > 0 else f.out_bytes
+        share = f.out_string_bytes / f.out_bytes if f.out_bytes > 0 else 0.0
+        ran = replace(f, out_rows=rows, out_bytes=nbytes, out_string_bytes=nbytes * share)
+        self.adaptation.observe(node.config.models, f, ran, times)

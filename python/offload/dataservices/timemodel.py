@@ -540,3 +540,234 @@ def held_out_error(samples: Sequence[QuerySample], seed: int = 0, share: float =
                 p = m.predict(s.system, target, s.features)
                 errs.setdefault(f"{s.system}/{target}", []).append(abs(p - y) / y)
     return {k: float(np.median(v)) for k, v in errs.items()}
+
+
+STAGES = {"node_engine": ("node", 0), "node_stream_out": ("node", 0), "node_offload": ("node", 0),
+          "node_request": ("node", 0), "node_stream_in": ("node", 1), "node_pushback": ("node", 1),
+          "host_engine": ("host", 0), "host_receive_out": ("host", 0),
+          "host_receive_in": ("host", 1)}  # fmt: skip
+"""Each target's side (the node's system or the host's) and the vector it is learned on (0: the
+query's, 1: its scan's), as :mod:`.training` writes them."""
+
+
+class Adaptation:
+    """Online adaptation of a node's time models: every query it serves, either way, becomes
+    samples (:meth:`observe`), kept beside the training file's (the ``keep`` most recent); the
+    models are refitted on both (:meth:`refit`) when ``every`` new samples have come and the
+    refits so far have used at most ``cpu_share`` of the time since they started (a refit of
+    c CPU seconds holds the next one back by c / cpu_share). Drift is the relative error of
+    each stage's prediction against what was measured, over the ``window`` last queries; a
+    stage whose median is above ``drift`` (and has 10 queries) has drifted. Thread-safe."""
+
+    def __init__(self, base: Sequence[QuerySample], node_system: str, host_system: str = "host",
+                 keep: int = 2000, every: int = 25, cpu_share: float = 0.05, seed: int = 0,
+                 window: int = 200, drift: float = 0.5) -> None:  # fmt: skip
+        import threading
+        from collections import deque
+
+        self.base, self.node_system, self.host_system = list(base), node_system, host_system
+        self.every, self.cpu_share, self.seed, self.drift = every, cpu_share, seed, drift
+        self.online: deque[QuerySample] = deque(maxlen=keep)
+        self.errors: dict[str, deque[float]] = {t: deque(maxlen=window) for t in TARGETS}
+        self.queries = self.new = self.refits = self.skipped = 0
+        self.refit_cpu_s = 0.0
+        self._not_before = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, models: Models | None, decided: QueryFeatures, ran: QueryFeatures,
+                times: Mapping[str, float]) -> None:  # fmt: skip
+        """One query: ``decided``, the features its decision saw (estimated sizes); ``ran``, the
+        ones measured (actual result sizes); ``times``, the stages measured (TARGETS)."""
+        times = {t: float(v) for t, v in times.items() if t in STAGES and math.isfinite(v) and v > 0}
+        errors = self._errors(models, decided, times)
+        groups: dict[tuple[str, int], dict[str, float]] = {}
+        for t, v in times.items():
+            side, which = STAGES[t]
+            groups.setdefault((self._system(side), which), {})[t] = v
+        scan = scan_features(ran)
+        with self._lock:
+            self.queries += 1
+            for t, e in errors.items():
+                self.errors[t].append(e)
+            for (system, which), ts in sorted(groups.items()):
+                self.online.append(QuerySample(system, scan if which else ran, ts))
+                self.new += 1
+
+    def _system(self, side: str) -> str:
+        return self.node_system if side == "node" else self.host_system
+
+    def _errors(
+        self, models: Models | None, f: QueryFeatures, times: Mapping[str, float]
+    ) -> dict[str, float]:
+        """|predicted - measured| / measured of each stage measured that a model predicts."""
+        if models is None:
+            return {}
+        keys = [(self._system(STAGES[t][0]), t, STAGES[t][1]) for t in sorted(times)]
+        keys = [k for k in keys if (k[0], k[1]) in models.regressors]
+        if not keys:
+            return {}
+        y = models.forest(keys).predict(np.array([f.vector(), scan_features(f).vector()]))
+        return {t: abs(float(p) - times[t]) / times[t] for (_, t, _), p in zip(keys, y, strict=True)}
+
+    def due(self, now: float) -> bool:
+        """Whether a refit may run now (``now``: time.monotonic()); counts one skipped where
+        enough samples came but the CPU budget holds it back."""
+        with self._lock:
+            if self.new < self.every:
+                return False
+            if now < self._not_before:
+                self.skipped += 1
+                return False
+            return True
+
+    def refit(self) -> Models:
+        """Models fitted on the training samples and the online ones (deterministic for the
+        same samples and seed), their decision forests built here rather than on a query."""
+        import time
+
+        with self._lock:
+            samples = [*self.base, *self.online]
+            self.new = 0
+        c0 = time.thread_time()
+        models = Models.fit(samples, self.seed)
+        warm(models, self.node_system, self.host_system)
+        cpu = time.thread_time() - c0
+        with self._lock:
+            self.refits += 1
+            self.refit_cpu_s += cpu
+            self._not_before = time.monotonic() + cpu / max(self.cpu_share, 1e-6)
+        return models
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            err = {t: float(np.median(e)) for t, e in self.errors.items() if e}
+            return {
+                "queries": self.queries,
+                "samples": len(self.online),
+                "training_samples": len(self.base),
+                "refits": self.refits,
+                "refits_skipped": self.skipped,
+                "refit_cpu_s": round(self.refit_cpu_s, 4),
+                "error": err,
+                "error_count": {t: len(e) for t, e in self.errors.items() if e},
+                "drifted": sorted(t for t, v in err.items() if v > self.drift and len(self.errors[t]) >= 10),
+            }
+
+
+def warm(models: Models, node_system: str, host_system: str = "host") -> None:
+    """Builds the forest a decision on ``node_system`` uses, so the first query does not (~20 ms)."""
+    try:
+        _predicted(
+            models, node_system, host_system, QueryFeatures(1.0, 8.0, 1.0, 8.0, 0, False, False, False)
+        )
+    except KeyError:
+        pass  # not every stage learned yet: the decision falls back until it is
+
+
+def prometheus(status: Mapping[str, Any], counters: Mapping[str, float], node: str) -> str:
+    """The adaptation's status and a node's counters as Prometheus text (exposition format)."""
+    lines = [
+        "# HELP offload_node_prediction_error Median relative error of each stage's prediction.",
+        "# TYPE offload_node_prediction_error gauge",
+    ]
+    lines += [f'offload_node_prediction_error{{node="{node}",stage="{t}"}} {v:.6g}'
+              for t, v in sorted(status.get("error", {}).items())]  # fmt: skip
+    for name, kind, v in (
+        ("online_samples", "gauge", status.get("samples", 0)),
+        ("online_queries_total", "counter", status.get("queries", 0)),
+        ("refits_total", "counter", status.get("refits", 0)),
+        ("refits_skipped_total", "counter", status.get("refits_skipped", 0)),
+        ("refit_cpu_seconds_total", "counter", status.get("refit_cpu_s", 0.0)),
+        ("drifted_stages", "gauge", len(status.get("drifted", []))),
+        *((_counter_name(k), "counter", v) for k, v in sorted(counters.items())),
+    ):
+        lines += [
+            f"# TYPE offload_node_{name} {kind}",
+            f'offload_node_{name}{{node="{node}"}} {float(v):.6g}',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _counter_name(key: str) -> str:
+    return (key.removesuffix("_s") + "_seconds" if key.endswith("_s") else key) + "_total"
+
+
+# ------------------------------------------------------------------------------ the fallback
+
+
+@dataclass
+class Fallback:
+    """The way ``auto`` takes where the estimate or a model cannot answer: the one that moves
+    fewer bytes, ties to offload. Pushback moves the columns read, exactly (rows x their
+    widths); offload its result, the estimated one where there is an estimate, else a bound of
+    it from the plan (:func:`rows_bound` rows of the output schema's width)."""
+
+    reason: str
+    offload_bytes: float
+    pushback_bytes: float
+    basis: str
+    """What ``offload_bytes`` is: "the estimated result" or "a bound of the result"."""
+
+    @property
+    def way(self) -> str:
+        return "offload" if self.offload_bytes <= self.pushback_bytes else "pushback"
+
+    @property
+    def why(self) -> str:
+        return (
+            f"{self.reason}: {self.way}, the way that moves fewer bytes (offload {_mb(self.offload_bytes)}, "
+            f"{self.basis}; pushback {_mb(self.pushback_bytes)}, the columns read; ties go to offload)"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "rule": "fewer bytes moved, ties to offload", "basis": self.basis,
+                "offload_bytes": self.offload_bytes, "pushback_bytes": self.pushback_bytes}  # fmt: skip
+
+
+def _mb(n: float) -> str:
+    return "an unbounded number of bytes" if math.isinf(n) else f"{n / 1e6:,.3f} MB"
+
+
+def rows_bound(plan: bytes, rows: Mapping[str, float]) -> float:
+    """At most how many rows ``plan`` returns, from its relations alone (``rows``: each data
+    set's): a filter, project or sort keeps at most its input's, a fetch its count, an
+    aggregate without grouping one, a join the product of its sides, a union the sum; inf
+    for a relation this does not know."""
+    from substrait.plan_pb2 import Plan
+
+    p = Plan()
+    p.ParseFromString(plan)
+    return _rows_bound(p.relations[0].root.input, rows)
+
+
+def _rows_bound(rel: Any, rows: Mapping[str, float]) -> float:
+    kind = rel.WhichOneof("rel_type")
+    r = getattr(rel, kind) if kind else None
+    if kind == "read":
+        return float(rows.get(r.named_table.names[-1], math.inf)) if r.named_table.names else math.inf
+    if kind in ("filter", "project", "sort"):
+        return _rows_bound(r.input, rows)
+    if kind == "fetch":
+        below = _rows_bound(r.input, rows)
+        count = (
+            r.count_expr.literal if r.HasField("count_expr") and r.count_expr.HasField("literal") else None
+        )
+        n = getattr(count, count.WhichOneof("literal_type") or "", None) if count is not None else r.count
+        return min(below, float(n)) if isinstance(n, int) and n >= 0 else below
+    if kind == "aggregate":
+        grouped = len(r.grouping_expressions) > 0 or any(
+            len(getattr(g, "grouping_expressions", ())) or len(getattr(g, "expression_references", ()))
+            for g in r.groupings
+        )
+        return _rows_bound(r.input, rows) if grouped else 1.0
+    if kind in ("join", "cross"):
+        return _rows_bound(r.left, rows) * _rows_bound(r.right, rows)
+    if kind == "set":
+        return sum(_rows_bound(i, rows) for i in r.inputs)
+    return math.inf
+
+
+def row_width(schema: pa.Schema, variable_width: float) -> float:
+    """Bytes of one row of ``schema``: fixed-width types their width, variable-width ones
+    ``variable_width`` (the widest such column read, from the statistics)."""
+    return sum((t.bit_width / 8 if _fixed(t) else variable_width) for t in schema.types)

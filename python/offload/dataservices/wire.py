@@ -13,6 +13,7 @@ module, and none of them each other for it.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from typing import Any
 
@@ -42,9 +43,18 @@ def request(plan: bytes, way: str, compression: str | None = None) -> bytes:
     return message(way=way, plan=base64.b64encode(plan).decode(), compression=compression)
 
 
-def scan_ticket(table: str, columns: list[str], compression: str | None) -> bytes:
-    """A pushback ticket: the columns of one data set, as they are."""
-    return message(scan=table, columns=columns, compression=compression)
+def scan_ticket(table: str, columns: list[str], compression: str | None, query: str | None = None) -> bytes:
+    """A pushback ticket: the columns of one data set, as they are; ``query``: the plan key of
+    the query it is for (:func:`plan_key`), which the node learns by."""
+    if query is None:
+        return message(scan=table, columns=columns, compression=compression)
+    return message(scan=table, columns=columns, compression=compression, q=query)
+
+
+def plan_key(plan: bytes) -> str:
+    """A short name of a plan (a hash of its bytes) by which a node and its client speak of one
+    query: the node's side of it and the host's, joined for learning."""
+    return hashlib.blake2b(plan, digest_size=8).hexdigest()
 
 
 def json_object(raw: bytes, what: str) -> dict[str, Any]:
