@@ -1,15 +1,20 @@
-"""The time models' training suite (`offload node train`): queries of known shapes run both ways
-against a real node under its budget, each turned into samples of its stages (the node's engine
-and stream seconds, the host's receive and engine seconds) for :class:`timemodel.Models`.
+"""The time models' training suites (`offload node train`): queries run both ways against a real
+node under its budget, each turned into samples of its stages (the node's engine and stream
+seconds, the host's receive and engine seconds) for :class:`timemodel.Models`. Two suites: the
+particle shapes over float tables (:func:`training_queries`, the seed's) and queries of every
+kind over generated schemas of every column type (:func:`generated_samples`, :mod:`.workload`).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from offload.dataservices.timemodel import QueryFeatures, QuerySample, features, scan_features
 
@@ -44,7 +49,7 @@ def training_queries(n: int, seed: int = 0) -> list[str]:
 
 def measure(
     client: Any,
-    table: str,
+    table: str | None,
     sqls: Sequence[str],
     node_system: str,
     progress: Callable[[int], None] | None = None,
@@ -52,19 +57,15 @@ def measure(
 ) -> list[QuerySample]:
     """Runs each query both ways against a node, ``repeat`` times, and turns the medians into
     samples: the node's engine and stream seconds (system ``node_system``), the host's receive
-    and engine seconds (system ``host``). A quota-held node's times jitter by its CFS period;
-    the median of a few runs is what a model can learn."""
-    from offload.dataservices import plans
-
+    and engine seconds (system ``host``). ``{t}`` in a query is ``table`` (the particle suite);
+    with ``table`` None the queries name their data sets (any of the node's, joins too). A
+    quota-held node's times jitter by its CFS period; the median of a few runs is what a model
+    can learn."""
     out: list[QuerySample] = []
-    desc = client.describe(table)
-    width = {n: c["width_bytes"] for n, c in desc["stats"]["columns"].items()}
+    sizes = _Sizes(client)
     for i, sql in enumerate(sqls):
-        plan = client.plan(sql.format(t=table))
-        est = client.estimate(plan)
-        cols = plans.inspect(plan).reads[table]
-        read_bytes = desc["rows"] * sum(width[c] for c in cols)
-        f = features(plan, est["rows"], est["bytes"], {table: (desc["rows"], read_bytes)}, est)
+        plan = client.plan(sql.format(t=table) if table is not None else sql)
+        f = sizes.features(plan, client.estimate(plan))
         runs = [(client.query(plan, "offload")[1], client.query(plan, "pushback")[1]) for _ in range(repeat)]
         med = _medians(runs)
         off_rows, off_bytes = runs[0][0].rows, runs[0][0].arrow_bytes
@@ -81,6 +82,72 @@ def measure(
         ]
         if progress:
             progress(i + 1)
+    return out
+
+
+class _Sizes:
+    """The node's data sets as the features see them: rows and column widths (its ``describe``,
+    asked once per data set) and schemas, as the node computes them for its own decision."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.described: dict[str, tuple[int, dict[str, float]]] = {}
+        self.schemas: dict[str, pa.Schema] = client.schemas()
+
+    def table(self, name: str) -> tuple[int, dict[str, float]]:
+        if name not in self.described:
+            desc = self.client.describe(name)
+            width = {n: float(c["width_bytes"]) for n, c in desc["stats"]["columns"].items()}
+            self.described[name] = (int(desc["rows"]), width)
+        return self.described[name]
+
+    def features(self, plan: bytes, est: dict[str, Any]) -> QueryFeatures:
+        """The plan's features: per data set read, its rows and the bytes of the columns read."""
+        from offload.dataservices import plans
+
+        tables = {}
+        for t, cols in plans.inspect(plan).reads.items():
+            rows, width = self.table(t)
+            tables[t] = (rows, rows * sum(width[c] for c in cols))
+        extra = {"schemas": self.schemas} if _FEATURES_TAKE_SCHEMAS else {}
+        return features(plan, est["rows"], est["bytes"], tables, est, **extra)
+
+
+def _offset(progress: Callable[[int], None], done: int, k: int) -> None:
+    progress(done + k)
+
+
+_FEATURES_TAKE_SCHEMAS = "schemas" in inspect.signature(features).parameters
+"""Whether timemodel.features reads the columns' types (it does since issue 26)."""
+
+
+def generated_samples(
+    client: Any,
+    node_system: str,
+    seeds: Sequence[int],
+    sizes: Sequence[int] = (200_000,),
+    queries: int = 16,
+    repeat: int = 3,
+    progress: Callable[[int], None] | None = None,
+) -> list[QuerySample]:
+    """The training suite over generated schemas (:mod:`.workload`): for each seed, its tables
+    uploaded to the node (a narrow fact table of ``sizes[i % len(sizes)]`` rows, wider ones
+    fewer: workload.rows_of), ``queries`` of its queries measured both ways (:func:`measure`),
+    its tables dropped. ``progress`` gets the queries done so far, all seeds counted."""
+    from offload.dataservices import workload as W
+
+    out: list[QuerySample] = []
+    for i, seed in enumerate(seeds):
+        shape = W.SHAPES[seed % len(W.SHAPES)]
+        spec = W.schema(seed, W.rows_of(shape, sizes[i % len(sizes)]), shape)
+        tables = spec.tables()
+        for name, t in tables.items():
+            client.upload(name, t)
+        sqls = [q.sql for q in W.queries(spec, queries, seed)]
+        step = functools.partial(_offset, progress, i * queries) if progress else None
+        out += measure(client, None, sqls, node_system, step, repeat)
+        for name in tables:
+            client.drop(name)
     return out
 
 
