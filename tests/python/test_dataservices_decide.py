@@ -4,6 +4,7 @@ with its choice and why; `offload node train` against a real node writes a train
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -190,3 +191,120 @@ def test_case_study_reports_both_cases_beside_the_seed(node: Node, tmp_path: Pat
     assert res["I"]["actual_rows"] < res["II"]["actual_rows"]
     assert res["I"]["estimate_error"] < 0.25 and res["I"]["transfer_mib"]["pushback"] > 1.0
     assert res["II"]["seed"]["decision"] == "pushback"
+
+
+def test_auto_falls_back_and_says_why_when_the_estimator_or_a_model_fails(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injection: the estimator raises, a model lacks its stages; and a real shape the
+    estimator may not know (UNION ALL). Each time auto answers as offload does and says it
+    fell back, by which rule."""
+    from offload.dataservices import node as N
+    from offload.dataservices import plans
+    from offload.dataservices.estimate import estimate
+
+    sql = "select id, x from particles where x < 0.05"
+    union = f"{sql} union all select id, y from particles where y < 0.05"
+    with NodeClient(f"127.0.0.1:{node.port}", TOKEN) as c:
+        want = {q: c.query(q, "offload")[0] for q in (sql, union)}
+
+        def broken(*_: object) -> None:
+            raise plans.PlanError("injected: cannot estimate")
+
+        with monkeypatch.context() as m:
+            m.setattr(N, "estimate", broken)
+            t, timing = c.query(sql, "auto")
+            ex = timing.decision
+            assert plans.same_answer(t, want[sql]) and "injected" in ex["why"]
+            assert ex["fallback"]["basis"] == "a bound of the result from the plan"
+            # the bound: every row of two columns (id, x) against the same two read: a tie, offload
+            assert ex["way"] == "offload" and ex["estimate"] is None
+        t, timing = c.query(union, "auto")
+        assert plans.same_answer(t, want[union])
+        try:
+            estimate(c.plan(union), {"particles": node.dataset("particles").stats})
+            estimated = True
+        except plans.PlanError:
+            estimated = False
+        assert ("fallback" in timing.decision) != estimated
+        if not estimated:  # a union of two reads bounds at twice the rows read: pushback
+            assert timing.way == "pushback" and "estimate failed" in timing.decision["why"]
+        # a node's models, but none of the host: the decision cannot be made, and says so
+        node.config.models = TM.Models.fit([s for s in _synthetic() if s.system == "nic"])
+        t, timing = c.query(sql, "auto")
+        assert plans.same_answer(t, want[sql]) and "cannot answer" in timing.decision["why"]
+        assert timing.decision["fallback"]["basis"] == "the estimated result" and timing.way == "offload"
+        counters = c.status()["counters"]
+        assert counters["fallbacks"] >= 2 and counters["decisions"] >= 3 and counters["decision_cpu_s"] > 0
+
+
+def _strings(
+    rows: float, fixed: float, width: float, strings: int, sel: float
+) -> tuple[TM.QueryFeatures, dict[str, float], dict[str, float]]:
+    """A query reading ``rows`` rows of ``fixed`` fixed-width bytes and ``strings`` string
+    columns of ``width`` bytes, keeping ``sel`` of them, with a LIKE on a string column if it
+    has one: its features, its node stages and its host stages. The node pays 20 ns a string
+    byte it serializes and 500 ns a row of LIKE, the host 5 and 20; numbers cost 1 ns a byte."""
+    s_in = rows * width * strings
+    f = TM.QueryFeatures(
+        rows, rows * fixed + s_in, rows * sel, (rows * fixed + s_in) * sel, 1, False, False, False,
+        string_rows=rows if s_in else 0.0, in_string_bytes=s_in, out_string_bytes=s_in * sel,
+    )  # fmt: skip
+
+    def ship(f: TM.QueryFeatures, per_string: float) -> float:
+        return (f.out_bytes - f.out_string_bytes) * 1e-9 + f.out_string_bytes * per_string + 1e-4
+
+    scan = TM.scan_features(f)
+    node = {"node_offload": rows * 1e-7 + f.string_rows * 5e-7 + ship(f, 20e-9),
+            "node_pushback": ship(scan, 20e-9)}  # fmt: skip
+    host = {"host_engine": rows * 2e-8 + f.string_rows * 2e-8, "host_receive_out": ship(f, 5e-9),
+            "host_receive_in": ship(scan, 5e-9)}  # fmt: skip
+    return f, node, host
+
+
+def test_a_model_trained_on_one_schema_decides_on_another() -> None:
+    """Trained on tables of one string column (of several widths, beside several fixed-width
+    ones), the models decide on a schema never seen (three string columns, another width), on
+    queries built to sit clearly on one side (25% apart or more): a LIKE keeping few rows
+    offloads; one keeping every row, on a fast link, pushes back (the node's LIKE costs 25x
+    the host's a row). Each way's time is predicted within 2x: without the string features
+    (rows, bytes and widths alone) the pushback of every row comes out 4x short."""
+    samples = []
+    for rows, fixed, width, sel in itertools.product(
+        (1e4, 3e4, 1e5, 3e5, 1e6), (16.0, 64.0, 128.0), (0.0, 8.0, 24.0, 64.0), (0.001, 0.05, 0.3, 1.0)
+    ):
+        f, node, host = _strings(rows, fixed, width, 1, sel)
+        scan = TM.scan_features(f)
+        out = {k: host[k] for k in ("host_engine", "host_receive_out")}
+        samples += [
+            TM.QuerySample("nic", f, {"node_offload": node["node_offload"]}),
+            TM.QuerySample("nic", scan, {"node_pushback": node["node_pushback"]}),
+            TM.QuerySample("host", f, out),
+            TM.QuerySample("host", scan, {"host_receive_in": host["host_receive_in"]}),
+        ]
+    m = TM.Models.fit(samples, seed=1)
+    fast = TM.TransferLink(bytes_per_s=1.25e9, latency_s=1e-4)  # 10 Gbit/s
+    for sel, want in ((0.002, "offload"), (1.0, "pushback")):
+        f, node, host = _strings(2e5, 16.0, 20.0, 3, sel)  # three string columns of 20 bytes: 60 a row
+        truth_o = node["node_offload"] + host["host_receive_out"]
+        truth_b = node["node_pushback"] + host["host_receive_in"] + host["host_engine"]
+        assert max(truth_o, truth_b) > 1.25 * min(truth_o, truth_b)  # clearly on one side
+        assert (truth_o <= truth_b) == (want == "offload")  # the side it says
+        d = TM.decide(m, "nic", f, fast)
+        assert d.way == want
+        assert 0.5 < d.offload_s / truth_o < 2.0 and 0.5 < d.pushback_s / truth_b < 2.0
+
+
+def test_features_count_string_bytes_and_string_functions_from_the_schema() -> None:
+    import pyarrow as pa
+
+    from offload.dataservices import plans
+
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("v", pa.float64())])
+    plan = plans.to_substrait("select id, upper(name) as u from s where name like 'a%'", {"s": schema})
+    f = TM.features(plan, 10.0, 300.0, {"s": (1000, 1000 * (8 + 24))}, schemas={"s": schema})
+    assert f.in_string_bytes == pytest.approx(1000 * 24)  # all but id's 8 bytes a row
+    assert f.string_rows >= 1000 and f.out_string_bytes == pytest.approx(300.0 * 24 / 32)
+    assert TM.features(plan, 10.0, 300.0, {"s": (1000, 32000)}).in_string_bytes == 0.0  # no schemas
+    old = {k: v for k, v in f.__dict__.items() if k not in ("string_rows", "in_string_bytes", "join_rows")}
+    assert len(TM.QueryFeatures(**old).vector()) == len(TM.FEATURES)  # older training files load
