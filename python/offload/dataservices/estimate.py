@@ -5,41 +5,56 @@ Per relation, in the plan's own tree:
 
 * read: the data set's rows;
 * filter: rows times the condition's selectivity. A condition is taken apart into and / or / not
-  of comparisons ``column op literal``. Comparisons on one column are reduced to one interval
-  (``x > 0.5 and x > 0.7`` is ``x > 0.7``) priced with the column's KLL sketch; equalities with
-  its frequent items or distinct count. Columns are independent unless the sample says
-  otherwise: for a conjunction over several columns the sample's joint selectivity over the
-  product of its marginals is a correction factor, applied when it differs from 1 by more than
-  three standard errors. Anything else (compute functions, column against column) is measured
-  on the sample;
+  of comparisons ``column op literal`` (the literal brought to the column's domain: a date in
+  days, a timestamp in ticks of the column's unit, a decimal by value) and of ``column IN
+  (list)``. Comparisons on one column are reduced to one interval (``x > 0.5 and x > 0.7`` is
+  ``x > 0.7``) priced with the column's KLL sketch (numbers, dates, timestamps, decimals);
+  equalities with its count sketch (heavy, light and absent keys alike), or for floating-point
+  columns its distinct count. An IN list, or an or of equalities on one column, is the sum of
+  its equalities, over at most :data:`IN_VALUES` of them taken evenly from the list and scaled,
+  at most 1. Columns are independent unless the sample says otherwise: for a conjunction over
+  several columns the sample's joint selectivity over the product of its marginals is a
+  correction factor, applied when it differs from 1 by more than three standard errors.
+  Anything else (compute functions, column against column, casts) is measured on the sample;
+  a condition that cannot run there either is given :data:`DEFAULT_SELECTIVITY`, and the step
+  says so: an estimate never fails for a condition it cannot price;
 * project, sort: rows unchanged; fetch: at most its count;
 * aggregate: one row without grouping, else the groups' distinct count (HLL, thinned by the
   rows that reach it: Cardenas' formula), at most the input rows;
-* join (inner, on equal keys): |L| |R| / max(distinct(L key), distinct(R key)).
+* join (inner, on equal keys): |L| |R| / max(distinct(L key), distinct(R key));
+* set: a union all adds its inputs' rows, a union (distinct) too (an upper bound), an
+  intersection takes the fewest, a minus the first input's;
+* any other relation over one input keeps its rows, and the step says so.
 
 Bytes are rows times the output row's width: a column's average width where the output is a
 column, 8 bytes for a computed value.
 
 Beside the result, the estimate counts the work on the way (:data:`WORK`), what the time models
-need beyond sizes: the rows each function call runs on, cheap (comparisons, arithmetic) and
-heavy (sqrt, sin...) apart, and the rows reaching aggregates and sorts. A filter's condition
+need beyond sizes: the rows each function call runs on, cheap (comparisons, arithmetic), string
+(like, substring, lower...) and heavy (sqrt, sin...) apart (plans.function_class), and the rows
+reaching aggregates and sorts. A filter's condition
 runs on the rows it reads (an ``and``'s later terms only on those its earlier ones kept, where
 these are few); whatever sits above it only on the rows it keeps.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from offload.dataservices import plans
-from offload.dataservices.stats import TableStats
+from offload.dataservices.stats import TableStats, Ticks
+
+_EPOCH = dt.date(1970, 1, 1)
 
 OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<=", "equal": "=", "not_equal": "!="}
 FLIP = {">": "<", "<": ">", ">=": "<=", "<=": ">=", "=": "=", "!=": "!="}
@@ -49,12 +64,20 @@ PRE_SELECTION = 0.2
 a batch's rows evaluates its right side on those rows only."""
 
 
-WORK = ("cheap_rows", "heavy_rows", "aggregate_rows", "sort_rows")
+IN_VALUES = 1000
+"""The most values of an IN list priced one by one; a longer list is priced from this many,
+taken evenly from it, and scaled (a 100k-value list costs what a 1,000-value one does)."""
+DEFAULT_SELECTIVITY = 1.0 / 3.0
+"""A condition neither the sketches nor the sample can price (a type DataFusion cannot plan
+over the sample, a condition over several tables): a third of the rows, said in the steps."""
+
+WORK = ("cheap_rows", "heavy_rows", "string_rows", "aggregate_rows", "sort_rows")
 """The work counted on the way to the result, each a sum over the plan's relations:
-``cheap_rows``, rows times the cheap function calls (plans.CHEAP_FUNCTIONS) run on them;
-``heavy_rows``, the same for every other call (plans.heavy_calls) — what a slow CPU pays for
-beyond moving rows; ``aggregate_rows`` and ``sort_rows``, the rows entering aggregates and
-sorts."""
+``cheap_rows``, rows times the cheap function calls (plans.function_class "cheap", IN lists
+included) run on them; ``string_rows``, the same for string functions (like, substring, lower,
+concat, regexp...); ``heavy_rows``, for every other call (sqrt, sin, ...) — what a slow CPU
+pays for beyond moving rows; ``aggregate_rows`` and ``sort_rows``, the rows entering aggregates
+and sorts."""
 
 
 @dataclass
@@ -71,6 +94,10 @@ class Estimate:
     @property
     def heavy_rows(self) -> float:
         return self.work["heavy_rows"]
+
+    @property
+    def string_rows(self) -> float:
+        return self.work["string_rows"]
 
     def as_dict(self) -> dict[str, Any]:
         return {"rows": self.rows, "bytes": self.bytes, "steps": self.steps, "seconds": self.seconds,
@@ -123,13 +150,23 @@ class _Ctx:
 
     def rel(self, r: Any) -> _Rel:
         kind = r.WhichOneof("rel_type")
+        if kind is None:
+            raise plans.PlanError("cannot estimate an empty relation")
         node = getattr(r, kind)
         handler = getattr(self, f"_{kind}", None)
         if handler is None:
-            raise plans.PlanError(f"cannot estimate a {kind} relation")
-        out: _Rel = handler(node)
+            if not node.HasField("input"):
+                raise plans.PlanError(f"cannot estimate a {kind} relation")
+            out = self.rel(node.input)
+            self.steps.append(f"{kind}: {out.rows:,.1f} rows, taken unchanged (not estimated)")
+        else:
+            out = handler(node)
         if node.HasField("common") and node.common.HasField("emit"):
-            out = _Rel(out.rows, [out.cols[i] for i in node.common.emit.output_mapping])
+            cols = [
+                out.cols[i] if i < len(out.cols) else _Col(None, None)
+                for i in node.common.emit.output_mapping
+            ]
+            out = _Rel(out.rows, cols)
         return out
 
     def _read(self, r: Any) -> _Rel:
@@ -137,7 +174,7 @@ class _Ctx:
         st = self.stats.get(name)
         if st is None:
             raise plans.PlanError(f"no statistics for data set {name!r}")
-        names = list(r.base_schema.names)
+        names = [f[0] for f in plans.field_names(r.base_schema)]
         if r.HasField("projection"):
             names = [names[i.field] for i in r.projection.select.struct_items]
         self.steps.append(f"read {name}: {st.rows:,} rows")
@@ -201,6 +238,28 @@ class _Ctx:
         self.steps.append(f"join: {left.rows:,.1f} x {right.rows:,.1f} / {d:,.1f} distinct keys")
         return _Rel(rows, cols)
 
+    def _set(self, r: Any) -> _Rel:
+        """Union all (and union, as an upper bound): the inputs' rows added; intersection: the
+        fewest; minus: the first input's (an upper bound)."""
+        ins = [self.rel(i) for i in r.inputs]
+        if not ins:
+            raise plans.PlanError("cannot estimate a set relation without inputs")
+        op = r.op  # SET_OP_MINUS_* 1, 2, 7; _INTERSECTION_* 3, 4, 8; _UNION_DISTINCT 5, _UNION_ALL 6
+        if op in (1, 2, 7):
+            rows, how = ins[0].rows, "minus: the first input's rows"
+        elif op in (3, 4, 8):
+            rows, how = min(i.rows for i in ins), "intersection: the fewest rows"
+        else:
+            rows, how = sum(i.rows for i in ins), "union: the inputs' rows added"
+        self.steps.append(f"{how}, {rows:,.1f}")
+        return _Rel(rows, ins[0].cols)
+
+    def _cross(self, r: Any) -> _Rel:
+        left, right = self.rel(r.left), self.rel(r.right)
+        rows = left.rows * right.rows
+        self.steps.append(f"cross join: {rows:,.1f} rows")
+        return _Rel(rows, left.cols + right.cols)
+
     def _condition_calls(self, e: Any, rows: float, inp: _Rel) -> None:
         """Counts a filter condition's calls into the work, on the rows DataFusion runs them on:
         an ``and``'s later terms see only the rows its earlier ones kept when those are at most
@@ -222,9 +281,8 @@ class _Ctx:
     def _calls(self, rows: float, exprs: Any) -> None:
         """Counts the function calls of ``exprs``, each run on ``rows`` rows, into the work."""
         for e in exprs:
-            heavy = plans.heavy_calls(e, self.fns)
-            self.work["heavy_rows"] += rows * heavy
-            self.work["cheap_rows"] += rows * (plans.function_calls(e) - heavy)
+            for cls, n in plans.call_counts(e, self.fns).items():
+                self.work[f"{cls}_rows"] += rows * n
 
     # ------------------------------------------------------------------------ expressions
 
@@ -267,11 +325,21 @@ class _Ctx:
         model = self._sel(tree, self._sketch_marginal, inp)
         cols = _columns(tree)
         if len({c for c in cols}) >= 2 and len({t for t, _ in cols}) == 1:
-            model *= self._correlation(tree, cond, inp, next(iter(cols))[0])
+            if _sampled_in(tree):  # the sample cannot check a list priced from part of it
+                self.steps.append("a long IN list: columns taken as independent")
+            else:
+                model *= self._correlation(tree, cond, inp, next(iter(cols))[0])
         return min(1.0, max(0.0, model))
 
     def _tree(self, e: Any, inp: _Rel) -> Any:
-        """("and"|"or", [..]), ("not", x), ("cmp", table, column, op, value), or ("other", e)."""
+        """("and"|"or", [..]), ("not", x), ("cmp", table, column, op, value), ("in", table,
+        column, values, scale), or ("other", e). Values are in the column's domain
+        (ColumnStats.domain); ``scale``: the list's length over the values kept."""
+        if e.HasField("singular_or_list"):
+            return self._in_tree(e, inp)
+        col = self._column(e, inp)
+        if col is not None and pa.types.is_boolean(self.stats[col[0]].columns[col[1]].type):
+            return ("cmp", col[0], col[1], "=", True)  # a boolean column as the condition
         if not e.HasField("scalar_function"):
             return ("other", e)
         f = e.scalar_function
@@ -286,19 +354,53 @@ class _Ctx:
             op = OPS[name]
             if b.HasField("selection") and a.HasField("literal"):
                 a, b, op = b, a, FLIP[op]
-            if a.HasField("selection") and b.HasField("literal"):
-                col = inp.cols[a.selection.direct_reference.struct_field.field]
-                value = _literal(b.literal)
-                if col.table is not None and value is not None:
-                    return ("cmp", col.table, col.name, op, value)
+            col = self._column(a, inp)
+            if col is not None and b.HasField("literal"):
+                value = self.stats[col[0]].columns[col[1]].domain(_literal(b.literal))
+                if value is not None:
+                    return ("cmp", col[0], col[1], op, value)
         return ("other", e)
+
+    def _in_tree(self, e: Any, inp: _Rel) -> Any:
+        """``column IN (literals)``: at most IN_VALUES of them, taken evenly from the list (the
+        options are never all read: a 100k-value list costs what a 1,000-value one does)."""
+        sol = e.singular_or_list
+        col = self._column(sol.value, inp)
+        n = len(sol.options)
+        if col is None or n == 0:
+            return ("other", e)
+        cs = self.stats[col[0]].columns[col[1]]
+        picks = range(n) if n <= IN_VALUES else np.linspace(0, n - 1, IN_VALUES).astype(np.int64).tolist()
+        values = []
+        for i in picks:
+            o = sol.options[i]
+            if not o.HasField("literal"):
+                return ("other", e)
+            v = cs.domain(_literal(o.literal))
+            if v is not None:  # a null, or a value the column cannot hold, matches no row
+                values.append(v)
+        if n <= IN_VALUES:
+            values = list(dict.fromkeys(values))
+        return ("in", col[0], col[1], values, n / len(picks))
+
+    def _column(self, e: Any, inp: _Rel) -> tuple[str, str] | None:
+        """(table, column) where ``e`` is a data set's estimable column, else None."""
+        if not e.HasField("selection"):
+            return None
+        c = inp.cols[e.selection.direct_reference.struct_field.field]
+        if c.table is None or c.name is None or not self.stats[c.table].columns[c.name].estimable:
+            return None
+        return c.table, c.name
 
     def _sel(self, t: Any, marginal: Any, inp: _Rel) -> float:
         """Selectivity of tree ``t`` with columns independent; ``marginal(table, col, preds)``
-        prices one column's conjunction of comparisons."""
+        prices one column's conjunction of comparisons (or one ("in", values))."""
         kind = t[0]
-        if kind == "not":
-            return 1.0 - self._sel(t[1], marginal, inp)
+        if kind == "not":  # a null stays null under not: one column's nulls are in neither
+            inner = self._sel(t[1], marginal, inp)
+            if t[1][0] in ("cmp", "in"):
+                return max(0.0, self._non_null(t[1][1], t[1][2]) - inner)
+            return 1.0 - inner
         if kind == "or":  # P(A or B) = 1 - P(not A) P(not B), folded over the parts
             miss = 1.0
             for part in t[1]:
@@ -306,6 +408,8 @@ class _Ctx:
             return 1.0 - miss
         if kind == "cmp":
             return marginal(t[1], t[2], [(t[3], t[4])])
+        if kind == "in":  # disjoint equalities: their sum
+            return min(1.0, t[4] * marginal(t[1], t[2], [("in", t[3])]))
         if kind == "other":
             return self._sample_sel(t[1], inp)
         by_col: dict[tuple[str, str], list[tuple[str, Any]]] = {}
@@ -319,9 +423,15 @@ class _Ctx:
             s *= marginal(table, col, preds)
         return s
 
+    def _non_null(self, table: str, col: str) -> float:
+        return 1.0 - self.stats[table].columns[col].nulls / max(1, self.stats[table].rows)
+
     def _sketch_marginal(self, table: str, col: str, preds: list[tuple[str, Any]]) -> float:
         """Selectivity of the conjunction ``preds`` (op, value) on one column, from its sketches:
-        the comparisons reduced to one interval (KLL) or one value (frequent items, HLL)."""
+        the comparisons reduced to one interval (KLL) or one value (count sketch, HLL); or of
+        one ("in", values): the sum of their equalities."""
+        if len(preds) == 1 and preds[0][0] == "in":
+            return float(self._eq_sels(table, col, preds[0][1]).sum())
         cs = self.stats[table].columns[col]
         n = max(1, self.stats[table].rows)
         bounds = _interval(preds)
@@ -341,25 +451,32 @@ class _Ctx:
                 range_preds = [(op, v) for op, v in preds if op not in ("=", "!=")]
                 return (pc.sum(_mask(sample.column(col), range_preds)).as_py() or 0) / sample.num_rows
         if bounded and cs.kll is not None and not cs.kll.is_empty():
-            upper = cs.kll.get_rank(hi, inclusive=hi_incl) if hi is not None else 1.0
-            lower = cs.kll.get_rank(lo, inclusive=not lo_incl) if lo is not None else 0.0
+            upper = cs.kll.get_rank(cs.number(hi), inclusive=hi_incl) if hi is not None else 1.0
+            lower = cs.kll.get_rank(cs.number(lo), inclusive=not lo_incl) if lo is not None else 0.0
             s = max(0.0, upper - lower) * non_null
-        for v in ne:
-            s -= self._eq_sel(table, col, v)
+        if ne:
+            s -= float(self._eq_sels(table, col, list(dict.fromkeys(ne))).sum())
         return max(0.0, s)
 
     def _eq_sel(self, table: str, col: str, value: Any) -> float:
+        return float(self._eq_sels(table, col, [value])[0])
+
+    def _eq_sels(self, table: str, col: str, values: list[Any]) -> np.ndarray:
+        """The share of rows equal to each value: the count sketch's counts, or for columns
+        without one (floating point) the KLL's bounds and the average over the distinct values."""
+        if not values:
+            return np.zeros(0)
         cs = self.stats[table].columns[col]
         n = max(1, self.stats[table].rows)
-        f = cs.frequency(value)
-        if f is not None:
-            return f / n
+        counts = cs.counts(values)
+        if counts is not None:
+            return counts / n
+        rest = max(0.0, n - cs.nulls) / max(1.0, self.stats[table].distinct(col)) / n
+        out = np.full(len(values), rest)
         if cs.kll is not None and not cs.kll.is_empty():
-            if not cs.kll.get_min_value() <= float(value) <= cs.kll.get_max_value():
-                return 0.0
-        total, k = cs.frequent_total()
-        rest_rows = max(0.0, n - cs.nulls - total)
-        return rest_rows / max(1.0, self.stats[table].distinct(col) - k) / n
+            lo, hi = cs.kll.get_min_value(), cs.kll.get_max_value()
+            out[[not lo <= cs.number(v) <= hi for v in values]] = 0.0
+        return out
 
     def _correlation(self, tree: Any, cond: Any, inp: _Rel, table: str) -> float:
         """How far the sample's joint selectivity is from what independence predicts on the
@@ -385,38 +502,64 @@ class _Ctx:
         return factor
 
     def _sample_sel(self, cond: Any, inp: _Rel) -> float:
-        """The fraction of the sample where ``cond`` holds (run by DataFusion on the sample)."""
+        """The fraction of the sample where ``cond`` holds (run by DataFusion on the sample), or
+        DEFAULT_SELECTIVITY where it cannot run there; the steps say which."""
         tables = {c.table for c in inp.cols if c.table is not None}
         if len(tables) != 1:
-            self.steps.append("condition over several tables: selectivity 1/3 (a guess)")
-            return 1.0 / 3.0
+            self.steps.append(
+                f"condition over several tables: selectivity {DEFAULT_SELECTIVITY:.3f} (a default)"
+            )
+            return DEFAULT_SELECTIVITY
         table = next(iter(tables))
         st = self.stats[table]
         if st.sample is None or st.sample.num_rows == 0:
-            return 1.0 / 3.0
+            return DEFAULT_SELECTIVITY
         key = (table, cond.SerializeToString())
         if key not in self._sampled:
-            self._sampled[key] = _run_on_sample(self.plan, cond, inp, table, st.sample)
-            self.steps.append(
-                f"condition measured on {st.sample.num_rows:,} sampled rows: {self._sampled[key]:.5f}"
-            )
+            try:
+                self._sampled[key] = _run_on_sample(self.plan, cond, inp, table, st.sample)
+                how = f"measured on {st.sample.num_rows:,} sampled rows"
+            except Exception as e:  # DataFusion raises plain exceptions; an estimate never fails here
+                self._sampled[key] = DEFAULT_SELECTIVITY
+                how = f"not measurable on the sample ({plans.first_line(e)[:120]}), a default"
+            self.steps.append(f"condition {how}: {self._sampled[key]:.5f}")
         return self._sampled[key]
 
 
 def _flatten(t: Any) -> Any:
-    """Nested and (or or) merged into one level, so a column's comparisons meet."""
+    """Nested and (or or) merged into one level, so a column's comparisons meet; an or's
+    equalities on one column become one IN list (they are disjoint: their shares add)."""
     if t[0] in ("and", "or"):
         parts = []
         for p in (_flatten(x) for x in t[1]):
             parts += p[1] if p[0] == t[0] else [p]
-        return (t[0], parts)
+        return (t[0], _or_lists(parts) if t[0] == "or" else parts)
     if t[0] == "not":
         return ("not", _flatten(t[1]))
     return t
 
 
+def _or_lists(parts: list[Any]) -> list[Any]:
+    by_col: dict[tuple[str, str], list[Any]] = {}
+    for p in parts:
+        if p[0] == "cmp" and p[3] == "=":
+            by_col.setdefault((p[1], p[2]), []).append(p[4])
+    out = [p for p in parts if not (p[0] == "cmp" and p[3] == "=" and len(by_col[(p[1], p[2])]) > 1)]
+    out += [("in", t, c, list(dict.fromkeys(vs)), 1.0) for (t, c), vs in by_col.items() if len(vs) > 1]
+    return out
+
+
+def _sampled_in(t: Any) -> bool:
+    """Whether tree ``t`` holds an IN list priced from part of its values."""
+    if t[0] == "in":
+        return t[4] > 1.0
+    if t[0] in ("and", "or"):
+        return any(_sampled_in(p) for p in t[1])
+    return t[0] == "not" and _sampled_in(t[1])
+
+
 def _columns(t: Any) -> set[tuple[str, str]]:
-    if t[0] == "cmp":
+    if t[0] in ("cmp", "in"):
         return {(t[1], t[2])}
     if t[0] in ("and", "or"):
         return set().union(*(_columns(p) for p in t[1]))
@@ -451,17 +594,40 @@ _CMP = {">": pc.greater, ">=": pc.greater_equal, "<": pc.less, "<=": pc.less_equ
 
 
 def _mask(col: Any, preds: list[tuple[str, Any]]) -> Any:
+    """Where a sample's column meets the conjunction ``preds`` (op, domain value; or ("in",
+    values)). Domain values become scalars of the column's type (a date's days a date)."""
+    if pa.types.is_dictionary(col.type):
+        col = pc.cast(col, col.type.value_type)
     m = None
     for op, v in preds:
-        x = pc.fill_null(_CMP[op](col, v), False)
+        if op == "in":
+            x = pc.is_in(col, value_set=_values(v, col.type))
+        else:
+            x = pc.fill_null(_CMP[op](col, _scalar(v, col.type)), False)
         m = x if m is None else pc.and_(m, x)
     return m
+
+
+def _scalar(v: Any, t: pa.DataType) -> Any:
+    try:
+        return pa.scalar(v, t)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return v  # a float against integers, say: compared as it is
+
+
+def _values(vs: list[Any], t: pa.DataType) -> pa.Array:
+    try:
+        return pa.array(vs, t)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return pa.array([x for x in (_scalar(v, t) for v in vs) if isinstance(x, pa.Scalar)], t)
 
 
 def _tree_mask(t: Any, sample: pa.Table) -> Any:
     """The rows of ``sample`` where tree ``t`` holds, or None if it holds an "other" part."""
     if t[0] == "cmp":
         return _mask(sample.column(t[2]), [(t[3], t[4])])
+    if t[0] == "in":
+        return _mask(sample.column(t[2]), [("in", t[3])]) if t[4] == 1.0 else None
     if t[0] == "not":
         m = _tree_mask(t[1], sample)
         return None if m is None else pc.invert(m)
@@ -477,13 +643,15 @@ def _tree_mask(t: Any, sample: pa.Table) -> Any:
 
 
 def _run_on_sample(plan: Any, cond: Any, inp: _Rel, table: str, sample: pa.Table) -> float:
-    """Builds ``select count(*) from table where cond`` as a Substrait plan (the condition's
-    field references rebased on the table's columns) and runs it on the sample."""
+    """Builds ``select * from table where cond`` as a Substrait plan (the condition's field
+    references rebased on the table's columns: the plan's own read of the table, its schema as
+    the plan declares it, projected to the condition's input) and runs it on the sample.
+    PlanError where it cannot."""
     from substrait.plan_pb2 import Plan
 
     names = [c.name for c in inp.cols]
     if any(c.table != table or c.name is None for c in inp.cols):
-        return 1.0 / 3.0
+        raise plans.PlanError("the condition reads computed columns")
     p = Plan()
     p.CopyFrom(plan)  # extensions, their URNs, the version
     del p.relations[:]
@@ -491,20 +659,55 @@ def _run_on_sample(plan: Any, cond: Any, inp: _Rel, table: str, sample: pa.Table
     flt = root.input.filter
     read = flt.input.read
     read.named_table.names.append(table)
-    read.base_schema.names.extend(names)
-    for n in names:
-        read.base_schema.struct.types.add().CopyFrom(plans.substrait_type(sample.schema.field(n).type))
-    read.base_schema.struct.nullability = 2  # NULLABILITY_REQUIRED
+    schema = _read_schema(plan, table)
+    if schema is None:
+        read.base_schema.names.extend(names)
+        for n in names:
+            read.base_schema.struct.types.add().CopyFrom(plans.substrait_type(sample.schema.field(n).type))
+        read.base_schema.struct.nullability = 2  # NULLABILITY_REQUIRED
+        root.names.extend(names)
+    else:
+        read.base_schema.CopyFrom(schema)
+        at = {f[0]: (i, f) for i, f in enumerate(plans.field_names(schema))}
+        for n in names:
+            read.projection.select.struct_items.add().field = at[n][0]
+            root.names.extend(at[n][1])
+        read.projection.maintain_singular_struct = True
     flt.condition.CopyFrom(cond)
-    root.names.extend(names)
-    hits = plans.execute(p.SerializeToString(), {table: sample.select(names)}, threads=1).num_rows
+    hits = plans.execute(p.SerializeToString(), {table: sample}, threads=1).num_rows
     return hits / sample.num_rows
 
 
+def _read_schema(plan: Any, table: str) -> Any:
+    """The base schema (a NamedStruct) of the plan's first read of ``table``, or None."""
+    for read in plans.find(plan.relations[0].root, "ReadRel"):
+        if read.HasField("named_table") and read.named_table.names[-1:] == [table]:
+            return read.base_schema
+    return None
+
+
 def _literal(lit: Any) -> Any:
+    """A Substrait literal as a Python value: numbers (unsigned variations unwrapped), strings,
+    bytes, booleans, dates, Decimals, timestamps and times as stats.Ticks; None for a null or
+    a kind not priced (intervals, lists, structs)."""
     kind = lit.WhichOneof("literal_type")
-    if kind in ("fp64", "fp32", "i64", "i32", "i16", "i8", "string", "boolean"):
-        return getattr(lit, kind)
+    if kind in ("i64", "i32", "i16", "i8"):
+        v = getattr(lit, kind)
+        bits = {"i8": 8, "i16": 16, "i32": 32, "i64": 64}[kind]
+        return v + (1 << bits) if lit.type_variation_reference == 1 and v < 0 else v  # unsigned
+    if kind in ("fp64", "fp32", "string", "boolean", "binary", "fixed_char", "var_char", "fixed_binary"):
+        v = getattr(lit, kind)
+        return v.value if kind == "var_char" else v
+    if kind == "date":
+        return _EPOCH + dt.timedelta(days=lit.date)
+    if kind in ("precision_timestamp", "precision_timestamp_tz", "precision_time"):
+        v = getattr(lit, kind)
+        return Ticks(v.value, v.precision)
+    if kind in ("timestamp", "timestamp_tz", "time"):
+        return Ticks(getattr(lit, kind), 6)  # the deprecated kinds: microseconds
+    if kind == "decimal":
+        unscaled = int.from_bytes(lit.decimal.value, "little", signed=True)
+        return decimal.Decimal(unscaled).scaleb(-lit.decimal.scale)
     return None
 
 

@@ -43,7 +43,7 @@ def to_substrait(sql: str, schemas: Mapping[str, pa.Schema]) -> bytes:
     try:
         return Serde.serialize_bytes(sql, ctx)
     except Exception as e:  # DataFusion raises plain Exception subclasses
-        raise PlanError(f"cannot plan {sql!r}: {_first_line(e)}") from None
+        raise PlanError(f"cannot plan {sql!r}: {first_line(e)}") from None
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def inspect(plan: bytes) -> PlanInfo:
         if not read.HasField("named_table") or not read.named_table.names:
             raise PlanError("only reads of named tables are supported (no virtual tables or files)")
         name = read.named_table.names[-1]
-        names = list(read.base_schema.names)
+        names = [f[0] for f in field_names(read.base_schema)]
         cols = (
             [names[i.field] for i in read.projection.select.struct_items]
             if read.HasField("projection")
@@ -82,6 +82,28 @@ def inspect(plan: bytes) -> PlanInfo:
     if not reads:
         raise PlanError("the plan reads no table")
     return PlanInfo(reads, list(p.relations[0].root.names))
+
+
+def field_names(schema) -> list[list[str]]:
+    """Each top-level field of a Substrait NamedStruct, as its names: its own first, then its
+    nested struct fields' (the NamedStruct lists them all, depth first)."""
+    out, pos = [], 0
+    for t in schema.struct.types:
+        n = 1 + _nested_names(t)
+        out.append(list(schema.names[pos : pos + n]))
+        pos += n
+    return out
+
+
+def _nested_names(t) -> int:
+    kind = t.WhichOneof("kind")
+    if kind == "struct":
+        return sum(1 + _nested_names(c) for c in t.struct.types)
+    if kind == "list":
+        return _nested_names(t.list.type)
+    if kind == "map":
+        return _nested_names(t.map.key) + _nested_names(t.map.value)
+    return 0
 
 
 def narrow(plan: bytes) -> bytes:
@@ -183,7 +205,7 @@ def _local_schema(local: bytes, whole: bytes) -> pa.Schema:
     p.ParseFromString(whole)
     tables = {}
     for read in find(p.relations[0].root, "ReadRel"):
-        names = list(read.base_schema.names)
+        names = [f[0] for f in field_names(read.base_schema)]
         types = [arrow_type(t) for t in read.base_schema.struct.types]
         tables[read.named_table.names[-1]] = pa.schema(list(zip(names, types, strict=True))).empty_table()
     schema, _ = execute_batches(local, tables, 1)
@@ -193,38 +215,113 @@ def _local_schema(local: bytes, whole: bytes) -> pa.Schema:
 _TYPES = {
     "i8": pa.int8(), "i16": pa.int16(), "i32": pa.int32(), "i64": pa.int64(), "fp32": pa.float32(),
     "fp64": pa.float64(), "bool": pa.bool_(), "string": pa.string(), "date": pa.date32(),
+    "binary": pa.binary(),
 }  # fmt: skip
+"""The flat types without parameters, on their default variation (0)."""
+_VARIATIONS = {
+    ("i8", 1): pa.uint8(), ("i16", 1): pa.uint16(), ("i32", 1): pa.uint32(), ("i64", 1): pa.uint64(),
+    ("string", 1): pa.large_string(), ("string", 2): pa.string_view(), ("binary", 1): pa.large_binary(),
+    ("binary", 2): pa.binary_view(), ("date", 1): pa.date64(),
+}  # fmt: skip
+"""DataFusion's type variations (its producer and consumer agree on them): 1 is unsigned for
+integers, large for strings and binaries, milliseconds for dates; 2 a view layout."""
+_UNITS = {0: "s", 3: "ms", 6: "us", 9: "ns"}
 
 
 def arrow_type(t) -> pa.DataType:
-    """The Arrow type of a flat Substrait type."""
+    """The Arrow type of a Substrait type as DataFusion 55 writes them: integers (signed and
+    unsigned), floats, booleans, strings and binaries (plain, large, view, fixed size), dates,
+    timestamps with and without a zone (a zoned one comes back in UTC: Substrait carries no
+    zone), times, durations, month-day-nano intervals, decimals, dictionaries, lists."""
     kind = t.WhichOneof("kind")
-    if kind not in _TYPES:
-        raise PlanError(f"Substrait type {kind} is not supported here")
-    return _TYPES[kind]
+    k = getattr(t, kind) if kind else None
+    var = getattr(k, "type_variation_reference", 0)
+    if (kind, var) in _VARIATIONS:
+        return _VARIATIONS[(kind, var)]
+    if kind in _TYPES and var == 0:
+        return _TYPES[kind]
+    if kind in ("precision_timestamp", "precision_timestamp_tz") and k.precision in _UNITS:
+        return pa.timestamp(_UNITS[k.precision], tz="UTC" if kind.endswith("_tz") else None)
+    if kind == "precision_time" and k.precision in _UNITS:
+        return (pa.time64 if var == 1 else pa.time32)(_UNITS[k.precision])
+    if kind == "interval_day" and var == 1 and k.precision in _UNITS:
+        return pa.duration(_UNITS[k.precision])
+    if kind == "interval_compound":
+        return pa.month_day_nano_interval()
+    if kind == "decimal":
+        return (pa.decimal256 if var == 1 else pa.decimal128)(k.precision, k.scale)
+    if kind == "fixed_binary":
+        return pa.binary(k.length)
+    if kind == "map" and var == 1:
+        return pa.dictionary(arrow_type(k.key), arrow_type(k.value))
+    if kind == "list":
+        return pa.list_(arrow_type(k.type))
+    raise PlanError(f"Substrait type {kind} (variation {var}) is not supported here")
 
 
 def substrait_type(t: pa.DataType):
-    """The (nullable) Substrait type of a flat Arrow type."""
+    """The (nullable) Substrait type of an Arrow type, as DataFusion 55's producer writes it
+    (the inverse of :func:`arrow_type`; a timestamp's zone is dropped, as Substrait has none)."""
     from substrait.type_pb2 import Type
 
+    out = Type()
+    kind, var, fields = _substrait_kind(t)
+    k = getattr(out, kind)
+    for name, value in fields.items():
+        if isinstance(value, pa.DataType):
+            getattr(k, name).CopyFrom(substrait_type(value))
+        else:
+            setattr(k, name, value)
+    if var:
+        k.type_variation_reference = var
+    k.nullability = 1  # NULLABILITY_NULLABLE
+    return out
+
+
+def _substrait_kind(t: pa.DataType) -> tuple[str, int, dict]:
+    """(Substrait kind, variation, fields) of Arrow type ``t``."""
     for kind, at in _TYPES.items():
-        if t == at or (kind == "string" and t == pa.large_string()):
-            out = Type()
-            getattr(out, kind).nullability = 1  # NULLABILITY_NULLABLE
-            return out
+        if t == at:
+            return kind, 0, {}
+    for (kind, var), at in _VARIATIONS.items():
+        if t == at:
+            return kind, var, {}
+    digits = {u: d for d, u in _UNITS.items()}
+    T = pa.types
+    if T.is_timestamp(t):
+        return ("precision_timestamp_tz" if t.tz else "precision_timestamp"), 0, {"precision": digits[t.unit]}
+    if T.is_time(t):
+        return "precision_time", int(T.is_time64(t)), {"precision": digits[t.unit]}
+    if T.is_duration(t):
+        return "interval_day", 1, {"precision": digits[t.unit]}
+    if t == pa.month_day_nano_interval():
+        return "interval_compound", 0, {"precision": 9}
+    if T.is_decimal(t):
+        return "decimal", int(T.is_decimal256(t)), {"precision": t.precision, "scale": t.scale}
+    if T.is_fixed_size_binary(t):
+        return "fixed_binary", 0, {"length": t.byte_width}
+    if T.is_dictionary(t):
+        return "map", 1, {"key": t.index_type, "value": t.value_type}
+    if T.is_list(t):
+        return "list", 0, {"type": t.value_type}
     raise PlanError(f"Arrow type {t} is not supported here")
 
 
+_OPAQUE = {"SingularOrList": ("options",), "MultiOrList": ("options",)}
+"""Fields the walkers do not enter: an IN list's values (literals; a 100k-value list would
+cost 200k messages per walk)."""
+
+
 def _children(msg):
-    """The sub-messages one level under ``msg``."""
+    """The sub-messages one level under ``msg`` (not an IN list's values: :data:`_OPAQUE`)."""
+    skip = _OPAQUE.get(msg.DESCRIPTOR.name, ())
     for fd, val in msg.ListFields():
-        if fd.message_type is not None:
+        if fd.message_type is not None and fd.name not in skip:
             yield from (val if not hasattr(val, "ListFields") else [val])
 
 
 def walk(msg):
-    """Every sub-message under ``msg``, depth first."""
+    """Every sub-message under ``msg``, depth first (an IN list's values aside)."""
     for v in _children(msg):
         yield v
         yield from walk(v)
@@ -243,23 +340,56 @@ CHEAP_FUNCTIONS = frozenset(
     ("equal", "not_equal", "lt", "lte", "gt", "gte", "between", "and", "or", "not", "is_null", "is_not_null",
      "add", "subtract", "multiply", "divide", "negate", "modulus", "abs", "coalesce")
 )  # fmt: skip
-"""Scalar functions a vectorized engine runs at memory speed; every other one (sqrt, sin, ln,
-string functions, ...) is *heavy*: it costs the CPU per row, so a slow node pays for it."""
+"""Scalar functions a vectorized engine runs at memory speed (and IN lists: a hash lookup)."""
+STRING_FUNCTIONS = frozenset(
+    ("like", "ilike", "substring", "substr", "substr_index", "lower", "upper", "concat", "concat_ws",
+     "str_concat", "strpos", "instr", "starts_with", "ends_with", "contains", "char_length",
+     "character_length", "length", "octet_length", "bit_length", "trim", "btrim", "ltrim", "rtrim",
+     "replace", "left", "right", "lpad", "rpad", "reverse", "split_part", "translate", "initcap",
+     "repeat", "levenshtein", "overlay", "ascii", "chr", "to_hex", "md5", "sha224", "sha256",
+     "sha384", "sha512", "digest", "encode", "decode", "find_in_set", "uuid")
+)  # fmt: skip
+"""Functions over strings: they cost per row and per character, so apart from the others."""
+
+
+def function_class(name: str) -> str:
+    """How a scalar function costs: "cheap" (:data:`CHEAP_FUNCTIONS`: memory speed), "string"
+    (:data:`STRING_FUNCTIONS`, regular expressions: per character) or "heavy" (any other: sqrt,
+    sin, ln... per row, which a slow CPU pays for)."""
+    if name in CHEAP_FUNCTIONS:
+        return "cheap"
+    if name in STRING_FUNCTIONS or name.startswith(("regexp_", "regex_")):
+        return "string"
+    return "heavy"
+
+
+def call_counts(msg, names: dict[int, str]) -> dict[str, int]:
+    """Scalar function calls under ``msg`` (nested ones included) by :func:`function_class`, an
+    IN list counting as one cheap call; ``names``: the plan's :func:`function_names`."""
+    out = {"cheap": 0, "string": 0, "heavy": 0}
+    for m in walk(msg):
+        kind = m.DESCRIPTOR.name
+        if kind == "ScalarFunction":
+            out[function_class(names.get(m.function_reference, "?"))] += 1
+        elif kind in _OPAQUE:
+            out["cheap"] += 1
+    return out
 
 
 def function_calls(msg) -> int:
-    """Scalar function calls under ``msg``, nested ones included."""
-    return sum(m.DESCRIPTOR.name == "ScalarFunction" for m in walk(msg))
+    """Scalar function calls under ``msg``, nested ones included (an IN list: one)."""
+    return sum(m.DESCRIPTOR.name == "ScalarFunction" or m.DESCRIPTOR.name in _OPAQUE for m in walk(msg))
 
 
 def heavy_calls(msg, names: dict[int, str]) -> int:
-    """Scalar function calls under ``msg`` (nested ones included) outside CHEAP_FUNCTIONS;
-    ``names``: the plan's :func:`function_names`."""
-    return sum(
-        names.get(m.function_reference, "?") not in CHEAP_FUNCTIONS
-        for m in walk(msg)
-        if m.DESCRIPTOR.name == "ScalarFunction"
-    )
+    """Scalar function calls under ``msg`` (nested ones included) of class "heavy" (neither
+    cheap nor string functions); ``names``: the plan's :func:`function_names`."""
+    return call_counts(msg, names)["heavy"]
+
+
+def string_calls(msg, names: dict[int, str]) -> int:
+    """The same for string functions (:data:`STRING_FUNCTIONS`)."""
+    return call_counts(msg, names)["string"]
 
 
 def find(msg, type_name: str) -> list:
@@ -300,7 +430,7 @@ def _dataframe(plan: bytes, tables: Mapping[str, pa.Table], threads: int | None)
         lp = Consumer.from_substrait_plan(ctx, Serde.deserialize_bytes(plan))
         return ctx.create_dataframe_from_logical_plan(lp)
     except Exception as e:
-        raise PlanError(f"cannot execute the plan: {_first_line(e)}") from None
+        raise PlanError(f"cannot execute the plan: {first_line(e)}") from None
 
 
 def same_answer(a: pa.Table, b: pa.Table, rel: float = 1e-9) -> bool:
@@ -330,6 +460,6 @@ def same_answer(a: pa.Table, b: pa.Table, rel: float = 1e-9) -> bool:
     return True
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
