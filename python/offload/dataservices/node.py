@@ -694,8 +694,12 @@ class _Learner:
         return box[0]
 
     def status(self) -> dict[str, Any]:
-        return self.adaptation.status() | {"pending": len(self._pending), "dropped": self.dropped,
-                                           "failed": self.failed}  # fmt: skip
+        out = self.adaptation.status() | {"pending": len(self._pending), "dropped": self.dropped,
+                                          "failed": self.failed}  # fmt: skip
+        current = self._node.config.models
+        if current is not self._fitted:  # given since the last refit: the next one starts from these
+            out["training_samples"] = len(current.samples) if current is not None else 0
+        return out
 
     def _run(self) -> None:
         while not self._stop.is_set():

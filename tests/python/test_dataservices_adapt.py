@@ -1,0 +1,162 @@
+"""Online adaptation: every query a node serves, either way, becomes samples; a refit moves the
+predictions toward what was measured, the same for the same samples and seed; the sample store
+and the refits' CPU are bounded; the prediction error per stage shows in `status` and in the
+Prometheus text of `metrics`; the learner's thread ends with the node."""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+pytest.importorskip("datafusion")
+pytest.importorskip("sklearn")
+
+from offload.dataservices import particles as P
+from offload.dataservices import timemodel as TM
+from offload.dataservices.client import NodeClient
+from offload.dataservices.node import Node, NodeConfig
+
+TOKEN = "t"
+SQL = "select id, x, vx from particles where x < {a}"
+
+
+def _slow_node() -> list[TM.QuerySample]:
+    """Samples of a node 50x slower than the one under test will be, at every stage."""
+    out = []
+    for rows in (1e3, 1e4, 1e5):
+        for sel in (0.01, 0.3, 1.0):
+            f = TM.QueryFeatures(rows, rows * 24, rows * sel, rows * sel * 24, 1, False, False, False)
+            scan = TM.scan_features(f)
+            node = {"node_offload": 5e-6 * rows, "node_engine": 4e-6 * rows, "node_stream_out": 1e-6 * rows}
+            out += [
+                TM.QuerySample("nic", f, node),
+                TM.QuerySample("nic", scan, {"node_pushback": 5e-6 * rows, "node_stream_in": 5e-6 * rows}),
+                TM.QuerySample("host", f, {"host_engine": 1e-6 * rows, "host_receive_out": 1e-6 * rows}),
+                TM.QuerySample("host", scan, {"host_receive_in": 1e-6 * rows}),
+            ]
+    return out
+
+
+@pytest.fixture
+def node() -> Iterator[Node]:
+    n = Node(NodeConfig(TOKEN, name="n", system="nic", adapt_every=10**6, seed=3))  # refits on demand
+    n.add("particles", P.generate(20_000, seed=4))
+    yield n
+    n.shutdown()
+
+
+def _run(c: NodeClient, n: int, ways: tuple[str, ...] = ("offload", "pushback")) -> None:
+    for i in range(n):
+        for way in ways:
+            c.query(SQL.format(a=round(0.05 + 0.9 * i / max(n - 1, 1), 3)), way)
+
+
+def _settled(node: Node, queries: int) -> dict:
+    """The adaptation's status once the learner has taken ``queries`` in (a bounded wait)."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        st = node.status()["adaptation"]
+        if st["queries"] >= queries:
+            return st
+        time.sleep(0.02)
+    raise AssertionError(f"the learner took {node.status()['adaptation']['queries']} of {queries} queries")
+
+
+def test_queries_become_samples_and_a_refit_moves_predictions_toward_the_measured(node: Node) -> None:
+    node.config.models = TM.Models.fit(_slow_node())
+    with NodeClient(f"127.0.0.1:{node.port}", TOKEN) as c:
+        _run(c, 10)
+        st = _settled(node, 20)
+        # the node's stages and the host's (its client's observe), by system and vector: two
+        # samples an offload, four a pushback (node: scan, request; host: engine, receive)
+        assert st["samples"] == 10 * (2 + 4) and st["training_samples"] == len(_slow_node())
+        assert st["error_count"]["node_offload"] == 10 and st["error_count"]["host_receive_in"] == 10
+        assert "node_offload" in st["drifted"]  # 50x: far beyond the threshold
+        plan = c.plan(SQL.format(a=0.5))
+        f = TM.QueryFeatures(**c.explain(plan)["features"])
+        _, timing = c.query(plan, "offload")
+        before = node.config.models.predict("nic", "node_offload", f)
+        refitted = node.learner.refit_now()
+        assert node.config.models is refitted and node.status()["adaptation"]["refits"] == 1
+        after = refitted.predict("nic", "node_offload", f)
+        measured = timing.node
+        assert abs(math.log(after / measured)) < abs(math.log(before / measured)) - 1.0
+        assert c.explain(plan)["decision_cpu_s"] > 0
+
+
+def test_a_node_without_models_learns_from_scratch_in_the_background() -> None:
+    """No training file: auto falls back until the node has seen both ways; its learner then
+    refits on its own (every 30 samples: five queries each way) and the decision is made."""
+    n = Node(NodeConfig(TOKEN, name="s", system="nic", adapt_every=30, adapt_cpu_share=1.0))
+    n.add("particles", P.generate(20_000, seed=4))
+    try:
+        with NodeClient(f"127.0.0.1:{n.port}", TOKEN) as c:
+            assert "fallback" in c.explain(SQL.format(a=0.5))
+            _run(c, 5)
+            deadline = time.monotonic() + 10
+            while n.status()["adaptation"]["refits"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            ex = c.explain(SQL.format(a=0.5))
+            assert "fallback" not in ex and ex["way"] in ("offload", "pushback")
+            assert ex["decision"]["offload_s"] > 0 and ex["decision"]["pushback_s"] > 0
+    finally:
+        n.shutdown()
+
+
+def test_refits_are_deterministic_bounded_and_held_to_their_cpu_share() -> None:
+    rng = np.random.default_rng(0)
+
+    def fed(keep: int, share: float) -> TM.Adaptation:
+        a = TM.Adaptation(_slow_node()[:12], "nic", keep=keep, every=10, cpu_share=share, seed=7)
+        for rows in rng.choice([1e3, 1e4, 1e5], size=30):
+            f = TM.QueryFeatures(rows, rows * 24, rows / 2, rows * 12, 1, False, False, False)
+            a.observe(None, f, f, {"node_offload": 1e-7 * rows, "host_receive_out": 2e-8 * rows})
+        return a
+
+    rng = np.random.default_rng(0)
+    one = fed(40, 1.0)
+    rng = np.random.default_rng(0)
+    two = fed(40, 1.0)
+    f = TM.QueryFeatures(5e4, 12e5, 2e4, 5e5, 1, False, False, False)
+    a, b = one.refit(), two.refit()
+    assert a.predict("nic", "node_offload", f) == b.predict("nic", "node_offload", f)
+    assert one.status()["samples"] == 40  # 60 samples came, the 40 latest kept
+    assert one.status()["refit_cpu_s"] > 0
+    stingy = fed(100, 1e-6)  # a refit may use a millionth of the time: the next waits
+    assert stingy.due(time.monotonic())
+    stingy.refit()
+    f1 = TM.QueryFeatures(1e3, 24e3, 500, 12e3, 1, False, False, False)
+    for _ in range(10):
+        stingy.observe(None, f1, f1, {"node_offload": 1e-4})
+    assert not stingy.due(time.monotonic()) and stingy.status()["refits_skipped"] == 1
+
+
+def test_metrics_text_parses_and_the_learner_ends_with_the_node() -> None:
+    n = Node(NodeConfig(TOKEN, name="m", system="nic", adapt_every=10**6))
+    n.add("particles", P.generate(5_000, seed=2))
+    n.config.models = TM.Models.fit(_slow_node())
+    try:
+        with NodeClient(f"127.0.0.1:{n.port}", TOKEN) as c:
+            _run(c, 2, ("offload", "pushback", "auto"))
+            _settled(n, 6)
+            text = c.action("metrics", b"")
+    finally:
+        n.shutdown()
+    line = re.compile(r'^(offload_node_[a-z_]+)(\{(?:[a-z]+="[^"]*",?)*\})? (-?[0-9.e+-]+|nan|inf)$')
+    values = {}
+    for row in text.splitlines():
+        if row.startswith("#") or not row:
+            continue
+        m = line.match(row)
+        assert m, row
+        values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    assert 2 * (2 + 4) + 2 * 2 <= values['offload_node_online_samples{node="m"}'] <= 2 * (2 + 4) + 2 * 4
+    assert values['offload_node_decisions_total{node="m"}'] == 2
+    assert values['offload_node_prediction_error{node="m",stage="node_offload"}'] > 1.0
+    assert not any(t.name == "m-learner" for t in threading.enumerate())
