@@ -28,10 +28,15 @@ from offload.clitools import (
 )
 
 app = typer.Typer(
-    help="Near-data query nodes (Arrow Flight + Substrait): serve, particles, load, list, query, "
-    "explain, train, case-study, cluster-load, cluster-query.",
+    help="Near-data query nodes (Arrow Flight + Substrait): serve, particles, load, list, describe, "
+    "drop, query, explain, train, case-study, cluster-load, cluster-query, netns.",
     no_args_is_help=True,
 )
+netns_app = typer.Typer(
+    help="The network namespaces this tool made (named offload-NAME): list them, remove idle ones.",
+    no_args_is_help=True,
+)
+app.add_typer(netns_app, name="netns")
 
 DEFAULT_PORT = 8815
 SERVICES: dict[str, Any] = {}
@@ -72,7 +77,7 @@ def _port(node: str) -> int:
 def _client(node: str, token_file: Path | None, netns: str | None = None, timeout_s: float = 60.0) -> Any:
     from offload.dataservices.client import NodeClient
 
-    enter_netns(netns)
+    _enter_existing(netns)
 
     token, source = _token(node, token_file)
     return NodeClient(node, token, timeout_s, token_source=source)
@@ -81,10 +86,36 @@ def _client(node: str, token_file: Path | None, netns: str | None = None, timeou
 NetnsOpt = Annotated[
     str | None,
     typer.Option(
-        help="Run inside this network namespace (made if missing; `offload-` is prefixed), over its "
-        "loopback: nodes and their clients must share it. \\[default: the host's loopback]"
+        help="Run inside the network namespace offload-NAME (NAME or offload-NAME: the prefix is never "
+        "doubled), over its loopback: nodes and their clients must share it. `serve` makes it if "
+        "missing and removes it at exit if it made it and nothing else is inside. \\[default: the "
+        "host's loopback]"
     ),
 ]
+WAYS = ("offload", "pushback", "auto")
+
+
+def _way(way: str, allowed: tuple[str, ...] = WAYS) -> str:
+    """``way`` if it is one of ``allowed``; else a one-line error naming them (exit 2)."""
+    if way not in allowed:
+        raise fail(f"--way {way!r}: give one of {', '.join(allowed)}")
+    return way
+
+
+def _enter_existing(netns: str | None) -> None:
+    """A client's ``--netns``: it joins a namespace a node runs in, so one that does not exist is
+    an error naming it (made here it would hold no node, and the call would only time out)."""
+    if netns is None:
+        return
+    from offload.host import links as L
+
+    with failing(ValueError):
+        ns = L.namespace_name(netns)
+    if os.environ.get(L.ENV) != ns and not L.unavailable_reason() and not L.exists(ns):
+        known = ", ".join(L.namespaces()) or "none"
+        raise fail(f"--netns {netns}: no namespace {ns} (start a node there with `offload node serve "
+                   f"--netns {netns}`); this tool's: {known}")  # fmt: skip
+    enter_netns(ns)
 
 
 @app.command()
@@ -150,7 +181,8 @@ def serve(
             raise fail("a shaped link needs --netns (tc shapes that namespace's loopback, never the host's)")
         console.print(f"the {prof.name} profile's link is not shaped: give --netns to shape it")
     data_dir = data_dir.absolute() if data_dir is not None else None
-    enter_netns(netns)
+    with failing(ValueError):  # a bad name: one line, before anything is made
+        enter_netns(netns)
     os.environ["TOKIO_WORKER_THREADS"] = str(prof.threads)  # before DataFusion starts its runtime
     with failing(ValueError):
         cfg = S.config(prof, B.profile(profile), host, port, data_dir, allow_remote, name, models)
@@ -257,34 +289,144 @@ def list_(
 
 
 @app.command()
+def describe(
+    name: Annotated[str, typer.Argument(help="Data set name on the node.")],
+    node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
+    token_file: TokenFileOpt = None,
+    netns: NetnsOpt = None,
+    as_json: JsonOpt = False,
+    out: OutOpt = None,
+) -> None:
+    """A data set on the node: its rows, bytes, source and schema, and per column the statistics
+    the node estimates with (nulls, distinct values, min and max, frequent items where it keeps
+    them; nested columns keep only their nulls: their estimates are unknown)."""
+    from offload.dataservices.client import NodeError
+
+    with _client(node, token_file, netns) as c:
+        with failing(NodeError):
+            d = c.describe(name)
+            schema = c.schemas().get(name)
+    fields = list(schema) if schema is not None else []
+    d["schema"] = [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in fields]
+    if emit(d, as_json, out, default=_json_value):
+        return
+    st = d.get("stats") or {}
+    console.print(f"{d['name']}: {d['rows']:,} rows, {d['bytes'] / 2**20:.2f} MiB, "
+                  f"from {escape(d['source'])}; statistics over a sample of {st.get('sample_rows', 0):,} "
+                  f"rows, built in {d.get('stats_s', 0):.2f} s")  # fmt: skip
+    _columns_table(d["name"], {f["name"]: f["type"] for f in d["schema"]}, st.get("columns") or {})
+
+
+def _columns_table(name: str, types: dict[str, str], columns: dict[str, dict[str, Any]]) -> None:
+    """Per column its type and statistics; frequent items only where the node sends some."""
+    frequent = any(_frequent(cs) != "-" for cs in columns.values())
+    t = compact_table(f"{name}: columns")
+    for col in ("column", "type", "nulls", "distinct", "min", "max", *(("frequent",) if frequent else ())):
+        t.add_column(col, justify="right" if col in ("nulls", "distinct") else "left")
+    for col, cs in columns.items():
+        distinct = "estimates unknown" if cs.get("distinct") is None else f"{cs['distinct']:,}"
+        cells = [col, escape(types.get(col, "?")), f"{cs.get('nulls', 0):,}", distinct]
+        cells += [_cell(cs.get("min")), _cell(cs.get("max")), *((_frequent(cs),) if frequent else ())]
+        t.add_row(*cells)
+    console.print(t)
+
+
+def _cell(v: Any) -> str:
+    """A statistic for a table cell (markup escaped)."""
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return escape(v if isinstance(v, str) else str(_json_value(v)))
+
+
+def _frequent(cs: dict[str, Any], most: int = 3) -> str:
+    """The first few frequent items where the node sends them: values, or (value, count) pairs."""
+    items = next((cs[k] for k in ("frequent", "frequent_items", "top") if cs.get(k)), None)
+    if not items:
+        return "-"
+    values = list(items) if isinstance(items, dict) else [_item(i) for i in items]
+    return ", ".join(_cell(v) for v in values[:most]) + (", ..." if len(values) > most else "")
+
+
+def _item(i: Any) -> Any:
+    if isinstance(i, list | tuple):
+        return i[0] if i else None
+    return i.get("value") if isinstance(i, dict) else i
+
+
+@app.command()
+def drop(
+    name: Annotated[str, typer.Argument(help="Data set name on the node.")],
+    node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
+    token_file: TokenFileOpt = None,
+    netns: NetnsOpt = None,
+    as_json: JsonOpt = False,
+    out: OutOpt = None,
+) -> None:
+    """Drop a data set from the node (its rows and statistics; a file it was registered from
+    stays where it is). An unknown name is an error naming the ones the node has."""
+    from offload.dataservices.client import NodeError
+
+    with _client(node, token_file, netns) as c:
+        with failing(NodeError):
+            if not c.drop(name):
+                st = c.status()
+                known = ", ".join(sorted(d["name"] for d in st["datasets"])) or "none"
+                raise fail(f"unknown data set {name!r} on {st['name']}; known: {known}")
+    if emit({"name": name, "dropped": True}, as_json, out):
+        return
+    console.print(f"dropped {name}")
+
+
+SAVE_FORMATS = {".parquet": "Parquet", ".arrow": "Arrow IPC", ".feather": "Arrow IPC", ".csv": "CSV"}
+
+
+@app.command()
 def query(
     sql: Annotated[str, typer.Argument(help="SQL over the node's data sets.")],
     node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
     way: Annotated[
         str,
         typer.Option(
-            help="offload (run on the node), pushback (run here), both, or auto (the node decides, "
-            "and says what and why)."
+            help="offload (run on the node), pushback (run here), both (side by side), or auto (the "
+            "node decides, and says what and why)."
         ),
     ] = "both",
     compression: Annotated[str, typer.Option(help="IPC compression on the wire: none, lz4, zstd.")] = "none",
-    show: Annotated[int, typer.Option(help="Result rows to print.")] = 5,
+    show: Annotated[int, typer.Option(help="Result rows to print (text output).")] = 5,
+    rows: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Result rows in --json/--out (the first N; `truncated` says if there were more)."
+        ),
+    ] = 1000,
+    save: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the whole result to this file, as Parquet (.parquet), Arrow IPC (.arrow, "
+            ".feather) or CSV (.csv), whole or not at all. \\[default: none]"
+        ),
+    ] = None,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
     """Run a query on a node: offloaded (the node runs the plan and ships the result), pushed
-    back (the node ships the columns it reads and this host runs the plan), or both, side by
-    side, with where the time went."""
+    back (the node ships the columns it reads and this host runs the plan), both, side by side,
+    or the way the node picks (auto), with where the time went. --json has the timings and the
+    result's first --rows rows; --save writes the whole result to a file."""
     from offload.dataservices import plans
     from offload.dataservices.client import NodeError
     from offload.dataservices.plans import PlanError
 
-    ways = ("offload", "pushback") if way == "both" else (way,)
-    if any(w not in ("offload", "pushback", "auto") for w in ways):
-        raise fail(f"--way must be offload, pushback, both or auto, got {way!r}")
-    comp = None if compression == "none" else compression
+    ways = ("offload", "pushback") if way == "both" else (_way(way, (*WAYS, "both")),)
+    comp = _compression(compression)
+    if save is not None and save.suffix.lower() not in SAVE_FORMATS:
+        raise fail(f"--save {save}: give a file ending in {', '.join(SAVE_FORMATS)}")
     runs = {}
     with _client(node, token_file, netns) as c:
         with failing(NodeError, PlanError, ValueError):
@@ -292,17 +434,86 @@ def query(
             for w in ways:
                 runs[w] = c.query(plan, w, comp)
     same = plans.same_answer(*(r[0] for r in runs.values())) if len(runs) == 2 else None
-    doc = {"sql": sql, "runs": {w: t.as_dict() for w, (_, t) in runs.items()}, "same_answer": same}
-    if emit(doc, as_json, out):
-        return
     result = next(iter(runs.values()))[0]
+    if save is not None:
+        _save(result, save)
+    doc = {"sql": sql, "runs": {w: t.as_dict() for w, (_, t) in runs.items()}, "same_answer": same,
+           "result": _records(result, rows), "saved": str(save.absolute()) if save else None}  # fmt: skip
+    if emit(doc, as_json, out, default=_json_value):
+        return
     console.print(result.slice(0, show).to_pandas().to_string(index=False) if show else "")
     if "auto" in runs:
         tm = runs["auto"][1]
         why = (tm.decision or {}).get("why", "the node gave no reason")
-        console.print(f"auto: the node chose {tm.way}: {why}")
+        console.print(f"auto: the node chose {tm.way}: {escape(_reason(tm.way, why))}")
         runs = {f"auto ({tm.way})": runs["auto"]}
     _timing_table(runs, same)
+    if save is not None:
+        console.print(f"wrote {result.num_rows:,} rows to {save} ({SAVE_FORMATS[save.suffix.lower()]})")
+
+
+def _reason(way: str, why: str) -> str:
+    """The node's why without its leading "WAY: " (the line says the way already)."""
+    return why.removeprefix(f"{way}: ")
+
+
+def _compression(text: str) -> str | None:
+    if text not in ("none", "lz4", "zstd"):
+        raise fail(f"--compression {text!r}: give one of none, lz4, zstd")
+    return None if text == "none" else text
+
+
+def _records(table: Any, limit: int) -> dict[str, Any]:
+    """The result for JSON: its row count, columns and types, and its first ``limit`` rows as
+    records (``truncated`` when there were more)."""
+    return {
+        "rows": table.num_rows,
+        "columns": [{"name": f.name, "type": str(f.type)} for f in table.schema],
+        "records": table.slice(0, limit).to_pylist(),
+        "truncated": table.num_rows > limit,
+    }
+
+
+def _json_value(v: Any) -> Any:
+    """A result value JSON has no type for: dates and times in ISO 8601, decimals as their exact
+    text, binaries in base64, durations in seconds."""
+    import base64
+    import datetime as dt
+
+    if isinstance(v, dt.date | dt.time):
+        return v.isoformat()
+    if isinstance(v, dt.timedelta):
+        return v.total_seconds()
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode()
+    return str(v)  # Decimal, and anything else: its text
+
+
+def _save(table: Any, path: Path) -> None:
+    """Writes ``table`` whole to ``path`` in the format its suffix names (SAVE_FORMATS), through a
+    temporary name and a rename (offload.files): a failure leaves the old file or none."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from offload.dataservices.tablefiles import write_parquet
+    from offload.files import atomic_write
+
+    kind = SAVE_FORMATS[path.suffix.lower()]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "Parquet":
+            write_parquet(table, path)
+            return
+        with atomic_write(path, "wb") as f:
+            if kind == "CSV":
+                pacsv.write_csv(table, f)
+            else:
+                with pa.ipc.new_file(f, table.schema) as w:
+                    w.write_table(table)
+    except OSError as e:
+        raise fail(oneline(e)) from None
+    except pa.ArrowException as e:  # CSV has no form for nested columns
+        raise fail(f"cannot write {path} as {kind}: {oneline(e)}; nothing was written") from None
 
 
 def _timing_table(runs: dict[str, Any], same: bool | None) -> None:
@@ -330,39 +541,134 @@ def _timing_table(runs: dict[str, Any], same: bool | None) -> None:
 def explain(
     sql: Annotated[str, typer.Argument(help="SQL over the node's data sets.")],
     node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
-    run: Annotated[bool, typer.Option(help="Also run the query both ways and show what happened.")] = True,
+    run: Annotated[
+        bool, typer.Option(help="Also run the query both ways and set the measured times beside.")
+    ] = False,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
-    """What the node expects of a query before running it: the estimated result rows and bytes,
-    and the steps that led there (sketches, sample corrections, joins); with --run, the measured
-    rows and both ways' times beside them."""
+    """What the node expects of a query and what it would do, before running it: the estimated
+    result rows and bytes and the steps that led there; the way it picks (auto) and why; both
+    ways' predicted stages; the link rate at which the other way would win. With --run, both ways
+    measured beside the predictions."""
     from offload.dataservices.client import NodeError
     from offload.dataservices.plans import PlanError
 
     with _client(node, token_file, netns) as c:
         with failing(NodeError, PlanError):
             plan = c.plan(sql)
-            est = c.estimate(plan)
+            ex = c.explain(plan)
+            link = ((c.status().get("budget") or {}).get("link") or {}).get("rate_mbit")
             runs = {w: c.query(plan, w)[1] for w in ("offload", "pushback")} if run else {}
-    doc = {"sql": sql, "estimate": est, "runs": {w: t.as_dict() for w, t in runs.items()}}
+    doc = {"sql": sql, **ex, "link_mbit": link, "runs": {w: t.as_dict() for w, t in runs.items()}}
+    if runs:
+        faster = min(runs, key=lambda w: runs[w].total)
+        doc["measured"] = {"faster": faster, "decision_right": ex["way"] == faster,
+                           "rows": runs["offload"].rows}  # fmt: skip
     if emit(doc, as_json, out):
         return
-    console.print(f"[bold]estimate[/]: {est['rows']:,.1f} rows, {est['bytes'] / 2**20:.2f} MiB "
-                  f"({1e3 * est['seconds']:.2f} ms to estimate)")  # fmt: skip
-    for step in est["steps"]:
-        console.print(f"  {step}")
+    _show_explain(ex, link, runs)
+
+
+def _show_explain(ex: dict[str, Any], link: float | None, runs: dict[str, Any]) -> None:
+    """The node's explain as text: the estimate and its steps, the decision and why (a fallback
+    says so), both ways' predicted stages beside the measured ones, the crossover."""
+    est = ex.get("estimate")
+    if est is None:
+        console.print("[bold]estimate[/]: none (the node could not estimate this query)")
+    else:
+        console.print(f"[bold]estimate[/]: {est['rows']:,.1f} rows, {est['bytes'] / 2**20:.2f} MiB "
+                      f"({1e3 * est['seconds']:.2f} ms to estimate)")  # fmt: skip
+        for step in est["steps"]:
+            console.print(f"  {escape(step)}")
+    how = " (fallback)" if ex.get("fallback") else ""
+    console.print(f"[bold]decision[/]: {ex['way']}{how}: {escape(_reason(ex['way'], ex['why']))}")
+    cpu = ex.get("decision_cpu_s")
+    if cpu is not None:
+        console.print(f"  decided in {1e3 * cpu:.2f} ms of the node's CPU")
+    d = ex.get("decision")
+    if d is not None:
+        _stages_table(d, runs)
+        console.print(_crossover_line(d, link))
+        if runs:
+            console.print(
+                "(measured, the link beyond the node is inside the host's receive: fetch - node stream)"
+            )
     if runs:
-        rows = runs["offload"].rows
-        err = abs(est["rows"] - rows) / max(rows, 1)
-        console.print(f"[bold]measured[/]: {rows:,} rows (estimate off by {100 * err:.2f}%)")
+        _measured(est, ex["way"], runs, with_table=d is None)
+
+
+STAGE_ORDER = ("request", "node (engine, stream)", "node stream", "link beyond the node", "host receive",
+               "host engine")  # fmt: skip
+"""The predicted stages in the order the time is spent (names the node does not send are left out;
+new ones follow)."""
+
+
+def _measured_stages(t: Any) -> dict[str, float | None]:
+    """A measured Timing in the predicted stages' words, as the training suite defines them: the
+    request is the check (get_flight_info), the node's stream its whole stream, the host's receive
+    the fetch beyond it (it holds the link: the two are not told apart)."""
+    node = t.node
+    return {"request": t.info, "node (engine, stream)": node, "node stream": node,
+            "link beyond the node": None, "host receive": t.fetch - node, "host engine": t.host}  # fmt: skip
+
+
+def _stages_table(d: dict[str, Any], runs: dict[str, Any]) -> None:
+    """Both ways' predicted stages (ms) as rows; with runs, the measured ones beside."""
+    off, back = d["offload"], d["pushback"]
+    names = [k for k in STAGE_ORDER if k in off or k in back]
+    for k in (*off, *back):
+        if k not in names:
+            names.append(k)
+    t = compact_table("predicted stages (ms)" + ("; measured beside" if runs else ""))
+    t.add_column("stage")
+    cols = (("offload", off), ("pushback", back))
+    for w, _ in cols:
+        t.add_column(w, justify="right")
+        if runs:
+            t.add_column(f"{w} measured", justify="right")
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{1e3 * v:.1f}"
+
+    for name in names:
+        cells = []
+        for w, stages in cols:
+            cells.append(ms(stages.get(name)))
+            if runs:
+                cells.append(ms(_measured_stages(runs[w]).get(name)) if name in stages else "-")
+        t.add_row(name, *cells)
+    totals = [ms(d["offload_s"])] + ([ms(runs["offload"].total)] if runs else [])
+    totals += [ms(d["pushback_s"])] + ([ms(runs["pushback"].total)] if runs else [])
+    t.add_row("total", *totals)
+    console.print(t)
+
+
+def _crossover_line(d: dict[str, Any], link_mbit: float | None) -> str:
+    """Where the other way would win, and the link the node has."""
+    where = f"this node's link: {link_mbit:,.0f} Mbit/s" if link_mbit else "this node's link is not shaped"
+    rate, above = d.get("crossover_mbit"), d.get("above_crossover")
+    if rate is None or above is None:
+        return f"crossover: none: {d['way']} wins at every rate from 0.8 Mbit/s to 1 Tbit/s ({where})"
+    below = "pushback" if above == "offload" else "offload"
+    return f"crossover: {above} wins on links above {rate:,.0f} Mbit/s, {below} below ({where})"
+
+
+def _measured(est: dict[str, Any] | None, chose: str, runs: dict[str, Any], with_table: bool) -> None:
+    """The measured rows against the estimate, which way was faster, and whether the node's
+    choice was it."""
+    rows = runs["offload"].rows
+    off_by = "" if est is None else f" (estimate off by {100 * abs(est['rows'] - rows) / max(rows, 1):.2f}%)"
+    console.print(f"[bold]measured[/]: {rows:,} rows{off_by}")
+    if with_table:
         _timing_table({w: (None, t) for w, t in runs.items()}, None)
-        faster = min(runs, key=lambda w: runs[w].total)
-        other = max(runs, key=lambda w: runs[w].total)
-        gain = 1 - runs[faster].total / runs[other].total
-        console.print(f"{faster} was faster by {100 * gain:.1f}%")
+    faster = min(runs, key=lambda w: runs[w].total)
+    other = max(runs, key=lambda w: runs[w].total)
+    gain = 1 - runs[faster].total / runs[other].total
+    right = "right" if faster == chose else "not the faster way this time"
+    console.print(f"{faster} was faster by {100 * gain:.1f}%; the node's choice ({chose}) was {right}")
 
 
 @app.command()
@@ -465,7 +771,7 @@ ClusterOpt = Annotated[
 def _cluster(path: Path, netns: str | None) -> Any:
     from offload.dataservices.cluster import ClusterClient, load_cluster
 
-    enter_netns(netns)
+    _enter_existing(netns)
     with failing(ValueError):
         return ClusterClient(load_cluster(path), timeout_s=900)
 
@@ -505,7 +811,9 @@ def cluster_load(
 def cluster_query(
     sql: Annotated[str, typer.Argument(help="SQL over the cluster's partitioned data sets.")],
     cluster: ClusterOpt,
-    way: Annotated[str, typer.Option(help="offload, pushback, or auto (each node decides).")] = "auto",
+    way: Annotated[
+        str, typer.Option(help="offload, pushback, or auto (each node decides for its partition).")
+    ] = "auto",
     show: Annotated[int, typer.Option(help="Result rows to print.")] = 5,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
@@ -516,6 +824,7 @@ def cluster_query(
     from offload.dataservices.client import NodeError
     from offload.dataservices.plans import PlanError
 
+    _way(way)
     with _cluster(cluster, netns) as cc:
         with failing(NodeError, PlanError, ValueError):
             result, timing = cc.query(sql, way)
@@ -531,6 +840,94 @@ def cluster_query(
         t.add_row(n, d["way"], f"{d['rows']:,}", f"{1e3 * d['node_engine']:.1f}", f"{1e3 * d['fetch']:.1f}",
                   f"{1e3 * d['host']:.1f}", f"{d['arrow_bytes'] / 2**20:.2f}")  # fmt: skip
     console.print(t)
+    for n, d in timing.nodes.items():
+        if d.get("decision"):
+            why = _reason(d["way"], d["decision"].get("why", "no reason given"))
+            console.print(f"{n}: chose {d['way']}: {escape(why)}")
+
+
+@netns_app.command(name="list")
+def netns_list(as_json: JsonOpt = False, out: OutOpt = None) -> None:
+    """The namespaces this tool made (offload-*), with the processes inside each (`ip netns
+    pids`; unknown without root). An idle one can go: `offload node netns rm NAME`."""
+    from offload.host import links as L
+
+    found = []
+    for ns in L.namespaces():
+        try:
+            inside: list[int] | None = L.pids(ns)
+        except OSError:
+            inside = None
+        found.append({"name": ns, "pids": inside, "idle": None if inside is None else not inside})
+    if emit(found, as_json, out):
+        return
+    if not found:
+        console.print(f"no namespaces of this tool ({L.PREFIX}*)")
+        return
+    t = compact_table("namespaces of this tool")
+    for col in ("namespace", "processes", "pids"):
+        t.add_column(col, justify="right" if col == "processes" else "left")
+    for f in found:
+        pids = f["pids"]
+        shown = (
+            ("unknown (needs root)", "-")
+            if pids is None
+            else (f"{len(pids)}", " ".join(map(str, pids)) or "-")
+        )
+        t.add_row(f["name"], *shown)
+    console.print(t)
+
+
+@netns_app.command(name="rm")
+def netns_rm(
+    name: Annotated[
+        str | None, typer.Argument(help="NAME or offload-NAME (only this tool's). \\[default: none]")
+    ] = None,
+    all_idle: Annotated[
+        bool, typer.Option(help="Remove every namespace of this tool with no process inside.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option(help="Remove NAME even with processes inside (they keep it until they end).")
+    ] = False,
+    as_json: JsonOpt = False,
+    out: OutOpt = None,
+) -> None:
+    """Remove a namespace this tool made (offload-NAME), or every idle one (--all-idle). One with
+    processes inside (a node still serving) is refused unless --force."""
+    from offload.host import links as L
+
+    if (name is None) == (not all_idle):
+        raise fail("give a namespace NAME or --all-idle (one of the two)")
+    why = L.unavailable_reason()
+    if why:
+        raise fail(f"netns rm: {why}")
+    removed, kept = [], {}
+    with failing(ValueError, OSError):
+        if name is not None:
+            ns = L.namespace_name(name)
+            if not L.exists(ns):
+                raise fail(f"no namespace {ns}; this tool's: {', '.join(L.namespaces()) or 'none'}")
+            inside = L.pids(ns)
+            if inside and not force:
+                raise fail(f"{ns} has processes inside (pids {' '.join(map(str, inside))}): stop them, "
+                           "or pass --force")  # fmt: skip
+            L.remove_namespace(ns)
+            removed.append(ns)
+        for ns in L.namespaces() if all_idle else []:  # --force never applies to these
+            inside = L.pids(ns)
+            if inside:
+                kept[ns] = inside
+            else:
+                L.remove_namespace(ns)
+                removed.append(ns)
+    if emit({"removed": removed, "kept": kept}, as_json, out):
+        return
+    for ns in removed:
+        console.print(f"removed {ns}")
+    for ns, pids in kept.items():
+        console.print(f"kept {ns}: {len(pids)} process(es) inside")
+    if not removed and not kept:
+        console.print(f"no namespaces of this tool ({L.PREFIX}*)")
 
 
 def print_cases(results: list[dict[str, Any]]) -> None:

@@ -9,6 +9,10 @@ so the rate is shared by requests and answers and the delay applies each way.
 Where the kernel has no netem (this project's VMs: only htb, tbf and pfifo), the delay is not
 shaped and :func:`shape` says so; the decision's transfer model then uses the link's measured
 latency instead.
+
+Namespaces are named ``offload-NAME`` (:data:`PREFIX`), which is how this tool knows its own:
+``offload node netns list`` shows them with the processes inside, ``netns rm`` removes idle ones,
+and a command that made one for itself removes it when it ends, if nothing else is inside then.
 """
 
 from __future__ import annotations
@@ -58,8 +62,14 @@ class Link:
 
 
 PREFIX = "offload-"
+"""Every namespace this tool creates is named ``offload-NAME``: ``--netns lab`` means
+``offload-lab``, and so does ``--netns offload-lab`` (the prefix is never doubled). Only names
+with the prefix are listed or removed by ``offload node netns``."""
 ENV = "OFFLOAD_NETNS"
 """Set in a process re-executed inside a namespace (so it does not re-execute again)."""
+MADE_ENV = "OFFLOAD_NETNS_MADE"
+"""Set (to the namespace) when the command that re-executed itself made the namespace: the
+process inside removes it at exit if it is then idle (:func:`remove_at_exit`)."""
 
 
 def unavailable_reason() -> str | None:
@@ -83,15 +93,21 @@ def _check(*cmd: str) -> None:
 
 
 def namespace_name(name: str) -> str:
+    """The namespace ``--netns name`` means: ``offload-name``, or ``name`` itself where it
+    already starts with ``offload-``."""
     if not name or not all(c.isalnum() or c in "_-" for c in name) or len(name) > 40:
-        raise ValueError(f"bad namespace name {name!r}: letters, digits, _ and - only")
+        raise ValueError(f"bad namespace name {name!r}: letters, digits, _ and - only, at most 40")
     return name if name.startswith(PREFIX) else PREFIX + name
+
+
+def exists(name: str) -> bool:
+    return Path(f"/run/netns/{namespace_name(name)}").exists()
 
 
 def ensure_namespace(name: str) -> str:
     """Creates the namespace (if missing) with its loopback up and an htb root; returns its name."""
     ns = namespace_name(name)
-    if not Path(f"/run/netns/{ns}").exists():
+    if not exists(ns):
         _check("ip", "netns", "add", ns)
     _check("ip", "-n", ns, "link", "set", "lo", "up")
     if "htb 1:" not in _run("tc", "-n", ns, "qdisc", "show", "dev", "lo").stdout:
@@ -100,9 +116,61 @@ def ensure_namespace(name: str) -> str:
 
 
 def remove_namespace(name: str) -> None:
+    """Removes the namespace whatever runs inside it (those processes keep it until they end)."""
     ns = namespace_name(name)
-    if Path(f"/run/netns/{ns}").exists():
+    if exists(ns):
         _check("ip", "netns", "del", ns)
+
+
+def namespaces() -> list[str]:
+    """The namespaces this tool made (named ``offload-...``) that exist now, sorted."""
+    root = Path("/run/netns")
+    return sorted(p.name for p in root.iterdir() if p.name.startswith(PREFIX)) if root.is_dir() else []
+
+
+def pids(name: str) -> list[int]:
+    """The processes inside the namespace (``ip netns pids``: any process whose network namespace
+    it is, ``nsenter``'s too); OSError where that cannot be read (not root)."""
+    ns = namespace_name(name)
+    r = _run("ip", "netns", "pids", ns)
+    if r.returncode != 0:
+        raise OSError(f"ip netns pids {ns}: {r.stderr.strip() or r.returncode}")
+    return sorted(int(p) for p in r.stdout.split())
+
+
+def remove_if_idle(name: str, ignore: tuple[int, ...] = ()) -> bool:
+    """Removes the namespace if no process but those in ``ignore`` and their children is inside
+    (from inside, ``ip netns pids`` lists itself: a child, gone by the time it is looked at);
+    True if removed."""
+    ns = namespace_name(name)
+    others = [p for p in pids(ns) if p not in ignore and _parent(p) not in (*ignore, None)]
+    if not exists(ns) or others:
+        return False
+    remove_namespace(ns)
+    return True
+
+
+def _parent(pid: int) -> int | None:
+    try:  # /proc/PID/stat: "pid (comm) state ppid ...", comm may hold spaces and parentheses
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None  # gone already
+
+
+def remove_at_exit(ns: str) -> None:
+    """At this process's exit, removes ``ns`` (which the command made) if nothing else is inside
+    it then: a node's or a client's namespace does not outlive the command that made it, and one
+    another command still uses is left alone. Best effort: a failure is a line on stderr."""
+    import atexit
+
+    def release() -> None:
+        try:
+            if remove_if_idle(ns, ignore=(os.getpid(),)):
+                print(f"removed namespace {ns} (made for this command)", file=sys.stderr)
+        except (OSError, subprocess.SubprocessError) as e:
+            print(f"namespace {ns} left in place: {e}", file=sys.stderr)
+
+    atexit.register(release)
 
 
 def shape(ns: str, port: int, link: Link) -> dict[str, Any]:
@@ -137,11 +205,17 @@ def unshape(ns: str, port: int) -> None:
 
 def reexec_inside(name: str) -> None:
     """Re-runs this command inside namespace ``name`` (created if missing) unless it already
-    runs there; does not return when it re-executes. nsenter enters the network namespace only
-    (``ip netns exec`` would also remount /sys and hide the cgroup controllers)."""
+        runs there; does not return when it re-executes. nsenter enters the network namespace only
+        (``ip netns exec`` would also remount /sys and hide the cgroup controllers). A namespace made
+    here is removed when the re-executed command ends, if nothing else is inside it then."""
+    made = not exists(name)
     ns = ensure_namespace(name)
     if os.environ.get(ENV) == ns:
+        if os.environ.pop(MADE_ENV, None) == ns:  # popped: this process's children did not make it
+            remove_at_exit(ns)
         return
     os.environ[ENV] = ns
+    if made:
+        os.environ[MADE_ENV] = ns
     argv = ["nsenter", f"--net=/run/netns/{ns}", sys.executable, "-m", "offload.cli", *sys.argv[1:]]
     os.execvp("nsenter", argv)
