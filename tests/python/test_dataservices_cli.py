@@ -189,6 +189,17 @@ def test_describe_and_drop(cli: Run, node: Node) -> None:
     _one_line_error(cli("drop", "scratch"), "'scratch'", "known: mixed, particles")
 
 
+def test_cluster_query_shows_each_node_choice(node: Node, tmp_path: Path) -> None:
+    (tmp_path / "t").write_text(TOKEN)
+    cf = tmp_path / "cluster.toml"
+    cf.write_text(f'[nodes.a]\nendpoint = "127.0.0.1:{node.port}"\ntoken_file = "{tmp_path / "t"}"\n')
+    q = ["node", "cluster-query", "select count(*) as n from particles where x < 0.5", "--cluster", str(cf)]
+    r = CliRunner().invoke(app, q)
+    assert r.exit_code == 0, r.output
+    assert "a: chose offload: no time models for 'nic'" in r.stdout.replace("\n", " ")
+    _one_line_error(CliRunner().invoke(app, [*q, "--way", "both"]), "'both'", "offload, pushback, auto")
+
+
 def _offload(*args: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "offload.cli", "node", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
