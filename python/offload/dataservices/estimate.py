@@ -119,13 +119,18 @@ class _Rel:
     cols: list[_Col]
 
 
-def estimate(plan: bytes, stats: Mapping[str, TableStats]) -> Estimate:
-    """The cardinality of ``plan`` over data sets with these statistics."""
+def estimate(plan: Any, stats: Mapping[str, TableStats]) -> Estimate:
+    """The cardinality of ``plan`` (its bytes, or the parsed ``substrait.plan_pb2.Plan``: a
+    caller that has parsed it saves the parse, 8 ms for a 100k-value IN list) over data sets
+    with these statistics."""
     from substrait.plan_pb2 import Plan
 
     t0 = time.perf_counter()
-    p = Plan()
-    p.ParseFromString(plan)
+    if isinstance(plan, Plan):
+        p = plan
+    else:
+        p = Plan()
+        p.ParseFromString(plan)
     ctx = _Ctx(p, stats)
     rel = ctx.rel(p.relations[0].root.input)
     width = sum(c.width for c in rel.cols)
@@ -371,14 +376,16 @@ class _Ctx:
             return ("other", e)
         cs = self.stats[col[0]].columns[col[1]]
         picks = range(n) if n <= IN_VALUES else np.linspace(0, n - 1, IN_VALUES).astype(np.int64).tolist()
-        values = []
-        for i in picks:
-            o = sol.options[i]
-            if not o.HasField("literal"):
-                return ("other", e)
-            v = cs.domain(_literal(o.literal))
-            if v is not None:  # a null, or a value the column cannot hold, matches no row
-                values.append(v)
+        values = _plain_values(sol.options, picks, cs)
+        if values is None:
+            values = []
+            for i in picks:
+                o = sol.options[i]
+                if not o.HasField("literal"):
+                    return ("other", e)
+                v = cs.domain(_literal(o.literal))
+                if v is not None:  # a null, or a value the column cannot hold, matches no row
+                    values.append(v)
         if n <= IN_VALUES:
             values = list(dict.fromkeys(values))
         return ("in", col[0], col[1], values, n / len(picks))
@@ -684,6 +691,30 @@ def _read_schema(plan: Any, table: str) -> Any:
         if read.HasField("named_table") and read.named_table.names[-1:] == [table]:
             return read.base_schema
     return None
+
+
+_PLAIN = ("i64", "i32", "i16", "i8", "fp64", "fp32", "string")
+
+
+def _plain_values(options: Any, picks: Any, cs: Any) -> list[Any] | None:
+    """An IN list's picked values read fast where they are all plain literals of one kind
+    (signed integers, floats, strings) that the column takes as they are; else None."""
+    first = options[picks[0]]
+    if not first.HasField("literal"):
+        return None
+    kind = first.literal.WhichOneof("literal_type")
+    if kind not in _PLAIN or (kind != "string" and first.literal.type_variation_reference != 0):
+        return None
+    v0 = getattr(first.literal, kind)
+    if cs.domain(v0) != v0 or type(cs.domain(v0)) is not type(v0):
+        return None
+    out = []
+    for i in picks:
+        lit = options[i].literal
+        if lit.WhichOneof("literal_type") != kind:
+            return None
+        out.append(getattr(lit, kind))
+    return out
 
 
 def _literal(lit: Any) -> Any:

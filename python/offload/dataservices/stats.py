@@ -23,10 +23,12 @@ prices any key, heavy, light or absent:
   on, so the sketch holds the tail only and a light key no longer shares a cell with a heavy
   one;
 * the tail goes into a count-min sketch (Cormode & Muthukrishnan 2005) of 4 rows whose width
-  scales with the rows, the next power of two over twice them, from 1,024 to 131,072 cells
-  (4 MiB at most: int64 counters); it doubles, by copying its cells, as rows are appended, up to
-  that bound, so it stays mergeable (a key's cell in width 2w is its cell in width w or that
-  plus w);
+  scales with the rows, the next power of two over twice them, from 4,096 to 131,072 cells
+  (int32 counters, int64 once a cell could pass 2^31 rows). As parts are appended and the rows
+  call for a wider sketch, a wider one starts and the older ones keep what they counted (a
+  key's estimate is the sum over them): doubling one sketch by copying its cells would put
+  every old key in two cells, a ghost in one, and an absent key would meet them. Widths
+  double, so all of them together take at most twice the widest: 4 MiB;
 * a key is read as the minimum of its 4 cells (count-min) while the tail is sparse, fewer
   distinct tail keys than half the width (counted from the empty cells: linear counting), where
   a light key most likely has a cell of its own: an absent key then reads 0. Where the tail is
@@ -68,8 +70,8 @@ HLL_LG_K = 14
 FREQ_LG_MAX_K = 10
 SAMPLE_ROWS = 1 << 16
 COUNT_DEPTH = 4
-COUNT_MIN_WIDTH = 1 << 10
-COUNT_MAX_WIDTH = 1 << 17  # 4 rows x 2^17 cells x 8 B = 4 MiB
+COUNT_MIN_WIDTH = 1 << 12
+COUNT_MAX_WIDTH = 1 << 17  # 4 rows x 2^17 cells x 4 B = 2 MiB (int32; int64 past 2^31 rows: 4 MiB)
 HEAVY_KEYS = 1024
 HEAVY_PER_PART = 256
 HEAVY_SHARE = 1 / 4096
@@ -193,7 +195,11 @@ def _hash_bytes(a: pa.Array) -> np.ndarray:
     raw = np.frombuffer(data, dtype=np.uint8)[start:end] if data is not None else np.zeros(0, np.uint8)
     longest = int(lens.max()) if n else 0
     powers = np.cumprod(np.full(max(1, longest), _BYTE_BASE, dtype=np.uint64))
-    pos = np.arange(end - start, dtype=np.int64) - np.repeat(offsets[:-1] - start, lens)
+    # each byte's position in its value: its index less its value's start, a step function
+    starts = (offsets[:-1] - start)[lens > 0]
+    step = np.zeros(end - start, dtype=np.int64)
+    step[starts[1:]] = np.diff(starts)
+    pos = np.arange(end - start, dtype=np.int64) - np.cumsum(step)
     sums = np.concatenate([[np.uint64(0)], np.cumsum(raw.astype(np.uint64) * powers[pos], dtype=np.uint64)])
     rel = offsets - start
     poly = sums[rel[1:]] - sums[rel[:-1]]
@@ -218,23 +224,28 @@ def _row_cells(h: np.ndarray, width: int) -> np.ndarray:
 
 @dataclass
 class CountSketch:
-    """Counts of a column's values by key hash: the heavy keys exactly, the tail in a count-min
-    sketch (see the module's text). Mergeable across appended parts; at most 4 MiB."""
+    """Counts of a column's values by key hash: the heavy keys exactly, the tail in count-min
+    sketches (see the module's text). Mergeable across appended parts; at most 4 MiB."""
 
-    width: int = 0
-    cells: np.ndarray | None = None
-    """(COUNT_DEPTH, width) int64: the tail's counts."""
+    tables: list[np.ndarray] = field(default_factory=list)
+    """(COUNT_DEPTH, width) each, of doubling widths: the tail's counts of the parts counted
+    while each was the newest; int32 until a cell could pass 2^31 - 1, then int64."""
+    noise: list[float] = field(default_factory=list)
+    """Per table, the expected count in a cell from other keys: its tail rows over its width."""
     heavy: dict[int, int] = field(default_factory=dict)
     """Key hash -> exact count since the key became heavy."""
     rows: int = 0
-    noise: float = 0.0
-    """Expected count in a cell from other keys: each part's tail rows over the width then."""
     seconds: float = 0.0
-    _occupied: float | None = None
+    _sparse: list[bool] | None = field(default=None, repr=False)
+
+    @property
+    def width(self) -> int:
+        """The newest table's width."""
+        return self.tables[-1].shape[1] if self.tables else 0
 
     @property
     def nbytes(self) -> int:
-        return (self.cells.nbytes if self.cells is not None else 0) + 16 * len(self.heavy)
+        return sum(t.nbytes for t in self.tables) + 16 * len(self.heavy)
 
     def update(self, h: np.ndarray, counts: np.ndarray) -> None:
         """Folds a part's distinct keys ``h`` (hashes) and their ``counts`` in."""
@@ -244,25 +255,25 @@ class CountSketch:
         self._grow(total)
         heavy = self._take_heavy(h, counts, total)
         tail_h, tail_c = h[~heavy], counts[~heavy]
-        assert self.cells is not None
-        for row, idx in enumerate(_row_cells(tail_h, self.width)):
-            self.cells[row] += np.bincount(idx, weights=tail_c, minlength=self.width).astype(np.int64)
-        self.noise += float(tail_c.sum()) / self.width
+        cells, width = self.tables[-1], self.width
+        for row, idx in enumerate(_row_cells(tail_h, width)):
+            cells[row] += np.bincount(idx, weights=tail_c, minlength=width).astype(cells.dtype)
+        self.noise[-1] += float(tail_c.sum()) / width
         self.rows += total
-        self._occupied = None
+        self._sparse = None
         self.seconds += time.perf_counter() - t0
 
     def _grow(self, rows: int) -> None:
-        """Sizes the sketch for the rows it will have seen: twice them, a power of two within
-        bounds. Doubling copies the cells (a key's cell at 2w is its cell at w, or that plus w)."""
+        """Starts a wider table where the rows seen, these included, call for one: twice them, a
+        power of two within bounds. The older tables keep their parts: copying them into the
+        wider one would spread each old key over two cells (a ghost in the second)."""
         want = 1 << max(0, math.ceil(math.log2(max(1, 2 * (self.rows + rows)))))
         want = min(COUNT_MAX_WIDTH, max(COUNT_MIN_WIDTH, want))
-        if self.cells is None:
-            self.width, self.cells = want, np.zeros((COUNT_DEPTH, want), dtype=np.int64)
-            return
-        while self.width < want:
-            self.cells = np.tile(self.cells, (1, 2))
-            self.width *= 2
+        if want > self.width:
+            self.tables.append(np.zeros((COUNT_DEPTH, want), dtype=np.int32))
+            self.noise.append(0.0)
+        if self.tables[-1].dtype == np.int32 and self.rows + rows >= 2**31 - 1:
+            self.tables[-1] = self.tables[-1].astype(np.int64)
 
     def _take_heavy(self, h: np.ndarray, counts: np.ndarray, total: int) -> np.ndarray:
         """Which of the part's keys are counted exactly: those already heavy, and the part's
@@ -282,32 +293,41 @@ class CountSketch:
         return mask
 
     def counts(self, h: np.ndarray, distinct: float | None = None) -> np.ndarray:
-        """Estimated rows of each key hash in ``h`` (float); ``distinct``: the column's distinct
-        count, for the tail's average where the sketch is too dense to tell a key from noise."""
+        """Estimated rows of each key hash in ``h`` (float): its exact count if heavy, plus each
+        table's estimate; ``distinct``: the column's distinct count, for the tail's average
+        where a table is too dense to tell a key from noise."""
         h = np.asarray(h, dtype=np.uint64)
-        exact = np.array([self.heavy.get(k, 0) for k in h.tolist()], dtype=np.float64)
-        if self.cells is None:
-            return exact
-        cells = np.take_along_axis(self.cells, _row_cells(h, self.width), axis=1).astype(np.float64)
-        low = cells.min(axis=0)
-        if self.sparse:
-            return exact + low
-        est = np.median(cells - self.noise, axis=0)
-        if distinct is not None:  # dense: a key the noise hides is taken at the tail's average
-            tail = self.rows - sum(self.heavy.values())
-            est = np.maximum(est, tail / max(1.0, distinct - len(self.heavy)))
-        return exact + np.clip(est, 0.0, low)
+        out = np.array([self.heavy.get(k, 0) for k in h.tolist()], dtype=np.float64)
+        tail = self.rows - sum(self.heavy.values())
+        for cells, noise, sparse in zip(self.tables, self.noise, self.sparse_tables, strict=True):
+            got = np.take_along_axis(cells, _row_cells(h, cells.shape[1]), axis=1).astype(np.float64)
+            low = got.min(axis=0)
+            if sparse:
+                out += low
+                continue
+            est = np.median(got - noise, axis=0)
+            if distinct is not None:  # dense: a key the noise hides is taken at the tail's average
+                share = noise * cells.shape[1] / max(1.0, tail)  # this table's part of the tail
+                est = np.maximum(est, share * tail / max(1.0, distinct - len(self.heavy)))
+            out += np.clip(est, 0.0, low)
+        return out
 
     @property
     def sparse(self) -> bool:
-        """Whether the tail has fewer distinct keys than half the width (linear counting over
-        the first row's empty cells), so that a light key most likely has a cell of its own."""
-        if self.cells is None:
-            return True
-        if self._occupied is None:
-            empty = max(1, int(np.count_nonzero(self.cells[0] == 0)))
-            self._occupied = -self.width * math.log(empty / self.width)
-        return self._occupied <= self.width / 2
+        """Whether the newest table is sparse (:attr:`sparse_tables`)."""
+        return not self.tables or self.sparse_tables[-1]
+
+    @property
+    def sparse_tables(self) -> list[bool]:
+        """Per table, whether it has fewer distinct keys than half its width (linear counting
+        over its first row's empty cells), so that a light key most likely has a cell of its own."""
+        if self._sparse is None:
+            self._sparse = []
+            for cells in self.tables:
+                w = cells.shape[1]
+                empty = max(1, int(np.count_nonzero(cells[0] == 0)))
+                self._sparse.append(-w * math.log(empty / w) <= w / 2)
+        return self._sparse
 
 
 @dataclass
