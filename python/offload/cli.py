@@ -183,7 +183,7 @@ def report(
         with failing(seed_index.SeedIndexError, OSError):  # names the row, or the file
             rows = seed_index.load(commands=seed_index.command_paths(typer.main.get_command(app)))
             Path(seeds).parent.mkdir(parents=True, exist_ok=True)
-            write_text(Path(seeds), seed_index.markdown(rows, Path(seeds)))
+            write_text(Path(seeds), seed_index.markdown(rows, Path(seeds), seed_notes=seed_index.notes()))
         print(f"wrote {seeds}")
         if out is None and not any(inputs):
             return

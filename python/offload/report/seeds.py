@@ -25,7 +25,7 @@ import re
 import shlex
 import tomllib
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ __all__ = [
     "command_paths",
     "load",
     "markdown",
+    "notes",
     "seeds_section",
 ]
 
@@ -106,6 +107,25 @@ def load(
     if not isinstance(raw, list) or not raw:
         raise SeedIndexError(f"{path}: no [[item]] rows")
     return [_row(r, f"{path}, row {i}", root, commands) for i, r in enumerate(raw, 1)]
+
+
+def notes(path: Path | None = None) -> dict[str, str]:
+    """The index's ``[notes]``: a line per seed on what has no row, and why."""
+    path = path or data_path("seeds", "index.toml")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8")).get("notes", {})
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise SeedIndexError(f"{path}: cannot read its notes ({e})") from None
+    bad = (
+        [k for k, v in raw.items() if k not in SEEDS or not isinstance(v, str)]
+        if isinstance(raw, dict)
+        else ["?"]
+    )
+    if bad:
+        raise SeedIndexError(
+            f"{path}: [notes] takes one text per seed ({', '.join(SEEDS)}); not {', '.join(bad)}"
+        )
+    return dict(raw)
 
 
 def _row(r: Any, where: str, root: Path, commands: Collection[tuple[str, ...]] | None) -> Row:
@@ -341,8 +361,11 @@ def _result_links(r: Row, base: Path, root: Path) -> str:
     )
 
 
-def markdown(rows: list[Row], out: Path, root: Path = Path(".")) -> str:
-    """The index as markdown for the file ``out`` (links to the JSON are relative to it)."""
+def markdown(
+    rows: list[Row], out: Path, root: Path = Path("."), seed_notes: Mapping[str, str] | None = None
+) -> str:
+    """The index as markdown for the file ``out`` (links to the JSON are relative to it), each
+    seed's note (:func:`notes`) under its heading."""
     base = out.parent
     lines = [
         "# The seeds, reproduced or not",
@@ -366,7 +389,8 @@ def markdown(rows: list[Row], out: Path, root: Path = Path(".")) -> str:
     total = Counter(r.verdict for r in rows)
     lines.append(f"| all | {len(rows)} | " + " | ".join(str(total[v]) for v in VERDICTS) + " |")
     for s, title in SEEDS.items():
-        lines += ["", f"## {s}: {title}", "",
+        note = (seed_notes or {}).get(s)
+        lines += ["", f"## {s}: {title}", "", *([note, ""] if note else []),
                   "| item | the seed | command | ours | result | machine | verdict | why |",
                   "|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in (r for r in rows if r.seed == s):
