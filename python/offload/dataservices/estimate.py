@@ -438,7 +438,7 @@ class _Ctx:
         the comparisons reduced to one interval (KLL) or one value (count sketch, HLL); or of
         one ("in", values): the sum of their equalities."""
         if len(preds) == 1 and preds[0][0] == "in":
-            return float(self._eq_sels(table, col, preds[0][1]).sum())
+            return max(0.0, float(self._eq_sels(table, col, preds[0][1], summed=True).sum()))
         cs = self.stats[table].columns[col]
         n = max(1, self.stats[table].rows)
         bounds = _interval(preds)
@@ -468,14 +468,14 @@ class _Ctx:
     def _eq_sel(self, table: str, col: str, value: Any) -> float:
         return float(self._eq_sels(table, col, [value])[0])
 
-    def _eq_sels(self, table: str, col: str, values: list[Any]) -> np.ndarray:
+    def _eq_sels(self, table: str, col: str, values: list[Any], summed: bool = False) -> np.ndarray:
         """The share of rows equal to each value: the count sketch's counts, or for columns
         without one (floating point) the KLL's bounds and the average over the distinct values."""
         if not values:
             return np.zeros(0)
         cs = self.stats[table].columns[col]
         n = max(1, self.stats[table].rows)
-        counts = cs.counts(values)
+        counts = cs.counts(values, summed)
         if counts is not None:
             return counts / n
         rest = max(0.0, n - cs.nulls) / max(1.0, self.stats[table].distinct(col)) / n

@@ -36,7 +36,9 @@ prices any key, heavy, light or absent:
   many small counts and the minimum is biased up by about the mean noise: the key is read as
   the median over its cells of the cell less the mean noise of a cell (count-mean-min, Deng &
   Rafiei 2007), at least the tail's average (the HLL's distinct count less the heavy keys: a
-  light key the noise hides is priced as before, not at 0) and at most the minimum;
+  light key the noise hides is priced as before, not at 0) and at most the minimum. Keys
+  whose estimates are added up (an IN list) take the mean instead, unclipped: unbiased, so
+  that a long list's sum is (clipping at 0 and the floor would bias every absent key up);
 * at load, vectorized: the keys are the part's distinct values (value counts, which the other
   sketches need anyway), hashed with numpy (integers and everything stored as integers by their
   value; strings and binaries by a polynomial hash over their bytes, computed with cumulative
@@ -292,10 +294,13 @@ class CountSketch:
             self.heavy[k] = self.heavy.get(k, 0) + c
         return mask
 
-    def counts(self, h: np.ndarray, distinct: float | None = None) -> np.ndarray:
+    def counts(self, h: np.ndarray, distinct: float | None = None, summed: bool = False) -> np.ndarray:
         """Estimated rows of each key hash in ``h`` (float): its exact count if heavy, plus each
         table's estimate; ``distinct``: the column's distinct count, for the tail's average
-        where a table is too dense to tell a key from noise."""
+        where a table is too dense to tell a key from noise. ``summed``: the estimates are to
+        be added up (an IN list): a dense table gives each key its mean cell less the noise,
+        unclipped, which is unbiased (a key the noise hides is as likely below 0 as above its
+        count), so that their sum is too."""
         h = np.asarray(h, dtype=np.uint64)
         out = np.array([self.heavy.get(k, 0) for k in h.tolist()], dtype=np.float64)
         tail = self.rows - sum(self.heavy.values())
@@ -304,6 +309,9 @@ class CountSketch:
             low = got.min(axis=0)
             if sparse:
                 out += low
+                continue
+            if summed:
+                out += np.mean(got - noise, axis=0)
                 continue
             est = np.median(got - noise, axis=0)
             if distinct is not None:  # dense: a key the noise hides is taken at the tail's average
@@ -435,20 +443,20 @@ class ColumnStats:
         """A domain value (:meth:`domain`) on the KLL's scale; None for strings and binaries."""
         return None if isinstance(v, str | bytes) else float(v)
 
-    def counts(self, values: list[Any]) -> np.ndarray | None:
+    def counts(self, values: list[Any], summed: bool = False) -> np.ndarray | None:
         """Estimated rows of each domain value (count sketch); None where the column has none.
         A value the column's type cannot hold (a timestamp between two ticks, a decimal with more
-        digits than its scale) is counted 0."""
+        digits than its scale) is counted 0. ``summed``: see :meth:`CountSketch.counts`."""
         if self.count is None:
             return None
         t = _values_type(self.type)
         try:
-            return self.count.counts(hashes(pa.array(values, t)), self.distinct)
+            return self.count.counts(hashes(pa.array(values, t)), self.distinct, summed)
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             out = np.zeros(len(values))
             for i, v in enumerate(values):
                 try:
-                    out[i] = self.count.counts(hashes(pa.array([v], t)), self.distinct)[0]
+                    out[i] = self.count.counts(hashes(pa.array([v], t)), self.distinct, summed)[0]
                 except (pa.ArrowException, TypeError, ValueError, OverflowError):
                     pass  # not a value of this column: none of its rows
             return out
