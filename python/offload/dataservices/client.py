@@ -76,11 +76,15 @@ class NodeClient:
         self._opts = flight.FlightCallOptions(timeout=timeout_s, read_options=READ)
         self._source = token_source
         """Where the token came from (a file, $OFFLOAD_NODE_TOKEN): named when the node refuses it."""
+        self._observer: ThreadPoolExecutor | None = None
+        """Sends the host's stages of each query to the node (``observe``) off the query's path."""
 
     def _call_errors(self) -> _errors:
         return _errors(self.location, self._source)
 
     def close(self) -> None:
+        if self._observer is not None:  # the observations in flight end within OBSERVE_S
+            self._observer.shutdown(wait=True)
         self._client.close()
 
     def __enter__(self) -> NodeClient:
@@ -209,13 +213,16 @@ class NodeClient:
             timing.host = time.perf_counter() - t3
         timing.total = time.perf_counter() - t0
         timing.rows = result.num_rows
-        self._observe(plan, timing)
+        query = json.loads(info.endpoints[0].ticket.ticket).get("q") if info.endpoints else None
+        if query is not None:  # a node that learns names the query in its tickets
+            self._observer = self._observer or ThreadPoolExecutor(1, thread_name_prefix="observe")
+            self._observer.submit(self._observe, str(query), timing)
         return result, timing
 
-    def _observe(self, plan: bytes, timing: Timing) -> None:
+    def _observe(self, query: str, timing: Timing) -> None:
         """Tells the node the host's stages of a query it served (action ``observe``), so that it
-        learns from it; best effort, after the query's time is taken: a node that does not
-        learn, or any failure, is ignored."""
+        learns from it; best effort, on a thread of its own after the query is answered: any
+        failure is ignored."""
         way = timing.way
         host = {"node_request": timing.info}
         received = max(0.0, timing.fetch - timing.node)
@@ -223,9 +230,10 @@ class NodeClient:
             host["host_receive_out"] = received
         else:
             host |= {"host_receive_in": received, "host_engine": timing.host}
-        body = json.dumps({"q": wire.plan_key(plan), "way": way, "rows": timing.rows, "times": host})
+        body = json.dumps({"q": query, "way": way, "rows": timing.rows, "times": host}).encode()
+        opts = flight.FlightCallOptions(timeout=OBSERVE_S)
         try:
-            list(self._client.do_action(flight.Action("observe", body.encode()), options=self._opts))
+            list(self._client.do_action(flight.Action("observe", body), options=opts))
         except Exception:  # best effort: the query is answered already
             pass
 
@@ -269,6 +277,9 @@ class _errors:
                 msg = f"{self.location} needs its bearer token, and none was given{where}"
         raise NodeError(msg) from None
 
+
+OBSERVE_S = 5.0
+"""How long an observation may take before it is given up (closing a client waits for them)."""
 
 READ = pa.ipc.IpcReadOptions(ensure_alignment=pa.ipc.Alignment.DataTypeSpecific)
 """Flight hands a stream's buffers over where gRPC received them, often at odd addresses;

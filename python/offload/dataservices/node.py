@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import itertools
 import json
 import math
+import os
 import queue
 import threading
 import time
@@ -179,6 +181,7 @@ class Node(flight.FlightServerBase):
         self._own_actions()
         for service in services:
             service(self)
+        self._ids = itertools.count(1)
         self._schemas: OrderedDict[Any, pa.Schema] = OrderedDict()
         """Result schemas of offloaded plans, by plan and input schemas (DataFusion plans the
         query over empty tables to know it: ~1 ms a plan)."""
@@ -234,7 +237,7 @@ class Node(flight.FlightServerBase):
             ("explain", "the estimate, both ways' predicted times and the choice: the plan's bytes",
              self.explain),
             ("status", "the node's name, threads, data sets and counters", lambda _: self.status()),
-            ("observe", 'a query\'s host stages, to learn from: {"q": plan key, "way": ..., "rows": ...,'
+            ("observe", 'a query\'s host stages, to learn from: {"q": its id, "way": ..., "rows": ...,'
              ' "times": {stage: seconds}}', self._observe),
             ("metrics", "counters and prediction errors as Prometheus text", lambda _: self.metrics()),
         ]  # fmt: skip
@@ -412,11 +415,11 @@ class Node(flight.FlightServerBase):
             ex = self.explain(plan, info)
             req["way"], f = ex["way"], ex["features"]
             meta = json.dumps(ex).encode()
-        key = wire.plan_key(plan)
+        key = f"{wire.plan_key(plan)}.{next(self._ids)}"  # this query's id: its streams and observe
         if self.learner is not None:
             self.learner.submit(("query", key, plan, info, f and TM.QueryFeatures(**f)))
         if req["way"] == "offload":
-            ticket = wire.request(plan, "offload", req["compression"])
+            ticket = wire.request(plan, "offload", req["compression"], key)
             schema = self._result_schema(plan, info)
             return flight.FlightInfo(schema, descriptor, [flight.FlightEndpoint(ticket, [])], -1, -1,
                                      app_metadata=meta)  # fmt: skip
@@ -454,7 +457,7 @@ class Node(flight.FlightServerBase):
             self.config.stats["errors"] += 1
             raise flight.FlightServerError(str(e)) from None
         # planning and starting the engine are engine time too
-        done = self._learn(wire.plan_key(req["plan"]), req["plan"])
+        done = self._learn(str(req.get("q") or wire.plan_key(req["plan"])), req["plan"])
         return _stream(schema, batches, t0, opts, "offload", self._bounds(), time.perf_counter() - t0, done)
 
     def _learn(self, key: str, plan: bytes | None) -> Callable[[dict[str, Any]], None] | None:
@@ -649,10 +652,11 @@ def check_name(name: str) -> None:
 
 class _Learner:
     """A node's online learning, on one thread of its own: it joins the node's side of each
-    query (its stream timings, by plan key) with the host's (the client's ``observe``), turns
-    them into samples for :class:`timemodel.Adaptation`, and refits the node's models when that
-    says so. The request path only enqueues (a bounded queue: when full, events are dropped and
-    counted); features of queries that did not go through ``auto`` are computed here, off it."""
+    query (its stream timings, by the query id in its tickets) with the host's (the client's
+    ``observe``), turns them into samples for :class:`timemodel.Adaptation`, and refits the
+    node's models when that says so. The request path only enqueues (a bounded queue: when
+    full, events are dropped and counted); features of queries that did not go through
+    ``auto`` are computed here, off it."""
 
     PENDING = 256
     """Queries awaiting their other side; the oldest is taken as it is beyond this."""
@@ -694,14 +698,18 @@ class _Learner:
         return box[0]
 
     def status(self) -> dict[str, Any]:
-        out = self.adaptation.status() | {"pending": len(self._pending), "dropped": self.dropped,
-                                          "failed": self.failed}  # fmt: skip
+        out = self.adaptation.status() | {"pending": len(self._pending), "queued": self._queue.qsize(),
+                                          "dropped": self.dropped, "failed": self.failed}  # fmt: skip
         current = self._node.config.models
         if current is not self._fitted:  # given since the last refit: the next one starts from these
             out["training_samples"] = len(current.samples) if current is not None else 0
         return out
 
     def _run(self) -> None:
+        try:  # the lowest CPU priority (Linux: per thread), so that queries come first under a quota
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (OSError, AttributeError):
+            pass
         while not self._stop.is_set():
             try:
                 event = self._queue.get(timeout=0.1)
@@ -750,9 +758,9 @@ class _Learner:
                     q["node"][k] = q["node"].get(k, 0) + meta[k]
         elif kind == "host":
             _, key, way, rows, times = event
-            q = self._pending.pop(key, None)
-            if q is not None and q.get("way") == way:
-                self._finish(q | {"host": times, "host_rows": rows})
+            q = self._pending.get(key)
+            if q is not None and q["streams"] and q.get("way") == way:
+                self._finish(self._pending.pop(key) | {"host": times, "host_rows": rows})
 
     def _finish(self, q: dict[str, Any]) -> None:
         """One query's samples: the node's stages (and the host's, where its client sent them)."""

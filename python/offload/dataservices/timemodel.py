@@ -572,6 +572,7 @@ class Adaptation:
         self.queries = self.new = self.refits = self.skipped = 0
         self.refit_cpu_s = 0.0
         self._not_before = 0.0
+        self._held = False
         self._lock = threading.Lock()
 
     def observe(self, models: Models | None, decided: QueryFeatures, ran: QueryFeatures,
@@ -616,7 +617,8 @@ class Adaptation:
             if self.new < self.every:
                 return False
             if now < self._not_before:
-                self.skipped += 1
+                self.skipped += not self._held  # once per refit held back, not per sample
+                self._held = True
                 return False
             return True
 
@@ -634,6 +636,7 @@ class Adaptation:
         cpu = time.thread_time() - c0
         with self._lock:
             self.refits += 1
+            self._held = False
             self.refit_cpu_s += cpu
             self._not_before = time.monotonic() + cpu / max(self.cpu_share, 1e-6)
         return models

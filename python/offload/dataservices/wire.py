@@ -34,26 +34,28 @@ def message(**body: Any) -> bytes:
     return json.dumps({"v": PROTOCOL, **body}).encode()
 
 
-def request(plan: bytes, way: str, compression: str | None = None) -> bytes:
-    """The JSON command of a query (a FlightDescriptor command or, for offload, a ticket)."""
+def request(plan: bytes, way: str, compression: str | None = None, query: str | None = None) -> bytes:
+    """The JSON command of a query (a FlightDescriptor command or, for offload, a ticket);
+    ``query``: the id a node gave the query (in its tickets), by which it learns from it."""
     if way not in REQUEST_WAYS:
         raise ValueError(f"way must be one of {', '.join(REQUEST_WAYS)}, got {way!r}")
     if compression not in COMPRESSIONS:
         raise ValueError(f"compression must be none, lz4 or zstd, got {compression!r}")
-    return message(way=way, plan=base64.b64encode(plan).decode(), compression=compression)
+    body = {"way": way, "plan": base64.b64encode(plan).decode(), "compression": compression}
+    return message(**body) if query is None else message(**body, q=query)
 
 
 def scan_ticket(table: str, columns: list[str], compression: str | None, query: str | None = None) -> bytes:
-    """A pushback ticket: the columns of one data set, as they are; ``query``: the plan key of
-    the query it is for (:func:`plan_key`), which the node learns by."""
+    """A pushback ticket: the columns of one data set, as they are; ``query``: the id of the
+    query it is for (as in :func:`request`)."""
     if query is None:
         return message(scan=table, columns=columns, compression=compression)
     return message(scan=table, columns=columns, compression=compression, q=query)
 
 
 def plan_key(plan: bytes) -> str:
-    """A short name of a plan (a hash of its bytes) by which a node and its client speak of one
-    query: the node's side of it and the host's, joined for learning."""
+    """A short name of a plan (a hash of its bytes): the start of a query's id, and the key of
+    what a node keeps per plan."""
     return hashlib.blake2b(plan, digest_size=8).hexdigest()
 
 
