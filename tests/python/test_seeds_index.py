@@ -138,3 +138,23 @@ def test_the_html_section_has_a_table_per_seed(rows: list[S.Row]) -> None:
     section = str(S.seeds_section(rows))
     assert section.count("<table") == 1 + len(S.SEEDS)
     assert "needs-hardware" in section and "&lt;" not in section.split("<table", 1)[0]
+
+
+def test_notes_take_one_text_per_known_seed(tmp_path: Path) -> None:
+    assert set(S.notes()) == set(S.SEEDS)
+    bad = tmp_path / "index.toml"
+    bad.write_text('[notes]\n"007" = "a seed we do not have"\n', encoding="utf-8")
+    with pytest.raises(S.SeedIndexError, match="not 007"):
+        S.notes(bad)
+
+
+def test_a_broken_index_fails_the_command_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    broken = _toml(tmp_path, command="offload rules frobnicate")
+    monkeypatch.setattr(S, "data_path", lambda *parts: broken)
+    result = CliRunner().invoke(app, ["report", "--seeds", str(tmp_path / "seeds.md")])
+    assert result.exit_code == 2, result.output
+    assert "no command `offload rules frobnicate`" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "seeds.md").exists()
