@@ -314,21 +314,39 @@ def describe(
     console.print(f"{d['name']}: {d['rows']:,} rows, {d['bytes'] / 2**20:.2f} MiB, "
                   f"from {escape(d['source'])}; statistics over a sample of {st.get('sample_rows', 0):,} "
                   f"rows, built in {d.get('stats_s', 0):.2f} s")  # fmt: skip
-    _columns_table(d["name"], {f["name"]: f["type"] for f in d["schema"]}, st.get("columns") or {})
+    _columns_table(d["name"], {f.name: f.type for f in fields}, st.get("columns") or {})
 
 
-def _columns_table(name: str, types: dict[str, str], columns: dict[str, dict[str, Any]]) -> None:
-    """Per column its type and statistics; frequent items only where the node sends some."""
+def _columns_table(name: str, types: dict[str, Any], columns: dict[str, dict[str, Any]]) -> None:
+    """Per column its type and statistics (a temporal min or max in its type, not the number the
+    sketch keeps); frequent items only where the node sends some."""
     frequent = any(_frequent(cs) != "-" for cs in columns.values())
     t = compact_table(f"{name}: columns")
     for col in ("column", "type", "nulls", "distinct", "min", "max", *(("frequent",) if frequent else ())):
         t.add_column(col, justify="right" if col in ("nulls", "distinct") else "left")
     for col, cs in columns.items():
         distinct = "estimates unknown" if cs.get("distinct") is None else f"{cs['distinct']:,}"
-        cells = [col, escape(types.get(col, "?")), f"{cs.get('nulls', 0):,}", distinct]
-        cells += [_cell(cs.get("min")), _cell(cs.get("max")), *((_frequent(cs),) if frequent else ())]
+        kind = types.get(col)
+        cells = [col, escape(str(kind or "?")), f"{cs.get('nulls', 0):,}", distinct]
+        cells += [_cell(_typed(cs.get(k), kind)) for k in ("min", "max")]
+        cells += [_frequent(cs)] if frequent else []
         t.add_row(*cells)
     console.print(t)
+
+
+def _typed(v: Any, kind: Any) -> Any:
+    """A sketch's number for a date, time, timestamp or duration column as a value of that type
+    (the sketch keeps the column's stored integer: days, or units since the epoch or midnight)."""
+    import pyarrow as pa
+
+    temporal = kind is not None and pa.types.is_temporal(kind) and not pa.types.is_interval(kind)
+    if not temporal or not isinstance(v, int | float) or isinstance(v, bool):
+        return v
+    stored = pa.int32() if kind.bit_width == 32 else pa.int64()
+    try:
+        return pa.array([round(v)], stored).view(kind)[0].as_py()
+    except (pa.ArrowException, OverflowError, ValueError):
+        return v  # out of the type's range: the number as it came
 
 
 def _cell(v: Any) -> str:
@@ -339,7 +357,9 @@ def _cell(v: Any) -> str:
         return f"{v:.6g}"
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
-    return escape(v if isinstance(v, str) else str(_json_value(v)))
+    if isinstance(v, bytes):
+        return escape(_json_value(v))
+    return escape(str(v))  # a datetime as "2024-01-01 00:00:00+00:00": it may wrap at the space
 
 
 def _frequent(cs: dict[str, Any], most: int = 3) -> str:
