@@ -1,9 +1,12 @@
 """The near-data query benchmark behind BENCHMARKS.md (dataservices), part by part:
 
 * ``cardinality``: a suite of queries over the seed's particle table (independent uniform
-  columns), a correlated variant (y follows x) and a skewed table: estimated against actual rows
-  (DataFusion on the data), the median relative error and the worst ratio, and the cost of
-  deciding as the seed reports it: estimation CPU time over the query's execution CPU time.
+  columns), a correlated variant (y follows x), a skewed table (equalities on heavy, medium,
+  light and absent Zipf keys) and an events table (dates, zoned timestamps, decimals, LIKE
+  prefixes, string equality and IN, an IN list of 10,000 values): estimated against actual rows
+  (DataFusion on the data), the median relative error (overall and by kind), the worst ratio
+  (overall and of the skewed equalities), and the cost of deciding as the seed reports it:
+  estimation CPU time over the query's execution CPU time.
 
     python benches/dataservices_bench.py --parts cardinality --rows 6177731 --out benches/results/dataservices
 
@@ -57,12 +60,31 @@ SHAPES = (
     "select * from {t} where id < {i}",
 )
 SKEWED = (
-    "select * from sk where k = {k}",
-    "select * from sk where k > {k}",
+    "select * from sk where k = {heavy}",
+    "select * from sk where k = {medium}",
+    "select * from sk where k = {light}",
+    "select * from sk where k = {absent}",
+    "select * from sk where k > {heavy}",
     "select * from sk where v < {v}",
     "select * from sk where s = '{s}'",
     "select * from sk where s = '{s}' and v > {v}",
 )
+"""Equalities on heavy (ranks 1-3), medium (20-100), light (500-2,000) and absent Zipf keys."""
+EVENTS = (
+    "select * from ev where d >= DATE '{date}'",
+    "select * from ev where d between DATE '{date}' and DATE '{date2}'",
+    "select * from ev where ts < TIMESTAMP '{ts}'",
+    "select * from ev where name like '{prefix}%'",
+    "select * from ev where name = '{name}'",
+    "select * from ev where name in ('{name}', '{name2}', '{prefix}-1', '{prefix}-2')",
+    "select * from ev where amount > {amount}",
+    "select * from ev where d >= DATE '{date}' and name like '{prefix}%'",
+    "select * from ev where user_id in ({users})",
+)
+"""Dates, zoned timestamps, decimals, LIKE prefixes, string equality and IN, and an IN list of
+10,000 values."""
+PREFIXES = ("alpha", "beta", "gamma", "delta", "omega")
+IN_LIST = 10_000
 
 
 def skewed(rows: int, seed: int = 5) -> pa.Table:
@@ -76,24 +98,95 @@ def skewed(rows: int, seed: int = 5) -> pa.Table:
     )
 
 
-def suite(n: int, rows: int, seed: int = 0) -> list[str]:
-    """``n`` queries: particle shapes on the independent (``u``) and correlated (``c``) tables,
-    skewed shapes on ``sk``; thresholds drawn at random (seeded)."""
+def events(rows: int, seed: int = 6) -> pa.Table:
+    """Dates over six years, zoned timestamps (minutes) over one, names of five prefixes with
+    Zipf suffixes, users uniform over rows / 2, amounts as decimals."""
+    rng = np.random.default_rng(seed)
+    prefix = rng.choice(np.array(PREFIXES), rows, p=[0.4, 0.3, 0.15, 0.1, 0.05])
+    suffix = np.minimum(rng.zipf(1.4, rows), 50_000).astype(str)
+    minutes = rng.integers(0, 525_600, rows)
+    cents = np.round(rng.lognormal(6, 1.2, rows)).astype(np.int64)
+    return pa.table({
+        "d": pa.array(rng.integers(18_262, 20_454, rows).astype(np.int32), pa.date32()),
+        "ts": pa.array(1_735_689_600_000_000 + minutes * 60_000_000, pa.timestamp("us", tz="Europe/Zurich")),
+        "name": pa.array(np.char.add(np.char.add(prefix, "-"), suffix)),
+        "user_id": rng.integers(0, max(1, rows // 2), rows),
+        "amount": pa.array(cents, pa.int64()).cast(pa.decimal128(19, 0)).cast(pa.decimal128(21, 2)),
+    })  # fmt: skip
+
+
+def suite(n: int, rows: int, seed: int = 0) -> list[tuple[str, str]]:
+    """``n`` (kind, sql) queries: particle shapes on the independent (``u``) and correlated
+    (``c``) tables (two in five), skewed shapes on ``sk`` (one in five), dates, timestamps,
+    strings and an IN list on ``ev`` (two in five); thresholds and keys drawn at random (seeded)."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
         a, b, c = (round(float(v), 3) for v in rng.uniform(0.05, 0.95, 3))
         b2 = round(min(0.99, a + float(rng.uniform(0.02, 0.5))), 3)
-        if i % 4 == 3:
-            shape = SKEWED[(i // 4) % len(SKEWED)]
-            out.append(shape.format(k=int(rng.integers(1, 6)), v=round(float(rng.uniform(0.2, 4)), 2),
-                                    s=str(rng.choice(["red", "green", "blue", "cyan"]))))  # fmt: skip
+        slot = i % 5
+        if slot == 2:
+            shape = SKEWED[(i // 5) % len(SKEWED)]
+            kind = "skewed equality" if "k = " in shape else "skewed"
+            out.append(
+                (
+                    kind,
+                    shape.format(
+                        heavy=int(rng.integers(1, 4)),
+                        medium=int(rng.integers(20, 101)),
+                        light=int(rng.integers(500, 2001)),
+                        absent=int(rng.integers(20_000, 10**6)),
+                        v=round(float(rng.uniform(0.2, 4)), 2),
+                        s=str(rng.choice(["red", "green", "blue", "cyan"])),
+                    ),
+                )
+            )
             continue
-        table = "u" if i % 2 == 0 else "c"
-        shape = SHAPES[(i // 2) % len(SHAPES)]
-        out.append(shape.format(t=table, a=a, b=b, c=c, b2=b2, d=round(float(rng.uniform(0.5, 5)), 2),
-                                i=int(rng.integers(1, rows))))  # fmt: skip
+        if slot in (3, 4):
+            shape = EVENTS[(i // 5 * 2 + slot - 3) % len(EVENTS)]
+            out.append(_event_query(shape, rng, rows))
+            continue
+        table = "u" if slot == 0 else "c"
+        shape = SHAPES[(i // 5) % len(SHAPES)]
+        out.append(
+            (
+                "particles",
+                shape.format(
+                    t=table,
+                    a=a,
+                    b=b,
+                    c=c,
+                    b2=b2,
+                    d=round(float(rng.uniform(0.5, 5)), 2),
+                    i=int(rng.integers(1, rows)),
+                ),
+            )
+        )
     return out
+
+
+def _event_query(shape: str, rng: np.random.Generator, rows: int) -> tuple[str, str]:
+    import datetime as dt
+
+    day = dt.date(2020, 1, 1) + dt.timedelta(days=int(rng.integers(0, 2190)))
+    day2 = day + dt.timedelta(days=int(rng.integers(1, 400)))
+    ts = dt.datetime(2025, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=int(rng.integers(0, 525_600)))
+    prefix = str(rng.choice(np.array(PREFIXES)))
+    names = [f"{rng.choice(np.array(PREFIXES))}-{int(x)}" for x in (rng.integers(1, 4), rng.integers(5, 400))]
+    users = ", ".join(
+        str(int(u)) for u in rng.choice(max(2, rows // 2), min(IN_LIST, max(1, rows // 2)), replace=False)
+    )
+    kind = "in list" if "user_id in" in shape else "strings" if "name" in shape else "dates"
+    return kind, shape.format(
+        date=day,
+        date2=day2,
+        ts=ts.isoformat(sep=" "),
+        prefix=prefix,
+        name=names[0],
+        name2=names[1],
+        amount=round(float(rng.lognormal(6, 1.2)), 2),
+        users=users,
+    )
 
 
 def cardinality(rows: int, queries: int) -> dict[str, Any]:
@@ -102,44 +195,84 @@ def cardinality(rows: int, queries: int) -> dict[str, Any]:
         "u": P.generate(rows, seed=1),
         "c": P.generate(rows, seed=2, correlation=0.9),
         "sk": skewed(rows),
+        "ev": events(rows),
     }
     t0 = time.process_time()
     stats = {n: S.TableStats.of(t) for n, t in tables.items()}
     stats_cpu = time.process_time() - t0
+    counted = [c.count for st in stats.values() for c in st.columns.values() if c.count is not None]
     schemas = {n: t.schema for n, t in tables.items()}
     results = []
     with Progress(console=console) as bar:
         task = bar.add_task("queries", total=queries)
-        for sql in suite(queries, rows):
+        for kind, sql in suite(queries, rows):
+            c0 = time.perf_counter()
             plan = plans.to_substrait(sql, schemas)
+            plan_s = time.perf_counter() - c0
             c0 = time.process_time()
             est = E.estimate(plan, stats)
             est_cpu = time.process_time() - c0
             c1 = time.process_time()
             true = plans.execute(plan, tables, threads=1).num_rows
             exec_cpu = time.process_time() - c1
-            results.append({
-                "sql": sql, "estimated": est.rows, "actual": true,
-                "rel_error": abs(est.rows - true) / max(true, 1),
-                "ratio": (max(est.rows, 1) / max(true, 1)),
-                "estimate_cpu_s": est_cpu, "execute_cpu_s": exec_cpu, "steps": est.steps,
-            })  # fmt: skip
+            results.append(
+                {
+                    "kind": kind,
+                    "sql": sql if len(sql) < 400 else sql[:200] + f"... ({len(sql):,} characters)",
+                    "estimated": est.rows,
+                    "actual": true,
+                    "rel_error": abs(est.rows - true) / max(true, 1),
+                    "ratio": (max(est.rows, 1) / max(true, 1)),
+                    "estimate_cpu_s": est_cpu,
+                    "execute_cpu_s": exec_cpu,
+                    "to_substrait_s": plan_s,
+                    "steps": est.steps,
+                }
+            )
             bar.advance(task)
+    return _cardinality_summary(results, rows, stats_cpu, counted)
+
+
+def _cardinality_summary(
+    results: list[dict[str, Any]], rows: int, stats_cpu: float, counted: list[Any]
+) -> dict[str, Any]:
+    def either(r: dict[str, Any]) -> float:
+        return max(r["ratio"], 1 / r["ratio"])
+
     errs = [r["rel_error"] for r in results]
-    worst = max(results, key=lambda r: max(r["ratio"], 1 / r["ratio"]))
+    worst = max(results, key=either)
     big = [r["rel_error"] for r in results if r["actual"] >= 1000]
+    kinds = sorted({r["kind"] for r in results})
+    eq = [r for r in results if r["kind"] == "skewed equality"]
+    worst_eq = max(eq, key=either) if eq else None
+    in_lists = [r for r in results if r["kind"] == "in list"]
     return {
         "rows": rows,
         "queries": len(results),
         "median_rel_error": statistics.median(errs),
         "median_rel_error_1000_rows_or_more": statistics.median(big) if big else None,
-        "worst_ratio": max(worst["ratio"], 1 / worst["ratio"]),
+        "median_rel_error_by_kind": {
+            k: statistics.median(r["rel_error"] for r in results if r["kind"] == k) for k in kinds
+        },
+        "worst_ratio": either(worst),
         "worst_query": worst["sql"],
+        "skewed_equality_worst_ratio": either(worst_eq) if worst_eq else None,
+        "skewed_equality_worst_query": worst_eq["sql"] if worst_eq else None,
         "decide_cost_median": statistics.median(
             r["estimate_cpu_s"] / max(r["execute_cpu_s"], 1e-9) for r in results
         ),
         "estimate_cpu_ms_median": 1e3 * statistics.median(r["estimate_cpu_s"] for r in results),
+        "in_list_estimate_cpu_ms_median": 1e3 * statistics.median(r["estimate_cpu_s"] for r in in_lists)
+        if in_lists
+        else None,
+        "in_list_to_substrait_s_median": statistics.median(r["to_substrait_s"] for r in in_lists)
+        if in_lists
+        else None,
         "stats_cpu_s": stats_cpu,
+        "count_sketch_s_per_million_rows": 1e6
+        * sum(c.seconds for c in counted)
+        / max(1, rows * len(counted)),
+        "count_sketch_mib": sum(c.nbytes for c in counted) / len(counted) / 2**20 if counted else None,
         "results": results,
     }
 
@@ -426,9 +559,13 @@ def main() -> None:
         console.print(
             f"cardinality: {r['queries']} queries, median error {100 * r['median_rel_error']:.2f}% "
             f"({100 * (r['median_rel_error_1000_rows_or_more'] or 0):.2f}% on results of >= 1000 rows), "
-            f"worst {r['worst_ratio']:.2f}x ({r['worst_query']}); estimating costs "
-            f"{100 * r['decide_cost_median']:.2f}% of executing (median), "
-            f"{r['estimate_cpu_ms_median']:.2f} ms"
+            f"worst {r['worst_ratio']:.2f}x ({r['worst_query'][:100]}); by kind: "
+            + ", ".join(f"{k} {100 * v:.2f}%" for k, v in r["median_rel_error_by_kind"].items())
+            + f"; skewed equalities worst {r['skewed_equality_worst_ratio'] or 0:.2f}x "
+            f"({r['skewed_equality_worst_query']}); estimating costs {100 * r['decide_cost_median']:.2f}% of "
+            f"executing (median), {r['estimate_cpu_ms_median']:.2f} ms ({IN_LIST:,}-value IN lists: "
+            f"{r['in_list_estimate_cpu_ms_median'] or 0:.2f} ms); count sketches "
+            f"{r['count_sketch_s_per_million_rows']:.3f} s per million rows and column"
         )
     if "decisions" in a.parts.split(","):
         r = decisions(a.decision_rows, a.decision_queries, a.repeat)
