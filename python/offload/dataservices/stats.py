@@ -442,17 +442,6 @@ class ColumnStats:
             return v.encode() if isinstance(v, str) else v if isinstance(v, bytes) else None
         return None
 
-    def shown(self, number: float) -> Any:
-        """A number on the KLL's scale as the column's value for people: a date, timestamp, time
-        or duration as its text (a timestamp in its zone), anything else as the number."""
-        t = _values_type(self.type)
-        if not _temporal(t):
-            return number
-        try:
-            return str(pa.scalar(int(number), t).as_py())
-        except (pa.ArrowException, OverflowError, ValueError):  # beyond what Python's datetime holds
-            return number
-
     @staticmethod
     def number(v: Any) -> float | None:
         """A domain value (:meth:`domain`) on the KLL's scale; None for strings and binaries."""
@@ -607,12 +596,8 @@ class TableStats:
                 n: {
                     "distinct": round(self.distinct(n)) if c.estimable else None,  # None: unknown
                     "nulls": c.nulls,
-                    "min": c.shown(c.kll.get_min_value())
-                    if c.kll is not None and not c.kll.is_empty()
-                    else None,
-                    "max": c.shown(c.kll.get_max_value())
-                    if c.kll is not None and not c.kll.is_empty()
-                    else None,
+                    "min": c.kll.get_min_value() if c.kll is not None and not c.kll.is_empty() else None,
+                    "max": c.kll.get_max_value() if c.kll is not None and not c.kll.is_empty() else None,
                     "width_bytes": round(c.width_bytes, 2),
                 }
                 for n, c in self.columns.items()
