@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import NamedTuple
@@ -412,21 +412,35 @@ TEMPLATES: dict[str, Callable[[_Pick], str]] = {
 picks a value of a skewed column (the same spread); ``select *`` is the wide projection."""
 
 
-def queries(spec: SchemaSpec, n: int, seed: int = 0) -> list[Query]:
-    """``n`` queries over ``spec``'s tables, the kinds in turn from a random start, skipping those
-    the schema lacks columns for (a narrow table has no flag); the same for the same seeds."""
+def queries(spec: SchemaSpec, n: int, seed: int = 0, start: int | None = None) -> list[Query]:
+    """``n`` queries over ``spec``'s tables, the kinds of TEMPLATES in turn from the ``start``-th
+    (default: drawn), skipping those the schema lacks columns for (a narrow table has no flag);
+    the same for the same seeds. A suite over several schemas covers every kind when each
+    schema starts where the one before stopped."""
     rng = np.random.default_rng([spec.seed, seed, 2])
     kinds = list(TEMPLATES)
-    start = int(rng.integers(0, len(kinds)))
+    first = int(rng.integers(0, len(kinds))) if start is None else start
     out: list[Query] = []
     for i in range(n * len(kinds)):  # bounded: every template may skip
         if len(out) == n:
             break
-        kind = kinds[(start + i) % len(kinds)]
+        kind = kinds[(first + i) % len(kinds)]
         try:
             out.append(Query(kind, TEMPLATES[kind](_Pick(spec, rng))))
         except _Skip:
             continue
+    return out
+
+
+def suite(specs: Sequence[SchemaSpec], n: int, seed: int = 0) -> list[Query]:
+    """``n`` queries spread over ``specs``, every kind in turn across them (as many as ``n``
+    allows), each schema's share in a row."""
+    out: list[Query] = []
+    kinds = list(TEMPLATES)
+    for i, spec in enumerate(specs):
+        share = n // len(specs) + (i < n % len(specs))
+        start = (kinds.index(out[-1].kind) + 1) % len(kinds) if out else 0
+        out += queries(spec, share, seed, start)
     return out
 
 

@@ -1,0 +1,445 @@
+"""Do the offload decisions hold on schemas never trained on, and does a node that learns online
+get them right after a few queries? (issue 26)
+
+For each node profile (root: namespaces, cgroups, tc):
+
+1. train two sets of time models on an unshaped link: the particle suite (float tables only,
+   ``training.training_queries``: what `offload node train` ran before issue 26) and the suite
+   over generated schemas (``training.generated_samples``, seeds 0..k-1: strings, dates, joins,
+   group-bys, wide and narrow rows);
+2. over each link rate (htb: 100 Mbit/s, 1 and 10 Gbit/s) a decision suite over generated
+   schemas never trained on (other seeds): a node without models measures each query both ways
+   (medians of --repeat); a node with each set of models says what ``auto`` would run (its
+   ``explain``, the decision ``auto`` takes), before any query reaches it;
+3. the nodes with models then serve --adapt-queries other queries of the same new schemas
+   (``auto``), learn online, and are asked again: the "after" columns.
+
+It reports per profile x link and overall how often each set of models took the faster way,
+counting the misses whose runs overlap as ties (as benches/dataservices_bench.py does), and the
+time lost: the sum over queries of the chosen way's median less the best way's, over the sum of
+the best way's.
+
+    sudo .venv/bin/python benches/dataservices_generalize.py           # ~20 min on a 2-vCPU VM
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console(stderr=True)
+
+PROFILES = ("bluefield2", "core")
+LINKS = ("100mbit", "1000mbit", "10000mbit")
+MODELS = ("particles", "generated")
+"""The training suites: the seed's particle tables, and the generated schemas."""
+NS = "gen"
+"""The namespace (``offload-gen``): this bench's own, so it never meets another's nodes."""
+PORT = 9451
+WORK = Path("build/dsgen")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profiles", default=",".join(PROFILES))
+    ap.add_argument("--links", default=",".join(LINKS))
+    ap.add_argument("--rows", type=int, default=300_000, help="rows of a narrow fact table (wider: fewer)")
+    ap.add_argument("--train-schemas", type=int, default=6, help="generated schemas trained on: seeds 0..k-1")
+    ap.add_argument("--train-queries", type=int, default=17, help="queries per training schema")
+    ap.add_argument("--particle-sizes", default="100000,400000,1600000", help="particle tables (`train`'s)")
+    ap.add_argument("--particle-queries", type=int, default=30, help="queries per particle table (`train`'s)")
+    ap.add_argument("--test-seeds", default="100,101,102,103", help="schemas of the decision suite")
+    ap.add_argument("--queries", type=int, default=16, help="queries per profile and link")
+    ap.add_argument("--adapt-queries", type=int, default=50, help="queries served before 'after'")
+    ap.add_argument("--adapt-wait", type=float, default=90, help="seconds to wait for a node's refit")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each way per query (medians)")
+    ap.add_argument("--out", type=Path, default=Path("benches/results/dataservices/generalize.json"))
+    ap.add_argument("--worker", choices=("train", "decide", "serve"), help=argparse.SUPPRESS)
+    ap.add_argument("--serve", help=argparse.SUPPRESS)
+    ap.add_argument("--ports", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", type=Path, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker == "train":
+        train_worker(a)
+    elif a.worker == "decide":
+        decide_worker(a)
+    elif a.worker == "serve":
+        serve_worker(a)
+    else:
+        run(a)
+
+
+# ------------------------------------------------------------------------- outside: the plan
+
+
+def run(a: argparse.Namespace) -> None:
+    from offload.host import links as L
+    from offload.host.machine import describe
+
+    why = L.unavailable_reason()
+    if why:
+        console.print(f"skipped: {why}")
+        return
+    t0 = time.monotonic()
+    work = WORK.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    names = write_tests(work, a)
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": describe(),
+                               "args": {k: str(v) for k, v in vars(a).items() if not k.startswith("worker")},
+                               "test_tables": names, "profiles": {}}  # fmt: skip
+    L.ensure_namespace(NS)
+    port = PORT
+    try:
+        for prof in a.profiles.split(","):
+            results["profiles"][prof] = cells = {"model_error": train(prof, port, work, a)}
+            port += 1
+            for link in a.links.split(","):
+                console.print(f"{prof} over {link}: the decision suite")
+                rows = decide(prof, link, (port, port + 1, port + 2), work, a)
+                cells[link] = {"summary": summarize(rows), "runs": rows}
+                port += 3
+                report({prof: {link: cells[link]}})
+    finally:
+        L.remove_namespace(NS)
+    runs = [
+        r for p in results["profiles"].values() for k, v in p.items() if k != "model_error" for r in v["runs"]
+    ]
+    results["overall"] = summarize(runs)
+    results["seconds"] = round(time.monotonic() - t0)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(results, indent=1))
+    report(results["profiles"], results["overall"])
+    plot(results, a.out.with_suffix(".png"))
+    console.print(f"wrote {a.out} and its plot ({results['seconds']} s)")
+
+
+def test_specs(a: argparse.Namespace) -> list[Any]:
+    from offload.dataservices import workload as W
+
+    specs = []
+    for seed in (int(s) for s in a.test_seeds.split(",")):
+        shape = W.SHAPES[seed % len(W.SHAPES)]
+        specs.append(W.schema(seed, W.rows_of(shape, a.rows), shape))
+    return specs
+
+
+def write_tests(work: Path, a: argparse.Namespace) -> dict[str, int]:
+    """The decision suite's tables as Parquet files in the nodes' data directory (each node
+    registers them itself: no upload over the shaped link); their rows by name."""
+    from offload.dataservices import tablefiles
+
+    out = {}
+    for spec in test_specs(a):
+        for name, t in spec.tables().items():
+            tablefiles.write_parquet(t, work / f"{name}.parquet")  # always: --rows may have changed
+            out[name] = t.num_rows
+    return out
+
+
+def train(prof: str, port: int, work: Path, a: argparse.Namespace) -> dict[str, Any]:
+    """Both training suites against a node of ``prof`` on an unshaped link: a models file each."""
+    from offload.dataservices import timemodel as TM
+
+    console.print(f"{prof}: training both suites on an unshaped link")
+    with _node(prof, "none", port, work, None):
+        _worker(a, "train", [port], work / f"models-{prof}")
+    return {m: TM.held_out_error(TM.Models.load(work / f"models-{prof}-{m}.json").samples) for m in MODELS}
+
+
+def decide(
+    prof: str, link: str, ports: Sequence[int], work: Path, a: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Three nodes of ``prof`` over ``link``: one without models measures, one per models file decides."""
+    with ExitStack() as stack:
+        stack.enter_context(_node(prof, link, ports[0], work, None, learn=False))
+        for p, m in zip(ports[1:], MODELS, strict=True):
+            stack.enter_context(_node(prof, link, p, work, work / f"models-{prof}-{m}.json"))
+        return _worker(a, "decide", ports, work / f"runs-{prof}-{link}.json")
+
+
+def _inside() -> list[str]:
+    return ["nsenter", f"--net=/run/netns/offload-{NS}", sys.executable]
+
+
+def _env(work: Path) -> dict[str, str]:
+    return {**os.environ, "HOME": str(work)}  # the nodes' tokens go there
+
+
+def _worker(a: argparse.Namespace, kind: str, ports: Sequence[int], out: Path) -> Any:
+    """This script as a worker inside the namespace, against the nodes on ``ports``."""
+    args = [
+        f"--{k.replace('_', '-')}={v}"
+        for k, v in vars(a).items()
+        if not k.startswith("worker") and k not in ("ports", "serve")
+    ]
+    cmd = [
+        *_inside(),
+        __file__,
+        *args,
+        "--worker",
+        kind,
+        "--ports",
+        ",".join(map(str, ports)),
+        "--worker-out",
+        str(out),
+    ]
+    subprocess.run(cmd, env=_env(WORK.resolve()), check=True)
+    return json.loads(out.read_text()) if kind == "decide" else None
+
+
+@contextmanager
+def _node(
+    prof: str, link: str, port: int, work: Path, models: Path | None, learn: bool = True
+) -> Iterator[subprocess.Popen[str]]:
+    """A node process of ``prof`` in the namespace, stopped (and waited for) on exit; one that
+    does not ``learn`` is served by this script (``offload node serve`` has no switch for it)."""
+    cmd = [*_inside(), "-m", "offload.cli", "node", "serve", "--port", str(port), "--netns", NS,
+           "--profile", prof, "--link", link, "--data-dir", str(work), "--token-file", str(work / f"t{port}"),
+           "--max-seconds", "3000", "--name", f"gen{port}"]  # fmt: skip
+    if models is not None:
+        cmd += ["--models", str(models)]
+    if not learn:
+        cmd = [*_inside(), __file__, "--worker", "serve", "--ports", str(port), "--serve", f"{prof},{link}"]
+    p = subprocess.Popen(cmd, env=_env(work), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert p.stdout is not None
+        seen = []
+        for _ in range(50):  # bounded: the node prints a few lines, its budget last
+            line = p.stdout.readline()
+            seen.append(line)
+            if "profile" in line or not line:
+                break
+        if p.poll() is not None:
+            raise RuntimeError(f"node on port {port} exited: {''.join(seen).strip()}")
+        yield p
+    finally:
+        p.terminate()
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+
+
+# -------------------------------------------------------------------- inside: the workers
+
+
+def _clients(a: argparse.Namespace) -> list[Any]:
+    from offload.dataservices.client import NodeClient
+
+    work = WORK.resolve()
+    ports = [int(p) for p in a.ports.split(",")]
+    return [NodeClient(f"127.0.0.1:{p}", (work / f"t{p}").read_text().strip(), timeout_s=600) for p in ports]
+
+
+def train_worker(a: argparse.Namespace) -> None:
+    from offload.dataservices import particles as P
+    from offload.dataservices import timemodel as TM
+    from offload.dataservices import training as TR
+
+    (c,) = _clients(a)
+    system = c.status().get("system", "host")
+    sizes = [int(s) for s in a.particle_sizes.split(",")]
+    samples = []
+    for i, n in enumerate(sizes):
+        console.print(f"  particles: {n:,} rows, {a.particle_queries} queries")
+        c.upload(f"train_{n}", P.generate(n, seed=i))
+        samples += TR.measure(
+            c, f"train_{n}", TR.training_queries(a.particle_queries, i), system, None, a.repeat
+        )
+        c.drop(f"train_{n}")
+    TM.Models(samples).save(f"{a.worker_out}-particles.json")
+    seeds = range(a.train_schemas)
+    console.print(f"  generated: {a.train_schemas} schemas, {a.train_queries} queries each")
+    sizes = (a.rows // 4, a.rows // 2, a.rows, 2 * a.rows)  # 4 against 3 shapes: each shape in several sizes
+    gen = TR.generated_samples(c, system, seeds, sizes, a.train_queries, a.repeat)
+    TM.Models(gen).save(f"{a.worker_out}-generated.json")
+
+
+def decide_worker(a: argparse.Namespace) -> None:
+    from offload.dataservices import workload as W
+
+    measurer, *deciders = _clients(a)
+    specs = test_specs(a)
+    per = -(-a.queries // len(specs))
+    suite = [q for s in specs for q in W.queries(s, per, 0)][: a.queries]
+    adapt = [q.sql for s in specs for q in W.queries(s, -(-a.adapt_queries // len(specs)), 1)][
+        : a.adapt_queries
+    ]
+    names = [n for s in specs for n in (s.fact, s.dim)]
+    with ThreadPoolExecutor(len(deciders) + 1) as pool:  # each node sketches its own tables
+        list(pool.map(lambda c: [c.register(n, f"{n}.parquet") for n in names], [measurer, *deciders]))
+    plan_of = [measurer.plan(q.sql) for q in suite]
+    rows: list[dict[str, Any]] = [{"sql": q.sql, "kind": q.kind, "decisions": {}} for q in suite]
+    for m, c in zip(MODELS, deciders, strict=True):  # before any query reaches the deciders
+        for r, plan in zip(rows, plan_of, strict=True):
+            r["decisions"][m] = _decision(c.explain(plan))
+    for r, plan in zip(rows, plan_of, strict=True):
+        times: dict[str, list[float]] = {"offload": [], "pushback": []}
+        for _ in range(a.repeat):
+            for way in times:
+                table, timing = measurer.query(plan, way)
+                times[way].append(timing.total)
+                r["result_rows"] = table.num_rows
+        r["runs_s"] = times
+    with ThreadPoolExecutor(len(deciders)) as pool:  # both learn at once: their waits overlap
+        after = list(pool.map(lambda c: _adapt(c, adapt, plan_of, a.adapt_wait), deciders))
+    for m, decisions in zip(MODELS, after, strict=True):
+        for r, d in zip(rows, decisions, strict=True):
+            r["decisions"][f"{m}, adapted"] = d
+    Path(a.worker_out).write_text(json.dumps(rows, indent=1))
+
+
+def serve_worker(a: argparse.Namespace) -> None:
+    """The node that measures both ways, as `offload node serve` runs one but without learning:
+    its refits would take its CPU quota from the queries it measures."""
+    from offload.dataservices import serving as S
+    from offload.host import budgets as B
+
+    prof, link = a.serve.split(",")
+    port, work = int(a.ports), WORK.resolve()
+    profile = S.with_overrides(B.profile(prof), None, None, None, link)
+    os.environ["TOKIO_WORKER_THREADS"] = str(profile.threads)  # before DataFusion starts its runtime
+    cfg = S.config(profile, B.profile(prof), "127.0.0.1", port, work, False, f"gen{port}", None)
+    cfg.adapt = False
+    served = S.start(cfg, profile, NS, work / f"t{port}")
+    print(S.budget_line(served.applied), flush=True)
+    S.wait(3000)
+    served.stop()
+
+
+def _decision(explained: dict[str, Any]) -> dict[str, Any]:
+    d = explained.get("decision") or {}
+    return {"way": explained["way"], "offload_s": d.get("offload_s"), "pushback_s": d.get("pushback_s"),
+            "why": explained.get("why")}  # fmt: skip
+
+
+def _adapt(c: Any, sqls: Sequence[str], plan_of: Sequence[bytes], wait_s: float) -> list[dict[str, Any]]:
+    """Serves ``sqls`` (auto), has the node learn from them, then asks its decisions again."""
+    before = (c.status().get("adaptation") or {}).get("refits")
+    served = [c.query(sql, "auto")[1].way for sql in sqls]
+    learned = _refit(c, before, wait_s)
+    after = {"adaptation": learned, "served_offload": served.count("offload")}
+    return [_decision(c.explain(plan)) | after for plan in plan_of]
+
+
+def _refit(c: Any, before: int | None, wait_s: float) -> dict[str, Any]:
+    """Has the node refit now where it can be asked to (an action named refit); else waits, up
+    to ``wait_s``, until its learner has taken in every query served and refit since it
+    counted ``before`` (it paces its refits to a share of its CPU). What its status says of
+    the adaptation then (nothing: it does not adapt)."""
+    from offload.dataservices.client import NodeError
+
+    try:
+        c.action("refit", b"")
+    except NodeError:  # no such action: the node refits on its own
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            now = c.status().get("adaptation") or {}
+            if before is None or not now:
+                break
+            if now.get("refits", 0) > before and not now.get("queued") and not now.get("pending"):
+                break
+            time.sleep(0.5)
+    return c.status().get("adaptation") or {}
+
+
+# ------------------------------------------------------------------------------ the figures
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per set of models: the share of queries where its decision took the faster way (and
+    counting the misses whose runs overlap as ties), the time lost over the best way's, how
+    many it offloaded, and the median error of its predicted times."""
+    out = {}
+    for key in rows[0]["decisions"]:
+        right = tie = 0
+        lost = best_s = 0.0
+        off = 0
+        errs: list[float] = []
+        for r in rows:
+            med = {w: statistics.median(ts) for w, ts in r["runs_s"].items()}
+            best = min(med, key=lambda w: med[w])
+            other = "pushback" if best == "offload" else "offload"
+            d = r["decisions"][key]
+            right += d["way"] == best
+            tie += d["way"] == best or max(r["runs_s"][best]) >= min(r["runs_s"][other])
+            lost += med[d["way"]] - med[best]
+            best_s += med[best]
+            off += d["way"] == "offload"
+            errs += [abs(d[f"{w}_s"] - med[w]) / med[w] for w in med if d.get(f"{w}_s") is not None]
+        out[key] = {"right": right / len(rows), "right_or_tie": tie / len(rows),
+                    "time_lost_share": lost / best_s, "offloaded": off / len(rows), "queries": len(rows),
+                    "prediction_error": statistics.median(errs) if errs else None}  # fmt: skip
+    return out
+
+
+def report(profiles: dict[str, Any], overall: dict[str, Any] | None = None) -> None:
+    t = Table("profile", "link", *(f"{m}\nright (tie) / lost" for m in profiles_keys(profiles, overall)))
+    for prof, links in profiles.items():
+        for link, v in links.items():
+            if link != "model_error":
+                t.add_row(prof, link, *(_cell(s) for s in v["summary"].values()))
+    if overall:
+        t.add_row("all", "", *(_cell(s) for s in overall.values()))
+    console.print(t)
+
+
+def profiles_keys(profiles: dict[str, Any], overall: dict[str, Any] | None) -> list[str]:
+    if overall:
+        return list(overall)
+    for links in profiles.values():
+        for link, v in links.items():
+            if link != "model_error":
+                return list(v["summary"])
+    return []
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Right share and time lost per profile x link, one bar per set of models."""
+    import numpy as np
+
+    from offload.files import save_figure
+    from offload.host.plots import pyplot
+
+    cells = [(p, k, v["summary"]) for p, links in results["profiles"].items() for k, v in links.items()
+             if k != "model_error"]  # fmt: skip
+    keys = list(results["overall"])
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    x = np.arange(len(cells))
+    for i, key in enumerate(keys):
+        for ax, what in zip(axes, ("right", "time_lost_share"), strict=True):
+            ax.bar(x + (i - 1.5) * 0.2, [100 * s[key][what] for _, _, s in cells], 0.2, label=key)
+    for ax, title in zip(axes, ("decisions right (%)", "time lost over the best way's (%)"), strict=True):
+        ax.set_xticks(x, [f"{p}\n{k}" for p, k, _ in cells], fontsize=7)
+        ax.set_title(title)
+        ax.grid(axis="y")
+    axes[0].axhline(95, color="k", lw=0.8, ls="--")
+    axes[1].axhline(3, color="k", lw=0.8, ls="--")
+    axes[0].set_ylim(0, 105)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=len(keys))
+    fig.suptitle(f"decisions on generated schemas never trained on ({results['date']})", fontsize=9)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    save_figure(fig, path)
+
+
+def _cell(s: dict[str, Any]) -> str:
+    return f"{100 * s['right']:.0f}% ({100 * s['right_or_tie']:.0f}%) / {100 * s['time_lost_share']:.1f}%"
+
+
+if __name__ == "__main__":
+    main()
