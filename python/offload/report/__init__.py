@@ -37,12 +37,14 @@ from offload.files import write_text
 from offload.report.dataservices import dataservices_section
 from offload.report.flows import flows_section, nodes_section
 from offload.report.inputs import KINDS, ReportInputError, flag, load
-from offload.report.markup import Markup, page
+from offload.report.markup import Markup, meta, page
 from offload.report.metrics import availability_section, headroom_section, mbwu_section, rpwu_section
 from offload.report.plan import calibration_section, check_section, cost_section, recommend_section
 from offload.report.probe import probe_section
 from offload.report.recsys import recsys_section
 from offload.report.rules import gpu_section, rules_section
+from offload.report.seeds import SeedIndexError, seeds_section
+from offload.report.seeds import load as load_seeds
 from offload.report.serve import host_path_section, sweep_section
 
 __all__ = ["ReportInputError", "build"]
@@ -136,7 +138,17 @@ def _sections(d: dict[str, Any], given: dict[str, Path | None]) -> list[tuple[st
             "Relative data availability",
             part(("availability",), lambda: availability_section(d["availability"], g["availability"])),
         ),
+        ("The seeds, item by item (reproduction index)", _seeds()),
     ]
+
+
+def _seeds() -> Markup:
+    """The reproduction index, read from the repository's recorded JSON (this directory must be
+    its root); elsewhere a line says where it lives instead."""
+    try:
+        return seeds_section(load_seeds())
+    except SeedIndexError as e:
+        return meta(f"the index reads benches/results/ from the repository's root ({e}); see docs/seeds.md")
 
 
 def _part(given: dict[str, Path | None], options: tuple[str, ...], render: Callable[[], Markup]) -> Markup:
