@@ -30,7 +30,6 @@ import ipaddress
 import itertools
 import json
 import math
-import os
 import queue
 import threading
 import time
@@ -182,6 +181,7 @@ class Node(flight.FlightServerBase):
         for service in services:
             service(self)
         self._ids = itertools.count(1)
+        self._active, self._last_active = 0, 0.0
         self._schemas: OrderedDict[Any, pa.Schema] = OrderedDict()
         """Result schemas of offloaded plans, by plan and input schemas (DataFusion plans the
         query over empty tables to know it: ~1 ms a plan)."""
@@ -405,6 +405,24 @@ class Node(flight.FlightServerBase):
     def get_flight_info(
         self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
     ) -> flight.FlightInfo:
+        self._activity(+1)
+        try:
+            return self._flight_info(descriptor)
+        finally:
+            self._activity(-1)
+
+    def _activity(self, delta: int) -> None:
+        """Counts requests and streams in progress (the learner works while there are none)."""
+        with self._lock:
+            self._active += delta
+            self._last_active = time.monotonic()
+
+    def idle(self, for_s: float) -> bool:
+        """Whether nothing has been asked of or streamed by the node for ``for_s`` seconds."""
+        with self._lock:
+            return self._active == 0 and time.monotonic() - self._last_active >= for_s
+
+    def _flight_info(self, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
         if descriptor.descriptor_type == flight.DescriptorType.PATH:
             return self._describe(self.dataset(descriptor.path[0].decode()))
         req = self._parse(descriptor.command)
@@ -437,6 +455,15 @@ class Node(flight.FlightServerBase):
                 return flight.RecordBatchStream(handler(req))
         opts = pa.ipc.IpcWriteOptions(compression=req.get("compression"))
         self.config.stats["queries"] += 1
+        self._activity(+1)
+        try:
+            return self._query_stream(req, opts)
+        except BaseException:
+            self._activity(-1)
+            raise
+
+    def _query_stream(self, req: dict[str, Any], opts: pa.ipc.IpcWriteOptions) -> flight.FlightDataStream:
+        """A query's stream (offload) or a scan's (pushback); its end counts the activity down."""
         if "scan" in req:
             table = self.dataset(req["scan"]).table
             missing = [c for c in req["columns"] if c not in table.schema.names]
@@ -460,12 +487,17 @@ class Node(flight.FlightServerBase):
         done = self._learn(str(req.get("q") or wire.plan_key(req["plan"])), req["plan"])
         return _stream(schema, batches, t0, opts, "offload", self._bounds(), time.perf_counter() - t0, done)
 
-    def _learn(self, key: str, plan: bytes | None) -> Callable[[dict[str, Any]], None] | None:
-        """What a stream calls with its timings at its end: they go to the learner, by plan key."""
+    def _learn(self, key: str, plan: bytes | None) -> Callable[[dict[str, Any] | None], None]:
+        """What a stream calls at its end (None: it did not finish): its timings go to the
+        learner, by query id, and the node's activity counts down."""
         learner = self.learner
-        if learner is None or not key:
-            return None
-        return lambda meta: learner.submit(("node", key, plan, meta))
+
+        def done(meta: dict[str, Any] | None) -> None:
+            self._activity(-1)
+            if meta is not None and learner is not None and key:
+                learner.submit(("node", key, plan, meta))
+
+        return done
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [(name, what) for name, (what, _) in self._actions.items()]
@@ -558,6 +590,14 @@ class Node(flight.FlightServerBase):
                 self._schemas.popitem(last=False)
         return schema
 
+    def cores(self) -> float:
+        """The CPU this node may use, in cores: its quota where its budget set one, else its
+        engine threads."""
+        cpu = self.config.budget.get("cpu", {}) if isinstance(self.config.budget, dict) else {}
+        if cpu.get("quota_us") and cpu.get("period_us"):
+            return float(cpu["quota_us"]) / float(cpu["period_us"])
+        return float(max(1, self.config.threads))
+
     def _bounds(self) -> tuple[int, int]:
         return max(1, self.config.batch_rows), max(1, self.config.batch_bytes)
 
@@ -600,30 +640,37 @@ def _stream(
     way: str,
     bounds: tuple[int, int],
     setup_s: float = 0.0,
-    done: Callable[[dict[str, Any]], None] | None = None,
+    done: Callable[[dict[str, Any] | None], None] | None = None,
 ) -> flight.GeneratorStream:
     """The batches, each cut to at most ``bounds`` = (rows, Arrow bytes), then an empty batch
     whose app_metadata holds the node's timings: seconds in the engine (planning, then
     producing batches) and in all (producing, serializing and sending). ``done`` gets the
-    timings (and the Arrow bytes sent) before the client can see the stream end."""
+    timings (and the Arrow bytes sent) before the client can see the stream end, or None
+    where the stream ends otherwise (an error, a client gone)."""
 
     def gen() -> Iterator[Any]:
         engine = setup_s
         rows = nbytes = 0
-        it = iter(batches)
-        while True:
-            t = time.perf_counter()
-            b = next(it, None)
-            engine += time.perf_counter() - t
-            if b is None:
-                break
-            rows += b.num_rows
-            nbytes += b.nbytes
-            yield from bounded(b, *bounds)
-        meta = {"way": way, "engine_s": engine, "node_s": time.perf_counter() - t0, "rows": rows}
-        if done is not None:
-            done(meta | {"bytes": nbytes})
-        yield pa.RecordBatch.from_pylist([], schema=schema), json.dumps(meta).encode()
+        finished = False
+        try:
+            it = iter(batches)
+            while True:
+                t = time.perf_counter()
+                b = next(it, None)
+                engine += time.perf_counter() - t
+                if b is None:
+                    break
+                rows += b.num_rows
+                nbytes += b.nbytes
+                yield from bounded(b, *bounds)
+            meta = {"way": way, "engine_s": engine, "node_s": time.perf_counter() - t0, "rows": rows}
+            finished = True
+            if done is not None:
+                done(meta | {"bytes": nbytes})
+            yield pa.RecordBatch.from_pylist([], schema=schema), json.dumps(meta).encode()
+        finally:
+            if not finished and done is not None:
+                done(None)
 
     return flight.GeneratorStream(schema, gen(), options=opts)
 
@@ -660,6 +707,13 @@ class _Learner:
 
     PENDING = 256
     """Queries awaiting their other side; the oldest is taken as it is beyond this."""
+    IDLE_S, WAIT_S = 0.02, 1.0
+    """The learner works once the node has been idle IDLE_S, or has waited WAIT_S for it (a
+    node never idle still learns, an event a second)."""
+    BURST_S = 0.5
+    """CPU seconds the learner may spend ahead of its share (NodeConfig.adapt_cpu_share of the
+    node's cores, over the time it has run: samples and refits together); beyond it, queries
+    are not made samples (counted ``skipped``) until the share catches up."""
 
     def __init__(self, node: Node) -> None:
         cfg = node.config
@@ -672,7 +726,10 @@ class _Learner:
         self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=4096)
         self._pending: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._stop = threading.Event()
-        self.dropped = self.failed = 0
+        self.dropped = self.failed = self.skipped = 0
+        self.sample_cpu_s = 0.0
+        self._started = time.monotonic()
+        self._deferred: list[tuple[Any, ...]] = []
         self._thread = threading.Thread(target=self._run, name=f"{cfg.name}-learner", daemon=True)
         self._thread.start()
 
@@ -698,35 +755,67 @@ class _Learner:
         return box[0]
 
     def status(self) -> dict[str, Any]:
-        out = self.adaptation.status() | {"pending": len(self._pending), "queued": self._queue.qsize(),
-                                          "dropped": self.dropped, "failed": self.failed}  # fmt: skip
+        out = self.adaptation.status() | {
+            "pending": len(self._pending), "queued": self._queue.qsize(), "dropped": self.dropped,
+            "failed": self.failed, "skipped": self.skipped, "sample_cpu_s": round(self.sample_cpu_s, 4),
+        }  # fmt: skip
         current = self._node.config.models
         if current is not self._fitted:  # given since the last refit: the next one starts from these
             out["training_samples"] = len(current.samples) if current is not None else 0
         return out
 
     def _run(self) -> None:
-        try:  # the lowest CPU priority (Linux: per thread), so that queries come first under a quota
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except (OSError, AttributeError):
-            pass
         while not self._stop.is_set():
-            try:
-                event = self._queue.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            try:
-                self._handle(event)
-            except Exception:  # a query that cannot become a sample is skipped, and counted
-                self.failed += 1
-            if self.adaptation.due(time.monotonic()):
-                self._refit()
+            self._take(0.1)
+            if self.adaptation.due(time.monotonic(), self._node.config.models):
+                try:
+                    self._refit(paced=True)
+                except TM.RefitStopped:
+                    return
+                for event in self._deferred:  # refit_now asked during the paced refit
+                    self._handle(event)
+                self._deferred.clear()
 
-    def _refit(self) -> TM.Models:
+    def _take(self, timeout_s: float, during_refit: bool = False) -> None:
+        """Handles the next event, waiting at most ``timeout_s`` for one."""
+        try:
+            event = self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            return
+        if during_refit and event[0] == "refit":
+            self._deferred.append(event)
+            return
+        if event[0] != "refit":
+            self._wait_idle()
+        try:
+            self._handle(event)
+        except Exception:  # a query that cannot become a sample is skipped, and counted
+            self.failed += 1
+
+    def _pause(self, seconds: float) -> bool:
+        """A paced refit's pause: queries keep becoming samples meanwhile; False if stopping."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0 and not self._stop.is_set():
+            self._take(min(left, 0.1), during_refit=True)
+        self._wait_idle()
+        return not self._stop.is_set()
+
+    def _wait_idle(self) -> None:
+        """Waits for the node to be idle IDLE_S, at most WAIT_S: on a node held to a CPU quota a
+        Python thread working beside a query holds the interpreter's lock while throttled, and
+        the query waits with it (+10 ms a query on a quarter core, measured)."""
+        deadline = time.monotonic() + self.WAIT_S
+        while not self._node.idle(self.IDLE_S) and time.monotonic() < deadline and not self._stop.is_set():
+            self._stop.wait(self.IDLE_S)
+
+    def _refit(self, paced: bool = False) -> TM.Models:
+        """Refits on the base and online samples: ``paced``, within the node's CPU share while it
+        runs (refit_now is not), and given up if the node stops meanwhile."""
         current = self._node.config.models
         if current is not self._fitted:  # models given since (a training file): their samples are the base
             self.adaptation.base = list(current.samples) if current is not None else []
-        models = self._fitted = self.adaptation.refit()
+        wait = self._pause if paced else None
+        models = self._fitted = self.adaptation.refit(wait, self._node.cores())
         self._node.config.models = models  # one assignment: a decision sees the old or the new
         return models
 
@@ -763,9 +852,22 @@ class _Learner:
                 self._finish(self._pending.pop(key) | {"host": times, "host_rows": rows})
 
     def _finish(self, q: dict[str, Any]) -> None:
-        """One query's samples: the node's stages (and the host's, where its client sent them)."""
+        """One query's samples, where the learner's CPU budget allows (else counted skipped)."""
         if not q["streams"]:
             return
+        cfg = self._node.config
+        allowed = cfg.adapt_cpu_share * self._node.cores() * (time.monotonic() - self._started) + self.BURST_S
+        if self.adaptation.refit_cpu_s + self.sample_cpu_s > allowed:
+            self.skipped += 1
+            return
+        c0 = time.thread_time()
+        try:
+            self._samples(q)
+        finally:
+            self.sample_cpu_s += time.thread_time() - c0
+
+    def _samples(self, q: dict[str, Any]) -> None:
+        """One query's samples: the node's stages (and the host's, where its client sent them)."""
         node = self._node
         info = q["info"] or node._check_plan(q["plan"])
         f = q["f"] or node._features(q["plan"], info)[1]

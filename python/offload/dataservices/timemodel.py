@@ -280,7 +280,11 @@ class Models:
     _forests: dict[tuple[tuple[str, str, int], ...], Forest] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def fit(cls, samples: Sequence[QuerySample], seed: int = 0) -> Models:
+    def fit(
+        cls, samples: Sequence[QuerySample], seed: int = 0, between: Callable[[], None] | None = None
+    ) -> Models:
+        """One regressor per (system, target) with at least 4 samples; ``between`` is called
+        after each (an online refit paces itself there)."""
         from sklearn.ensemble import GradientBoostingRegressor
 
         m = cls(list(samples))
@@ -295,6 +299,8 @@ class Models:
                     n_estimators=300, max_depth=3, learning_rate=0.05, subsample=0.8, random_state=seed
                 )
                 m.regressors[(system, target)] = gbm.fit(x, y)
+                if between is not None:
+                    between()
         return m
 
     def forest(self, keys: Sequence[tuple[str, str, int]]) -> Forest:
@@ -610,11 +616,17 @@ class Adaptation:
         y = models.forest(keys).predict(np.array([f.vector(), scan_features(f).vector()]))
         return {t: abs(float(p) - times[t]) / times[t] for (_, t, _), p in zip(keys, y, strict=True)}
 
-    def due(self, now: float) -> bool:
-        """Whether a refit may run now (``now``: time.monotonic()); counts one skipped where
-        enough samples came but the CPU budget holds it back."""
+    def due(self, now: float, models: Models | None = None) -> bool:
+        """Whether a refit may run now (``now``: time.monotonic()): ``every`` new samples have
+        come, and the ``models`` in use lack a side, or have drifted, or ten times ``every``
+        samples have come (models that predict well are not refitted for nothing); counts one
+        skipped where the CPU budget holds a refit back."""
+        lacking = models is None or not {self.node_system, self.host_system} <= models.systems()
         with self._lock:
             if self.new < self.every:
+                return False
+            drifted = any(len(e) >= 10 and float(np.median(e)) > self.drift for e in self.errors.values())
+            if not (lacking or drifted or self.new >= 10 * self.every):
                 return False
             if now < self._not_before:
                 self.skipped += not self._held  # once per refit held back, not per sample
@@ -622,23 +634,35 @@ class Adaptation:
                 return False
             return True
 
-    def refit(self) -> Models:
+    def refit(self, wait: Callable[[float], bool] | None = None, cores: float = 1.0) -> Models:
         """Models fitted on the training samples and the online ones (deterministic for the
-        same samples and seed), their decision forests built here rather than on a query."""
+        same samples and seed), their decision forests built here rather than on a query.
+        ``wait(seconds)`` paces it: after each regressor it is asked to wait long enough that
+        the refit uses at most ``cpu_share`` of ``cores`` (the node's CPU) while it runs, and a
+        False from it (the node stopping) abandons the refit (RefitStopped)."""
         import time
 
         with self._lock:
             samples = [*self.base, *self.online]
             self.new = 0
-        c0 = time.thread_time()
-        models = Models.fit(samples, self.seed)
+        share = max(self.cpu_share * cores, 1e-6)
+        c0 = last = time.thread_time()
+
+        def between() -> None:
+            nonlocal last
+            spent = time.thread_time() - last
+            if wait is not None and not wait(spent * max(0.0, 1.0 / share - 1.0)):
+                raise RefitStopped("the node stopped during a refit")
+            last = time.thread_time()
+
+        models = Models.fit(samples, self.seed, between)
         warm(models, self.node_system, self.host_system)
         cpu = time.thread_time() - c0
         with self._lock:
             self.refits += 1
             self._held = False
             self.refit_cpu_s += cpu
-            self._not_before = time.monotonic() + cpu / max(self.cpu_share, 1e-6)
+            self._not_before = time.monotonic() + cpu / share
         return models
 
     def status(self) -> dict[str, Any]:
@@ -655,6 +679,10 @@ class Adaptation:
                 "error_count": {t: len(e) for t, e in self.errors.items() if e},
                 "drifted": sorted(t for t, v in err.items() if v > self.drift and len(self.errors[t]) >= 10),
             }
+
+
+class RefitStopped(Exception):
+    """A paced refit abandoned because its node is stopping."""
 
 
 def warm(models: Models, node_system: str, host_system: str = "host") -> None:
