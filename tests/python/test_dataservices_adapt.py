@@ -160,3 +160,15 @@ def test_metrics_text_parses_and_the_learner_ends_with_the_node() -> None:
     assert values['offload_node_decisions_total{node="m"}'] == 2
     assert values['offload_node_prediction_error{node="m",stage="node_offload"}'] > 1.0
     assert not any(t.name == "m-learner" for t in threading.enumerate())
+
+
+def test_a_query_its_client_does_not_observe_is_learned_from_the_node_side(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(NodeClient, "_observe", lambda *_: None)  # a client that does not learn
+    node.learner.PENDING_S = 0.05
+    with NodeClient(f"127.0.0.1:{node.port}", TOKEN) as c:
+        _run(c, 1)
+    st = _settled(node, 2)
+    # the node's sides only: offload one sample (its stages), pushback one (the scan's)
+    assert st["samples"] == 2 and st["pending"] == 0 and "host_engine" not in st["error_count"]

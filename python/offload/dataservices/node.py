@@ -12,6 +12,12 @@ the node's timings as app_metadata. Data sets are uploaded with ``do_put`` or re
 files under the node's data directory (action ``register``); ``list_flights`` lists them and
 ``get_flight_info`` on a path describes one.
 
+``auto`` is decided by the node's time models (:mod:`.timemodel`), or where the estimate or a
+model cannot answer, by a stated fallback. A node learns as it serves: every query, either way,
+becomes samples (its own stage times, and the host's its client sends back with ``observe``), and
+its models are refitted on a thread of its own within a CPU share (:class:`_Learner`); the
+prediction error per stage is in ``status`` and in the Prometheus text of ``metrics``.
+
 A node may host services beside its data sets (the particle flows of :mod:`offload.flows`): a
 :data:`Service` registers its actions, the put paths it takes and the tickets it answers with
 :meth:`Node.handle_action`, :meth:`Node.handle_put` and :meth:`Node.handle_get`. The node
@@ -707,6 +713,8 @@ class _Learner:
 
     PENDING = 256
     """Queries awaiting their other side; the oldest is taken as it is beyond this."""
+    PENDING_S = 10.0
+    """A query whose client has not observed it within this is taken with the node's side only."""
     IDLE_S, WAIT_S = 0.02, 1.0
     """The learner works once the node has been idle IDLE_S, or has waited WAIT_S for it (a
     node never idle still learns, an event a second)."""
@@ -767,6 +775,8 @@ class _Learner:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._take(0.1)
+            if self._pending and self._node.idle(self.IDLE_S):
+                self._expire(time.monotonic() - self.PENDING_S)
             if self.adaptation.due(time.monotonic(), self._node.config.models):
                 try:
                     self._refit(paced=True)
@@ -791,6 +801,11 @@ class _Learner:
             self._handle(event)
         except Exception:  # a query that cannot become a sample is skipped, and counted
             self.failed += 1
+
+    def _expire(self, before: float) -> None:
+        """Takes the queries pending since ``before`` as they are (their clients do not observe)."""
+        while self._pending and next(iter(self._pending.values()))["t"] < before:
+            self._finish(self._pending.popitem(last=False)[1])
 
     def _pause(self, seconds: float) -> bool:
         """A paced refit's pause: queries keep becoming samples meanwhile; False if stopping."""
@@ -830,14 +845,16 @@ class _Learner:
             _, key, plan, info, f = event
             if key in self._pending:
                 self._finish(self._pending.pop(key))
-            self._pending[key] = {"plan": plan, "info": info, "f": f, "node": {}, "streams": 0}
+            self._pending[key] = {"plan": plan, "info": info, "f": f, "node": {}, "streams": 0,
+                                  "t": time.monotonic()}  # fmt: skip
             while len(self._pending) > self.PENDING:
                 self._finish(self._pending.popitem(last=False)[1])
         elif kind == "node":
             _, key, plan, meta = event
             q = self._pending.get(key)
             if q is None and plan is not None:  # an offload ticket fetched without asking first
-                q = self._pending[key] = {"plan": plan, "info": None, "f": None, "node": {}, "streams": 0}
+                q = self._pending[key] = {"plan": plan, "info": None, "f": None, "node": {}, "streams": 0,
+                                          "t": time.monotonic()}  # fmt: skip
             if q is not None:
                 q["streams"] += 1
                 q["way"] = meta["way"]

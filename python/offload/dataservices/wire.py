@@ -5,7 +5,9 @@ A query is a ``FlightDescriptor.for_command`` holding a JSON request (:func:`req
 node answers with tickets, each a JSON request it can run without remembering anything: the
 query again (``offload``) or one scan per table read (``pushback``, :func:`scan_ticket`). A
 service a node hosts (the particle flows) writes its tickets with :func:`message` too, under a
-key of its own. Every request carries ``"v": PROTOCOL``; the node refuses any other version.
+key of its own. Every request carries ``"v": PROTOCOL``; the node refuses any other version. A
+node that learns from its queries names each in its tickets (``"q"``: :func:`plan_key` and a
+count), and its client sends the host's stages back under that name (action ``observe``).
 The node (:mod:`.node`), its client (:mod:`.client`) and the services a node hosts import this
 module, and none of them each other for it.
 """
