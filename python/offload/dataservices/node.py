@@ -424,9 +424,11 @@ class Node(flight.FlightServerBase):
             self._last_active = time.monotonic()
 
     def idle(self, for_s: float) -> bool:
-        """Whether nothing has been asked of or streamed by the node for ``for_s`` seconds."""
+        """Whether nothing has been asked of or streamed by the node for ``for_s`` seconds. A
+        stream its client never read does not end, so nothing heard of for a minute is idle."""
         with self._lock:
-            return self._active == 0 and time.monotonic() - self._last_active >= for_s
+            quiet = time.monotonic() - self._last_active
+            return (self._active == 0 or quiet > 60.0) and quiet >= for_s
 
     def _flight_info(self, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
         if descriptor.descriptor_type == flight.DescriptorType.PATH:
@@ -560,7 +562,7 @@ class Node(flight.FlightServerBase):
 
     def _observe(self, body: bytes) -> dict[str, Any]:
         """A client's host stages of a query it ran (NodeClient.query sends them), joined with
-        the node's own by plan key in the background."""
+        the node's own by the query's id, in the background."""
         args = wire.json_object(body, "observation")
         times = args.get("times")
         key, way = str(args.get("q", ""))[:64], args.get("way")
@@ -837,10 +839,12 @@ class _Learner:
     def _handle(self, event: tuple[Any, ...]) -> None:
         kind = event[0]
         if kind == "refit":
-            while self._pending:
-                self._finish(self._pending.popitem(last=False)[1])
-            event[1].append(self._refit())
-            event[2].set()
+            try:
+                while self._pending:
+                    self._finish(self._pending.popitem(last=False)[1])
+                event[1].append(self._refit())
+            finally:  # refit_now waits for this, whatever happened
+                event[2].set()
         elif kind == "query":
             _, key, plan, info, f = event
             if key in self._pending:
@@ -880,6 +884,8 @@ class _Learner:
         c0 = time.thread_time()
         try:
             self._samples(q)
+        except Exception:  # a query that cannot become a sample (its features fail) is counted
+            self.failed += 1
         finally:
             self.sample_cpu_s += time.thread_time() - c0
 
