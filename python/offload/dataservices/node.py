@@ -246,6 +246,8 @@ class Node(flight.FlightServerBase):
             ("observe", 'a query\'s host stages, to learn from: {"q": its id, "way": ..., "rows": ...,'
              ' "times": {stage: seconds}}', self._observe),
             ("metrics", "counters and prediction errors as Prometheus text", lambda _: self.metrics()),
+            ("refit", "refit the time models now on every sample so far; the adaptation's status after",
+             lambda _: self._refit_now()),
         ]  # fmt: skip
         for name, what, handler in own:
             self.handle_action(name, what, handler)
@@ -559,6 +561,14 @@ class Node(flight.FlightServerBase):
         """The counters and the adaptation's prediction errors as Prometheus text."""
         adapt = self.learner.status() if self.learner is not None else {}
         return TM.prometheus(adapt, dict(self.config.stats), self.config.name)
+
+    def _refit_now(self) -> dict[str, Any]:
+        if self.learner is None:
+            raise flight.FlightServerError(
+                f"{self.config.name} does not learn (adapt is off): nothing to refit"
+            )
+        self.learner.refit_now()
+        return self.learner.status()
 
     def _observe(self, body: bytes) -> dict[str, Any]:
         """A client's host stages of a query it ran (NodeClient.query sends them), joined with
