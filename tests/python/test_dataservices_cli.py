@@ -207,6 +207,20 @@ def _offload(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
+def test_train_on_generated_schemas(cli: Run, node: Node, tmp_path: Path) -> None:
+    """`train --suite generated` trains on random schemas (strings, dates, joins), uploads and
+    drops their tables; a suite it does not know is one line, exit 2."""
+    out = tmp_path / "models.json"
+    r = cli("train", "-o", str(out), "--suite", "generated", "--schemas", "1", "--sizes", "3000",
+            "--queries", "3", "--repeat", "1", "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    samples = TM.Models.load(out).samples
+    assert json.loads(r.stdout)["samples_added"] == len(samples) == 3 * 4
+    assert any(s.features.join or s.features.in_string_bytes > 0 for s in samples)
+    assert {d["name"] for d in node.status()["datasets"]} == {"particles", "mixed"}
+    _one_line_error(cli("train", "-o", str(out), "--suite", "floats"), "--suite", "generated")
+
+
 def test_namespaces_of_this_tool_are_listed_and_removed() -> None:
     why = L.unavailable_reason()
     if why:

@@ -162,13 +162,16 @@ def test_train_writes_samples_from_a_real_node(node: Node, tmp_path: Path) -> No
     tf.write_text(TOKEN)
     out = tmp_path / "models.json"
     args = ["node", "train", "-o", str(out), "--node", f"127.0.0.1:{node.port}", "--token-file", str(tf),
-            "--sizes", "3000,6000", "--queries", "4"]  # fmt: skip
+            "--sizes", "3000,6000", "--queries", "4", "--suite", "particles"]  # fmt: skip
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     samples = json.loads(out.read_text())["samples"]
     assert len(samples) == 2 * 4 * 4 and {s["system"] for s in samples} == {"nic", "host"}
     assert "held-out" in r.output
-    r = CliRunner().invoke(app, [*args[:8], "--sizes", "2000", "--queries", "1", "--repeat", "1", "--json"])
+    r = CliRunner().invoke(
+        app,
+        [*args[:8], "--sizes", "2000", "--queries", "1", "--repeat", "1", "--json", "--suite", "particles"],
+    )
     assert r.exit_code == 0 and json.loads(r.stdout)["samples"] == 2 * 4 * 4 + 4, r.output
     with NodeClient(f"127.0.0.1:{node.port}", TOKEN) as c:
         assert not any(d["name"].startswith("train_") for d in c.status()["datasets"])

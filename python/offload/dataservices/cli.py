@@ -706,14 +706,26 @@ def train(
         typer.Option(help="Runs of each query each way; the medians are kept (a quota-held node jitters)."),
     ] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the tables and thresholds.")] = 0,
+    suite: Annotated[
+        str,
+        typer.Option(
+            help="particles (the seed's float tables), generated (random schemas: strings, dates, "
+            "joins, group-bys, wide and narrow rows) or all."
+        ),
+    ] = "all",
+    schemas: Annotated[
+        int, typer.Option(min=1, help="Generated schemas to train on (--suite generated or all).")
+    ] = 6,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Train the time models on a running node: upload particle tables of a few sizes, run a
-    suite of queries both ways, and keep the node's engine and stream seconds (its profile's
-    system type) and the host's receive and engine seconds. Train on an unshaped link (the
-    transfer is modelled from the node's link at decision time). Prints the held-out errors."""
+    """Train the time models on a running node: upload tables of a few sizes (the seed's
+    particles, and random schemas of every common column type), run a suite of queries both
+    ways, and keep the node's engine and stream seconds (its profile's system type) and the
+    host's receive and engine seconds. Train on an unshaped link (the transfer is modelled from
+    the node's link at decision time). Prints the held-out errors. A node also learns online
+    from the queries it serves (docs/dataservices.md)."""
     from offload.dataservices import particles as P
     from offload.dataservices import timemodel as TM
     from offload.dataservices import training as TR
@@ -725,6 +737,10 @@ def train(
         raise fail(f"--sizes {sizes!r}: give row counts like 100000,400000") from None
     if repeat < 1:
         raise fail(f"--repeat {repeat}: give at least 1 run")
+    if suite not in ("particles", "generated", "all"):
+        raise fail(f"--suite {suite!r}: give one of particles, generated, all")
+    parts = ("particles", "generated") if suite == "all" else (suite,)
+    total = len(counts) * queries * ("particles" in parts) + schemas * queries * ("generated" in parts)
     samples = []
     with _client(node, token_file, netns, timeout_s=900) as c:
         with failing(NodeError):
@@ -732,14 +748,20 @@ def train(
             system = st.get("system", "host")
             if (st.get("budget") or {}).get("link", {}).get("rate_mbit"):
                 err.print("[yellow]the node's link is shaped: its stream times will include the link[/]")
-            with progress(f"training on {system}", total=len(counts) * queries) as steps:
-                for i, n in enumerate(counts):
+            with progress(f"training on {system}", total=total) as steps:
+                for i, n in enumerate(counts if "particles" in parts else []):
                     name = f"train_{n}"
-                    steps(f"training on {system}: {n:,} rows")
+                    steps(f"training on {system}: {n:,} particles")
                     c.upload(name, P.generate(n, seed=seed + i))
                     sqls = TR.training_queries(queries, seed + i)
                     samples += TR.measure(c, name, sqls, system, lambda _: steps.advance(), repeat)
                     c.drop(name)
+                if "generated" in parts:
+                    steps(f"training on {system}: {schemas} generated schemas")
+                    done = steps.completed
+                    seeds = range(seed, seed + schemas)
+                    samples += TR.generated_samples(c, system, seeds, counts, queries, repeat,
+                                                    lambda k: steps.update(done + k))  # fmt: skip
     with failing(OSError, ValueError):
         old = TM.Models.load(out).samples if out.exists() else []
         TM.Models(old + samples).save(out)
