@@ -88,6 +88,11 @@ def test_queries_become_samples_and_a_refit_moves_predictions_toward_the_measure
         measured = timing.node
         assert abs(math.log(after / measured)) < abs(math.log(before / measured)) - 1.0
         assert c.explain(plan)["decision_cpu_s"] > 0
+        # the errors are the new models' from the refit on: the drift is gone
+        _run(c, 10)
+        now = _settled(node, 20 + 1 + 20)
+        assert now["error_count"]["node_offload"] == 10 and "node_offload" not in now["drifted"]
+        assert now["error"]["node_offload"] < st["error"]["node_offload"] / 5
 
 
 def test_a_node_without_models_learns_from_scratch_in_the_background() -> None:
@@ -172,3 +177,18 @@ def test_a_query_its_client_does_not_observe_is_learned_from_the_node_side(
     st = _settled(node, 2)
     # the node's sides only: offload one sample (its stages), pushback one (the scan's)
     assert st["samples"] == 2 and st["pending"] == 0 and "host_engine" not in st["error_count"]
+
+
+def test_the_learner_skips_queries_beyond_its_cpu_share(node: Node) -> None:
+    node.config.adapt_cpu_share = 1e-9  # a learner with no CPU to spend, and no burst
+    node.learner.BURST_S = 0.0
+    node.learner.PENDING_S = 0.05
+    with NodeClient(f"127.0.0.1:{node.port}", TOKEN) as c:
+        _run(c, 3)
+    deadline = time.monotonic() + 5
+    while node.status()["adaptation"]["skipped"] < 5 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.1)
+    st = node.status()["adaptation"]
+    # the first query spends from an empty account; every later one finds it overdrawn
+    assert st["queries"] == 1 and st["skipped"] == 5 and st["sample_cpu_s"] > 0

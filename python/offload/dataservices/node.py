@@ -732,8 +732,9 @@ class _Learner:
     node never idle still learns, an event a second)."""
     BURST_S = 0.5
     """CPU seconds the learner may spend ahead of its share (NodeConfig.adapt_cpu_share of the
-    node's cores, over the time it has run: samples and refits together); beyond it, queries
-    are not made samples (counted ``skipped``) until the share catches up."""
+    node's cores, over the time it has run: samples and its own refits together, not those
+    asked for); beyond it, queries are not made samples (counted ``skipped``) until the share
+    catches up."""
 
     def __init__(self, node: Node) -> None:
         cfg = node.config
@@ -747,7 +748,8 @@ class _Learner:
         self._pending: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._stop = threading.Event()
         self.dropped = self.failed = self.skipped = 0
-        self.sample_cpu_s = 0.0
+        self.sample_cpu_s = self.paced_cpu_s = 0.0
+        """The learner's CPU on samples and on the refits it chose to run (refit_now is asked for)."""
         self._started = time.monotonic()
         self._deferred: list[tuple[Any, ...]] = []
         self._thread = threading.Thread(target=self._run, name=f"{cfg.name}-learner", daemon=True)
@@ -842,7 +844,10 @@ class _Learner:
         if current is not self._fitted:  # models given since (a training file): their samples are the base
             self.adaptation.base = list(current.samples) if current is not None else []
         wait = self._pause if paced else None
+        spent = self.adaptation.refit_cpu_s
         models = self._fitted = self.adaptation.refit(wait, self._node.cores())
+        if paced:
+            self.paced_cpu_s += self.adaptation.refit_cpu_s - spent
         self._node.config.models = models  # one assignment: a decision sees the old or the new
         return models
 
@@ -888,7 +893,7 @@ class _Learner:
             return
         cfg = self._node.config
         allowed = cfg.adapt_cpu_share * self._node.cores() * (time.monotonic() - self._started) + self.BURST_S
-        if self.adaptation.refit_cpu_s + self.sample_cpu_s > allowed:
+        if self.paced_cpu_s + self.sample_cpu_s > allowed:
             self.skipped += 1
             return
         c0 = time.thread_time()

@@ -579,8 +579,9 @@ class Adaptation:
     models are refitted on both (:meth:`refit`) when ``every`` new samples have come and the
     refits so far have used at most ``cpu_share`` of the time since they started (a refit of
     c CPU seconds holds the next one back by c / cpu_share). Drift is the relative error of
-    each stage's prediction against what was measured, over the ``window`` last queries; a
-    stage whose median is above ``drift`` (and has 10 queries) has drifted. Thread-safe."""
+    each stage's prediction against what was measured, over the ``window`` last queries since
+    the last refit; a stage whose median is above ``drift`` (and has 10 queries) has drifted.
+    Thread-safe."""
 
     def __init__(self, base: Sequence[QuerySample], node_system: str, host_system: str = "host",
                  keep: int = 2000, every: int = 25, cpu_share: float = 0.05, seed: int = 0,
@@ -676,6 +677,8 @@ class Adaptation:
         warm(models, self.node_system, self.host_system)
         cpu = time.thread_time() - c0
         with self._lock:
+            for e in self.errors.values():  # the errors from here on are the new models'
+                e.clear()
             self.refits += 1
             self._held = False
             self.refit_cpu_s += cpu
