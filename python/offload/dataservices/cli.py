@@ -166,6 +166,16 @@ def serve(
     batch_size: Annotated[
         str, typer.Option(help="The most Arrow bytes in one record batch the node sends, e.g. 4M.")
     ] = "4M",
+    learn: Annotated[
+        bool,
+        typer.Option(
+            help="Learn online: every query served becomes a sample, and the time models are refitted "
+            "in the background (docs/dataservices.md, Online adaptation)."
+        ),
+    ] = True,
+    learn_cpu_share: Annotated[
+        float, typer.Option(min=0.001, max=1.0, help="The most of the node's CPU its learning may take.")
+    ] = 0.05,
 ) -> None:
     """Serve a node: an Arrow Flight server that owns data sets and runs Substrait plans sent to
     it, or ships the columns they read back to the host, under a resource budget (CPU quota,
@@ -187,6 +197,7 @@ def serve(
     with failing(ValueError):
         cfg = S.config(prof, B.profile(profile), host, port, data_dir, allow_remote, name, models)
         cfg.batch_rows, cfg.batch_bytes = batch_rows, size_bytes(batch_size)
+        cfg.adapt, cfg.adapt_cpu_share = learn, learn_cpu_share
     with failing(S.CannotServe):
         served = S.start(cfg, prof, netns, token_file, list(SERVICES.values()))
     if served.token_file is not None:
