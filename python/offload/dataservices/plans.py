@@ -321,10 +321,13 @@ def _children(msg):
 
 
 def walk(msg):
-    """Every sub-message under ``msg``, depth first (an IN list's values aside)."""
-    for v in _children(msg):
-        yield v
-        yield from walk(v)
+    """Every sub-message under ``msg`` (an IN list's values aside), in no particular order: a
+    stack rather than nested generators, which cost a third of a decision's features."""
+    stack = [msg]
+    while stack:
+        found = list(_children(stack.pop()))
+        yield from found
+        stack.extend(found)
 
 
 def function_names(plan) -> dict[int, str]:

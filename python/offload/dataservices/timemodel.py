@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,15 +40,6 @@ node's whole stream each way, which the decision uses (on a node held to a CPU q
 and the serializer share it, so their sum is not the whole); ``node_request``: asking the node
 for the query (its checks and estimate, a round trip), the same either way; ``host_receive_*``:
 the host's part of a fetch beyond the node's stream (deserializing, buffering)."""
-
-STRING_FUNCTIONS = frozenset(
-    ("like", "ilike", "not_like", "not_ilike", "substring", "substr", "concat", "lower", "upper", "trim",
-     "ltrim", "rtrim", "btrim", "replace", "contains", "starts_with", "ends_with", "strpos", "length",
-     "char_length", "character_length", "octet_length", "regexp_like", "regexp_match", "regexp_replace",
-     "split_part", "left", "right", "lpad", "rpad", "reverse", "initcap", "md5", "sha256", "to_hex")
-)  # fmt: skip
-"""String functions, where :func:`plans.function_class` is not there to say (their cost grows
-with the strings' bytes, not only their rows)."""
 
 
 @dataclass
@@ -135,7 +126,7 @@ def features(
     kinds: set[str] = set()
     calls: list[str] = []
     reads: dict[str, list[str]] = {}
-    for r in _messages(root):
+    for r in plans.walk(root):
         kind = r.DESCRIPTOR.name
         if kind == "ScalarFunction":
             calls.append(names.get(r.function_reference, "?"))
@@ -143,8 +134,8 @@ def features(
             kinds.add(kind)
             if kind == "ReadRel" and r.HasField("named_table") and r.named_table.names:
                 reads[r.named_table.names[-1]] = _read_columns(r)
-    heavy = sum(c not in plans.CHEAP_FUNCTIONS for c in calls)
-    strings = sum(_is_string_function(c) for c in calls)
+    classes = [plans.function_class(c) for c in calls]
+    heavy, strings = classes.count("heavy"), classes.count("string")
     in_rows = float(sum(r for r, _ in tables.values()))
     in_bytes = float(sum(b for _, b in tables.values()))
     in_string = _string_bytes(tables, reads, schemas or {})
@@ -172,32 +163,11 @@ def features(
     )
 
 
-def _messages(root: Any) -> Iterator[Any]:
-    """Every sub-message under ``root``, as plans.walk, in no particular order: a stack rather
-    than nested generators (a third of the features' time on the decision's path)."""
-    stack = [root]
-    while stack:
-        for fd, val in stack.pop().ListFields():
-            if fd.message_type is not None:
-                found = [val] if hasattr(val, "ListFields") else list(val)
-                yield from found
-                stack.extend(found)
-
-
 def _read_columns(read: Any) -> list[str]:
     names = list(read.base_schema.names)
     if read.HasField("projection"):
         return [names[i.field] for i in read.projection.select.struct_items if i.field < len(names)]
     return names
-
-
-def _is_string_function(name: str) -> bool:
-    from offload.dataservices import plans
-
-    classify = getattr(plans, "function_class", None)  # the estimator's helper adds it
-    if classify is not None:
-        return bool(classify(name) == "string")
-    return name in STRING_FUNCTIONS
 
 
 def _string_bytes(
