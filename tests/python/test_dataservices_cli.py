@@ -122,6 +122,8 @@ def test_query_auto_says_what_it_chose_and_why_with_its_rows(cli: Run, node: Nod
     d = doc["runs"]["auto"]["decision"]["decision"]
     assert doc["runs"]["auto"]["way"] == d["way"] == "offload" and d["pushback_s"] > d["offload_s"]
     assert not doc["result"]["truncated"] and len(doc["result"]["records"]) == doc["result"]["rows"]
+    r = cli("list")  # the node learns from what it served, and says so
+    assert r.exit_code == 0 and "learning online:" in r.stdout and "refits" in r.stdout, r.output
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".arrow", ".csv"])

@@ -289,6 +289,8 @@ def list_(
     if emit(st, as_json, out):
         return
     console.print(f"{st['name']}: {budget_line(st.get('budget') or {}, st['threads'])}")
+    if (a := st.get("adaptation")) is not None:
+        console.print(f"{st['name']}: {_learning_line(a)}")
     t = compact_table(f"{st['name']}: data sets")
     for col in ("data set", "rows", "MiB", "columns", "source"):
         t.add_column(col, justify="right" if col in ("rows", "MiB") else "left")
@@ -297,6 +299,15 @@ def list_(
             d["name"], f"{d['rows']:,}", f"{d['bytes'] / 2**20:.1f}", ", ".join(d["columns"]), d["source"]
         )
     console.print(t)
+
+
+def _learning_line(a: dict[str, Any]) -> str:
+    """The node's online adaptation in one line: samples, refits, the worst stage's error."""
+    worst = max(a.get("error", {}).items(), key=lambda kv: kv[1], default=None)
+    error = f"; worst stage {worst[0]} off by {100 * worst[1]:.0f}% (median)" if worst else ""
+    drifted = f"; drifted: {', '.join(a['drifted'])}" if a.get("drifted") else ""
+    return (f"learning online: {a['samples']:,} samples ({a['training_samples']:,} from training), "
+            f"{a['refits']} refits ({a['refit_cpu_s']:.1f} s CPU){error}{drifted}")  # fmt: skip
 
 
 @app.command()
