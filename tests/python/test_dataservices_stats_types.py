@@ -125,7 +125,7 @@ def test_a_condition_the_sample_cannot_run_gets_the_stated_default(
     def broken(*_: object, **__: object) -> None:
         raise plans.PlanError("injected: no such type")
 
-    monkeypatch.setattr(plans, "execute", broken)
+    monkeypatch.setattr(plans, "count_rows", broken)
     est = E.estimate(plan, stats)
     assert est.rows == pytest.approx(E.DEFAULT_SELECTIVITY * t.num_rows)
     assert any("a default" in s and "injected" in s for s in est.steps), est.steps

@@ -412,6 +412,11 @@ def execute(plan: bytes, tables: Mapping[str, pa.Table], threads: int | None = N
     return _dataframe(plan, tables, threads).to_arrow_table()
 
 
+def count_rows(plan: bytes, tables: Mapping[str, pa.Table], threads: int | None = None) -> int:
+    """The rows ``plan`` gives over ``tables``, counted without materializing them."""
+    return int(_dataframe(plan, tables, threads).count())
+
+
 def execute_batches(plan: bytes, tables: Mapping[str, pa.Table], threads: int | None = None):
     """(schema, iterator of pyarrow RecordBatches) of ``plan`` over ``tables``, streamed."""
     df = _dataframe(plan, tables, threads)
