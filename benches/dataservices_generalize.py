@@ -56,7 +56,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profiles", default=",".join(PROFILES))
     ap.add_argument("--links", default=",".join(LINKS))
-    ap.add_argument("--rows", type=int, default=300_000, help="rows of a narrow fact table (wider: fewer)")
+    ap.add_argument("--rows", type=int, default=400_000, help="rows of a narrow fact table (wider: fewer)")
     ap.add_argument("--train-schemas", type=int, default=6, help="generated schemas trained on: seeds 0..k-1")
     ap.add_argument("--train-queries", type=int, default=17, help="queries per training schema")
     ap.add_argument("--particle-sizes", default="100000,400000,1600000", help="particle tables (`train`'s)")
@@ -295,11 +295,15 @@ def decide_worker(a: argparse.Namespace) -> None:
                 times[way].append(timing.total)
                 r["result_rows"] = table.num_rows
         r["runs_s"] = times
-    with ThreadPoolExecutor(len(deciders)) as pool:  # both learn at once: their waits overlap
-        after = list(pool.map(lambda c: _adapt(c, adapt, plan_of, a.adapt_wait), deciders))
-    for m, decisions in zip(MODELS, after, strict=True):
-        for r, d in zip(rows, decisions, strict=True):
-            r["decisions"][f"{m}, adapted"] = d
+    # one node serves its queries at a time (its online samples must not share the CPU with
+    # another's), then every node's refit is waited for together
+    started = [_serve(c, adapt) for c in deciders]
+    deadline = time.monotonic() + a.adapt_wait
+    for m, c, (before, served) in zip(MODELS, deciders, started, strict=True):
+        learned = _refit(c, before, deadline)
+        after = {"adaptation": learned, "served_offload": served.count("offload")}
+        for r, plan in zip(rows, plan_of, strict=True):
+            r["decisions"][f"{m}, adapted"] = _decision(c.explain(plan)) | after
     Path(a.worker_out).write_text(json.dumps(rows, indent=1))
 
 
@@ -327,26 +331,23 @@ def _decision(explained: dict[str, Any]) -> dict[str, Any]:
             "why": explained.get("why")}  # fmt: skip
 
 
-def _adapt(c: Any, sqls: Sequence[str], plan_of: Sequence[bytes], wait_s: float) -> list[dict[str, Any]]:
-    """Serves ``sqls`` (auto), has the node learn from them, then asks its decisions again."""
+def _serve(c: Any, sqls: Sequence[str]) -> tuple[int | None, list[str]]:
+    """Serves ``sqls`` (auto) for the node to learn from: its refits before, the ways it chose."""
     before = (c.status().get("adaptation") or {}).get("refits")
-    served = [c.query(sql, "auto")[1].way for sql in sqls]
-    learned = _refit(c, before, wait_s)
-    after = {"adaptation": learned, "served_offload": served.count("offload")}
-    return [_decision(c.explain(plan)) | after for plan in plan_of]
+    return before, [c.query(sql, "auto")[1].way for sql in sqls]
 
 
-def _refit(c: Any, before: int | None, wait_s: float) -> dict[str, Any]:
+def _refit(c: Any, before: int | None, deadline: float) -> dict[str, Any]:
     """Has the node refit now where it can be asked to (an action named refit); else waits, up
-    to ``wait_s``, until its learner has taken in every query served and refit since it
-    counted ``before`` (it paces its refits to a share of its CPU). What its status says of
-    the adaptation then (nothing: it does not adapt)."""
+    to ``deadline`` (time.monotonic), until its learner has taken in every query served and
+    refit since it counted ``before`` (it paces its refits to a share of its CPU). What its
+    status says of the adaptation then (nothing: it does not adapt), and the wait."""
     from offload.dataservices.client import NodeError
 
+    t0 = time.monotonic()
     try:
         c.action("refit", b"")
     except NodeError:  # no such action: the node refits on its own
-        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             now = c.status().get("adaptation") or {}
             if before is None or not now:
@@ -354,7 +355,7 @@ def _refit(c: Any, before: int | None, wait_s: float) -> dict[str, Any]:
             if now.get("refits", 0) > before and not now.get("queued") and not now.get("pending"):
                 break
             time.sleep(0.5)
-    return c.status().get("adaptation") or {}
+    return (c.status().get("adaptation") or {}) | {"waited_s": round(time.monotonic() - t0, 1)}
 
 
 # ------------------------------------------------------------------------------ the figures
