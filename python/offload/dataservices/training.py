@@ -131,15 +131,18 @@ def generated_samples(
     progress: Callable[[int], None] | None = None,
 ) -> list[QuerySample]:
     """The training suite over generated schemas (:mod:`.workload`): for each seed, its tables
-    uploaded to the node (a narrow fact table of ``sizes[i % len(sizes)]`` rows, wider ones
-    fewer: workload.rows_of), ``queries`` of its queries measured both ways (:func:`measure`),
-    its tables dropped. ``progress`` gets the queries done so far, all seeds counted."""
+    uploaded to the node (a narrow fact table of one of ``sizes`` rows, wider ones fewer:
+    workload.rows_of), ``queries`` of its queries measured both ways (:func:`measure`), its
+    tables dropped. ``progress`` gets the queries done so far, all seeds counted. The sizes
+    turn one step further each round of shapes, so that with as many sizes as shapes a shape
+    does not always get the same size."""
     from offload.dataservices import workload as W
 
     out: list[QuerySample] = []
+    n = len(W.SHAPES)
     for i, seed in enumerate(seeds):
-        shape = W.SHAPES[seed % len(W.SHAPES)]
-        spec = W.schema(seed, W.rows_of(shape, sizes[i % len(sizes)]), shape)
+        shape = W.SHAPES[seed % n]
+        spec = W.schema(seed, W.rows_of(shape, sizes[(i % n + i // n) % len(sizes)]), shape)
         tables = spec.tables()
         for name, t in tables.items():
             client.upload(name, t)
