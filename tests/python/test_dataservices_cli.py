@@ -213,7 +213,7 @@ def test_train_on_generated_schemas(cli: Run, node: Node, tmp_path: Path) -> Non
     """`train --suite generated` trains on random schemas (strings, dates, joins), uploads and
     drops their tables; a suite it does not know is one line, exit 2."""
     out = tmp_path / "models.json"
-    r = cli("train", "-o", str(out), "--suite", "generated", "--schemas", "1", "--sizes", "3000",
+    r = cli("train", "-o", str(out), "--suite", "generated", "--schemas", "1", "--schema-sizes", "3000",
             "--queries", "3", "--repeat", "1", "--json")  # fmt: skip
     assert r.exit_code == 0, r.output
     samples = TM.Models.load(out).samples

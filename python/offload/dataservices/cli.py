@@ -738,6 +738,13 @@ def train(
     schemas: Annotated[
         int, typer.Option(min=1, help="Generated schemas to train on (--suite generated or all).")
     ] = 6,
+    schema_sizes: Annotated[
+        str,
+        typer.Option(
+            help="Rows of the generated narrow fact tables, comma-separated (wider ones get fewer rows, "
+            "to about the same bytes)."
+        ),
+    ] = "100000,200000,400000",
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
@@ -753,10 +760,7 @@ def train(
     from offload.dataservices import training as TR
     from offload.dataservices.client import NodeError
 
-    try:
-        counts = [int(x) for x in sizes.split(",") if x.strip()]
-    except ValueError:
-        raise fail(f"--sizes {sizes!r}: give row counts like 100000,400000") from None
+    counts, schema_counts = _row_counts(sizes, "--sizes"), _row_counts(schema_sizes, "--schema-sizes")
     if repeat < 1:
         raise fail(f"--repeat {repeat}: give at least 1 run")
     if suite not in ("particles", "generated", "all"):
@@ -782,7 +786,7 @@ def train(
                     steps(f"training on {system}: {schemas} generated schemas")
                     done = steps.completed
                     seeds = range(seed, seed + schemas)
-                    samples += TR.generated_samples(c, system, seeds, counts, queries, repeat,
+                    samples += TR.generated_samples(c, system, seeds, schema_counts, queries, repeat,
                                                     lambda k: steps.update(done + k))  # fmt: skip
     with failing(OSError, ValueError):
         old = TM.Models.load(out).samples if out.exists() else []
@@ -797,6 +801,17 @@ def train(
     )
     for k, v in sorted(errors.items()):
         console.print(f"  {k}: median error {100 * v:.1f}% on held-out queries")
+
+
+def _row_counts(text: str, flag: str) -> list[int]:
+    """Comma-separated row counts, at least one, each at least 1 (one-line error if not)."""
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise fail(f"{flag} {text!r}: give row counts like 100000,400000")
+    return counts
 
 
 @app.command(name="case-study")

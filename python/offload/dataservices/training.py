@@ -8,7 +8,6 @@ kind over generated schemas of every column type (:func:`generated_samples`, :mo
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -109,16 +108,11 @@ class _Sizes:
         for t, cols in plans.inspect(plan).reads.items():
             rows, width = self.table(t)
             tables[t] = (rows, rows * sum(width[c] for c in cols))
-        extra = {"schemas": self.schemas} if _FEATURES_TAKE_SCHEMAS else {}
-        return features(plan, est["rows"], est["bytes"], tables, est, **extra)
+        return features(plan, est["rows"], est["bytes"], tables, est, schemas=self.schemas)
 
 
 def _offset(progress: Callable[[int], None], done: int, k: int) -> None:
     progress(done + k)
-
-
-_FEATURES_TAKE_SCHEMAS = "schemas" in inspect.signature(features).parameters
-"""Whether timemodel.features reads the columns' types (it does since issue 26)."""
 
 
 def generated_samples(
