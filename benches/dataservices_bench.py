@@ -23,6 +23,12 @@
   predicts.
 
     python benches/dataservices_bench.py --parts crossover --decision-rows 1000000
+
+* ``stream``: pushing back 1 M particles (``select *``) from a node in this process, with the
+  node's bounded batches (65,536 rows, 4 MiB) against one batch of everything (as before issue
+  26): when the first rows arrive, the whole fetch, and the largest message.
+
+    python benches/dataservices_bench.py --parts stream
 """
 
 from __future__ import annotations
@@ -533,9 +539,33 @@ class _node:
         self.p.wait(30)
 
 
+def stream(rows: int, repeat: int = 5) -> dict[str, Any]:
+    from offload.dataservices.client import NodeClient
+    from offload.dataservices.node import Node, NodeConfig
+
+    t = P.generate(rows, seed=1)
+    out: dict[str, Any] = {"rows": rows, "table_mib": t.nbytes / 2**20, "repeat": repeat, "runs": {}}
+    for label, max_rows, max_bytes in (("bounded", 65_536, 4 << 20), ("one batch", 1 << 62, 1 << 62)):
+        node = Node(NodeConfig("bench", batch_rows=max_rows, batch_bytes=max_bytes, adapt=False))
+        try:
+            node.add("p", t)
+            with NodeClient(f"127.0.0.1:{node.port}", "bench", timeout_s=120) as c:
+                runs = [c.query("select * from p", "pushback")[1] for _ in range(repeat)]
+        finally:
+            node.shutdown()
+        out["runs"][label] = {
+            "first_batch_ms": 1e3 * statistics.median(r.first_batch for r in runs),
+            "fetch_ms": 1e3 * statistics.median(r.fetch for r in runs),
+            "batches": runs[0].batches,
+            "largest_batch_mib": t.nbytes / 2**20 / runs[0].batches,
+        }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", default="cardinality", help="cardinality (default)")
+    parts = "cardinality (default), decisions, crossover, stream"
+    ap.add_argument("--parts", default="cardinality", help=parts)
     ap.add_argument("--rows", type=int, default=P.SEED_ROWS, help="rows per table (default 6,177,731)")
     ap.add_argument("--queries", type=int, default=60, help="queries in the cardinality suite (default 60)")
     ap.add_argument("--out", type=Path, default=Path("benches/results/dataservices"))
@@ -580,6 +610,16 @@ def main() -> None:
                     f"the misses whose runs overlap), time lost {100 * lost:.1f}%, "
                     f"offloaded {100 * off:.0f}%; predicted time off by {err} (median)"
                 )
+    if "stream" in a.parts.split(","):
+        r = stream(a.decision_rows)
+        r |= {"date": time.strftime("%Y-%m-%d"), "machine": describe()}
+        (a.out / "stream.json").write_text(json.dumps(r, indent=2))
+        for label, v in r["runs"].items():
+            console.print(
+                f"pushback of {r['rows']:,} rows, {label}: first rows after {v['first_batch_ms']:.1f} ms, "
+                f"all after {v['fetch_ms']:.1f} ms, {v['batches']} batches "
+                f"of <= {v['largest_batch_mib']:.1f} MiB"
+            )
     if "crossover" in a.parts.split(","):
         r = crossover(a.decision_rows, a.repeat)
         r |= {"date": time.strftime("%Y-%m-%d"), "machine": describe()}
