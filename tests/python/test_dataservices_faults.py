@@ -115,7 +115,8 @@ def test_list_shows_the_budget_and_query_takes_auto(node: Node, at: list[str]) -
     assert r.exit_code == 0 and "the node chose offload" in r.output and "no time models" in r.output, (
         r.output
     )
-    r = run(app, ["node", "query", "select count(*) as n from p where x < 0.5", *at, "--way", "auto", "--json"])
+    sql = "select count(*) as n from p where x < 0.5"
+    r = run(app, ["node", "query", sql, *at, "--way", "auto", "--json"])
     res = json.loads(r.output)
     assert res["runs"]["auto"]["way"] == "offload" and "why" in res["runs"]["auto"]["decision"]
 
