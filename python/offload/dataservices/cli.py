@@ -423,9 +423,6 @@ def drop(
     console.print(f"dropped {name}")
 
 
-SAVE_FORMATS = {".parquet": "Parquet", ".arrow": "Arrow IPC", ".feather": "Arrow IPC", ".csv": "CSV"}
-
-
 @app.command()
 def query(
     sql: Annotated[str, typer.Argument(help="SQL over the node's data sets.")],
@@ -461,14 +458,14 @@ def query(
     back (the node ships the columns it reads and this host runs the plan), both, side by side,
     or the way the node picks (auto), with where the time went. --json has the timings and the
     result's first --rows rows; --save writes the whole result to a file."""
-    from offload.dataservices import plans
+    from offload.dataservices import plans, tablefiles
     from offload.dataservices.client import NodeError
     from offload.dataservices.plans import PlanError
 
     ways = ("offload", "pushback") if way == "both" else (_way(way, (*WAYS, "both")),)
     comp = _compression(compression)
-    if save is not None and save.suffix.lower() not in SAVE_FORMATS:
-        raise fail(f"--save {save}: give a file ending in {', '.join(SAVE_FORMATS)}")
+    if save is not None and save.suffix.lower() not in tablefiles.WRITTEN:
+        raise fail(f"--save {save}: give a file ending in {', '.join(tablefiles.WRITTEN)}")
     runs = {}
     with _client(node, token_file, netns) as c:
         with failing(NodeError, PlanError, ValueError):
@@ -491,7 +488,7 @@ def query(
         runs = {f"auto ({tm.way})": runs["auto"]}
     _timing_table(runs, same)
     if save is not None:
-        console.print(f"wrote {result.num_rows:,} rows to {save} ({SAVE_FORMATS[save.suffix.lower()]})")
+        console.print(f"wrote {result.num_rows:,} rows to {save} ({tablefiles.WRITTEN[save.suffix.lower()]})")
 
 
 def _reason(way: str, why: str) -> str:
@@ -532,30 +529,15 @@ def _json_value(v: Any) -> Any:
 
 
 def _save(table: Any, path: Path) -> None:
-    """Writes ``table`` whole to ``path`` in the format its suffix names (SAVE_FORMATS), through a
-    temporary name and a rename (offload.files): a failure leaves the old file or none."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
+    """Writes ``table`` whole to ``path`` (tablefiles.write); a failure is one line, exit 2."""
+    from offload.dataservices import tablefiles
 
-    from offload.dataservices.tablefiles import write_parquet
-    from offload.files import atomic_write
-
-    kind = SAVE_FORMATS[path.suffix.lower()]
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if kind == "Parquet":
-            write_parquet(table, path)
-            return
-        with atomic_write(path, "wb") as f:
-            if kind == "CSV":
-                pacsv.write_csv(table, f)
-            else:
-                with pa.ipc.new_file(f, table.schema) as w:
-                    w.write_table(table)
+        tablefiles.write(table, path)
     except OSError as e:
         raise fail(oneline(e)) from None
-    except pa.ArrowException as e:  # CSV has no form for nested columns
-        raise fail(f"cannot write {path} as {kind}: {oneline(e)}; nothing was written") from None
+    except ValueError as e:
+        raise fail(str(e)) from None
 
 
 def _timing_table(runs: dict[str, Any], same: bool | None) -> None:

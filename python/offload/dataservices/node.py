@@ -286,7 +286,7 @@ class Node(flight.FlightServerBase):
             est, f = self._features(plan, info)
         except Exception as e:  # the estimator failed (a shape or type it lacks): fall back
             return self._decided(
-                out, self._fallback(plan, info, None, f"the estimate failed ({_line(e)})"), c0
+                out, self._fallback(plan, info, None, f"the estimate failed ({plans.first_line(e)})"), c0
             )
         out["estimate"], out["features"] = est, asdict(f)
         models = self.config.models
@@ -297,7 +297,7 @@ class Node(flight.FlightServerBase):
         try:
             d = TM.decide(models, self.config.system, f, TM.TransferLink.of(self.config.budget.get("link")))
         except Exception as e:  # a stage never learned, a model that cannot answer: fall back
-            reason = f"the time models cannot answer ({_line(e)})"
+            reason = f"the time models cannot answer ({plans.first_line(e)})"
             return self._decided(out, self._fallback(plan, info, est, reason), c0)
         out["decision"] = d.as_dict() | {"seconds": time.perf_counter() - t0}
         out["way"], out["why"] = d.way, d.why
@@ -643,11 +643,6 @@ def _result_schema(plan: bytes, tables: dict[str, pa.Table]) -> pa.Schema:
     except plans.PlanError as e:
         raise flight.FlightServerError(str(e)) from None
     return schema
-
-
-def _line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _stream(

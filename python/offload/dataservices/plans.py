@@ -72,16 +72,18 @@ def inspect(plan: bytes) -> PlanInfo:
         if not read.HasField("named_table") or not read.named_table.names:
             raise PlanError("only reads of named tables are supported (no virtual tables or files)")
         name = read.named_table.names[-1]
-        names = [f[0] for f in field_names(read.base_schema)]
-        cols = (
-            [names[i.field] for i in read.projection.select.struct_items]
-            if read.HasField("projection")
-            else names
-        )
-        reads[name] = list(dict.fromkeys(reads.get(name, []) + cols))
+        reads[name] = list(dict.fromkeys(reads.get(name, []) + read_columns(read)))
     if not reads:
         raise PlanError("the plan reads no table")
     return PlanInfo(reads, list(p.relations[0].root.names))
+
+
+def read_columns(read) -> list[str]:
+    """The top-level columns a ReadRel reads: its projection's, else its base schema's."""
+    names = [f[0] for f in field_names(read.base_schema)]
+    if read.HasField("projection"):
+        return [names[i.field] for i in read.projection.select.struct_items]
+    return names
 
 
 def field_names(schema) -> list[list[str]]:

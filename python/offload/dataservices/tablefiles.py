@@ -21,6 +21,9 @@ import pyarrow.parquet as pq
 from offload.files import atomic_write
 
 FORMATS = {".parquet": "parquet", ".arrow": "ipc", ".feather": "ipc"}
+"""What a node reads, by suffix."""
+WRITTEN = {".parquet": "Parquet", ".arrow": "Arrow IPC", ".feather": "Arrow IPC", ".csv": "CSV"}
+"""What :func:`write` writes, by suffix (CSV too: a query's result is read elsewhere)."""
 
 
 class DamagedFile(ValueError):
@@ -33,6 +36,33 @@ def write_parquet(table: pa.Table, path: str | Path, **options: object) -> Path:
     path = Path(path)
     with atomic_write(path, "wb") as f:
         pq.write_table(table, f, write_page_checksum=True, **options)  # type: ignore[arg-type]
+    return path
+
+
+def write(table: pa.Table, path: str | Path) -> Path:
+    """Writes ``table`` whole in the format its suffix names (:data:`WRITTEN`), atomically:
+    ValueError for a suffix it does not know or a table the format cannot hold (CSV and nested
+    columns), OSError for the disk; either way nothing was left half-written."""
+    import pyarrow.csv as pacsv
+
+    path = Path(path)
+    kind = WRITTEN.get(path.suffix.lower())
+    if kind is None:
+        raise ValueError(f"{path}: give a file ending in {', '.join(WRITTEN)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "Parquet":
+        return write_parquet(table, path)
+    try:
+        with atomic_write(path, "wb") as f:
+            if kind == "CSV":
+                pacsv.write_csv(table, f)
+            else:
+                with pa.ipc.new_file(f, table.schema) as w:
+                    w.write_table(table)
+    except pa.ArrowException as e:  # CSV has no form for nested columns
+        from offload.dataservices.plans import first_line
+
+        raise ValueError(f"cannot write {path} as {kind}: {first_line(e)}; nothing was written") from None
     return path
 
 

@@ -133,7 +133,7 @@ def features(
         elif kind.endswith("Rel"):
             kinds.add(kind)
             if kind == "ReadRel" and r.HasField("named_table") and r.named_table.names:
-                reads[r.named_table.names[-1]] = _read_columns(r)
+                reads[r.named_table.names[-1]] = plans.read_columns(r)
     classes = [plans.function_class(c) for c in calls]
     heavy, strings = classes.count("heavy"), classes.count("string")
     in_rows = float(sum(r for r, _ in tables.values()))
@@ -161,13 +161,6 @@ def features(
         join_rows=float(w.get("join_rows", in_rows if join else 0.0)),
         group_bytes=float(w.get("group_bytes", est_bytes if aggregate and est_rows > 1 else 0.0)),
     )
-
-
-def _read_columns(read: Any) -> list[str]:
-    names = list(read.base_schema.names)
-    if read.HasField("projection"):
-        return [names[i.field] for i in read.projection.select.struct_items if i.field < len(names)]
-    return names
 
 
 def _string_bytes(
