@@ -112,6 +112,13 @@ def _textual(t: pa.DataType) -> bool:
             or t_.is_fixed_size_binary(t) or t_.is_string_view(t) or t_.is_binary_view(t))  # fmt: skip
 
 
+def variable_width(t: pa.DataType) -> bool:
+    """Strings and binaries of variable length (dictionary-encoded ones by their values): what
+    costs per byte, not per row, to serialize, send and receive."""
+    v = _values_type(t)
+    return _textual(v) and not pa.types.is_fixed_size_binary(v)
+
+
 def _nested(t: pa.DataType) -> bool:
     """Lists, structs, maps, unions: no equality sketch (nor a value_counts kernel) for them."""
     return pa.types.is_nested(t) or pa.types.is_null(t)

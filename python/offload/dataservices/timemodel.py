@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from offload.dataservices.stats import variable_width
+
 FEATURES = ("in_rows", "in_bytes", "out_rows", "out_bytes", "functions", "aggregate", "join", "sort", "heavy",
             "heavy_rows", "cheap_rows", "aggregate_rows", "sort_rows", "string_rows", "in_string_bytes",
             "out_string_bytes", "join_rows", "group_bytes", "in_width", "in_string_width")  # fmt: skip
@@ -174,20 +176,11 @@ def _string_bytes(
         if schema is None:
             continue
         types = [schema.field(c).type for c in reads.get(t, schema.names) if c in schema.names]
-        if not any(_variable_width(typ) for typ in types):
+        if not any(variable_width(typ) for typ in types):
             continue
-        fixed = sum(typ.bit_width / 8 for typ in types if not _variable_width(typ) and _fixed(typ))
+        fixed = sum(typ.bit_width / 8 for typ in types if not variable_width(typ) and _fixed(typ))
         total += max(0.0, nbytes - rows * fixed)
     return total
-
-
-def _variable_width(t: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t) or getattr(pa.types, "is_string_view", lambda _: False)(t)
-        or getattr(pa.types, "is_binary_view", lambda _: False)(t)
-        or (pa.types.is_dictionary(t) and _variable_width(t.value_type))
-    )  # fmt: skip
 
 
 def _fixed(t: pa.DataType) -> bool:
@@ -781,7 +774,7 @@ def _rows_bound(rel: Any, rows: Mapping[str, float]) -> float:
     return math.inf
 
 
-def row_width(schema: pa.Schema, variable_width: float) -> float:
+def row_width(schema: pa.Schema, string_width: float) -> float:
     """Bytes of one row of ``schema``: fixed-width types their width, variable-width ones
-    ``variable_width`` (the widest such column read, from the statistics)."""
-    return sum((t.bit_width / 8 if _fixed(t) else variable_width) for t in schema.types)
+    ``string_width`` (the widest such column read, from the statistics)."""
+    return sum((t.bit_width / 8 if _fixed(t) else string_width) for t in schema.types)
