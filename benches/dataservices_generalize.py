@@ -300,7 +300,7 @@ def decide_worker(a: argparse.Namespace) -> None:
     started = [_serve(c, adapt) for c in deciders]
     deadline = time.monotonic() + a.adapt_wait
     for m, c, (before, served) in zip(MODELS, deciders, started, strict=True):
-        learned = _refit(c, before, deadline)
+        learned = _refit(c, before, len(served), deadline)
         after = {"adaptation": learned, "served_offload": served.count("offload")}
         for r, plan in zip(rows, plan_of, strict=True):
             r["decisions"][f"{m}, adapted"] = _decision(c.explain(plan)) | after
@@ -331,31 +331,32 @@ def _decision(explained: dict[str, Any]) -> dict[str, Any]:
             "why": explained.get("why")}  # fmt: skip
 
 
-def _serve(c: Any, sqls: Sequence[str]) -> tuple[int | None, list[str]]:
-    """Serves ``sqls`` (auto) for the node to learn from: its refits before, the ways it chose."""
-    before = (c.status().get("adaptation") or {}).get("refits")
+def _serve(c: Any, sqls: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """Serves ``sqls`` (auto) for the node to learn from: its adaptation's status before, the
+    ways it chose."""
+    before = c.status().get("adaptation") or {}
     return before, [c.query(sql, "auto")[1].way for sql in sqls]
 
 
-def _refit(c: Any, before: int | None, deadline: float) -> dict[str, Any]:
-    """Has the node refit now where it can be asked to (an action named refit); else waits, up
-    to ``deadline`` (time.monotonic), until its learner has taken in every query served and
-    refit since it counted ``before`` (it paces its refits to a share of its CPU). What its
-    status says of the adaptation then (nothing: it does not adapt), and the wait."""
-    from offload.dataservices.client import NodeError
-
+def _refit(c: Any, before: dict[str, Any], served: int, deadline: float) -> dict[str, Any]:
+    """Waits, up to ``deadline`` (time.monotonic), for the node to learn on its own: its
+    learner has taken in the ``served`` queries and refitted since (nothing is asked of it: an
+    idle node refits unpaced), with fewer new samples than a refit needs left over. What its
+    status says of the adaptation then, and the wait."""
     t0 = time.monotonic()
-    try:
-        c.action("refit", b"")
-    except NodeError:  # no such action: the node refits on its own
-        while time.monotonic() < deadline:
-            now = c.status().get("adaptation") or {}
-            if before is None or not now:
-                break
-            if now.get("refits", 0) > before and not now.get("queued") and not now.get("pending"):
-                break
-            time.sleep(0.5)
+    while time.monotonic() < deadline and before:
+        now = c.status().get("adaptation") or {}
+        taken = _taken(now) >= _taken(before) + served
+        settled = not now.get("queued") and not now.get("pending") and now.get("samples_since_refit", 0) < 25
+        if taken and settled and now.get("refits", 0) > before.get("refits", 0):
+            break
+        time.sleep(0.5)
     return (c.status().get("adaptation") or {}) | {"waited_s": round(time.monotonic() - t0, 1)}
+
+
+def _taken(adaptation: dict[str, Any]) -> int:
+    """The queries a learner has taken in: made samples, skipped (its CPU share) or failed."""
+    return sum(int(adaptation.get(k, 0)) for k in ("queries", "skipped", "failed"))
 
 
 # ------------------------------------------------------------------------------ the figures

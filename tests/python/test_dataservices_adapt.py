@@ -192,3 +192,74 @@ def test_the_learner_skips_queries_beyond_its_cpu_share(node: Node) -> None:
     st = node.status()["adaptation"]
     # the first query spends from an empty account; every later one finds it overdrawn
     assert st["queries"] == 1 and st["skipped"] == 5 and st["sample_cpu_s"] > 0
+
+
+def _fast_online(a: TM.Adaptation, n: int) -> TM.QueryFeatures:
+    """``n`` queries of one shape that ran 50x faster than the slow node's samples say."""
+    f = TM.QueryFeatures(1e4, 24e4, 3e3, 72e3, 1, False, False, False)
+    for _ in range(n):
+        a.observe(None, f, f, {"node_offload": 1e-7 * 1e4, "host_receive_out": 2e-8 * 1e4})
+    return f
+
+
+def test_online_samples_weigh_enough_to_move_a_large_training_set() -> None:
+    base = _slow_node() * 20  # 720 training samples against 12 online ones
+    a = TM.Adaptation(base, "nic", every=10, seed=1)
+    assert a.weights(720, 12) == [1.0] * 720 + [10.0] * 12  # 60x would be asked: capped
+    assert a.weights(10, 40) == [1.0] * 10 + [1.0] * 40  # never below the training file's
+    f = _fast_online(a, 12)
+    measured = 1e-7 * 1e4
+    unweighted = TM.Models.fit([*base, *a.learned()], seed=1).predict("nic", "node_offload", f)
+    weighted = a.refit().predict("nic", "node_offload", f)
+    assert abs(math.log(weighted / measured)) < abs(math.log(unweighted / measured)) / 2
+
+
+def test_a_high_error_is_refitted_before_it_drifts_and_an_idle_node_refits_unpaced() -> None:
+    models = TM.Models.fit(_slow_node(), seed=2)
+    a = TM.Adaptation(_slow_node(), "nic", every=10, cpu_share=1e-6, seed=2)
+    f = TM.QueryFeatures(1e4, 24e4, 3e3, 72e3, 1, False, False, False)
+    p = {t: models.predict(s, t, f) for s, t in (("nic", "node_offload"), ("host", "host_receive_out"))}
+    for _ in range(12):  # measured 1.5x the prediction: off by 33%, not drifted (50%), worth a refit
+        a.observe(models, f, f, {t: 1.5 * v for t, v in p.items()})
+    st = a.status()
+    assert st["drifted"] == [] and 0.25 < st["error"]["node_offload"] < 0.5
+    assert a.due(time.monotonic(), models)
+
+    def no_pause(_: float) -> bool:
+        raise AssertionError("an idle node's refit paused")
+
+    a.refit(no_pause, quiet=lambda _: True)  # the node idle throughout: nothing charged
+    st = a.status()
+    assert st["refit_cpu_s"] > 0 and st["refit_busy_cpu_s"] == 0
+    pauses: list[float] = []
+    _fast_online(a, 10)
+    assert a.due(time.monotonic())  # not held back by the free refit (lacking: no models given)
+    a.refit(lambda s: pauses.append(s) or True, quiet=lambda _: False)  # busy: paced, charged
+    assert pauses and min(pauses) > 0 and a.status()["refit_busy_cpu_s"] > 0
+    _fast_online(a, 10)
+    assert not a.due(time.monotonic())  # a millionth of the time: the next refit waits
+
+
+def test_what_a_node_learned_survives_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    kept = tmp_path / "learned.json"
+    cfg = NodeConfig(TOKEN, name="r", system="nic", adapt_every=10**6, seed=3, learn_file=kept)
+    n = Node(cfg)
+    n.add("particles", P.generate(5_000, seed=4))
+    try:
+        with NodeClient(f"127.0.0.1:{n.port}", TOKEN) as c:
+            _run(c, 3)
+            _settled(n, 6)
+            c.action("refit", b"")
+        learned = n.status()["adaptation"]["samples"]
+    finally:
+        n.shutdown()
+    assert learned > 0 and len(TM.Models.read_samples(kept)) == learned
+    again = Node(NodeConfig(TOKEN, name="r2", system="nic", adapt_every=10**6, seed=3, learn_file=kept))
+    try:  # no query yet: the loaded samples are refitted on by themselves
+        deadline = time.monotonic() + 20
+        while again.status()["adaptation"]["refits"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        st = again.status()["adaptation"]
+        assert st["samples"] == learned and st["refits"] == 1 and again.config.models is not None
+    finally:
+        again.shutdown()

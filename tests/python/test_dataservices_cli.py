@@ -276,3 +276,12 @@ def test_serve_removes_the_namespace_it_made(tmp_path: Path) -> None:
         assert r.returncode == 0 and L.exists(ns), r.stdout + r.stderr
     finally:
         L.remove_namespace(ns)
+
+
+def test_serve_refuses_a_learn_file_that_is_not_a_training_file(tmp_path: Path) -> None:
+    bad = tmp_path / "learned.json"
+    bad.write_text('{"samples": [{"system": 1}]}')
+    r = _offload("serve", "--port", "0", "--learn-file", str(bad), "--max-seconds", "0.5",
+                 "--token-file", str(tmp_path / "t"))  # fmt: skip
+    assert r.returncode == 2 and "learned.json: not a training file" in r.stderr, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "serving" not in r.stdout

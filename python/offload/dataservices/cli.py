@@ -174,8 +174,21 @@ def serve(
         ),
     ] = True,
     learn_cpu_share: Annotated[
-        float, typer.Option(min=0.001, max=1.0, help="The most of the node's CPU its learning may take.")
+        float,
+        typer.Option(
+            min=0.001,
+            max=1.0,
+            help="The most of the node's CPU its learning may take while it serves queries "
+            "(an idle node refits at full speed).",
+        ),
     ] = 0.05,
+    learn_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Keep the samples learned online in this file: read when the node starts (and refitted on), "
+            "rewritten after each refit; a training file, so --models takes it too. \\[default: not kept]"
+        ),
+    ] = None,
 ) -> None:
     """Serve a node: an Arrow Flight server that owns data sets and runs Substrait plans sent to
     it, or ships the columns they read back to the host, under a resource budget (CPU quota,
@@ -197,7 +210,11 @@ def serve(
     with failing(ValueError):
         cfg = S.config(prof, B.profile(profile), host, port, data_dir, allow_remote, name, models)
         cfg.batch_rows, cfg.batch_bytes = batch_rows, size_bytes(batch_size)
-        cfg.adapt, cfg.adapt_cpu_share = learn, learn_cpu_share
+        cfg.adapt, cfg.adapt_cpu_share, cfg.learn_file = learn, learn_cpu_share, learn_file
+        if learn_file is not None and learn_file.exists():
+            from offload.dataservices import timemodel as TM
+
+            TM.Models.read_samples(learn_file)  # a file that is not one: one line, before serving
     with failing(S.CannotServe):
         served = S.start(cfg, prof, netns, token_file, list(SERVICES.values()))
     if served.token_file is not None:

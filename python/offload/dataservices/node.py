@@ -132,6 +132,10 @@ class NodeConfig:
     share of the time on refits."""
     seed: int = 0
     """The refits' seed: the same samples give the same models."""
+    learn_file: Path | None = None
+    """Where the online samples are kept across restarts: read when the node starts (then
+    refitted on), rewritten (temp file and rename) after each refit. A training file: it can be
+    given to ``--models`` too. None: what the node learned goes with it."""
 
 
 def is_loopback(host: str) -> bool:
@@ -725,6 +729,8 @@ class _Learner:
     IDLE_S, WAIT_S = 0.02, 1.0
     """The learner works once the node has been idle IDLE_S, or has waited WAIT_S for it (a
     node never idle still learns, an event a second)."""
+    QUIET_S = 1.0
+    """A node idle this long is quiet: a refit's pause ends, and its CPU from then on is free."""
     BURST_S = 0.5
     """CPU seconds the learner may spend ahead of its share (NodeConfig.adapt_cpu_share of the
     node's cores, over the time it has run: samples and its own refits together, not those
@@ -744,9 +750,12 @@ class _Learner:
         self._stop = threading.Event()
         self.dropped = self.failed = self.skipped = 0
         self.sample_cpu_s = self.paced_cpu_s = 0.0
-        """The learner's CPU on samples and on the refits it chose to run (refit_now is asked for)."""
+        """The learner's CPU on samples and on the refits it chose to run while the node was busy
+        (refit_now is asked for; an idle node's CPU is free)."""
         self._started = time.monotonic()
         self._deferred: list[tuple[Any, ...]] = []
+        if cfg.learn_file is not None and cfg.learn_file.exists():
+            self.adaptation.load(TM.Models.read_samples(cfg.learn_file))
         self._thread = threading.Thread(target=self._run, name=f"{cfg.name}-learner", daemon=True)
         self._thread.start()
 
@@ -817,9 +826,12 @@ class _Learner:
             self._finish(self._pending.popitem(last=False)[1])
 
     def _pause(self, seconds: float) -> bool:
-        """A paced refit's pause: queries keep becoming samples meanwhile; False if stopping."""
+        """A paced refit's pause: queries keep becoming samples meanwhile; it ends early once the
+        node has been idle QUIET_S (an idle node's CPU is free); False if stopping."""
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0 and not self._stop.is_set():
+            if self._node.idle(self.QUIET_S):
+                break
             self._take(min(left, 0.1), during_refit=True)
         self._wait_idle()
         return not self._stop.is_set()
@@ -839,12 +851,19 @@ class _Learner:
         if current is not self._fitted:  # models given since (a training file): their samples are the base
             self.adaptation.base = list(current.samples) if current is not None else []
         wait = self._pause if paced else None
-        spent = self.adaptation.refit_cpu_s
-        models = self._fitted = self.adaptation.refit(wait, self._node.cores())
+        spent = self.adaptation.charged_cpu_s
+        models = self._fitted = self.adaptation.refit(wait, self._node.cores(), self._node.idle)
         if paced:
-            self.paced_cpu_s += self.adaptation.refit_cpu_s - spent
+            self.paced_cpu_s += self.adaptation.charged_cpu_s - spent
         self._node.config.models = models  # one assignment: a decision sees the old or the new
+        self._keep()
         return models
+
+    def _keep(self) -> None:
+        """Writes the online samples to the node's learn file, whole or not at all."""
+        path = self._node.config.learn_file
+        if path is not None:
+            TM.Models(self.adaptation.learned()).save(path)
 
     def _handle(self, event: tuple[Any, ...]) -> None:
         kind = event[0]

@@ -249,24 +249,30 @@ class Models:
 
     @classmethod
     def fit(
-        cls, samples: Sequence[QuerySample], seed: int = 0, between: Callable[[], None] | None = None
+        cls,
+        samples: Sequence[QuerySample],
+        seed: int = 0,
+        between: Callable[[], None] | None = None,
+        weights: Sequence[float] | None = None,
     ) -> Models:
         """One regressor per (system, target) with at least 4 samples; ``between`` is called
-        after each (an online refit paces itself there)."""
+        after each (an online refit paces itself there); ``weights``, one a sample (default 1)."""
         from sklearn.ensemble import GradientBoostingRegressor
 
         m = cls(list(samples))
+        w_all = None if weights is None else np.asarray(weights, dtype=float)
         for system in sorted({s.system for s in samples}):
             for target in TARGETS:
-                rows = [s for s in samples if s.system == system and target in s.times]
-                if len(rows) < 4:
+                at = [i for i, s in enumerate(samples) if s.system == system and target in s.times]
+                if len(at) < 4:
                     continue
-                x = np.array([s.features.vector() for s in rows])
-                y = np.log(np.array([max(s.times[target], 1e-6) for s in rows]))
+                x = np.array([samples[i].features.vector() for i in at])
+                y = np.log(np.array([max(samples[i].times[target], 1e-6) for i in at]))
                 gbm = GradientBoostingRegressor(
                     n_estimators=300, max_depth=3, learning_rate=0.05, subsample=0.8, random_state=seed
                 )
-                m.regressors[(system, target)] = gbm.fit(x, y)
+                w = None if w_all is None else w_all[at]
+                m.regressors[(system, target)] = gbm.fit(x, y, sample_weight=w)
                 if between is not None:
                     between()
         return m
@@ -531,29 +537,46 @@ query's, 1: its scan's), as :mod:`.training` writes them."""
 
 class Adaptation:
     """Online adaptation of a node's time models: every query it serves, either way, becomes
-    samples (:meth:`observe`), kept beside the training file's (the ``keep`` most recent); the
-    models are refitted on both (:meth:`refit`) when ``every`` new samples have come and the
-    refits so far have used at most ``cpu_share`` of the time since they started (a refit of
-    c CPU seconds holds the next one back by c / cpu_share). Drift is the relative error of
-    each stage's prediction against what was measured, over the ``window`` last queries since
-    the last refit; a stage whose median is above ``drift`` (and has 10 queries) has drifted.
-    Thread-safe."""
+    samples (:meth:`observe`), kept beside the training file's (the ``keep`` most recent) and
+    weighted so that together they count ``online_weight`` times the training file's (at most
+    ``max_weight`` each): fifty queries of the node's own workload must move a model fitted on
+    thousands of others. The models are refitted on both (:meth:`refit`) when ``every`` new
+    samples have come and the models in use predict a stage worse than ``refit_error`` (median
+    relative error over 10 queries or more), lack a side, or ten times ``every`` samples have
+    come. The refits' CPU while the node is busy is held to ``cpu_share`` of the time (a refit
+    of c CPU seconds holds the next one back by c / cpu_share); while the node is idle its CPU
+    is free. A stage whose median error is above ``drift`` has drifted (status). Thread-safe."""
 
     def __init__(self, base: Sequence[QuerySample], node_system: str, host_system: str = "host",
                  keep: int = 2000, every: int = 25, cpu_share: float = 0.05, seed: int = 0,
-                 window: int = 200, drift: float = 0.5) -> None:  # fmt: skip
+                 window: int = 200, drift: float = 0.5, refit_error: float = 0.25,
+                 online_weight: float = 1.0, max_weight: float = 10.0) -> None:  # fmt: skip
         import threading
         from collections import deque
 
         self.base, self.node_system, self.host_system = list(base), node_system, host_system
         self.every, self.cpu_share, self.seed, self.drift = every, cpu_share, seed, drift
+        self.refit_error, self.online_weight, self.max_weight = refit_error, online_weight, max_weight
         self.online: deque[QuerySample] = deque(maxlen=keep)
         self.errors: dict[str, deque[float]] = {t: deque(maxlen=window) for t in TARGETS}
         self.queries = self.new = self.refits = self.skipped = 0
-        self.refit_cpu_s = 0.0
+        self.refit_cpu_s = self.charged_cpu_s = 0.0
+        """All the refits' CPU, and the part spent while the node was busy (held to the share)."""
         self._not_before = 0.0
-        self._held = False
+        self._held = self._stale = False
         self._lock = threading.Lock()
+
+    def load(self, samples: Sequence[QuerySample]) -> None:
+        """Samples learned online before (a node restarted): kept as online ones, and the next
+        :meth:`due` asks for a refit, as the models in use were not fitted on them."""
+        with self._lock:
+            self.online.extend(samples)
+            self._stale = bool(samples)
+
+    def learned(self) -> list[QuerySample]:
+        """The online samples kept, oldest first."""
+        with self._lock:
+            return list(self.online)
 
     def observe(self, models: Models | None, decided: QueryFeatures, ran: QueryFeatures,
                 times: Mapping[str, float]) -> None:  # fmt: skip
@@ -590,46 +613,62 @@ class Adaptation:
         y = models.forest(keys).predict(np.array([f.vector(), scan_features(f).vector()]))
         return {t: abs(float(p) - times[t]) / times[t] for (_, t, _), p in zip(keys, y, strict=True)}
 
+    def _worse_than(self, limit: float) -> list[str]:
+        """The stages whose median error over 10 queries or more is above ``limit`` (locked)."""
+        return sorted(t for t, e in self.errors.items() if len(e) >= 10 and float(np.median(e)) > limit)
+
     def due(self, now: float, models: Models | None = None) -> bool:
-        """Whether a refit may run now (``now``: time.monotonic()): ``every`` new samples have
-        come, and the ``models`` in use lack a side, or have drifted, or ten times ``every``
-        samples have come (models that predict well are not refitted for nothing); counts one
-        skipped where the CPU budget holds a refit back."""
+        """Whether a refit may run now (``now``: time.monotonic()): samples learned before
+        were loaded, or ``every`` new samples have come and the ``models`` in use lack a side,
+        predict a stage worse than ``refit_error``, or ten times ``every`` samples have come
+        (models that predict well are not refitted for nothing); counts one skipped where the
+        CPU budget holds a refit back."""
         lacking = models is None or not {self.node_system, self.host_system} <= models.systems()
         with self._lock:
-            if self.new < self.every:
-                return False
-            drifted = any(len(e) >= 10 and float(np.median(e)) > self.drift for e in self.errors.values())
-            if not (lacking or drifted or self.new >= 10 * self.every):
-                return False
+            if not self._stale:
+                if self.new < self.every:
+                    return False
+                if not (lacking or self._worse_than(self.refit_error) or self.new >= 10 * self.every):
+                    return False
             if now < self._not_before:
                 self.skipped += not self._held  # once per refit held back, not per sample
                 self._held = True
                 return False
             return True
 
-    def refit(self, wait: Callable[[float], bool] | None = None, cores: float = 1.0) -> Models:
+    def weights(self, n_base: int, n_online: int) -> list[float]:
+        """One weight a sample: the training file's 1, the online ones' so that together they
+        count ``online_weight`` times the training file's, between 1 and ``max_weight``."""
+        w = self.online_weight * n_base / n_online if n_online and n_base else 1.0
+        return [1.0] * n_base + [min(max(w, 1.0), self.max_weight)] * n_online
+
+    def refit(self, wait: Callable[[float], bool] | None = None, cores: float = 1.0,
+              quiet: Callable[[float], bool] | None = None) -> Models:  # fmt: skip
         """Models fitted on the training samples and the online ones (deterministic for the
         same samples and seed), their decision forests built here rather than on a query.
-        ``wait(seconds)`` paces it: after each regressor it is asked to wait long enough that
-        the refit uses at most ``cpu_share`` of ``cores`` (the node's CPU) while it runs, and a
-        False from it (the node stopping) abandons the refit (RefitStopped)."""
+        ``wait(seconds)`` paces it: after each regressor fitted while the node was busy (not
+        ``quiet(seconds)``, idle for the regressor's wall time) it is asked to wait long enough
+        that the refit uses at most ``cpu_share`` of ``cores`` (the node's CPU), and a False
+        from it (the node stopping) abandons the refit (RefitStopped)."""
         import time
 
         with self._lock:
-            samples = [*self.base, *self.online]
-            self.new = 0
+            base, online = list(self.base), list(self.online)
+            self.new, self._stale = 0, False
         share = max(self.cpu_share * cores, 1e-6)
         c0 = last = time.thread_time()
+        started, charged = time.monotonic(), 0.0
 
         def between() -> None:
-            nonlocal last
+            nonlocal last, started, charged
             spent = time.thread_time() - last
-            if wait is not None and not wait(spent * max(0.0, 1.0 / share - 1.0)):
-                raise RefitStopped("the node stopped during a refit")
-            last = time.thread_time()
+            if quiet is None or not quiet(time.monotonic() - started):
+                charged += spent
+                if wait is not None and not wait(spent * max(0.0, 1.0 / share - 1.0)):
+                    raise RefitStopped("the node stopped during a refit")
+            last, started = time.thread_time(), time.monotonic()
 
-        models = Models.fit(samples, self.seed, between)
+        models = Models.fit([*base, *online], self.seed, between, self.weights(len(base), len(online)))
         warm(models, self.node_system, self.host_system)
         cpu = time.thread_time() - c0
         with self._lock:
@@ -638,7 +677,8 @@ class Adaptation:
             self.refits += 1
             self._held = False
             self.refit_cpu_s += cpu
-            self._not_before = time.monotonic() + cpu / share
+            self.charged_cpu_s += charged
+            self._not_before = time.monotonic() + charged / share
         return models
 
     def status(self) -> dict[str, Any]:
@@ -650,10 +690,12 @@ class Adaptation:
                 "training_samples": len(self.base),
                 "refits": self.refits,
                 "refits_skipped": self.skipped,
+                "samples_since_refit": self.new,
                 "refit_cpu_s": round(self.refit_cpu_s, 4),
+                "refit_busy_cpu_s": round(self.charged_cpu_s, 4),
                 "error": err,
                 "error_count": {t: len(e) for t, e in self.errors.items() if e},
-                "drifted": sorted(t for t, v in err.items() if v > self.drift and len(self.errors[t]) >= 10),
+                "drifted": self._worse_than(self.drift),
             }
 
 
