@@ -185,6 +185,8 @@ def test_describe_and_drop(cli: Run, node: Node) -> None:
     cols = doc["stats"]["columns"]
     assert doc["rows"] == 50 and {f["name"]: f["type"] for f in doc["schema"]}["tags"] == "list<item: int64>"
     assert cols["tags"]["distinct"] is None and cols["name"]["distinct"] == 7
+    assert (cols["day"]["min"], cols["day"]["max"]) == ("2024-01-01", "2024-02-19")  # ISO, not days
+    assert cols["at"]["max"] == "2024-01-01T23:00:00+00:00"
     _one_line_error(cli("describe", "nope"), "'nope'", "known:", "mixed", "particles")
     node.add("scratch", pa.table({"a": [1, 2]}))
     r = cli("drop", "scratch", "--json")

@@ -347,18 +347,21 @@ def describe(
             schema = c.schemas().get(name)
     fields = list(schema) if schema is not None else []
     d["schema"] = [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in fields]
+    st = d.get("stats") or {}
+    types = {f.name: f.type for f in fields}
+    for col, cs in (st.get("columns") or {}).items():  # temporal bounds in their type (JSON: ISO 8601)
+        cs.update({k: _typed(cs[k], types.get(col)) for k in ("min", "max") if k in cs})
     if emit(d, as_json, out, default=_json_value):
         return
-    st = d.get("stats") or {}
     console.print(f"{d['name']}: {d['rows']:,} rows, {d['bytes'] / 2**20:.2f} MiB, "
                   f"from {escape(d['source'])}; statistics over a sample of {st.get('sample_rows', 0):,} "
                   f"rows, built in {d.get('stats_s', 0):.2f} s")  # fmt: skip
-    _columns_table(d["name"], {f.name: f.type for f in fields}, st.get("columns") or {})
+    _columns_table(d["name"], types, st.get("columns") or {})
 
 
 def _columns_table(name: str, types: dict[str, Any], columns: dict[str, dict[str, Any]]) -> None:
-    """Per column its type and statistics (a temporal min or max in its type, not the number the
-    sketch keeps); frequent items only where the node sends some."""
+    """Per column its type and statistics (temporal bounds already in their type: describe);
+    frequent items only where the node sends some."""
     frequent = any(_frequent(cs) != "-" for cs in columns.values())
     t = compact_table(f"{name}: columns")
     for col in ("column", "type", "nulls", "distinct", "min", "max", *(("frequent",) if frequent else ())):
@@ -367,7 +370,7 @@ def _columns_table(name: str, types: dict[str, Any], columns: dict[str, dict[str
         distinct = "estimates unknown" if cs.get("distinct") is None else f"{cs['distinct']:,}"
         kind = types.get(col)
         cells = [col, escape(str(kind or "?")), f"{cs.get('nulls', 0):,}", distinct]
-        cells += [_cell(_typed(cs.get(k), kind)) for k in ("min", "max")]
+        cells += [_cell(cs.get(k)) for k in ("min", "max")]
         cells += [_frequent(cs)] if frequent else []
         t.add_row(*cells)
     console.print(t)
