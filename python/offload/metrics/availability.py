@@ -342,3 +342,210 @@ def _seed_points(axes: Any) -> None:
         a.set_ylabel("P(loss, servers) ÷ P(loss, embedded)")
         a.legend(fontsize=8)
         a.grid(True, which="major", alpha=0.3)
+
+
+# ------------------------------------------------------------------ the candidates for slide 58
+#
+# Which model gives all three of the seed's figures (7.1, 20.7, 114.3)? Each candidate below is a
+# standard way to compute P(data loss); `candidates` evaluates every one on the seed's cases, in
+# its parameter-free limit and at the value of its free parameter that comes closest to all three
+# at once. Rates are in compute-unit failure rates, as above (`node_rates`).
+
+MODELS: tuple[str, ...] = ("copysets-poisson", "cidon-copyset", "cidon-random", "markov-repair", "correlated")
+REPAIR: tuple[str, ...] = ("equal", "by-data", "by-compute")
+"""How fast a server is repaired against an embedded node (``markov-repair``): ``equal``; ``by-data``
+(a server holds n devices' data, so 1/n as fast); ``by-compute`` (that, rebuilt with c compute units:
+c/n as fast)."""
+
+
+def independent_loss(p: float, copysets_: float, replicas: int = REPLICAS) -> float:
+    """Cidon et al.'s probability of data loss with copyset replication, nodes failing independently
+    with probability ``p`` each: a copyset is lost when its R nodes all fail, and the K copysets are
+    taken as independent, so P = 1 - (1 - p^R)^K (computed without cancellation)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"a node's failure probability must be in [0, 1], got {p}")
+    if p == 1.0:
+        return 1.0
+    return -math.expm1(copysets_ * math.log1p(-(p**replicas)))
+
+
+def random_replication_loss(nodes: int, p: float, replicas: int = REPLICAS) -> float:
+    """Cidon et al.'s random replication with many chunks per node: every R-set of nodes holds some
+    chunk, so data is lost as soon as any R nodes fail: P(Binomial(N, p) >= R)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"a node's failure probability must be in [0, 1], got {p}")
+    return min(
+        1.0, sum(math.comb(nodes, k) * p**k * (1 - p) ** (nodes - k) for k in range(replicas, nodes + 1))
+    )
+
+
+def copyset_mttdl(rate: float, repair: float, replicas: int = REPLICAS) -> float:
+    """Mean time to data loss of one copyset as a Markov chain with repair: with i of its R nodes
+    failed, another fails at (R - i)·rate and each failed one is rebuilt at ``repair`` (i·repair in
+    all); R failed is data loss. The expected times to absorption T_i solve
+    (up_i + down_i)·T_i = 1 + up_i·T_{i+1} + down_i·T_{i-1}, T_R = 0; returned is T_0."""
+    if not (rate > 0 and repair >= 0 and math.isfinite(rate) and math.isfinite(repair)):
+        raise ValueError(f"need a failure rate > 0 and a repair rate >= 0, got {rate} and {repair}")
+    # T_i = a_i + b_i·T_{i+1}, forward from i = 0 (no down step there); T_R = 0 closes it
+    a, b = 1.0 / (replicas * rate), 1.0
+    coefs = [(a, b)]
+    for i in range(1, replicas):
+        up, down = (replicas - i) * rate, i * repair
+        denom = up + down - down * b
+        a, b = (1.0 + down * a) / denom, up / denom
+        coefs.append((a, b))
+    t = 0.0
+    for a, b in reversed(coefs):
+        t = a + b * t
+    return t
+
+
+def correlated_coefficient(
+    servers: int, n: int, compute_rate: float, device_rate: float, scatter_width: int = SCATTER_WIDTH
+) -> float:
+    """P(data loss) / T^3 as T → 0 for servers whose failures are not whole-node: a server's compute
+    fails at ``compute_rate`` and takes its n devices, a device fails at ``device_rate`` alone. Server
+    copysets as above; each carries n device copysets, device j of each of its three servers. The
+    minimal sets of three failures that lose a device copyset are, per server copyset: the three
+    computes (a³); two computes and any device of the third server (3·n·a²f); one compute and the
+    other two servers' devices j (3·n·a·f²); the three devices j (n·f³). Copysets share at most one
+    server, so no set is counted twice. R = 3."""
+    a, f = compute_rate, device_rate
+    per_copyset = a**3 + 3 * n * a * a * f + 3 * n * a * f * f + n * f**3
+    return copysets(servers, scatter_width, 3) * per_copyset
+
+
+def _rates(k: Case, f_per: FPer) -> tuple[float, float, float]:
+    """(server compute rate, device rate, embedded node rate) in compute-unit rates."""
+    unit_f = node_rates(k.n, k.c, k.f, f_per)[1] - 1.0
+    return float(k.c), unit_f, 1.0 + unit_f
+
+
+def candidate_benefit(
+    model: str,
+    k: Case,
+    param: float | None = None,
+    *,
+    servers: int = SERVERS,
+    f_per: FPer = "compute-unit",
+    repair: str = "equal",
+) -> float:
+    """P(loss, servers) / P(loss, embedded) of one case under one candidate ``model`` (:data:`MODELS`).
+    ``param`` is its free parameter, None for its limit: the exposure λT for ``copysets-poisson``,
+    ``cidon-copyset`` and ``cidon-random``, λ/μ (a compute unit's failure rate over an embedded
+    node's repair rate) for ``markov-repair``; ``correlated`` has none (its rare-failure limit)."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; one of {', '.join(MODELS)}")
+    if repair not in REPAIR:
+        raise ValueError(f"unknown repair {repair!r}; one of {', '.join(REPAIR)}")
+    if param is not None and not (math.isfinite(param) and param > 0):
+        raise ValueError(f"the model's parameter must be > 0, got {param}")
+    emb = servers * k.c
+    r_s, r_e = node_rates(k.n, k.c, k.f, f_per)
+    if model == "copysets-poisson":
+        return relative_benefit(k.n, k.c, k.f, servers=servers, window=param, f_per=f_per)
+    ks, ke = copysets(servers), copysets(emb)
+    if model == "cidon-copyset":
+        if param is None:
+            return ks * r_s**3 / (ke * r_e**3)
+        return independent_loss(-math.expm1(-r_s * param), ks) / independent_loss(
+            -math.expm1(-r_e * param), ke
+        )
+    if model == "cidon-random":
+        if param is None:
+            return math.comb(servers, 3) * r_s**3 / (math.comb(emb, 3) * r_e**3)
+        ps, pe = -math.expm1(-r_s * param), -math.expm1(-r_e * param)
+        return random_replication_loss(servers, ps) / random_replication_loss(emb, pe)
+    if model == "markov-repair":
+        slow = {"equal": 1.0, "by-data": 1.0 / k.n, "by-compute": k.c / k.n}[repair]
+        if param is None:  # MTTDL ∝ μ²/λ³ as λ/μ → 0, so the ratio is (r_s/r_e)³·(μ_e/μ_s)²
+            return ks * r_s**3 / (ke * r_e**3 * slow**2)
+        return (ks / copyset_mttdl(r_s * param, slow)) / (ke / copyset_mttdl(r_e * param, 1.0))
+    if param is not None:
+        raise ValueError("the correlated model has no free parameter (its rare-failure limit)")
+    a, f, e = _rates(k, f_per)
+    return correlated_coefficient(servers, k.n, a, f) / (ke * e**3)
+
+
+FREE: dict[str, str | None] = {
+    "copysets-poisson": "λT",
+    "cidon-copyset": "λT",
+    "cidon-random": "λT",
+    "markov-repair": "λ/μ",
+    "correlated": None,
+}
+
+
+def _worst(values: Sequence[float], cases: Sequence[Case]) -> float:
+    """The largest |ln(model / seed)| over the cases: a factor, symmetric above and below."""
+    return max(
+        abs(math.log(v / k.published)) if v > 0 else math.inf for v, k in zip(values, cases, strict=True)
+    )
+
+
+def closest(
+    model: str,
+    cases: Sequence[Case] = SEED_CASES,
+    lo: float = 1e-6,
+    hi: float = 10.0,
+    points: int = 561,
+    **kw: Any,
+) -> tuple[float, list[float]]:
+    """The parameter on a log grid from ``lo`` to ``hi`` (refined around the best point) at which
+    the model's figures come closest to all published ones at once (smallest worst-case factor),
+    and those figures. A search of its one free parameter, to show how close the model can come."""
+
+    def at(x: float) -> list[float]:
+        return [candidate_benefit(model, k, x, **kw) for k in cases]
+
+    step = (math.log(hi) - math.log(lo)) / (points - 1)
+    grid = [math.exp(math.log(lo) + i * step) for i in range(points)]
+    best = min(grid, key=lambda x: _worst(at(x), cases))
+    fine = [best * math.exp(step * (j / 20 - 1)) for j in range(41)]
+    best = min(fine, key=lambda x: _worst(at(x), cases))
+    return best, at(best)
+
+
+def candidates(
+    cases: Sequence[Case] = SEED_CASES, *, servers: int = SERVERS, tolerance: float = 0.01
+) -> dict[str, Any]:
+    """Every candidate (and variant: f's two readings, markov-repair's repair rules) on the seed's
+    cases: its limit, and its free parameter's closest joint fit, against the published figures.
+    ``matches`` is whether one setting gives every figure within ``tolerance``."""
+    rows = []
+    for model in MODELS:
+        for f_per in F_PER:
+            for repair in REPAIR if model == "markov-repair" else ("equal",):
+                per: FPer = "server" if f_per == "server" else "compute-unit"
+                kw: dict[str, Any] = {"servers": servers, "f_per": per, "repair": repair}
+                limit = [candidate_benefit(model, k, None, **kw) for k in cases]
+                row: dict[str, Any] = {
+                    "model": model,
+                    "f_per": f_per,
+                    "repair": repair if model == "markov-repair" else None,
+                    "free": FREE[model],
+                    "limit": limit,
+                    "limit_worst_factor": math.exp(_worst(limit, cases)),
+                }
+                best = limit
+                if FREE[model]:
+                    x, best = closest(model, cases, **kw)
+                    row |= {
+                        "closest_param": x,
+                        "closest": best,
+                        "closest_worst_factor": math.exp(_worst(best, cases)),
+                    }
+                row["matches"] = any(
+                    all(abs(v / k.published - 1) <= tolerance for v, k in zip(vals, cases, strict=True))
+                    for vals in (limit, best)
+                )
+                rows.append(row)
+    return {
+        "cases": [{"case": k.name, "n": k.n, "c": k.c, "f": k.f, "published": k.published} for k in cases],
+        "servers": servers,
+        "replicas": REPLICAS,
+        "scatter_width": SCATTER_WIDTH,
+        "tolerance": tolerance,
+        "models": rows,
+        "any_matches": any(r["matches"] for r in rows),
+    }

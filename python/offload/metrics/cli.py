@@ -160,15 +160,37 @@ def availability(
         Path | None,
         typer.Option(help="Write the benefit over n, c and f here (.png, .svg). \\[default: none]"),
     ] = None,
+    models: Annotated[
+        bool,
+        typer.Option(
+            "--models",
+            help="Instead: every candidate model (copysets with Poisson failures, Cidon et al.'s copyset and "
+            "random replication, a Markov chain with repair, servers whose devices fail alone) on the seed's "
+            "three cases, in its limit and at the setting of its free parameter closest to all three.",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
     """Relative data availability of embedded storage nodes against servers (seed 003, HotEdge'20):
     P(data loss) of m servers over that of m·c embedded nodes, both 3-way replicated on copysets,
-    failures Poisson. Above 1, embedded storage is the more available."""
+    failures Poisson. Above 1, embedded storage is the more available. With --models, which model
+    could give the seed's three figures (docs/metrics.md)."""
     from offload.metrics import availability as A
 
     window = exposure if exposure is not None else window
+    if models:
+        if case or window is not None or plot is not None or f_per != "compute-unit":
+            raise fail("--models takes the seed's cases, both readings of f and no window: drop "
+                       "--case, --exposure, --f-per and --plot")  # fmt: skip
+        if (scatter_width, replicas) != (A.SCATTER_WIDTH, A.REPLICAS):
+            raise fail(f"--models compares at the seed's w = {A.SCATTER_WIDTH} and R = {A.REPLICAS}")
+        with failing(ValueError):
+            r = A.candidates(servers=servers)
+        if emit(r, json_out, out):
+            return
+        _show(tables.availability_models(r))
+        return
     pers = choices(f_per, A.F_PER, "--f-per value")
     if len(pers) != 1:
         raise fail(f"--f-per takes one of {', '.join(A.F_PER)}, got {f_per!r}")

@@ -68,6 +68,30 @@ def availability(r: dict[str, Any], servers: int, window: float | None) -> list[
     return [t]
 
 
+def availability_models(r: dict[str, Any]) -> list[RenderableType]:
+    """Each candidate model's three figures, in its limit and at its closest setting, beside the
+    seed's; the worst factor off is over the three."""
+    names = " · ".join(f"{k['n']}/{k['c']}/{k['f']:g}" for k in r["cases"])
+    t = _table(f"candidate models, P(loss, {r['servers']} servers) ÷ P(loss, embedded): n/c/f = {names}")
+    for col in ("model", "f per", "repair", "limit", "×off", "free", "closest at", "closest", "×off "):
+        t.add_column(col, justify="left" if col in ("model", "f per", "repair") else "right")
+
+    def three(xs: list[float]) -> str:
+        return " · ".join(f"{x:.3g}" for x in xs)
+
+    for m in r["models"]:
+        near = ["-", "-", "-"]
+        if m["free"]:
+            near = [f"{m['closest_param']:.3g}", three(m["closest"]), f"{m['closest_worst_factor']:.2f}"]
+        limit = [three(m["limit"]), f"{m['limit_worst_factor']:.2f}"]
+        t.add_row(m["model"], m["f_per"], m["repair"] or "-", *limit, m["free"] or "-", *near)
+    seed = three([k["published"] for k in r["cases"]])
+    t.add_row("[bold]seed[/]", "", "", f"[bold]{seed}[/]", "", "", "", "", "")
+    verdict = "one of them gives" if r["any_matches"] else "none gives"
+    return [t, f"[dim]×off: the worst factor between model and seed over the three; {verdict} all three "
+               f"within {r['tolerance']:.0%}[/]"]  # fmt: skip
+
+
 def mbwu(out: dict[str, Any], embedded: str | None) -> list[RenderableType]:
     """The measured MBWUs (when measured), the seed's case study, the catalog's ratios and, with
     an embedded budget, this machine's MBWUs at the catalog's prices."""
