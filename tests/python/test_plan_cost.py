@@ -1,5 +1,7 @@
-"""`offload plan cost`: the seed's Table 1 reproduced exactly from its inputs; the model's
-properties on random inputs; bad inputs located by file, line and column."""
+"""`offload plan cost`: the seed's Table 1 matched cell for cell by the scenario's fitted variant
+(its share back-solved, its rounding chosen; the stated-input variant is in
+test_plan_stated_vs_fitted.py); the model's properties on random inputs; bad inputs located by file,
+line and column."""
 
 from __future__ import annotations
 
@@ -25,8 +27,13 @@ def offload(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
-def test_reproduces_the_seeds_table_1_exactly() -> None:
-    lines = c.cost(c.load_scenario(TABLE1))
+def fitted_table1() -> c.Scenario:
+    """The scenario's fitted variant: the figures back-solved from the seed's own cells."""
+    return next(v for v in c.every_variant(c.load_scenario(TABLE1)) if v.fitted)
+
+
+def test_the_fitted_variant_matches_the_seeds_table_1_cell_for_cell() -> None:
+    lines = c.cost(fitted_table1())
     got = [(ln.group, ln.item.name, ln.units) for ln in lines]
     assert got == [
         ("On-premises", "CPU server", 400),
@@ -64,7 +71,7 @@ def test_cli_prints_the_table_with_its_arithmetic_and_json(tmp_path: Path) -> No
         assert shown in r.stdout
     assert "Europe (Ireland), 1-year savings plan, 2023-03" in r.stdout
     j = json.loads((tmp_path / "cost.json").read_text())
-    assert [d["units"] for d in j["deployments"]] == [400, 244, 244, 400, 1464, 400, 1171]
+    assert [d["units"] for d in j["variants"][0]["deployments"]] == [400, 244, 244, 400, 1464, 400, 1171]
     r = offload("plan", "cost", str(TABLE1), "--json", "--offload-share", "0.4", "--rounding", "up")
     assert r.returncode == 0, r.stderr
     units = [d["units"] for d in json.loads(r.stdout)["deployments"]]
@@ -173,7 +180,7 @@ def test_bad_input_is_located(tmp_path: Path, edit: tuple[str, str], line: int, 
 
 
 def test_the_commands_overrides_replace_the_workloads_figures_or_name_the_option() -> None:
-    s = c.load_scenario(TABLE1)
+    s = fitted_table1()
     t = c.with_overrides(s, offload_share=0.5, cpu_servers=300, rounding="nearest")
     assert (t.workload.offload_share, t.workload.cpu_servers, t.workload.rounding) == (
         Fraction(1, 2), Fraction(300), "nearest",

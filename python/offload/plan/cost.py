@@ -18,6 +18,12 @@ The model is the seed's, made explicit:
 All arithmetic is exact (fractions from the decimal figures as written), so 400 × (1 − 0.39)
 is 244, not 243.99999999999997; unit counts are then rounded up (never under-provision) or, to
 reproduce a publication that did so, to the nearest unit.
+
+A scenario may carry **variants** (`[[variant]]`: another offload share, rounding, CPU fleet or
+accelerator rate, each labelled, `fitted = true` when its figures were back-solved from the
+result they are meant to reproduce) and the **published** figures of each deployment
+(`published = {...}`), so that one command shows a publication's table computed from its stated
+inputs, the fitted variant beside it, and every cell's difference from the published one.
 """
 
 from __future__ import annotations
@@ -179,6 +185,17 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class Published:
+    """A deployment's figures as a publication prints them, to set ours beside. ``total_musd`` is
+    kept as written (its decimals are the printed precision: 5.0 has one, 4 none)."""
+
+    units: int | None = None
+    total_musd: int | float | None = None
+    relative: int | float | None = None  # × the group's original deployment
+    queries_per_usd: float | None = None
+
+
+@dataclass(frozen=True)
 class Deployment:
     group: str
     name: str
@@ -186,6 +203,21 @@ class Deployment:
     offload: bool = False
     pool_item: Item | None = None  # a network-attached accelerator pool, scaled apart
     pool_queries_per_s: Fraction | None = None
+    published: Published | None = None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Another set of workload figures for the same deployments (None: the scenario's)."""
+
+    name: str
+    fitted: bool
+    about: str
+    offload_share: Fraction | None = None
+    rounding: str | None = None
+    cpu_servers: Fraction | None = None
+    accelerator_qps: Fraction | None = None
+    accelerator_basis: str | None = None
 
 
 @dataclass(frozen=True)
@@ -194,13 +226,25 @@ class Scenario:
     workload: Workload
     accelerator_qps: Fraction | None  # what one accelerator answers per second
     deployments: list[Deployment]
+    name: str = "as given"  # the label of these figures beside the variants'
+    about: str = ""
+    fitted: bool = False  # the figures were back-solved from the result they reproduce
+    accelerator_basis: str = ""  # where accelerator_qps comes from: stated, measured or assumed
+    variants: tuple[Variant, ...] = ()
+    published_source: str = ""
 
 
 WORKLOAD_KEYS = {
     "cpu_servers", "requests_per_s", "server_capacity_rps", "queries_per_request", "server_vcpus",
     "offload_share", "rounding", "hours_per_year", "amortization_years",
 }  # fmt: skip
-DEPLOYMENT_KEYS = {"group", "name", "item", "offload", "pool_item", "pool_queries_per_s"}
+DEPLOYMENT_KEYS = {"group", "name", "item", "offload", "pool_item", "pool_queries_per_s", "published"}
+PUBLISHED_KEYS = {"units", "total_musd", "relative", "queries_per_usd"}
+VARIANT_KEYS = {
+    "name", "fitted", "about", "offload_share", "rounding", "cpu_servers", "accelerator_queries_per_s",
+    "accelerator_basis",
+}  # fmt: skip
+TOP_KEYS = {"catalog", "name", "about", "published", "workload", "accelerator", "deployment", "variant"}
 
 
 def mean_queries_per_request(doc: Document, v: Any) -> Fraction:
@@ -221,12 +265,29 @@ def mean_queries_per_request(doc: Document, v: Any) -> Fraction:
 
 def load_scenario(path: Path | str, catalog: Path | str | None = None) -> Scenario:
     doc = load(path)
-    check_keys(doc, (), doc.data, {"catalog", "workload", "accelerator", "deployment"})
+    check_keys(doc, (), doc.data, TOP_KEYS)
     cat_path = Path(catalog) if catalog else None
     if cat_path is None and "catalog" in doc.data:
         cat_path = (doc.path.parent / expect_str(doc, ("catalog",), doc.data["catalog"])).resolve()
     items = load_catalog(cat_path or CATALOG)
+    workload = _workload(doc)
 
+    acc = expect_table(doc, ("accelerator",), doc.data.get("accelerator", {}))
+    check_keys(doc, ("accelerator",), acc, {"queries_per_s", "basis"})
+    acc_qps = _optional(doc, ("accelerator", "queries_per_s"), acc)
+    acc_basis = expect_str(doc, ("accelerator", "basis"), acc.get("basis", ""))
+    deployments = _deployments(doc, items, workload.query_rate)
+    pub = expect_table(doc, ("published",), doc.data.get("published", {}))
+    check_keys(doc, ("published",), pub, {"source"})
+    return Scenario(
+        doc.path, workload, acc_qps, deployments, _text(doc, "name", "as given"), _text(doc, "about"),
+        accelerator_basis=acc_basis, variants=_variants(doc),
+        published_source=_text(doc, "source", table=pub),
+    )  # fmt: skip
+
+
+def _workload(doc: Document) -> Workload:
+    """The ``[workload]`` table, each figure checked."""
     if "workload" not in doc.data:
         raise doc.error(("workload",), "a scenario needs a [workload] table")
     w = expect_table(doc, ("workload",), doc.data["workload"])
@@ -256,12 +317,11 @@ def load_scenario(path: Path | str, catalog: Path | str | None = None) -> Scenar
     if not isinstance(hours, int) or isinstance(hours, bool) or hours <= 0:
         raise doc.error(("workload", "hours_per_year"), f"expected a positive integer, not {hours!r}")
     amort = _optional(doc, ("workload", "amortization_years"), w)
-    workload = Workload(servers, how, vcpus, share, query_rate, rounding, hours, amort)
+    return Workload(servers, how, vcpus, share, query_rate, rounding, hours, amort)
 
-    acc = expect_table(doc, ("accelerator",), doc.data.get("accelerator", {}))
-    check_keys(doc, ("accelerator",), acc, {"queries_per_s"})
-    acc_qps = _optional(doc, ("accelerator", "queries_per_s"), acc)
 
+def _deployments(doc: Document, items: dict[str, Item], query_rate: Fraction | None) -> list[Deployment]:
+    """The ``[[deployment]]`` tables, each item found in the catalog."""
     deployments = []
     for i, d in enumerate(expect_tables(doc, ("deployment",), doc.data.get("deployment", []))):
         where: tuple[str | int, ...] = ("deployment", i)
@@ -285,10 +345,64 @@ def load_scenario(path: Path | str, catalog: Path | str | None = None) -> Scenar
                                 "workload.requests_per_s and workload.queries_per_request")  # fmt: skip
             pool_qps = _positive(doc, (*where, "pool_queries_per_s"), d["pool_queries_per_s"])
         offload = bool(d.get("offload", False))
-        deployments.append(Deployment(d.get("group", ""), d["name"], item, offload, pool, pool_qps))
+        published = _published(doc, (*where, "published"), d["published"]) if "published" in d else None
+        deployments.append(
+            Deployment(d.get("group", ""), d["name"], item, offload, pool, pool_qps, published)
+        )
     if not deployments:
         raise doc.error((), "a scenario needs at least one [[deployment]]")
-    return Scenario(doc.path, workload, acc_qps, deployments)
+    return deployments
+
+
+def _text(doc: Document, key: str, default: str = "", table: dict[str, Any] | None = None) -> str:
+    """A top-level text (or one of ``table``, the ``[published]`` table's)."""
+    where: tuple[str, ...] = (key,) if table is None else ("published", key)
+    return expect_str(doc, where, (doc.data if table is None else table).get(key, default))
+
+
+def _published(doc: Document, where: tuple[str | int, ...], raw: Any) -> Published:
+    """A deployment's ``published = {units, total_musd, relative, queries_per_usd}``."""
+    t = expect_table(doc, where, raw)
+    check_keys(doc, where, t, PUBLISHED_KEYS)
+    for k, v in t.items():
+        _positive(doc, (*where, k), v)
+    units = t.get("units")
+    if units is not None and (not isinstance(units, int) or isinstance(units, bool)):
+        raise doc.error((*where, "units"), f"units must be an integer, not {units!r}")
+    qpu = t.get("queries_per_usd")
+    return Published(units, t.get("total_musd"), t.get("relative"), None if qpu is None else float(qpu))
+
+
+def _variants(doc: Document) -> tuple[Variant, ...]:
+    """The ``[[variant]]`` tables: a name, whether fitted, what they are, and the figures they change."""
+    out = []
+    for i, v in enumerate(expect_tables(doc, ("variant",), doc.data.get("variant", []))):
+        where: tuple[str | int, ...] = ("variant", i)
+        check_keys(doc, where, v, VARIANT_KEYS)
+        for k in ("name", "fitted", "about"):
+            if k not in v:
+                raise doc.error(where, f"variant {i + 1} lacks {k!r}")
+        for k in ("name", "about", "rounding", "accelerator_basis"):
+            if k in v:
+                expect_str(doc, (*where, k), v[k])
+        share = v.get("offload_share")
+        if share is not None and not 0 <= _positive(doc, (*where, "offload_share"), share, True) < 1:
+            raise doc.error((*where, "offload_share"), f"must be in [0, 1), not {share!r}")
+        if v.get("rounding", "up") not in ("up", "nearest"):
+            raise doc.error(
+                (*where, "rounding"), f"rounding must be 'up' or 'nearest', not {v['rounding']!r}"
+            )
+        num = {
+            k: _positive(doc, (*where, k), v[k])
+            for k in ("cpu_servers", "accelerator_queries_per_s")
+            if k in v
+        }
+        out.append(Variant(
+            v["name"], expect_bool(doc, (*where, "fitted"), v["fitted"]), v["about"],
+            None if share is None else exact(share), v.get("rounding"), num.get("cpu_servers"),
+            num.get("accelerator_queries_per_s"), v.get("accelerator_basis"),
+        ))  # fmt: skip
+    return tuple(out)
 
 
 def _item(doc: Document, items: dict[str, Item], keys: tuple[str | int, ...], name: Any) -> Item:
@@ -323,6 +437,7 @@ class Line:
     queries_per_usd: float | None = None  # one accelerator unit at full load
     steps: list[str] = field(default_factory=list)
     relative: Fraction | None = None  # total / the group's first deployment without offload
+    published: Published | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -333,6 +448,7 @@ class Line:
             "binding": self.binding, "total_usd": float(self.total_usd), "per_year": self.per_year,
             "relative_to_original": None if self.relative is None else float(self.relative),
             "queries_per_usd": self.queries_per_usd, "arithmetic": self.steps,
+            "published": None if self.published is None else against_published(self),
         }  # fmt: skip
 
 
@@ -404,6 +520,7 @@ def cost(s: Scenario) -> list[Line]:
         offloaded = d.offload or d.pool_item is not None
         lines.append(Line(d.group, d.name, d.item, units_exact, units, total, per_year, binding, offloaded))
         lines[-1].pool_units, lines[-1].queries_per_usd, lines[-1].steps = pool_units, qpu, steps
+        lines[-1].published = d.published
     for ln in lines:  # relative to the group's original (its first deployment without offload)
         same = [b for b in lines if b.group == ln.group and b.per_year == ln.per_year]
         base = next((b for b in same if not b.offloaded), None)
@@ -437,6 +554,29 @@ def with_overrides(
     return dataclasses.replace(s, workload=w)
 
 
+def apply(s: Scenario, v: Variant) -> Scenario:
+    """``s`` with the figures ``v`` changes, named and labelled as ``v``."""
+    w = s.workload
+    changes: dict[str, Any] = {}
+    if v.offload_share is not None:
+        changes["offload_share"] = v.offload_share
+    if v.rounding is not None:
+        changes["rounding"] = v.rounding
+    if v.cpu_servers is not None:
+        changes |= {"cpu_servers": v.cpu_servers, "cpu_servers_text": f"{fmt(v.cpu_servers)} ({v.name})"}
+    return dataclasses.replace(
+        s, workload=dataclasses.replace(w, **changes), name=v.name, about=v.about, fitted=v.fitted,
+        accelerator_qps=s.accelerator_qps if v.accelerator_qps is None else v.accelerator_qps,
+        accelerator_basis=s.accelerator_basis if v.accelerator_basis is None else v.accelerator_basis,
+        variants=(),
+    )  # fmt: skip
+
+
+def every_variant(s: Scenario) -> list[Scenario]:
+    """The scenario as written, then each of its variants."""
+    return [s, *(apply(s, v) for v in s.variants)]
+
+
 def as_published(total_usd: Fraction, decimals: int) -> str:
     """Millions truncated (not rounded) to `decimals`, as the seed prints its totals."""
     scale = 10**decimals
@@ -444,10 +584,52 @@ def as_published(total_usd: Fraction, decimals: int) -> str:
     return f"{m:.{decimals}f}"
 
 
+def decimals_of(x: int | float) -> int:
+    """The decimals a published figure was written with: 5.0 has one, 4 none."""
+    return 0 if isinstance(x, int) else len(repr(x).partition(".")[2])
+
+
+def against_published(ln: Line) -> dict[str, Any]:
+    """One deployment's figures beside the published ones: each published figure, ours as the
+    publication would print it, and the difference (``*_diff``: ours − published; ``*_rel_diff``:
+    ours / published − 1). Totals are compared as printed by truncation (the seed's way), ratios by
+    rounding to the published decimals."""
+    p = ln.published
+    out: dict[str, Any] = {}
+    if p is None:
+        return out
+    if p.units is not None:
+        out |= {"units": p.units, "units_diff": ln.units - p.units, "units_rel_diff": ln.units / p.units - 1}
+    if p.total_musd is not None:
+        ours = as_published(ln.total_usd, decimals_of(p.total_musd))
+        usd = exact(p.total_musd) * 1_000_000
+        out |= {
+            "total_musd": p.total_musd, "total_usd": float(usd), "ours_printed": ours,
+            "printed_matches": ours == f"{p.total_musd:.{decimals_of(p.total_musd)}f}",
+            "total_rel_diff": float(ln.total_usd / usd) - 1,
+        }  # fmt: skip
+    if p.relative is not None and ln.relative is not None:
+        d = decimals_of(p.relative)
+        ours = f"{math.floor(ln.relative * 10**d + Fraction(1, 2)) / 10**d:.{d}f}"
+        out |= {
+            "relative": p.relative, "relative_ours_printed": ours,
+            "relative_printed_matches": ours == f"{p.relative:.{d}f}",
+            "relative_rel_diff": float(ln.relative / exact(p.relative)) - 1,
+        }  # fmt: skip
+    if p.queries_per_usd is not None and ln.queries_per_usd is not None:
+        out |= {
+            "queries_per_usd": p.queries_per_usd,
+            "queries_per_usd_rel_diff": ln.queries_per_usd / p.queries_per_usd - 1,
+        }
+    return out
+
+
 def report(s: Scenario, lines: list[Line]) -> dict[str, Any]:
     w = s.workload
     return {
         "scenario": str(s.path) if s.path else None,
+        "variant": {"name": s.name, "fitted": s.fitted, "about": s.about},
+        "published_source": s.published_source or None,
         "workload": {
             "cpu_servers": float(w.cpu_servers), "cpu_servers_from": w.cpu_servers_text,
             "server_vcpus": w.server_vcpus, "offload_share": float(w.offload_share),
@@ -455,8 +637,16 @@ def report(s: Scenario, lines: list[Line]) -> dict[str, Any]:
             "rounding": w.rounding, "hours_per_year": w.hours_per_year,
         },
         "accelerator_queries_per_s": None if s.accelerator_qps is None else float(s.accelerator_qps),
+        "accelerator_basis": s.accelerator_basis or None,
         "deployments": [ln.to_json() for ln in lines],
     }  # fmt: skip
+
+
+def report_all(s: Scenario) -> dict[str, Any]:
+    """The scenario's result as :func:`report` gives it, with each variant's whole result under
+    ``variants`` (the same fields, ``variant.fitted`` saying which were back-solved)."""
+    first, *others = every_variant(s)
+    return report(first, cost(first)) | {"variants": [report(v, cost(v)) for v in others]}
 
 
 __all__ = [
@@ -464,12 +654,18 @@ __all__ = [
     "InputError",
     "Item",
     "Line",
+    "Published",
     "Scenario",
+    "Variant",
+    "against_published",
+    "apply",
     "as_published",
     "cost",
+    "every_variant",
     "item_of",
     "load_catalog",
     "load_scenario",
     "report",
+    "report_all",
     "with_overrides",
 ]  # fmt: skip

@@ -18,12 +18,43 @@ from offload.plan.fleet import Fleet
 from offload.plan.inputs import StageCosts
 
 
-def cost(scenario: Path, lines: list[c.Line], explain: bool) -> list[RenderableType]:
-    """The deployments side by side, the prices' dates and, with ``explain``, each one's steps."""
-    t = Table(title=f"Deployment cost: {scenario}", title_justify="left")
+def cost(
+    scenario: Path, results: list[tuple[c.Scenario, list[c.Line]]], explain: bool
+) -> list[RenderableType]:
+    """Each variant's deployments side by side (the scenario as written first), the published
+    figures beside every variant's with the differences, the prices' dates and, with ``explain``,
+    each deployment's steps."""
+    shown: list[RenderableType] = []
+    for s, lines in results:
+        shown += _cost_table(scenario, s, lines, titled=len(results) > 1)
+    lines = results[0][1]
+    prices = sorted({f"{ln.item.name}: {ln.item.region}, {ln.item.plan}, {ln.item.date}" for ln in lines})
+    shown.append(f"[dim]prices: {escape('; '.join(prices))}[/]")
+    if any(ln.published for ln in lines):
+        shown += against_published(results, results[0][0].published_source)
+    if explain:
+        for s, lines in results:
+            if len(results) > 1:
+                shown.append(f"[bold underline]arithmetic, {escape(variant_label(s))}[/]")
+            for ln in lines:
+                shown.append(f"[bold]{escape(ln.group + ': ' if ln.group else '')}{escape(ln.name)}[/]")
+                shown += [Text(f"  {step}") for step in ln.steps]
+    return shown
+
+
+def variant_label(s: c.Scenario) -> str:
+    """A variant's name, and "fitted" beside it when its figures were back-solved."""
+    return s.name if not s.fitted or "fitted" in s.name else f"{s.name} (fitted)"
+
+
+def _cost_table(scenario: Path, s: c.Scenario, lines: list[c.Line], titled: bool) -> list[RenderableType]:
+    """One variant's table, what it is, and where its accelerator rate comes from."""
+    title = f"Deployment cost: {scenario}" + (f" — {variant_label(s)}" if titled else "")
+    t = Table(title=escape(title), title_justify="left")
+    qps = "" if s.accelerator_qps is None else f" at {float(s.accelerator_qps) / 1e6:,.4g} M q/s"
     for col, just in (("deployment", "left"), ("element", "left"), ("units", "right"), ("unit cost", "right"),
                       ("total (USD)", "right"), ("million USD", "right"), ("× original", "right"),
-                      ("queries/USD", "right")):  # fmt: skip
+                      (f"queries/USD{qps}", "right")):  # fmt: skip
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     group = None
     for ln in lines:
@@ -44,12 +75,81 @@ def cost(scenario: Path, lines: list[c.Line], explain: bool) -> list[RenderableT
             "-" if ln.relative is None else f"{float(ln.relative):.2f}×",
             "-" if ln.queries_per_usd is None else f"{ln.queries_per_usd / 1e9:,.1f} billion",
         )
-    prices = sorted({f"{ln.item.name}: {ln.item.region}, {ln.item.plan}, {ln.item.date}" for ln in lines})
-    shown: list[RenderableType] = [t, f"[dim]prices: {escape('; '.join(prices))}[/]"]
-    if explain:
-        for ln in lines:
-            shown.append(f"[bold]{escape(ln.group + ': ' if ln.group else '')}{escape(ln.name)}[/]")
-            shown += [Text(f"  {step}") for step in ln.steps]
+    shown: list[RenderableType] = []
+    if titled:
+        kind = "[yellow]back-solved: agrees by construction[/]" if s.fitted else "[green]nothing fitted[/]"
+        shown.append(f"[bold]{escape(variant_label(s))}[/] ({kind}): {escape(s.about)}")
+    shown.append(t)
+    if s.accelerator_qps is not None and any(ln.queries_per_usd is not None for ln in lines):
+        basis = escape(f": {s.accelerator_basis}" if s.accelerator_basis else "")
+        shown.append(
+            f"queries/USD: one accelerator at full load at {c.fmt(s.accelerator_qps)} queries/s{basis}"
+        )
+    return shown
+
+
+def _diff(x: float, percent: bool = True) -> str:
+    """A difference in parentheses, nothing when there is none."""
+    if (abs(x) < 5e-5) if percent else x == 0:
+        return ""
+    return (f" ({x:+.1%})" if percent else f" ({x:+,})").replace("-", "−")
+
+
+def against_published(results: list[tuple[c.Scenario, list[c.Line]]], source: str) -> list[RenderableType]:
+    """Every published figure beside each variant's, with the difference; ✓ where ours prints as
+    the published figure does (totals truncated to its decimals, ratios rounded)."""
+    title = f"Against the published figures ({source or 'as given in the scenario'})"
+    t = Table(title=escape(title), title_justify="left")
+    t.add_column("element", no_wrap=True)
+    for what in ("units", "M USD", "× original"):
+        t.add_column(f"{what} pub.", justify="right")
+        for s, _ in results:
+            t.add_column(escape(variant_label(s)), justify="right", no_wrap=True)
+    for i, ln in enumerate(results[0][1]):
+        if ln.published is None:
+            continue
+        p, ours = ln.published, [lines[i] for _, lines in results]
+        both = [(o, c.against_published(o)) for o in ours]
+        row = [ln.item.name, "-" if p.units is None else f"{p.units:,}"]
+        row += [f"{o.units:,}{_diff(x['units_diff'], False)}" if "units" in x else "-" for o, x in both]
+        row.append("-" if p.total_musd is None else str(p.total_musd))
+        row += [
+            f"{float(o.total_usd) / 1e6:,.2f}{_diff(x['total_rel_diff'])}"
+            + (" ✓" if x["printed_matches"] else "")
+            if "total_musd" in x else "-"
+            for o, x in both
+        ]  # fmt: skip
+        row.append("-" if p.relative is None else f"{p.relative}×")
+        row += [
+            f"{float(o.relative or 0):.2f}×{_diff(x['relative_rel_diff'])}"
+            + (" ✓" if x["relative_printed_matches"] else "")
+            if "relative" in x else "-"
+            for o, x in both
+        ]  # fmt: skip
+        t.add_row(*row)
+    legend = (
+        "pub.: the published figure; ✓: ours prints as it (totals truncated to its decimals, ratios rounded)"
+    )
+    shown: list[RenderableType] = [t, f"[dim]{legend}; differences in parentheses: ours against it[/]"]
+    return shown + _queries_per_usd(results)
+
+
+def _queries_per_usd(results: list[tuple[c.Scenario, list[c.Line]]]) -> list[RenderableType]:
+    """The published queries per USD beside each variant's, and the rate each one assumes."""
+    shown: list[RenderableType] = []
+    for i, ln in enumerate(results[0][1]):
+        if ln.published is None or ln.published.queries_per_usd is None:
+            continue
+        parts = []
+        for s, lines in results:
+            x, qpu = c.against_published(lines[i]), lines[i].queries_per_usd
+            if "queries_per_usd" in x and qpu is not None:
+                rate = f"{float(s.accelerator_qps or 0) / 1e6:,.4g} M q/s"
+                basis = f"{rate} ({s.accelerator_basis})" if s.accelerator_basis else rate
+                diff = _diff(x["queries_per_usd_rel_diff"])
+                parts.append(f"{variant_label(s)}: {qpu / 1e9:,.1f} billion{diff} at {basis}")
+        head = f"queries per USD, {ln.item.name}: published {ln.published.queries_per_usd / 1e9:,.0f} billion"
+        shown.append(escape("; ".join([head, *parts])))
     return shown
 
 

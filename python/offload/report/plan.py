@@ -132,33 +132,60 @@ def recommend_section(rec: dict[str, Any] | None) -> Markup:
 
 
 def cost_section(cost: dict[str, Any] | None) -> Markup:
+    """`offload plan cost`: each variant's table (the scenario as written first, then its
+    variants, each labelled, a fitted one as fitted), the published figure beside each total."""
     if cost is None:
         return missing("deployment cost", "offload plan cost data/plans/seed-table1.toml --out cost.json")
+    results = [cost, *cost.get("variants", [])]
+    out = Markup("")
+    for r in results:
+        v = r.get("variant") or {}
+        if len(results) > 1:
+            kind = "fitted: back-solved, agrees by construction" if v.get("fitted") else "nothing fitted"
+            out += html("<h4>{} ({})</h4>", v.get("name", "as given"), kind) + meta(v.get("about", ""))
+        out += _cost_table(r)
+        if r.get("accelerator_basis"):
+            rate = r.get("accelerator_queries_per_s") or 0
+            out += meta(
+                f"queries/USD at {rate / 1e6:,.4g} M queries/s per accelerator: {r['accelerator_basis']}"
+            )
+    if cost.get("published_source"):
+        out += meta(f"published: {cost['published_source']}; differences are ours against it")
+    steps = "\n\n".join(
+        f"{r.get('variant', {}).get('name', '')}, {d['group']}: {d['deployment']}\n  "
+        + "\n  ".join(d["arithmetic"])
+        for r in results
+        for d in r["deployments"]
+    )
+    return out + details("arithmetic", steps)
+
+
+def _cost_table(r: dict[str, Any]) -> Markup:
+    """One variant's deployments, with the published total and the difference where there is one."""
     rows = []
-    for d in cost["deployments"]:
+    for d in r["deployments"]:
         per = "/year" if d["per_year"] else ""
-        rel = d.get("relative_to_original")
-        qpu = d.get("queries_per_usd")
+        rel, qpu, pub = d.get("relative_to_original"), d.get("queries_per_usd"), d.get("published") or {}
+        published = "-"
+        if "total_musd" in pub:
+            published = f"{pub['total_musd']} M ({pub['total_rel_diff']:+.1%})"
         rows.append(
             (
                 f"{d['group']}: {d['deployment']}" if d["group"] else d["deployment"],
                 d["element"],
-                f"{d['units']:,}",
+                f"{d['units']:,}" + (f" ({pub['units']:,})" if "units" in pub else ""),
                 f"{d['price_usd']:,} USD/{d['price_unit']}",
                 f"{d['total_usd']:,.0f}{per}",
-                "-" if rel is None else f"{rel:.2f}×",
+                published,
+                "-"
+                if rel is None
+                else f"{rel:.2f}×" + (f" ({pub['relative']}×)" if "relative" in pub else ""),
                 "-" if qpu is None else f"{qpu / 1e9:,.1f} billion",
             )
         )
-    out = table(
-        ("deployment", "element", "units", "unit price", "total USD", "× original", "queries/USD"),
-        rows,
-        numeric_from=2,
-    )
-    steps = "\n\n".join(
-        f"{d['group']}: {d['deployment']}\n  " + "\n  ".join(d["arithmetic"]) for d in cost["deployments"]
-    )
-    return out + details("arithmetic", steps)
+    heads = ("deployment", "element", "units (published)", "unit price", "total USD",
+             "published total (ours vs it)", "× original (published)", "queries/USD")  # fmt: skip
+    return table(heads, rows, numeric_from=2)
 
 
 def check_section(d: dict[str, Any] | None) -> Markup:
