@@ -363,7 +363,7 @@ class _Ctx:
         if name in OPS and len(args) == 2:
             a, b = args
             op = OPS[name]
-            if b.HasField("selection") and a.HasField("literal"):
+            if (b.HasField("selection") or b.HasField("cast")) and a.HasField("literal"):
                 a, b, op = b, a, FLIP[op]
             col = self._column(a, inp)
             if col is not None and b.HasField("literal"):
@@ -397,11 +397,18 @@ class _Ctx:
         return ("in", col[0], col[1], values, n / len(picks))
 
     def _column(self, e: Any, inp: _Rel) -> tuple[str, str] | None:
-        """(table, column) where ``e`` is a data set's estimable column, else None."""
+        """(table, column) where ``e`` is a data set's estimable column, or a cast of one that
+        keeps its values and order (DataFusion widens a decimal column to compare it with a
+        float literal), else None."""
+        cast = e.cast.type if e.HasField("cast") else None
+        if cast is not None:
+            e = e.cast.input
         if not e.HasField("selection"):
             return None
         c = inp.cols[e.selection.direct_reference.struct_field.field]
         if c.table is None or c.name is None or not self.stats[c.table].columns[c.name].estimable:
+            return None
+        if cast is not None and not _widening(self.stats[c.table].columns[c.name].type, cast):
             return None
         return c.table, c.name
 
@@ -529,7 +536,7 @@ class _Ctx:
             return DEFAULT_SELECTIVITY
         key = (table, cond.SerializeToString())
         if key not in self._sampled:
-            sample = self._affordable(cond, st.sample, st.rows)
+            sample = self._affordable(cond, st)
             try:
                 self._sampled[key] = _run_on_sample(self.plan, cond, inp, table, sample)
                 how = f"measured on {sample.num_rows:,} sampled rows"
@@ -539,16 +546,14 @@ class _Ctx:
             self.steps.append(f"condition {how}: {self._sampled[key]:.5f}")
         return self._sampled[key]
 
-    def _affordable(self, cond: Any, sample: pa.Table, table_rows: int) -> pa.Table:
+    def _affordable(self, cond: Any, st: TableStats) -> pa.Table:
         """The sample, or for a condition with heavy or string calls evenly spaced rows of it
-        (COSTLY_SAMPLE_SHARE of the table's rows, at least COSTLY_SAMPLE_MIN): a systematic
-        sample of a uniform sample, which keeps the table's order out of it."""
+        (COSTLY_SAMPLE_SHARE of the table's rows, at least COSTLY_SAMPLE_MIN)."""
+        assert st.sample is not None
         calls = plans.call_counts(cond, self.fns)
-        want = max(COSTLY_SAMPLE_MIN, int(COSTLY_SAMPLE_SHARE * table_rows))
-        if calls["heavy"] + calls["string"] == 0 or sample.num_rows <= want:
-            return sample
-        step = sample.num_rows / want
-        return sample.take(pa.array((np.arange(want) * step).astype(np.int64)))
+        if calls["heavy"] + calls["string"] == 0:
+            return st.sample
+        return st.spaced(max(COSTLY_SAMPLE_MIN, int(COSTLY_SAMPLE_SHARE * st.rows)))
 
 
 def _flatten(t: Any) -> Any:
@@ -572,6 +577,31 @@ def _or_lists(parts: list[Any]) -> list[Any]:
     out = [p for p in parts if not (p[0] == "cmp" and p[3] == "=" and len(by_col[(p[1], p[2])]) > 1)]
     out += [("in", t, c, list(dict.fromkeys(vs)), 1.0) for (t, c), vs in by_col.items() if len(vs) > 1]
     return out
+
+
+_INT_BITS = {"i8": 8, "i16": 16, "i32": 32, "i64": 64}
+
+
+def _widening(col: pa.DataType, to: Any) -> bool:
+    """Whether casting a column of type ``col`` to Substrait type ``to`` keeps every value and
+    their order: integers to wider integers, floats or decimals with room for them; decimals
+    to decimals with as many digits each side of the point, or to a double; float to double."""
+    kind = to.WhichOneof("kind")
+    if pa.types.is_integer(col):
+        if kind in _INT_BITS:
+            return _INT_BITS[kind] > col.bit_width or (
+                _INT_BITS[kind] == col.bit_width and pa.types.is_signed_integer(col)
+            )
+        digits = len(str(2**col.bit_width))
+        return kind == "fp64" or (kind == "decimal" and to.decimal.precision - to.decimal.scale >= digits)
+    if pa.types.is_decimal(col):
+        if kind == "decimal":
+            return (
+                to.decimal.scale >= col.scale
+                and to.decimal.precision - to.decimal.scale >= col.precision - col.scale
+            )
+        return kind == "fp64"
+    return (pa.types.is_floating(col) and kind == "fp64") or (pa.types.is_float32(col) and kind == "fp32")
 
 
 def _sampled_in(t: Any) -> bool:

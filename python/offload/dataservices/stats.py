@@ -541,6 +541,9 @@ class TableStats:
     sample_rows: int = SAMPLE_ROWS
     seconds: float = 0.0
     _rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0), repr=False)
+    _derived: dict[tuple[str, Any], Any] = field(default_factory=dict, repr=False)
+    """What estimates derive from the sample (distinct counts, spaced subsets), kept until the
+    next append: a decision is not to recount the sample for each query."""
 
     def __post_init__(self) -> None:
         for f in self.schema:
@@ -563,6 +566,7 @@ class TableStats:
             self.columns[name].update(table.column(name), self.rows)
         self.sample = self._merge_sample(table)
         self.rows += table.num_rows
+        self._derived = {}
         self.seconds += time.perf_counter() - t0
 
     def _merge_sample(self, new: pa.Table) -> pa.Table:
@@ -587,12 +591,25 @@ class TableStats:
         c = self.columns[name]
         if c.hll is not None or not c.estimable or self.sample is None or self.sample.num_rows == 0:
             return c.distinct
-        counts = np.asarray(pc.value_counts(pc.drop_null(self.sample.column(name))).field("counts"))
-        n = int(counts.sum())
-        f1 = int((counts == 1).sum())
-        if n == 0 or f1 >= 0.95 * n:
-            return c.distinct
-        return float(min(c.distinct, math.sqrt(self.rows / n) * f1 + (len(counts) - f1)))
+        if ("distinct", name) not in self._derived:
+            counts = np.asarray(pc.value_counts(pc.drop_null(self.sample.column(name))).field("counts"))
+            n = int(counts.sum())
+            f1 = int((counts == 1).sum())
+            all_unique = n == 0 or f1 >= 0.95 * n
+            gee = c.distinct if all_unique else math.sqrt(self.rows / n) * f1 + (len(counts) - f1)
+            self._derived[("distinct", name)] = float(min(c.distinct, gee))
+        return self._derived[("distinct", name)]
+
+    def spaced(self, rows: int) -> pa.Table:
+        """``rows`` evenly spaced rows of the sample (all of it where it has no more): a
+        systematic sample of a uniform sample, which keeps the table's order out of it."""
+        assert self.sample is not None
+        if self.sample.num_rows <= rows:
+            return self.sample
+        if ("spaced", rows) not in self._derived:
+            at = (np.arange(rows) * (self.sample.num_rows / rows)).astype(np.int64)
+            self._derived[("spaced", rows)] = self.sample.take(pa.array(at))
+        return self._derived[("spaced", rows)]
 
     def describe(self) -> dict[str, Any]:
         return {
