@@ -63,7 +63,10 @@ def test_nothing_fitted_is_called_reproduced(rows: list[S.Row]) -> None:
     known = [("000/001", "Table 1"), ("000/001", "§5.3"), ("002", "Fig. 4"), ("002", "Fig. 14"),
              ("004", "Insight 2, §5.2")]  # fmt: skip
     for seed, item in known:
-        assert {v for (s, i, _), v in by_item.items() if (s, i) == (seed, item)} == {"fitted"}, item
+        verdicts = {v for (s, i, _), v in by_item.items() if (s, i) == (seed, item)}
+        # or shown from the seed's stated inputs, the fitted figure in a row of its own (issue 27, item 3)
+        variant = {v for (s, i, _), v in by_item.items() if (s, i) == (seed, f"{item}, fitted variant")}
+        assert verdicts == {"fitted"} or variant == {"fitted"}, item
     assert any(r.verdict == "fitted" and "60 billion" in r.claim for r in rows)
 
 
