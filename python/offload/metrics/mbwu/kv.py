@@ -29,22 +29,30 @@ KV_WORKLOADS = {"ycsb-a": 0.5, "ycsb-c": 1.0}  # name -> fraction of reads (the 
 class KvLayout:
     """A key space of ``n_keys`` spread over ``shards`` RocksDB directories under ``root`` by
     ``id % shards``; ``shards`` bounds the sweep's worker count (one writer per RocksDB).
-    ``block_cache``: bytes of RocksDB block cache per shard, 0 for none."""
+    ``block_cache``: bytes of RocksDB block cache per shard, 0 for none. ``memtable``: bytes of a
+    memtable and of an SST file, with 4x that in level 1 (RocksDB's defaults are 64 MiB, 64 MiB and
+    256 MiB); 0 keeps the defaults. A smaller one scales the LSM tree down, so that flushes and
+    compactions reach their steady share of the traffic within seconds."""
 
     root: Path
     n_keys: int
     shards: int
     seed: int = 7
     block_cache: int = 0
+    memtable: int = 0
 
     def shard_dir(self, s: int) -> Path:
         return self.root / f"shard-{s:02d}"
 
 
-def _open(path: Path, create: bool = False, block_cache: int = 0) -> Any:
+def _open(path: Path, create: bool = False, block_cache: int = 0, memtable: int = 0) -> Any:
     import rocksdict as R
 
     o = R.Options(raw_mode=True)
+    if memtable:
+        o.set_write_buffer_size(memtable)
+        o.set_target_file_size_base(memtable)
+        o.set_max_bytes_for_level_base(4 * memtable)
     o.create_if_missing(create)
     o.set_use_direct_reads(True)  # reads reach the device, not the page cache
     o.set_use_direct_io_for_flush_and_compaction(True)
@@ -97,7 +105,7 @@ def _precondition(layout: KvLayout, overwrite: float, rate: float | None) -> dic
         shutil.rmtree(layout.root)
     layout.root.mkdir(parents=True)
     buf = _values(layout.seed)
-    dbs = [_open(layout.shard_dir(s), create=True) for s in range(layout.shards)]
+    dbs = [_open(layout.shard_dir(s), create=True, memtable=layout.memtable) for s in range(layout.shards)]
     t0 = time.perf_counter()
     for s, db in enumerate(dbs):
         wb = R.WriteBatch(raw_mode=True)
@@ -146,7 +154,9 @@ def _kv_worker(
     """One worker: opens its shards, waits for the common start, runs the workload ``warmup_s``
     uncounted (a freshly opened RocksDB reads at about 2/3 speed for its first 1-2 s here), then
     ``seconds`` more, counting completed operations per bucket of ``bucket_s``."""
-    dbs = {s: _open(layout.shard_dir(s), block_cache=layout.block_cache) for s in mine}
+    dbs = {
+        s: _open(layout.shard_dir(s), block_cache=layout.block_cache, memtable=layout.memtable) for s in mine
+    }
     buf = _values(layout.seed)
     rng = np.random.default_rng(seed)
     ranks = zipf_keys(layout.n_keys)
@@ -160,6 +170,8 @@ def _kv_worker(
     t0 = start_at.value + warmup_s  # the counted part starts here; ops are scheduled from the start
     _wait_until(start_at.value)
     end, n = t0 + seconds, 0
+    io0: tuple[int, int, float] | None = None
+    done = {"reads": 0, "updates": 0, "user_bytes": 0}
     while True:
         ids = zipf_ids(rng, ranks, perm, 4096)
         ids = ids[owned[ids % layout.shards]]  # the keys of this worker's shards
@@ -168,19 +180,40 @@ def _kv_worker(
             if rate is not None:
                 _wait_until(start_at.value + n / rate)
             db = dbs[i % layout.shards]
+            k = key(i)
             if r:
-                db.get(key(i))
+                got = db.get(k)
+                size = len(k) + (len(got) if got is not None else 0)
             else:
-                db.put(key(i), _value(buf, i + n))
+                v = _value(buf, i + n)
+                db.put(k, v)
+                size = len(k) + len(v)
             n += 1
             now = time.monotonic()
             if now >= end:
+                r1, w1 = io_bytes()
+                cpu = time.process_time() - io0[2] if io0 else 0.0
+                io = {"read_bytes": r1 - io0[0], "write_bytes": w1 - io0[1]} if io0 else {}
                 for db in dbs.values():
                     db.close()
-                out.put(counts)
+                out.put({"counts": counts, "io": io, "cpu_s": cpu, **done})
                 return
             if now >= t0:
+                if io0 is None:  # the window's first op: the device's and the CPU's count start here
+                    io0 = (*io_bytes(), time.process_time())
                 counts[min(len(counts) - 1, int((now - t0) / bucket_s))] += 1
+                done["reads" if r else "updates"] += 1
+                done["user_bytes"] += size
+
+
+def io_bytes() -> tuple[int, int]:
+    """(read_bytes, write_bytes) this process has caused at the storage layer, all its threads
+    (RocksDB's flushes and compactions too): /proc/self/io. (0, 0) where it cannot be read."""
+    try:
+        fields = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+        return int(fields["read_bytes"]), int(fields["write_bytes"])
+    except (OSError, KeyError, ValueError):
+        return 0, 0
 
 
 def _settle(dbs: list[Any], limit_s: float = 20.0) -> None:
@@ -197,10 +230,13 @@ def _settle(dbs: list[Any], limit_s: float = 20.0) -> None:
 
 def run_kv_step(
     layout: KvLayout, workload: str, workers: int, seconds: float = 3.0, bucket_s: float = 0.25,
-    rate: float | None = None, warmup_s: float = 0.0,
+    rate: float | None = None, warmup_s: float = 0.0, detail: dict[str, Any] | None = None,
 ) -> list[float]:  # fmt: skip
     """``workers`` processes run ``workload`` together (shard s goes to worker s % workers);
-    returns the summed throughput (ops/s) per bucket."""
+    returns the summed throughput (ops/s) per bucket. ``detail``, if given, receives the counted
+    window's totals over the workers: reads, updates, the bytes of keys and values they moved
+    (``user_bytes``), the bytes their processes read and wrote at the storage layer
+    (``read_bytes``, ``write_bytes``: RocksDB's data access) and their CPU seconds."""
     if workload not in KV_WORKLOADS:
         raise ValueError(f"unknown key-value workload {workload!r}; one of {', '.join(KV_WORKLOADS)}")
     if not 1 <= workers <= layout.shards:
@@ -246,7 +282,13 @@ def run_kv_step(
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
-    return [sum(c) / bucket_s for c in zip(*parts, strict=True)]
+    if detail is not None:
+        for k in ("reads", "updates", "user_bytes", "cpu_s"):
+            detail[k] = sum(p[k] for p in parts)
+        for k in ("read_bytes", "write_bytes"):
+            detail[k] = sum(p["io"].get(k, 0) for p in parts)
+        detail["seconds"] = seconds
+    return [sum(c) / bucket_s for c in zip(*(p["counts"] for p in parts), strict=True)]
 
 
 def _collect(q: Any, procs: list[Any], timeout: float) -> list[Any]:
