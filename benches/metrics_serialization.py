@@ -10,7 +10,9 @@ measures the same comparison on this machine's CPU, for particle tables of 1,024
   (which grows as it is written); arrow_sized: written into a buffer of its size, allocated once;
 * pickle: pickle.loads and pickle.dumps of the same table.
 
-Each figure is a median over repeats lasting --min-seconds (at least 3). Writes
+Each figure is a median over repeats lasting --min-seconds (at least 3). Beside it, arithmetic
+for slide 66 (the transfer is 81% of a producer's injection): the share a transfer over 10 or
+100 Gbit/s would take of packing and sending each object, with the packing measured here. Writes
 benches/results/metrics/serialization.{json,png}. The seed's own figure needs a BlueField-2 (its
 A72 cores and memory system); this shows the shape on this host.
 
@@ -62,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     for x in r["sizes"]:
         ratios = "  ".join(f"{f} {x[f'{f}_over_memcpy']:6.2f}x" for f in S.FORMATS)
         print(f"{x['bytes'] / 2**20:9.3f} MiB  memcpy {x['memcpy_s'] * 1e3:8.3f} ms  {ratios}")
+    for x in r["injection"]:
+        if x["rows"] == S.SEED_ROWS:
+            shares = ", ".join(f"{f} {v:.0%}" for f, v in x["transfer_share"].items())
+            print(f"injection at {S.SEED_ROWS:,} rows over {x['link_gbit']:g} Gbit/s: transfer {shares} "
+                  f"(arithmetic; the seed measured {S.SEED_INJECTION_SHARE:.0%})")  # fmt: skip
     print(f"wrote {a.out / 'serialization.json'} and {a.out / 'serialization.png'}", file=sys.stderr)
     return 0
 

@@ -61,3 +61,11 @@ def test_the_bench_teaches_and_writes(tmp_path: Path) -> None:
     assert (tmp_path / "serialization.png").stat().st_size > 10_000
     bad = subprocess.run([*run, "--rows", "x"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "metrics_serialization:" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_injection_share_by_hand() -> None:
+    """1.25 MB over 10 Gbit/s is 1 ms on the wire; with 0.25 ms to serialize, 80% is transfer."""
+    x = {"rows": 1, "bytes": 1_250_000, "arrow_serialize_s": 0.25e-3, "arrow_sized_serialize_s": 1e-3}
+    (ten,) = S.injection_shares([x], links=[10.0])
+    assert ten["transfer_s"] == pytest.approx(1e-3)
+    assert ten["transfer_share"] == {"arrow": pytest.approx(0.8), "arrow_sized": pytest.approx(0.5)}

@@ -39,6 +39,9 @@ from offload.host.plots import pyplot
 SEED_ROWS = 131_072
 SEED_MIB = 9.0
 FORMATS: tuple[str, ...] = ("arrow", "arrow_sized", "pickle")
+LINKS_GBIT: tuple[float, ...] = (10.0, 100.0)
+"""Links for the injection arithmetic: the ``bluefield2`` budget's shaped link, the seed's 100 Gb/s."""
+SEED_INJECTION_SHARE = 0.81  # slide 66: the transfer to the local SmartNIC, of the whole injection
 DEFAULT_ROWS: tuple[int, ...] = tuple(1 << k for k in range(10, 22))  # 1 Ki .. 2 Mi rows: 64 KiB .. 128 MiB
 
 
@@ -120,6 +123,7 @@ def sweep(
             progress(f"{n:,} rows")
         sizes.append(measure_size(n, min_seconds))
     return {
+        "injection": injection_shares(sizes),
         "table": "particles (id int64, x y z vx vy vz t float64: 64 B a row)",
         "min_seconds": min_seconds,
         "sizes": sizes,
@@ -129,6 +133,23 @@ def sweep(
             "claim": "similar performance even with small objects (< 10 MiB)",
         },
     }
+
+
+def injection_shares(
+    sizes: Sequence[dict[str, Any]], links: Sequence[float] = LINKS_GBIT
+) -> list[dict[str, Any]]:
+    """Arithmetic, not a measured injection (seed 003, slide 66: the transfer to the local SmartNIC
+    is 81% of a producer's injection time): a producer packs each object (this host's measured
+    serialization) and sends it over a link of an assumed rate; the transfer's share of the two is
+    (bytes / rate) / (bytes / rate + serialize seconds), for each size, link and Arrow writer."""
+    out = []
+    for x in sizes:
+        for gbit in links:
+            wire = x["bytes"] * 8 / (gbit * 1e9)
+            shares = {fmt: wire / (wire + x[f"{fmt}_serialize_s"]) for fmt in ("arrow", "arrow_sized")}
+            out.append({"rows": x["rows"], "bytes": x["bytes"], "link_gbit": gbit, "transfer_s": wire,
+                        "transfer_share": shares})  # fmt: skip
+    return out
 
 
 def plot(r: dict[str, Any], path: Path) -> None:
