@@ -80,8 +80,9 @@ def availability_section(d: dict[str, Any] | None, path: Path | None) -> Markup:
     )
     out += meta(
         f"The model is {where}. Where it does not reproduce the seed's figure, the "
-        "seed's own equations are not published; no single window matches all three of its figures "
-        "(docs/metrics.md, “It does not reproduce 7.1 or 114.3”)."
+        "seed's own equations are not published; no single window matches all three of its figures, and "
+        "none of the standard candidate models does at any one setting (`offload metrics availability "
+        "--models`; docs/metrics.md, “Which model could give all three”)."
     )
     return out + img_beside(path, ".png", "availability")
 
@@ -92,7 +93,7 @@ def _against_seed(c: dict[str, Any], key: str | None, limit: bool) -> str:
         return "—"
     off = c[key] / c["published"] - 1
     if abs(off) < 0.01:
-        return f"reproduced ({off:+.1%})"
+        return f"reproduced ({off:+.1%}) with failures counted as Poisson (exactly: lower, docs/metrics.md)"
     why = "no window fits all three"
     if limit and c["n"] == c["c"]:
         why = "at c = n, f cancels in the rare-failure limit (HDD and SSD give the same figure)"
