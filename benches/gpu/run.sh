@@ -4,11 +4,13 @@
 # rule set and trace). Writes JSON and plots to
 # OUT (default $OUT, else build/gpu-results). Without a GPU every step says so and the script
 # still ends, so it can be tried anywhere.
-# Usage: benches/gpu/run.sh [STEP...]   steps: tests bench sweep probe service (default: all but
-# service, ~12 min on an H200 machine; a device call lasts at most 10, so run them in two calls
-# there). `service` (~4 min): the service's knee, gpu against fast, with the open-loop generator.
+# Usage: benches/gpu/run.sh [STEP...]   steps: tests bench sweep probe channels service (default:
+# all but service, ~12 min on an H200 machine; a device call lasts at most 10, so run them in two
+# calls there). `service` (~4 min): the service's knee, gpu against fast, with the open-loop
+# generator. `channels` (~1-2 min, alone: `benches/gpu/run.sh channels`): seed 004's device-side
+# channels and its matrix multiply / matrix-vector case studies.
 set -uo pipefail
-steps=" ${*:-tests bench sweep probe} "
+steps=" ${*:-tests bench sweep probe channels} "
 step() { [[ $steps == *" $1 "* ]]; }
 cd "$(dirname "$0")/../.."
 out=${OUT:-build/gpu-results}
@@ -67,7 +69,13 @@ step sweep && python3 -m offload.cli serve sweep "${rt[@]}" --trace "$demo" --ma
 # 4. The channels: pageable / pinned / allocation + copy, launch latency (CuPy, where present).
 # (no plots: an installed wheel does not find the repo's data/presets, which the plots read)
 step probe && python3 -m offload.cli probe --quick --no-uring --no-plots --out "$out/probe.json" 2>&1 | tail -20
-# 5. The service's knee with the open-loop generator and client-side encoding (16-bit codes from
+# 5. Seed 004 on the device (issue 27, item 6): device memory, mapped host memory (its shared
+#    access) and managed memory (its coherent access) from 4 KiB to 1 GiB, one 64 B access each
+#    way, matrix multiply and matrix-vector iterated on one matrix with the reuse ratio r measured.
+#    Its mechanics tests first (they compile the kernels with nvcc where it is found).
+step channels && python3 -m pytest -q -p no:cacheprovider tests/python/test_probe_gpu_channels.py 2>&1 | tail -3
+step channels && python3 -m offload.cli probe gpu-channels --out "$out/gpu-channels.json" 2>&1 | tail -80
+# 6. The service's knee with the open-loop generator and client-side encoding (16-bit codes from
 #    the daemon's dictionary): gpu inline (the broker feeds the device, self-filling batches) and
 #    with 2 executors, against fast with 8 executors on this machine's cores, at 256 and 4,096
 #    queries per request; each with the daemon's host path at the knee (--control). Issue 25.

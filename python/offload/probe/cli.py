@@ -310,3 +310,50 @@ def _reuse_plot(pv: dict[str, Any], sh: dict[str, Any], steps: dict[str, float],
     ax.grid(alpha=0.3)
     fig.tight_layout()
     save_figure(fig, out, dpi=110)
+
+
+@app.command("gpu-channels")
+def gpu_channels(
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="Sizes to 64 MiB, fewer samples: ~10-20 s on a GPU (full: ~1-2 min)."),
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write the JSON result (also without a GPU: why). \\[default: none]"),
+    ] = None,
+    plots: Annotated[bool, typer.Option(help="Write <out>-channels.png beside --out (with a GPU).")] = True,
+    json_out: JsonOpt = False,
+) -> None:
+    """Seed 004's device-side channels on a GPU (CuPy): device memory, mapped host memory (its
+    shared access) and managed memory (its coherent access) from 4 KiB to 1 GiB (Fig. 4, §3.2.2);
+    one 64 B access each way (Table 5); matrix multiply (§5.1) and matrix-vector iterated on one
+    matrix with the reuse-ratio threshold r measured (§5.2). Without a GPU: one line saying why,
+    exit 0. Exits 1 if a part failed (the others are still written)."""
+    from offload.probe import gpuchannels as gc
+
+    why = gc.why_unavailable()
+    if why is not None:
+        emit(gc.unavailable(why), json_out, out)
+        (err if json_out else console).print(
+            f"GPU channels skipped: {why}", markup=False, highlight=False, soft_wrap=True
+        )
+        return
+    with progress("measuring the device-side channels", every_step=True) as say:
+        result = gc.measure(quick, say)
+    emit(result, False, out)  # on disk first: nothing measured is lost to a failing plot
+    if out is not None and plots:
+        png = out.with_name(out.stem + "-channels.png")
+        with failing(OSError, ValueError):
+            result["plot"] = str(gc.plot(result, png))
+        emit(result, False, out)
+    if not emit(result, json_out):
+        for part in gc.render(result):
+            console.print(part)
+        if out is not None:
+            console.print(f"wrote {out}" + (f", {result['plot']}" if "plot" in result else ""))
+    problems = gc.failed(result)
+    for p in problems:
+        err.print(f"[red]failed[/]: {escape(p)}", highlight=False)
+    if problems:
+        raise typer.Exit(1)
