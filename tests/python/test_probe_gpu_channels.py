@@ -169,7 +169,7 @@ def test_the_command_with_a_measurement_writes_json_plot_and_tables(
     out = tmp_path / "ch.json"
     r = runner.invoke(app, ["probe", "gpu-channels", "--out", str(out)])
     assert r.exit_code == 0, r.output
-    assert "r measured" in r.stdout and (tmp_path / "ch-channels.png").is_file()
+    assert "r measured" in r.stdout and (tmp_path / "ch.png").is_file()
     assert json.loads(out.read_text())["matvec"]["r_seed"] == 7
     broken = fake_measurement(matvec={"error": "RuntimeError: a test"})
     monkeypatch.setattr(gc, "measure", lambda quick, say: broken)

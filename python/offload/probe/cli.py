@@ -322,7 +322,7 @@ def gpu_channels(
         Path | None,
         typer.Option(help="Write the JSON result (also without a GPU: why). \\[default: none]"),
     ] = None,
-    plots: Annotated[bool, typer.Option(help="Write <out>-channels.png beside --out (with a GPU).")] = True,
+    plots: Annotated[bool, typer.Option(help="Write the plot beside --out, as a .png (with a GPU).")] = True,
     json_out: JsonOpt = False,
 ) -> None:
     """Seed 004's device-side channels on a GPU (CuPy): device memory, mapped host memory (its
@@ -343,7 +343,7 @@ def gpu_channels(
         result = gc.measure(quick, say)
     emit(result, False, out)  # on disk first: nothing measured is lost to a failing plot
     if out is not None and plots:
-        png = out.with_name(out.stem + "-channels.png")
+        png = out.with_suffix(".png")
         with failing(OSError, ValueError):
             result["plot"] = str(gc.plot(result, png))
         emit(result, False, out)

@@ -687,7 +687,8 @@ def _chase(g: _Gpu, words: Any, c: _Chain, setup: Callable[[int], None] = lambda
     per: list[float] = []
     for i, (start, end) in enumerate(zip(c.starts, c.ends, strict=True)):
         setup(i)
-        flush.fill(0)  # evicts L2, which the set-up's writes may have filled with the chain
+        flush.fill(0)  # evicts L2, which the set-up's writes may have filled with the chain,
+        _read_op(g, flush, flush.nbytes)()  # and leaves it full of other lines
         g.sync()
         g.chase((1,), (1,), (words, np.uint64(start), np.uint32(CHASE_STEPS), out))
         g.sync()
