@@ -26,7 +26,6 @@ Throughput is operations (or rows) per second over ``seconds``, after one uncoun
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -141,36 +140,17 @@ def measure(
     return out
 
 
-def _node(profile: str, services: Sequence[str], k: int, seconds: float, rows: int, q: Any) -> None:
-    """One thread count on the node: this process holds itself to the budget at ``k`` threads."""
-    from offload.host import budgets as B
-
-    applied = B.apply(B.profile(profile).with_(threads=k), "threads")
-    try:
-        q.put({"budget": applied, "result": measure(services, [k], seconds, rows)})
-    except Exception as e:  # the parent reports it
-        q.put({"error": f"{type(e).__name__}: {e}"})
-    finally:
-        B.release(applied)
-
-
 def on_node(
     profile: str, services: Sequence[str], k: int, seconds: float, rows: int = ROWS
 ) -> dict[str, Any]:
     """:func:`measure` at ``k`` threads in a child process held to ``profile`` at ``k`` threads."""
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=_node, args=(profile, list(services), k, seconds, rows, q))
-    p.start()
-    try:
-        r = q.get(timeout=len(services) * (2 * seconds + 60) + 60)
-    finally:
-        p.join(timeout=30)
-        if p.is_alive():
-            p.kill()
-    if "error" in r:
-        raise RuntimeError(f"the {profile} node at {k} threads failed: {r['error']}")
-    return r
+    from offload.host import budgets as B
+    from offload.metrics.budgeted import run_in_budget
+
+    timeout = len(services) * (2 * seconds + 60) + 60
+    prof = B.profile(profile).with_(threads=k)
+    budget, result = run_in_budget(prof, "threads", measure, (list(services), [k], seconds, rows), timeout)
+    return {"budget": budget, "result": result}
 
 
 def compare(

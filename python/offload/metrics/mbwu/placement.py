@@ -21,7 +21,6 @@ throughput is this run's MBWU; the embedded placement's is given in MBWUs.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -66,37 +65,17 @@ def _sweep(layout: KvLayout, workers: Sequence[int], seconds: float, warmup_s: f
     return [step(layout, n, seconds, warmup_s) for n in workers]
 
 
-def _node(
-    profile: str, layout: KvLayout, workers: Sequence[int], seconds: float, warmup_s: float, out: Any
-) -> None:
-    """The embedded placement: this process holds itself to the budget, its workers inherit it."""
-    from offload.host import budgets as B
-
-    applied = B.apply(B.profile(profile), "placement")
-    try:
-        out.put({"budget": applied, "steps": _sweep(layout, workers, seconds, warmup_s)})
-    except Exception as e:  # the parent reports it
-        out.put({"error": f"{type(e).__name__}: {e}"})
-    finally:
-        B.release(applied)
-
-
 def _embedded(
     profile: str, layout: KvLayout, workers: Sequence[int], seconds: float, warmup_s: float
 ) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    p = ctx.Process(target=_node, args=(profile, layout, list(workers), seconds, warmup_s, out))
-    p.start()
-    try:
-        r = out.get(timeout=len(workers) * (warmup_s + seconds + 90) + 60)
-    finally:
-        p.join(timeout=30)
-        if p.is_alive():
-            p.kill()
-    if "error" in r:
-        raise RuntimeError(f"the {profile} node failed: {r['error']}")
-    return r
+    """The embedded placement: the sweep in a process held to the budget, its workers inherit it."""
+    from offload.host import budgets as B
+    from offload.metrics.budgeted import run_in_budget
+
+    timeout = len(workers) * (warmup_s + seconds + 90) + 60
+    args = (layout, list(workers), seconds, warmup_s)
+    budget, steps = run_in_budget(B.profile(profile), "placement", _sweep, args, timeout)
+    return {"budget": budget, "steps": steps}
 
 
 def compare(

@@ -4,7 +4,6 @@ plateau on the host and, with a budget, in a process held to it."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import shutil
 from collections.abc import Callable
@@ -101,33 +100,18 @@ def _workload_sweep(plan: Plan, workload: str, progress: Callable[[str], None] |
     return sweep(step, plan.threads, plan.threshold, plan.bound, plan.min_window, progress)
 
 
-def _node(profile: str, plan: Plan, workload: str, out: Any) -> None:
-    """The embedded side: this process holds itself to the node budget (its worker processes
-    inherit the cgroup), then sweeps as the host does."""
-    from offload.host import budgets as B
-
-    applied = B.apply(B.profile(profile), "mbwu")
-    try:
-        out.put({"budget": applied, **_workload_sweep(plan, workload, None)})
-    except Exception as e:  # the parent reports it
-        out.put({"error": f"{type(e).__name__}: {e}"})
-    finally:
-        B.release(applied)
-
-
 def _embedded_sweep(plan: Plan, workload: str) -> dict[str, Any]:
+    """The embedded side: the same sweep in a process held to the node budget (its worker
+    processes inherit the cgroup)."""
+    from offload.host import budgets as B
+    from offload.metrics.budgeted import run_in_budget
+
     assert plan.embedded is not None
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    p = ctx.Process(target=_node, args=(plan.embedded, plan, workload, out))
-    p.start()
-    try:
-        r = out.get(timeout=len(plan.threads) * (plan.warmup_s + plan.seconds + 90) + 60)
-    finally:
-        p.join(timeout=30)
-    if "error" in r:
-        raise RuntimeError(f"the {plan.embedded} node failed: {r['error']}")
-    return r
+    timeout = len(plan.threads) * (plan.warmup_s + plan.seconds + 90) + 60
+    budget, r = run_in_budget(
+        B.profile(plan.embedded), "mbwu", _workload_sweep, (plan, workload, None), timeout
+    )
+    return {"budget": budget, **r}
 
 
 def measure(plan: Plan, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
