@@ -5,13 +5,17 @@ built by the same functions as a real one; the kernels compile where a CUDA comp
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import json
 import shutil
 import subprocess
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
@@ -189,3 +193,164 @@ def test_the_kernels_compile(tmp_path: Path) -> None:
                            capture_output=True, text=True, timeout=120)  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert f".entry {name}" in (tmp_path / f"{name}.ptx").read_text()
+
+
+# ---- a fake CuPy on host memory: the measuring code runs end to end here, kernels emulated ----
+
+
+class _Mem:
+    """An allocation: host bytes kept alive, at a real address (device, pinned and managed alike)."""
+
+    def __init__(self, n: int, flags: int = 0) -> None:
+        self.buf = np.zeros(max(n, 1), np.uint8)
+        self.ptr, self.size = self.buf.ctypes.data, n
+
+
+class _Ptr:
+    def __init__(self, mem: Any, offset: int = 0) -> None:
+        self.mem, self.ptr = mem, mem.ptr + offset
+
+
+class _Unowned:
+    def __init__(self, ptr: int, size: int, owner: Any, device_id: int = -1) -> None:
+        self.ptr, self.size, self.owner = ptr, size, owner
+
+
+class _Pinned(np.ndarray):
+    @property
+    def ptr(self) -> int:
+        return int(self.ctypes.data)
+
+
+class _Array:
+    """The part of cupy.ndarray the measuring code uses, over memory at an address."""
+
+    def __init__(self, shape: Any, dtype: Any, memptr: _Ptr) -> None:
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        dt = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dt.itemsize
+        raw = (ctypes.c_uint8 * nbytes).from_address(memptr.ptr)
+        self.a, self.data, self.nbytes = np.frombuffer(raw, dt).reshape(shape), memptr, nbytes
+
+    def view(self, dtype: Any) -> _Array:
+        return _Array(self.nbytes // np.dtype(dtype).itemsize, dtype, self.data)
+
+    def reshape(self, *shape: int) -> _Array:
+        return _Array(shape, self.a.dtype, self.data)
+
+    def fill(self, v: Any) -> None:
+        self.a.fill(v)
+
+    def get(self) -> np.ndarray:
+        return self.a.copy()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        key = key.a if isinstance(key, _Array) else key
+        self.a[key] = value.a if isinstance(value, _Array) else value
+
+
+def _new(n: int, dtype: Any, fill: Any = None) -> _Array:
+    arr = _Array(n, dtype, _Ptr(_Mem(int(np.prod(n)) * np.dtype(dtype).itemsize)))
+    if fill is not None:
+        arr.fill(fill)
+    return arr
+
+
+class _Kernel:
+    def __init__(self, src: str, name: str) -> None:
+        assert f"void {name}(" in src
+        self.name = name
+
+    def __call__(self, grid: tuple[int], block: tuple[int], args: tuple[Any, ...]) -> None:
+        if self.name == "offload_read":
+            arr, n16, total = args
+            words = arr.a.view(np.uint32)[: int(n16) * 4]
+            total.a[0] = (int(total.a[0]) + int(words.sum(dtype=np.uint64))) & 0xFFFFFFFF
+        else:
+            words, start, steps, out = args
+            i = int(start)
+            for _ in range(int(steps)):
+                i = int(words.a[i])
+            out.a[:] = [int(steps) * 600, i, 0]  # 600 ns a link
+
+
+_PROPS = {"name": b"Fake GPU", "multiProcessorCount": 4, "totalGlobalMem": 16 << 30, "l2CacheSize": 1 << 20}
+
+
+def fake_cupy() -> types.ModuleType:
+    rt = types.SimpleNamespace(
+        memcpyHostToDevice=1, memcpyDeviceToHost=2, memcpyDeviceToDevice=3, hostAllocPortable=1,
+        hostAllocMapped=2, getDeviceCount=lambda: 1, memGetInfo=lambda: (8 << 30, 16 << 30),
+        memcpy=lambda dst, src, n, kind: ctypes.memmove(dst, src, n),
+        memPrefetchAsync=lambda ptr, n, dev, stream: None,
+        getDeviceProperties=lambda i: _PROPS,
+    )  # fmt: skip
+    cuda = types.SimpleNamespace(
+        runtime=rt, Device=lambda: types.SimpleNamespace(id=0, synchronize=lambda: None),
+        get_current_stream=lambda: types.SimpleNamespace(ptr=0), PinnedMemory=_Mem, UnownedMemory=_Unowned,
+        MemoryPointer=_Ptr, malloc_managed=lambda n: _Ptr(_Mem(n)),
+        alloc_pinned_memory=lambda n: np.zeros(n, np.uint8).view(_Pinned),
+    )  # fmt: skip
+    cp = types.ModuleType("cupy")
+    cp.__dict__.update(
+        cuda=cuda, ndarray=_Array, RawKernel=_Kernel, uint8=np.uint8, uint32=np.uint32, uint64=np.uint64,
+        float32=np.float32, ones=lambda n, dt: _new(n, dt, 1), zeros=lambda n, dt: _new(n, dt, 0),
+        empty=lambda n, dt: _new(n, dt), asarray=lambda a: _copy(np.asarray(a)),
+        dot=lambda a, b, out: np.dot(a.a, b.a, out=out.a),
+        get_default_memory_pool=lambda: types.SimpleNamespace(free_all_blocks=lambda: None),
+    )  # fmt: skip
+    return cp
+
+
+def _copy(a: np.ndarray) -> _Array:
+    arr = _new(a.size, a.dtype)
+    arr.a[:] = a.ravel()
+    return arr
+
+
+def test_the_measuring_code_runs_end_to_end_on_a_fake_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy())
+    monkeypatch.setattr(gc, "CHASE_STEPS", 64)
+    tiny = gc.Mode(64 * gc.KIB, 1e-5, 2, 2, 64 * 64 * 8, 3, (32, 64), 64, (1, 2, 4, 8), 2)
+    monkeypatch.setitem(gc.MODES, True, tiny)
+    said: list[str] = []
+    result = gc.measure(True, said.append)
+    assert gc.failed(result) == [], gc.failed(result)
+    assert set(result["channels"]) == {
+        "device/copy", "device/read", "mapped/read", "managed/read-first-touch", "managed/read-resident"
+    }  # fmt: skip
+    assert [p["bytes"] for p in result["channels"]["mapped/read"]["points"]] == gc.sweep_sizes(
+        4096, 64 * gc.KIB
+    )
+    lat = result["latency"]
+    assert lat["device reads device memory"]["per_access_s"] == pytest.approx(600e-9)  # the emulated link
+    assert lat["device reads device memory"]["samples"] == 3  # the warm-up segment dropped
+    assert {r["n"] for r in result["matmul"]["rows"]} == {32, 64}
+    mv = result["matvec"]
+    assert mv["iterations"] == [1, 2, 4, 8] and len(mv["private_s"]) == 4 and mv["r_seed"] == 7
+    assert "channels: managed memory" in said and result["device"]["name"] == "Fake GPU"
+    assert "r measured" in _text(gc.render(result))
+
+
+def test_a_kernel_that_misses_bytes_fails_its_part_and_the_others_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cp = fake_cupy()
+    real = cp.RawKernel
+
+    def short_read(src: str, name: str) -> Any:
+        k = real(src, name)
+        if name != "offload_read":
+            return k
+        return lambda grid, block, args: k(grid, block, (args[0], np.uint64(int(args[1]) - 1), args[2]))
+
+    cp.RawKernel = short_read
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setattr(gc, "CHASE_STEPS", 64)
+    monkeypatch.setitem(
+        gc.MODES, True, gc.Mode(16 * gc.KIB, 1e-5, 2, 2, 64 * 64 * 8, 3, (32,), 32, (1, 2), 2)
+    )
+    result = gc.measure(True)
+    assert [f.split(":")[0] for f in gc.failed(result)] == ["channels"]
+    assert "read kernel over device memory" in result["channels"]["error"]
+    assert "rows" in result["matmul"] and "r_measured" in result["matvec"]
