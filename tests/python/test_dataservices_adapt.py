@@ -263,3 +263,22 @@ def test_what_a_node_learned_survives_a_restart(tmp_path) -> None:  # type: igno
         assert st["samples"] == learned and st["refits"] == 1 and again.config.models is not None
     finally:
         again.shutdown()
+
+
+def test_a_query_that_ran_beside_a_refit_is_not_learned_from(node: Node) -> None:
+    """Its times hold the learner's work (the interpreter's lock, the CPU quota), not the
+    node's: the learner counts it disturbed and makes no samples of it."""
+    learner = node.learner
+    meta = {"way": "offload", "engine_s": 0.01, "node_s": 0.02, "rows": 1, "bytes": 8}
+    host = ("offload", 1, {"host_receive_out": 0.001})
+    learner._handle(("query", "calm", None, None, None, 2))
+    learner._handle(("node", "calm", None, meta, 2, 2))
+    learner._handle(("host", "calm", *host))
+    for key, began, ended in (("during", 3, 3), ("across", 2, 4)):  # odd: fitting; changed: a step ran
+        learner._handle(("query", key, None, None, None, began))
+        learner._handle(("node", key, None, meta, began, ended))
+        learner._handle(("host", key, *host))
+    assert learner.disturbed == 2 and learner.failed == 1  # the calm one is made samples (it has no plan)
+    marks: list[bool] = []  # a refit marks each step of fitting (8 models here, 300 trees each)
+    TM.Adaptation(_slow_node(), "nic").refit(fitting=marks.append)
+    assert marks[0] and not marks[-1] and marks.count(True) >= 8 * (300 // TM.TREES_STEP)

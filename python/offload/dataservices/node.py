@@ -449,7 +449,8 @@ class Node(flight.FlightServerBase):
             meta = json.dumps(ex).encode()
         key = f"{wire.plan_key(plan)}.{next(self._ids)}"  # this query's id: its streams and observe
         if self.learner is not None:
-            self.learner.submit(("query", key, plan, info, f and TM.QueryFeatures(**f)))
+            features = f and TM.QueryFeatures(**f)
+            self.learner.submit(("query", key, plan, info, features, self.learner.epoch))
         if req["way"] == "offload":
             ticket = wire.request(plan, "offload", req["compression"], key)
             schema = self._result_schema(plan, info)
@@ -505,11 +506,12 @@ class Node(flight.FlightServerBase):
         """What a stream calls at its end (None: it did not finish): its timings go to the
         learner, by query id, and the node's activity counts down."""
         learner = self.learner
+        epoch = learner.epoch if learner is not None else 0
 
         def done(meta: dict[str, Any] | None) -> None:
             self._activity(-1)
             if meta is not None and learner is not None and key:
-                learner.submit(("node", key, plan, meta))
+                learner.submit(("node", key, plan, meta, epoch, learner.epoch))
 
         return done
 
@@ -729,8 +731,9 @@ class _Learner:
     IDLE_S, WAIT_S = 0.02, 1.0
     """The learner works once the node has been idle IDLE_S, or has waited WAIT_S for it (a
     node never idle still learns, an event a second)."""
-    QUIET_S = 1.0
-    """A node idle this long is quiet: a refit's pause ends, and its CPU from then on is free."""
+    QUIET_S, SETTLE_S = 1.0, 10.0
+    """A node idle QUIET_S is quiet: a refit's pause ends, and its CPU from then on is free. A
+    refit due waits up to SETTLE_S for the node to be quiet before it starts (then paced)."""
     BURST_S = 0.5
     """CPU seconds the learner may spend ahead of its share (NodeConfig.adapt_cpu_share of the
     node's cores, over the time it has run: samples and its own refits together, not those
@@ -754,6 +757,11 @@ class _Learner:
         (refit_now is asked for; an idle node's CPU is free)."""
         self._started = time.monotonic()
         self._deferred: list[tuple[Any, ...]] = []
+        self.epoch = 0
+        """Counts the starts and ends of the learner's fitting steps (odd: fitting now). A query
+        that saw it change, or odd, ran beside a refit: its times are not the node's own, and
+        it is not made samples (counted ``disturbed``)."""
+        self.disturbed = 0
         if cfg.learn_file is not None and cfg.learn_file.exists():
             self.adaptation.load(TM.Models.read_samples(cfg.learn_file))
         self._thread = threading.Thread(target=self._run, name=f"{cfg.name}-learner", daemon=True)
@@ -783,7 +791,8 @@ class _Learner:
     def status(self) -> dict[str, Any]:
         out = self.adaptation.status() | {
             "pending": len(self._pending), "queued": self._queue.qsize(), "dropped": self.dropped,
-            "failed": self.failed, "skipped": self.skipped, "sample_cpu_s": round(self.sample_cpu_s, 4),
+            "failed": self.failed, "skipped": self.skipped, "disturbed": self.disturbed,
+            "sample_cpu_s": round(self.sample_cpu_s, 4),
         }  # fmt: skip
         current = self._node.config.models
         if current is not self._fitted:  # given since the last refit: the next one starts from these
@@ -851,13 +860,20 @@ class _Learner:
         if current is not self._fitted:  # models given since (a training file): their samples are the base
             self.adaptation.base = list(current.samples) if current is not None else []
         wait = self._pause if paced else None
+        if paced and not self._pause(self.SETTLE_S):  # a refit starts once the node is quiet, if it soon is
+            raise TM.RefitStopped("the node stopped before a refit")
         spent = self.adaptation.charged_cpu_s
-        models = self._fitted = self.adaptation.refit(wait, self._node.cores(), self._node.idle)
+        node = self._node
+        models = self._fitted = self.adaptation.refit(wait, node.cores(), node.idle, self._fitting)
         if paced:
             self.paced_cpu_s += self.adaptation.charged_cpu_s - spent
         self._node.config.models = models  # one assignment: a decision sees the old or the new
         self._keep()
         return models
+
+    def _fitting(self, on: bool) -> None:
+        if on != (self.epoch % 2 == 1):
+            self.epoch += 1
 
     def _keep(self) -> None:
         """Writes the online samples to the node's learn file, whole or not at all."""
@@ -875,21 +891,22 @@ class _Learner:
             finally:  # refit_now waits for this, whatever happened
                 event[2].set()
         elif kind == "query":
-            _, key, plan, info, f = event
+            _, key, plan, info, f, epoch = event
             if key in self._pending:
                 self._finish(self._pending.pop(key))
             self._pending[key] = {"plan": plan, "info": info, "f": f, "node": {}, "streams": 0,
-                                  "t": time.monotonic()}  # fmt: skip
+                                  "t": time.monotonic(), "epoch": epoch}  # fmt: skip
             while len(self._pending) > self.PENDING:
                 self._finish(self._pending.popitem(last=False)[1])
         elif kind == "node":
-            _, key, plan, meta = event
+            _, key, plan, meta, started, ended = event
             q = self._pending.get(key)
             if q is None and plan is not None:  # an offload ticket fetched without asking first
                 q = self._pending[key] = {"plan": plan, "info": None, "f": None, "node": {}, "streams": 0,
-                                          "t": time.monotonic()}  # fmt: skip
+                                          "t": time.monotonic(), "epoch": started}  # fmt: skip
             if q is not None:
                 q["streams"] += 1
+                q["disturbed"] = q.get("disturbed") or started % 2 or ended != q["epoch"]
                 q["way"] = meta["way"]
                 for k in ("engine_s", "node_s"):
                     q["node"][k] = max(q["node"].get(k, 0.0), meta[k])
@@ -904,6 +921,9 @@ class _Learner:
     def _finish(self, q: dict[str, Any]) -> None:
         """One query's samples, where the learner's CPU budget allows (else counted skipped)."""
         if not q["streams"]:
+            return
+        if q.get("disturbed") or q["epoch"] % 2:
+            self.disturbed += 1
             return
         cfg = self._node.config
         allowed = cfg.adapt_cpu_share * self._node.cores() * (time.monotonic() - self._started) + self.BURST_S

@@ -236,6 +236,11 @@ class TransferLink:
         return TransferLink(float(shaped["rate_mbit"]) * 1e6 / 8, delay or latency_s)
 
 
+TREES_STEP = 50
+"""A paced fit grows each regressor's 300 trees this many at a time: a query that arrives while
+the learner fits waits for at most one step (~5 ms of CPU a step at full core)."""
+
+
 @dataclass
 class Models:
     """A regressor of log seconds per (system, target), fitted from samples: gradient boosting,
@@ -272,9 +277,14 @@ class Models:
                     n_estimators=300, max_depth=3, learning_rate=0.05, subsample=0.8, random_state=seed
                 )
                 w = None if w_all is None else w_all[at]
-                m.regressors[(system, target)] = gbm.fit(x, y, sample_weight=w)
-                if between is not None:
+                if between is None:
+                    m.regressors[(system, target)] = gbm.fit(x, y, sample_weight=w)
+                    continue
+                gbm.set_params(warm_start=True)  # in steps of TREES_STEP trees, ``between`` after each
+                for n in range(TREES_STEP, gbm.n_estimators + 1, TREES_STEP):
+                    gbm.set_params(n_estimators=n).fit(x, y, sample_weight=w)
                     between()
+                m.regressors[(system, target)] = gbm
         return m
 
     def forest(self, keys: Sequence[tuple[str, str, int]]) -> Forest:
@@ -643,14 +653,18 @@ class Adaptation:
         return [1.0] * n_base + [min(max(w, 1.0), self.max_weight)] * n_online
 
     def refit(self, wait: Callable[[float], bool] | None = None, cores: float = 1.0,
-              quiet: Callable[[float], bool] | None = None) -> Models:  # fmt: skip
+              quiet: Callable[[float], bool] | None = None,
+              fitting: Callable[[bool], None] | None = None) -> Models:  # fmt: skip
         """Models fitted on the training samples and the online ones (deterministic for the
         same samples and seed), their decision forests built here rather than on a query.
         ``wait(seconds)`` paces it: after each regressor fitted while the node was busy (not
         ``quiet(seconds)``, idle for the regressor's wall time) it is asked to wait long enough
         that the refit uses at most ``cpu_share`` of ``cores`` (the node's CPU), and a False
-        from it (the node stopping) abandons the refit (RefitStopped)."""
+        from it (the node stopping) abandons the refit (RefitStopped). ``fitting(True)`` is
+        called as each step of fitting starts, ``fitting(False)`` as it ends."""
         import time
+
+        mark = fitting or (lambda _: None)
 
         with self._lock:
             base, online = list(self.base), list(self.online)
@@ -661,15 +675,21 @@ class Adaptation:
 
         def between() -> None:
             nonlocal last, started, charged
+            mark(False)
             spent = time.thread_time() - last
             if quiet is None or not quiet(time.monotonic() - started):
                 charged += spent
                 if wait is not None and not wait(spent * max(0.0, 1.0 / share - 1.0)):
                     raise RefitStopped("the node stopped during a refit")
             last, started = time.thread_time(), time.monotonic()
+            mark(True)
 
-        models = Models.fit([*base, *online], self.seed, between, self.weights(len(base), len(online)))
-        warm(models, self.node_system, self.host_system)
+        mark(True)
+        try:
+            models = Models.fit([*base, *online], self.seed, between, self.weights(len(base), len(online)))
+            warm(models, self.node_system, self.host_system)
+        finally:
+            mark(False)
         cpu = time.thread_time() - c0
         with self._lock:
             for e in self.errors.values():  # the errors from here on are the new models'
