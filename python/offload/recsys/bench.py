@@ -58,13 +58,16 @@ FILL_LIMIT = 8
 class RunOptions:
     """How each strategy runs: `warmup` first batches unrecorded; `flash` Table II parameters;
     the device reader's queue depth; RecSSD's host cache in vectors; `device` "process" (the
-    in-storage device in its own process behind shared memory) or "in-process"."""
+    in-storage device in its own process behind shared memory) or "in-process";
+    `device_mlp_cycles` rm-ssd's device MLP in flash mode, cycles per sample (bottom′, L_e, top′;
+    default: the kernel search's design at its own batch, `engine.kernel_design_cycles`)."""
 
     warmup: int = 1
     flash: dict[str, Any] | None = None
     queue_depth: int = 64
     host_cache_vectors: int = 8192
     device: str = "process"
+    device_mlp_cycles: tuple[int, int, int] | None = None
 
 
 def run_strategy(
@@ -119,6 +122,7 @@ def _run_batches(
         flash=opts.flash,
         queue_depth=opts.queue_depth,
         host_cache_vectors=opts.host_cache_vectors,
+        device_mlp_cycles=opts.device_mlp_cycles or (0, 0, 0),
         device=opts.device,
     ) as eng:
         fill = fill_page_cache(eng, trace.config, model_dir.spec.tables)
@@ -343,8 +347,13 @@ def locality_sweep(
     batch_size: int = 16,
     seed: int = 0,
     on_batch: Callable[[], None] | None = None,
+    constants: str = "fitted",
 ) -> dict[str, Any]:
-    """Fig. 14: RecSSD and RM-SSD on RecSSD-style traces with locality knob K, each K one trace."""
+    """Fig. 14: RecSSD and RM-SSD on RecSSD-style traces with locality knob K, each K one trace.
+    `constants`: the trace's locality constants, "fitted" (to RM-SSD's hit rates; the default)
+    or "recssd" (RecSSD's own generator's): `T.LOCALITY_CONSTANTS`."""
+    if constants not in T.LOCALITY_CONSTANTS:
+        raise ValueError(f"unknown constants {constants!r}; one of {', '.join(T.LOCALITY_CONSTANTS)}")
     spec = model_dir.spec
     points = []
     for k in ks:
@@ -356,6 +365,7 @@ def locality_sweep(
             seed=seed,
             kind="recssd",
             recssd_k=float(k),
+            **T.LOCALITY_CONSTANTS[constants],  # type: ignore[arg-type]
         )
         trace = T.generate_trace(cfg, batches)
         per_table = max(1, opts.host_cache_vectors // spec.tables)
@@ -375,5 +385,14 @@ def locality_sweep(
         "options": asdict(opts),
         "batches": batches,
         "batch_size": batch_size,
+        "constants": {"label": constants, "why": T.LOCALITY_CONSTANTS_WHY[constants]}
+        | T.LOCALITY_CONSTANTS[constants]
+        | {"hit_rate_formula": [_lru_hit_formula(constants, float(k)) for k in ks]},
         "points": points,
     }
+
+
+def _lru_hit_formula(constants: str, k: float) -> float:
+    """What the constants give an LRU of at least D entries per table: (1 - b) / (1 + c K)."""
+    c = T.LOCALITY_CONSTANTS[constants]
+    return (1.0 - c["recssd_base_new"]) / (1.0 + c["recssd_k_scale"] * k)

@@ -1,7 +1,7 @@
 """`offload recsys ...`: recommendation inference with embeddings on SSD (RM-SSD, seed 002).
 
 create a model and its tables → synth a trace → infer with any strategy; kernels for the FPGA
-kernel-size search.
+kernel-size search, resources for Table VI beside the seed's, composition for Fig. 9's scan patterns.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from offload.recsys.models import SPECS
 
 app = typer.Typer(
     help="Recommendation inference with embedding tables on SSD (RM-SSD): "
-    "create, synth, infer, bench, kernels.",
+    "create, synth, infer, bench, kernels, resources, composition.",
     no_args_is_help=True,
 )
 
@@ -469,6 +469,124 @@ def kernels(
     _print_table_v(ours, ii, composition)
     _print_table_vi(designs)
     _print_fig15(fig15)
+
+
+@app.command()
+def resources(
+    composition: Annotated[
+        str,
+        typer.Option(help="How eq. 1b/1c combine paired layers: sum (as printed) or pipelined (max)."),
+    ] = "sum",
+    ii: Annotated[int, typer.Option("--ii", help="Initiation interval of the MLP kernels.")] = 8,
+    as_json: JsonOpt = False,
+    out: OutOpt = None,
+) -> None:
+    """Table VI beside the seed's: the resource model's LUT / FF / BRAM / DSP for MLP-naïve, MLP
+    (default kernels) and MLP-op (searched) on RMC1-3, our ÷ the seed's for each cell, which of
+    XCVU9P and XC7A200T each fits, and RMC3's MLP-op ÷ MLP-naïve (the seed: 3.5×). The figures
+    are a model's estimate (fp32 units and weight memories counted with generic HLS
+    operator costs), not synthesis; the JSON says where the costs came from and how far each cell
+    is from the seed's. Record it: --out benches/results/recsys/table-vi.json."""
+    from offload.recsys.fpga import resource_table as RT
+
+    if composition not in ("sum", "pipelined"):
+        raise fail(f"unknown composition {composition!r}; one of sum, pipelined")
+    with failing(ValueError):
+        res = RT.report(ii=ii, composition=composition)  # type: ignore[arg-type]
+    if emit(res, as_json, out):
+        return
+    t = Table(
+        title=f"Table VI: MLP engine resources, ours (a model) beside the seed's; II = {ii}, {composition}"
+    )
+    for c in ("model", "unit", "", "LUT", "FF", "BRAM", "DSP", "XC7A200T", "samples/s"):
+        t.add_column(c, justify="left" if c in ("model", "unit", "", "XC7A200T") else "right")
+    for r in res["rows"]:
+        fit = ("fits", "over: " + ", ".join(r["overflows"]["XC7A200T"]))[bool(r["overflows"]["XC7A200T"])]
+        pfit = ("fits", "over: " + ", ".join(r["paper_overflows"]["XC7A200T"]))[
+            bool(r["paper_overflows"]["XC7A200T"])
+        ]
+        t.add_row(r["model"], r["unit"], "ours", *(_count(r["ours"][k]) for k in RT.RESOURCES), fit,
+                  f"{r['samples_per_s']:,.0f}")  # fmt: skip
+        t.add_row("", "", "seed", *(_count(r["paper"][k]) for k in RT.RESOURCES), pfit, "")
+        t.add_row(
+            "", "", "×", *(f"{r['ours_over_paper'][k]:.2f}" for k in RT.RESOURCES), "", "", end_section=True
+        )
+    console.print(t)
+    near, sp = res["distance"], res["rmc3_speedup"]
+    big = [f"{r['model']} {r['unit']}" for r in res["rows"] if r["overflows"]["XCVU9P"]]
+    console.print("XCVU9P: " + (f"over for {', '.join(big)}" if big else "every design fits"))
+    low = res["sized_for_xc7a200t"]
+    console.print(
+        "sized for XC7A200T (rule one with its BRAM): "
+        + "; ".join(
+            f"{m} fits as " + (", ".join(u for u, d in units.items() if not d["overflows"]) or "none")
+            for m, units in low.items()
+        )
+    )
+    console.print(
+        f"distance to the seed: median cell {near['median_factor']:.2f}× off, "
+        f"{near['cells_within_10pct']} of {near['cells']} within 10%"
+    )
+    console.print(f"RMC3 MLP-op ÷ MLP-naïve: {sp['ours']:.2f}× (seed {sp['paper']}×): {sp['why']}")
+    console.print(f"verdict: {res['verdict']}: {res['why']}")
+
+
+def _count(x: float) -> str:
+    """A resource count: thousands separated, halves of a BRAM kept."""
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
+
+
+@app.command()
+def composition(
+    models: Annotated[str, typer.Option(help="Comma list of Table III models.")] = "RMC1,RMC2,RMC3",
+    samples: Annotated[
+        int, typer.Option(help="Samples streamed through each chain (≥ 2 for an interval).")
+    ] = 3,
+    ii: Annotated[int, typer.Option("--ii", help="Initiation interval of the MLP kernels.")] = 8,
+    as_json: JsonOpt = False,
+    out: OutOpt = None,
+) -> None:
+    """Fig. 9's inter-layer composition run in software on the searched designs (Table V's
+    kernels): each layer's blocks stepped in its scan order on real values, a block waiting for the
+    outputs it reads. One sample's latency and a stream's interval under the same scan pattern
+    (Fig. 9a) and the alternating one (9b), beside eq. 1b/1c's sum and pair-max. Cycles of the
+    schedule, not an FPGA. Record it: --out benches/results/recsys/fig9-composition.json."""
+    from offload.recsys.fpga import TABLE_III
+    from offload.recsys.fpga import compose as C
+
+    names = [m.strip().upper() for m in models.split(",") if m.strip()]
+    bad = [m for m in names if m not in TABLE_III]
+    if bad or not names:
+        raise fail(f"unknown model {', '.join(bad) or '(none)'}; one of {', '.join(TABLE_III)}")
+    with failing(ValueError):
+        res = C.report({m: TABLE_III[m] for m in names}, samples=samples, ii=ii)
+    if emit(res, as_json, out):
+        return
+    t = Table(title=f"Fig. 9: two layers composed, cycles of the schedule (II = {ii}, {samples} samples)")
+    for c in ("model", "chain", "same scan", "Σ layers", "alternating", "Σ pair max", "×", "interval"):
+        t.add_column(c, justify="left" if c in ("model", "chain") else "right")
+    for name, m in res["models"].items():
+        for chain, c in m["chains"].items():
+            runs, f = c["runs"], c["formulas"]
+            ivs = {runs[p]["interval_cycles"] for p in runs}
+            t.add_row(
+                name,
+                chain,
+                f"{runs['same']['latency_cycles']:,}",
+                f"{f['sum_of_layers']:,}",
+                f"{runs['alternating']['latency_cycles']:,}",
+                f"{f['sum_of_pair_max']:,}",
+                f"{c['latency_same_over_alternating']:.2f}",
+                " / ".join(f"{x:,}" for x in sorted(ivs, key=lambda v: v or 0) if x is not None) or "-",
+            )
+    console.print(t)
+    for name, m in res["models"].items():
+        layers = [x for c in m["chains"].values() for x in c["layers"]]
+        console.print(f"{name} kernels: " + ", ".join(f"{x['name']} {x['kernel']}" for x in layers))
+    console.print(
+        "latency: one sample through the chain; interval: between samples of a stream (every layer "
+        "has its own kernel, so both patterns run at the slowest layer's pace)"
+    )
 
 
 def _print_table_v(ours: dict[str, dict[str, str]], ii: int, composition: str) -> None:

@@ -4,6 +4,7 @@ and Fig. 14 (RecSSD vs RM-SSD over the locality knob K). PNG, matplotlib's Agg b
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -161,3 +162,95 @@ def per_bench(b: dict[str, Any], out_dir: Path) -> list[Path]:
     if "ssd-s" in b["strategies"] and b["strategies"]["ssd-s"].get("sls_s"):
         paths.append(sls(b, out_dir / f"{stem}-sls.png"))
     return paths
+
+
+STRATEGY_COLORS = {
+    "dram": "#555555",
+    "ssd-s": "#dd8452",
+    "emb-vectorsum": "#55a868",
+    "recssd": "#4c72b0",
+    "rm-ssd": "#c44e52",
+}
+
+
+def batch_sweep(sweeps: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Figs. 12/13 by batch size: throughput (top) and p50 batch latency (bottom) of each strategy,
+    one column per model, with the seed's shape in each title and rm-ssd's eq. 1 pace dotted."""
+    n = max(1, len(sweeps))
+    fig, axes = plt.subplots(2, n, figsize=(4.6 * n, 7), squeeze=False)
+    for col, sw in enumerate(sweeps):
+        xs = [p["batch_size"] for p in sw["points"]]
+        a1, a2 = axes[0][col], axes[1][col]
+        for s in sw["strategies"]:
+            runs = [p["strategies"][s] for p in sw["points"]]
+            kw = {"color": STRATEGY_COLORS.get(s), "label": s, "marker": "o", "ms": 3}
+            a1.plot(xs, [r["throughput_per_s"] or 0 for r in runs], **kw)
+            a2.plot(xs, [r["latency_s"]["p50"] * 1e3 for r in runs], **kw)
+        if all("rm_ssd_eq1" in p for p in sw["points"]):
+            a1.plot(xs, [p["rm_ssd_eq1"]["eq1_samples_per_s"] for p in sw["points"]], ":",
+                    color=STRATEGY_COLORS["rm-ssd"], label="rm-ssd, eq. 1")  # fmt: skip
+        for a, lab in ((a1, "inferences per second"), (a2, "p50 batch latency (ms)")):
+            a.set_xscale("log", base=2)
+            a.set_yscale("log")
+            a.set_xticks(xs, [str(x) for x in xs])
+            a.set_xlabel("batch size")
+            a.set_ylabel(lab)
+        a1.set_title(textwrap.fill(f"{sw['model']}; seed: {sw.get('paper_shape') or ''}", 48), fontsize=8)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("By batch size (Figs. 12/13), flash mode", fontsize=10)
+    return _save(fig, path)
+
+
+def locality_constants(sweeps: dict[str, dict[str, Any]], path: Path) -> Path:
+    """Fig. 14 with both sets of trace constants side by side: RecSSD's and RM-SSD's throughput
+    against K (left) and the trace's LRU hit rate against the seed's (right)."""
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    styles = {"fitted": "--", "recssd": "-"}
+    for label, sw in sweeps.items():
+        ks = [p["k"] for p in sw["points"]]
+        for name in ("recssd", "rm-ssd"):
+            a1.plot(ks, [p[name]["throughput_per_s"] for p in sw["points"]], styles.get(label, "-"),
+                    marker="o", color=STRATEGY_COLORS[name], label=f"{name} ({label} constants)")  # fmt: skip
+        a2.plot(ks, [100 * p["trace_lru_hit_rate"] for p in sw["points"]], styles.get(label, "-"), marker="^",
+                color="#555555", label=f"trace LRU ({label} constants)")  # fmt: skip
+    first = next(iter(sweeps.values()))
+    seed = [(p["k"], 100 * (p["paper_hit_rate"] or 0)) for p in first["points"]]
+    a2.plot(*zip(*seed, strict=True), "x", color="k", ms=9, label="seed")
+    a1.set_xlabel("locality knob K")
+    a1.set_ylabel("inferences per second")
+    a1.legend(fontsize=7)
+    a2.set_xlabel("locality knob K")
+    a2.set_ylabel("hit rate (%)")
+    a2.set_ylim(0, 100)
+    a2.legend(fontsize=7)
+    fig.suptitle("Fig. 14 with RM-SSD-fitted and RecSSD's own trace constants")
+    return _save(fig, path)
+
+
+def dram_by_size(result: dict[str, Any], path: Path) -> Path:
+    """Fig. 15's dram baseline: dram's throughput by table size, 4 KiB pages against huge pages
+    (each run a point), with rm-ssd's (the flash model) as a line, one panel per model."""
+    models = list(result["models"])
+    fig, axes = plt.subplots(1, max(1, len(models)), figsize=(5.5 * max(1, len(models)), 4), squeeze=False)
+    for ax, m in zip(axes[0], models, strict=False):
+        r = result["models"][m]
+        for pages, color in (("4k", "#dd8452"), ("huge", "#4c72b0")):
+            runs = [(c["table_bytes"], run) for c in r["dram"] if c["pages"] == pages for run in c["runs"]]
+            pts = [(size / 2**20, run["throughput_per_s"]) for size, run in runs]
+            if pts:
+                ax.scatter(*zip(*pts, strict=True), color=color, label=f"dram, {pages} pages", s=14)
+        if r.get("rm_ssd"):
+            ax.axhline(
+                r["rm_ssd"]["throughput_per_s"],
+                color=STRATEGY_COLORS["rm-ssd"],
+                ls="--",
+                label="rm-ssd (flash model)",
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("tables (MiB)")
+        ax.set_ylabel("inferences per second")
+        ax.set_title(m)
+        ax.legend(fontsize=7)
+    fig.suptitle("Fig. 15's all-DRAM baseline, by table size and page size")
+    return _save(fig, path)

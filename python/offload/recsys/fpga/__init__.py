@@ -106,6 +106,13 @@ sigmoid, the Embedding Lookup Engine) that Table VI's figures include. BRAM per 
 ``max(weights, bandwidth)`` 36 Kb blocks at 18 Kb granularity, with ``weights = R C * 4 B / 4.5 KiB``
 and ``bandwidth = kr kc / (2 * II)`` (a kernel needs ``kr kc`` weights per ``II`` cycles; a BRAM36
 gives two words per cycle); a DRAM layer keeps a double buffer of ``2 * kr * kc`` weights.
+:mod:`~offload.recsys.fpga.resource_table` puts these beside the seed's Table VI (`offload recsys
+resources`).
+
+Composition, run
+----------------
+:mod:`~offload.recsys.fpga.compose` runs Fig. 9's two scan patterns as a block schedule on real
+values and counts its cycles, beside eq. 1b/1c's sum and pair max (`offload recsys composition`).
 """
 
 from offload.recsys.fpga.design import Design, InfeasibleError, LayerKernel, evaluate, violations

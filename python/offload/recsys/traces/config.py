@@ -35,6 +35,45 @@ RECSSD_DECAY = 0.15
 ZIPF_ALPHA = 1.09
 
 
+def recssd_own_constants(draws: int = 1000, bins: int = 50) -> dict[str, float]:
+    """The ``"recssd"`` constants RecSSD's own generator sets (RecSSD-RecInfra
+    ``models/input/gen_dist.py`` feeding DLRM's ``trace_generate_lru``): a histogram of ``bins``
+    bins over the range of ``draws`` Exp(1) draws, bin 0 meaning a new id and bin ``d`` stack
+    distance ``d``; the knob K adds K times the histogram's mass to bin 0.
+
+    So ``λ`` is the bin width, ``E[max - min] / bins = (H_draws - 1/draws) / bins`` (0.1497),
+    ``b`` the first bin's mass ``1 - exp(-λ)`` (0.139), ``D = bins - 1`` (49) and ``c = 1``.
+    (The generator truncates K's addition to whole histogram units, ``int(K / λ) λ``, lowering
+    ``c·K`` by up to one bin width; left out here, as the constants the code means.)"""
+    span = sum(1.0 / k for k in range(1, draws + 1)) - 1.0 / draws
+    lam = span / bins
+    return {
+        "recssd_base_new": 1.0 - math.exp(-lam),
+        "recssd_k_scale": 1.0,
+        "recssd_decay": lam,
+        "recssd_max_distance": bins - 1,
+    }
+
+
+#: The two sets of ``"recssd"`` constants Fig. 14 is run with: ``fitted`` (b and c chosen so the
+#: LRU hit rates land on RM-SSD's 80 / 65 / 45 / 30%, the defaults) and ``recssd`` (RecSSD's own).
+LOCALITY_CONSTANTS: dict[str, dict[str, float]] = {
+    "fitted": {
+        "recssd_base_new": RECSSD_BASE_NEW,
+        "recssd_k_scale": RECSSD_K_SCALE,
+        "recssd_decay": RECSSD_DECAY,
+        "recssd_max_distance": RECSSD_MAX_DISTANCE,
+    },
+    "recssd": recssd_own_constants(),
+}
+LOCALITY_CONSTANTS_WHY = {
+    "fitted": "b and c set so that the trace's LRU hit rates land on RM-SSD's Fig. 14 (80 / 65 / 45 / 30%): "
+    "agrees by construction",
+    "recssd": "RecSSD's own generator (gen_dist.py: 50 bins over 1,000 Exp(1) draws, K adding K times the "
+    "mass to bin 0): nothing taken from RM-SSD's figure",
+}
+
+
 # Configuration, batches, traces
 
 
