@@ -209,6 +209,9 @@ pub fn crc32c(crc: u32, b: &[u8]) -> u32 {
     crc32c_table(crc, b)
 }
 
+/// # Safety
+/// The caller must have checked that the CPU has SSE4.2 (`crc32c` does): the intrinsics are
+/// then sound on any input, as they read only the values passed and no memory.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2")]
 unsafe fn crc32c_sse42(crc: u32, b: &[u8]) -> u32 {
