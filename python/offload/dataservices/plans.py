@@ -314,11 +314,17 @@ _OPAQUE = {"SingularOrList": ("options",), "MultiOrList": ("options",)}
 cost 200k messages per walk)."""
 
 
+_VALUE_FIELDS = frozenset(("output_type", "type", "base_schema", "literal"))
+"""Fields that hold only types and values, never a relation or a call: the walkers do not
+enter them either (a wide table's schema alone is dozens of messages a walk)."""
+
+
 def _children(msg):
-    """The sub-messages one level under ``msg`` (not an IN list's values: :data:`_OPAQUE`)."""
+    """The sub-messages one level under ``msg`` (not an IN list's values: :data:`_OPAQUE`; not
+    types and literals: :data:`_VALUE_FIELDS`)."""
     skip = _OPAQUE.get(msg.DESCRIPTOR.name, ())
     for fd, val in msg.ListFields():
-        if fd.message_type is not None and fd.name not in skip:
+        if fd.message_type is not None and fd.name not in skip and fd.name not in _VALUE_FIELDS:
             yield from (val if not hasattr(val, "ListFields") else [val])
 
 
