@@ -320,10 +320,14 @@ class Node(flight.FlightServerBase):
 
     def _features(self, plan: bytes, info: plans.PlanInfo) -> tuple[dict[str, Any], TM.QueryFeatures]:
         """The plan's estimate and its features (whatever the estimator raises passes)."""
+        from substrait.plan_pb2 import Plan
+
+        parsed = Plan()  # once, for the estimate and the features
+        parsed.ParseFromString(plan)
         sets = {t: self.dataset(t) for t in info.reads}
-        est = estimate(plan, {t: ds.stats for t, ds in sets.items()}).as_dict()
+        est = estimate(parsed, {t: ds.stats for t, ds in sets.items()}).as_dict()
         schemas = {t: ds.table.schema for t, ds in sets.items()}
-        return est, TM.features(plan, est["rows"], est["bytes"], self._read_sizes(info), est, schemas)
+        return est, TM.features(parsed, est["rows"], est["bytes"], self._read_sizes(info), est, schemas)
 
     def _read_sizes(self, info: plans.PlanInfo) -> dict[str, tuple[int, float]]:
         """Each data set read: its rows, and the bytes of the columns read (rows x widths)."""

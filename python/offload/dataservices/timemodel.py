@@ -106,23 +106,27 @@ class QueryFeatures:
 
 
 def features(
-    plan: bytes,
+    plan: Any,
     est_rows: float,
     est_bytes: float,
     tables: dict[str, tuple[int, float]],
     work: Mapping[str, float] | None = None,
     schemas: Mapping[str, pa.Schema] | None = None,
 ) -> QueryFeatures:
-    """Features of ``plan``: ``tables`` maps each data set read to (rows, bytes of the columns
-    read); ``est_*``: the estimated result; ``work``: the estimator's work counts
-    (estimate.WORK; default: every call on every row read, no aggregate or sort rows);
-    ``schemas``: the data sets' schemas (the columns' type families; none: all fixed-width)."""
+    """Features of ``plan`` (its bytes, or the parsed Plan): ``tables`` maps each data set read
+    to (rows, bytes of the columns read); ``est_*``: the estimated result; ``work``: the
+    estimator's work counts (estimate.WORK; default: every call on every row read, no
+    aggregate or sort rows); ``schemas``: the data sets' schemas (the columns' type families;
+    none: all fixed-width)."""
     from substrait.plan_pb2 import Plan
 
     from offload.dataservices import plans
 
-    p = Plan()
-    p.ParseFromString(plan)
+    if isinstance(plan, Plan):
+        p = plan
+    else:
+        p = Plan()
+        p.ParseFromString(plan)
     root = p.relations[0].root
     names = plans.function_names(p)
     kinds: set[str] = set()
