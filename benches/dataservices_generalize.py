@@ -17,7 +17,8 @@ For each node profile (root: namespaces, cgroups, tc):
 It reports per profile x link and overall how often each set of models took the faster way,
 counting the misses whose runs overlap as ties (as benches/dataservices_bench.py does), and the
 time lost: the sum over queries of the chosen way's median less the best way's, over the sum of
-the best way's.
+the best way's. The JSON also has what deciding cost on each node (its ``explain``'s thread
+CPU, median and worst, and its median share of the chosen way's time).
 
     sudo .venv/bin/python benches/dataservices_generalize.py           # ~20 min on a 2-vCPU VM
 """
@@ -328,7 +329,7 @@ def serve_worker(a: argparse.Namespace) -> None:
 def _decision(explained: dict[str, Any]) -> dict[str, Any]:
     d = explained.get("decision") or {}
     return {"way": explained["way"], "offload_s": d.get("offload_s"), "pushback_s": d.get("pushback_s"),
-            "why": explained.get("why")}  # fmt: skip
+            "why": explained.get("why"), "decision_cpu_s": explained.get("decision_cpu_s")}  # fmt: skip
 
 
 def _serve(c: Any, sqls: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
@@ -365,13 +366,17 @@ def _taken(adaptation: dict[str, Any]) -> int:
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Per set of models: the share of queries where its decision took the faster way (and
     counting the misses whose runs overlap as ties), the time lost over the best way's, how
-    many it offloaded, and the median error of its predicted times."""
+    many it offloaded, the median error of its predicted times, and what deciding cost: the
+    decision's thread CPU on the node (median, worst) and its median share of the time the
+    chosen way took (the query's wall time: its CPU is not measured)."""
     out = {}
     for key in rows[0]["decisions"]:
         right = tie = 0
         lost = best_s = 0.0
         off = 0
         errs: list[float] = []
+        cpu: list[float] = []
+        share: list[float] = []
         for r in rows:
             med = {w: statistics.median(ts) for w, ts in r["runs_s"].items()}
             best = min(med, key=lambda w: med[w])
@@ -383,9 +388,15 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
             best_s += med[best]
             off += d["way"] == "offload"
             errs += [abs(d[f"{w}_s"] - med[w]) / med[w] for w in med if d.get(f"{w}_s") is not None]
+            if d.get("decision_cpu_s") is not None:
+                cpu.append(d["decision_cpu_s"])
+                share.append(d["decision_cpu_s"] / med[d["way"]])
         out[key] = {"right": right / len(rows), "right_or_tie": tie / len(rows),
                     "time_lost_share": lost / best_s, "offloaded": off / len(rows), "queries": len(rows),
-                    "prediction_error": statistics.median(errs) if errs else None}  # fmt: skip
+                    "prediction_error": statistics.median(errs) if errs else None,
+                    "decision_cpu_median_s": statistics.median(cpu) if cpu else None,
+                    "decision_cpu_max_s": max(cpu) if cpu else None,
+                    "decision_share_median": statistics.median(share) if share else None}  # fmt: skip
     return out
 
 
