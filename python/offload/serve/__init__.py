@@ -23,7 +23,11 @@ Where things live (docs/serve-protocol.md, "Where things live"):
 - ``daemon``: the daemon as a child process, started and stopped with bounded waits
 - ``inject``: replays a user-request trace; latency percentiles as the simulator's
   (``np.percentile``, linear)
-- ``sweep``: a grid of configurations measured with the injector, and the Pareto front
+- ``sweep``: a grid of configurations measured with the injector, and the Pareto front; p = w = k
+  scaled together (``--together``, the seed's Fig. 5)
+- ``breakdown``: where a request's time goes by request size, 1 to 65,536 queries (the seed's Fig. 2)
+- ``earlystop``: CPU against the accelerator per user request with early stop (the seed's Fig. 10)
+- ``h2d``: host-to-device rate by query batch from a recorded GPU probe (the seed's Fig. 9)
 """
 
 from __future__ import annotations

@@ -262,6 +262,15 @@ def sweep(
     w: Annotated[str, typer.Option("--w", help="Workers, comma-separated.")] = "1,2",
     k: Annotated[str, typer.Option("--k", help="Kernel executors, comma-separated.")] = "1",
     e: Annotated[str, typer.Option("--e", help="Engine threads per executor, comma-separated.")] = "1",
+    together: Annotated[
+        str | None,
+        typer.Option(
+            "--together",
+            help="Scale p = w = k together over these values, comma-separated (the seed's Fig. 5: one client "
+            "process, one worker and one kernel executor more per step); replaces --processes, --w and --k, "
+            "and the plot shows throughput and latency against the step. \\[default: none: the full grid]",
+        ),
+    ] = None,
     rates: Annotated[
         str,
         typer.Option(
@@ -302,7 +311,10 @@ def sweep(
     if request_size > 0:
         tr = tr.fixed_size(request_size)
     p = p_old if p_old is not None else processes
-    configs = sw.grid(ints(p), ints(w), ints(k), ints(e), ints(batch), batch_timeout_us, floats(rates))
+    if together is not None:
+        configs = sw.together(ints(together), ints(e), ints(batch), batch_timeout_us, floats(rates))
+    else:
+        configs = sw.grid(ints(p), ints(w), ints(k), ints(e), ints(batch), batch_timeout_us, floats(rates))
     c = err if as_json else console  # with --json, stdout holds only the JSON
     rows = sw.sweep(
         ruletype, rules, tr, configs, duration, matcher, progress=lambda m: c.print(m, style="dim")
@@ -320,6 +332,12 @@ def sweep(
     b1, b2 = summary["best_under_p99"]["config"], summary["lowest_latency_for"]["config"]
     c.print(f"most throughput with p99 <= {p99_us:,.0f} µs: {b1['label'] if b1 else 'none'}")
     c.print(f"lowest p99 with >= {target_qps:,.0f} queries/s: {b2['label'] if b2 else 'none'}")
+    for s in summary.get("together", []):
+        if s["throughput_vs_first"] and s["p50_vs_first"]:
+            ratios = (
+                f"{s['throughput_vs_first']:.2f}x the first step's throughput, p50 {s['p50_vs_first']:.2f}x"
+            )
+            c.print(f"{s['label']}: {ratios}")
     c.print(f"wrote {out} (+ .csv, .png)")
 
 

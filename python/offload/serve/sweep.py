@@ -3,7 +3,8 @@ workers, k kernel executors, e engine threads, batching policy and batch size; c
 open loop at given arrival rates), measure each with the injector,
 and draw the latency-vs-throughput Pareto front (the seed's Figure 8). Answers the two
 questions a deployer asks: the most throughput under a p99 bound, and the lowest latency for a
-throughput target.
+throughput target. With ``together`` (``--together``) the series is p = w = k scaled together
+(the seed's Figure 5), drawn as throughput and latency against the step.
 """
 
 from __future__ import annotations
@@ -58,6 +59,25 @@ def grid(
         Config(pp, ww, kk, ee, bb, timeout_us, rr)
         for pp, ww, kk, ee, bb, rr in itertools.product(p, w, k, e, batch, rates)
     ]
+
+
+def together(
+    n: Sequence[int],
+    e: Sequence[int],
+    batch: Sequence[int],
+    timeout_us: int,
+    rates: Sequence[float] = (0.0,),
+) -> list[Config]:
+    """The seed's Figure 5: p = w = k = each of `n` (one client process, one worker and one kernel
+    executor more per step, each executor fed by its own flow), with every `e`, batch and rate."""
+    return [
+        Config(nn, nn, nn, ee, bb, timeout_us, rr) for nn, ee, bb, rr in itertools.product(n, e, batch, rates)
+    ]
+
+
+def is_together(rows: Sequence[dict[str, Any]]) -> bool:
+    """Whether the rows are a p = w = k series of more than one step (drawn as a scaling plot)."""
+    return len({r["p"] for r in rows}) > 1 and all(r["p"] == r["w"] == r["k"] for r in rows)
 
 
 def sweep(
@@ -164,18 +184,76 @@ def write(rows: list[dict[str, Any]], out: Path, p99_us: float, qps: float) -> d
         "best_under_p99": {"p99_us": p99_us, "config": best_under_p99(rows, p99_us)},
         "lowest_latency_for": {"queries_per_s": qps, "config": lowest_latency_for(rows, qps)},
     }
+    if is_together(rows):
+        summary["together"] = scaling(rows)
     write_text(out, json.dumps(summary, indent=2))
     with atomic_write(out.with_suffix(".csv"), "w", newline="") as f:
         keys = [k for k in rows[0] if k not in ("status", "stage_median_us", "by_size")] if rows else []
         wr = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
         wr.writeheader()
         wr.writerows(rows)
-    _plot(rows, out.with_suffix(".png"))
+    if is_together(rows):
+        scaling_plot(rows, out.with_suffix(".png"))
+    else:
+        _plot(rows, out.with_suffix(".png"))
     return summary
 
 
 def _plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     pareto_plot(rows, path, "offload serve sweep: latency vs throughput")
+
+
+def scaling(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A p = w = k series step by step: throughput and latency, each against the first step's
+    (the seed's Figure 5: more throughput, slightly more latency per request)."""
+    series = sorted(rows, key=lambda r: (r["e"], r["batch_max_queries"], r["rate_rps"], r["p"]))
+    out: list[dict[str, Any]] = []
+    base: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in series:
+        key = (r["e"], r["batch_max_queries"], r["rate_rps"])
+        b = base.setdefault(key, r)
+        qps = r["queries_per_s"] / b["queries_per_s"] if b["queries_per_s"] else None
+        out.append({
+            "n": r["p"], "label": r["label"], "queries_per_s": r["queries_per_s"], "p50_us": r["p50_us"],
+            "p99_us": r["p99_us"], "throughput_vs_first": qps,
+            "p50_vs_first": r["p50_us"] / b["p50_us"] if b["p50_us"] else None,
+        })  # fmt: skip
+    return out
+
+
+def scaling_plot(rows: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Throughput and latency (p50, p99) against p = w = k (the seed's Figure 5), one line per
+    e, batching and load."""
+    from offload.host.plots import pyplot
+
+    plt = pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        tail = r["label"].split(" ", 3)[3]  # "1e per-req" (+ load)
+        groups.setdefault(tail, []).append(r)
+    for i, (tail, rs) in enumerate(sorted(groups.items())):
+        rs = sorted(rs, key=lambda r: r["p"])
+        n = [r["p"] for r in rs]
+        a1.plot(n, [r["queries_per_s"] / 1e6 for r in rs], "o-", color=f"C{i}", label=tail)
+        a2.plot(n, [r["p50_us"] for r in rs], "o-", color=f"C{i}", label=f"{tail}, p50")
+        a2.plot(n, [r["p99_us"] for r in rs], "s--", color=f"C{i}", label=f"{tail}, p99")
+    steps = sorted({r["p"] for r in rows})
+    for ax in (a1, a2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(steps, [str(n) for n in steps])
+        ax.minorticks_off()
+        ax.set_xlabel("p = w = k (client processes = workers = kernel executors)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    a1.set_ylabel("throughput (M queries/s)")
+    a1.set_ylim(bottom=0)
+    a2.set_ylabel("latency per request (µs)")
+    a2.set_yscale("log")
+    fig.suptitle("Parallel components scaled together (seed 000/001, Fig. 5)", fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=120)
+    return path
 
 
 def _labels(
