@@ -97,9 +97,20 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     a = ap.parse_args(argv)
     budget = breakdown.Budget(a.iterations, a.seconds, a.min_iterations)
-    result = breakdown.run(
-        a.ruletype, a.rules, a.queries, a.backends, a.sizes, budget, a.encoded, lambda m: print(m, flush=True)
-    )
+    try:
+        result = breakdown.run(
+            a.ruletype,
+            a.rules,
+            a.queries,
+            a.backends,
+            a.sizes,
+            budget,
+            a.encoded,
+            lambda m: print(m, flush=True),
+        )
+    except (OSError, ValueError) as e:  # a rule or query file that cannot be read: one line, exit 2
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     a.out.parent.mkdir(parents=True, exist_ok=True)
     write_text(a.out, json.dumps(result, indent=1) + "\n")
     png = breakdown.plot(result, a.out.with_suffix(".png"))

@@ -108,11 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.first_chunk < 1 or a.growth < 1:
         ap.error("--first-chunk is at least 1 and --growth at least 1")
-    result = earlystop.run(
-        a.ruletype, a.rules, a.trace / "queries.csv", a.trace / "requests.csv",
-        [breakdown.BACKENDS[b] for b in a.backends], a.cpu, earlystop.Policy(a.first_chunk, a.growth),
-        a.window, a.windows, a.wanted, a.limit, a.repeats, a.one_request, lambda m: print(m, flush=True),
-    )  # fmt: skip
+    try:
+        result = earlystop.run(
+            a.ruletype, a.rules, a.trace / "queries.csv", a.trace / "requests.csv",
+            [breakdown.BACKENDS[b] for b in a.backends], a.cpu, earlystop.Policy(a.first_chunk, a.growth),
+            a.window, a.windows, a.wanted, a.limit, a.repeats, a.one_request, lambda m: print(m, flush=True),
+        )  # fmt: skip
+    except (OSError, ValueError) as e:  # a rule, query or request file that cannot be read: one line, exit 2
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     a.out.parent.mkdir(parents=True, exist_ok=True)
     write_text(a.out, earlystop.dumps(result))
     png = earlystop.plot(result, a.out.with_suffix(".png"))

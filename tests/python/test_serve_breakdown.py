@@ -99,3 +99,7 @@ def test_the_bench_teaches_and_refuses_unknown_backends() -> None:
          "--backends", "fpga"], capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2 and "unknown backend fpga" in bad.stderr
+    args = ["--ruletype", "nope.xml", "--rules", "x", "--queries", "x", "--out", "x"]
+    missing = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and missing.stderr.startswith("error: nope.xml")
+    assert len(missing.stderr.strip().splitlines()) == 1

@@ -71,8 +71,15 @@ def test_a_short_run_through_the_emulated_fpga(tmp_path: Path) -> None:
     assert json.loads(earlystop.dumps(result)) == result  # one line per record, the same JSON
 
 
-def test_the_bench_teaches() -> None:
+def test_the_bench_teaches_and_says_what_is_missing_in_one_line(tmp_path: Path) -> None:
     script = ROOT / "benches" / "serve_earlystop.py"
     done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "Fig. 10" in done.stdout
     assert "23%" in done.stdout and "--first-chunk" in done.stdout
+    rules = ["--ruletype", str(MINI / "ruletype.toml"), "--rules", str(MINI / "rules.csv")]
+    args = [*rules, "--trace", str(tmp_path), "--out", str(tmp_path / "o.json")]  # an empty trace directory
+    bad = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120)
+    assert (
+        bad.returncode == 2 and bad.stderr.startswith("error: ") and len(bad.stderr.strip().splitlines()) == 1
+    )
+    assert not (tmp_path / "o.json").exists()
