@@ -445,13 +445,16 @@ def info(
     )
 
 
+CompositionOpt = Annotated[
+    str, typer.Option(help="How eq. 1b/1c combine paired layers: sum (as printed) or pipelined (max).")
+]
+IIOpt = Annotated[int, typer.Option("--ii", help="Initiation interval of the MLP kernels.")]
+
+
 @app.command()
 def kernels(
-    composition: Annotated[
-        str,
-        typer.Option(help="How eq. 1b/1c combine paired layers: sum (as printed) or pipelined (max)."),
-    ] = "sum",
-    ii: Annotated[int, typer.Option("--ii", help="Initiation interval of the MLP kernels.")] = 8,
+    composition: CompositionOpt = "sum",
+    ii: IIOpt = 8,
     as_json: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
@@ -473,11 +476,8 @@ def kernels(
 
 @app.command()
 def resources(
-    composition: Annotated[
-        str,
-        typer.Option(help="How eq. 1b/1c combine paired layers: sum (as printed) or pipelined (max)."),
-    ] = "sum",
-    ii: Annotated[int, typer.Option("--ii", help="Initiation interval of the MLP kernels.")] = 8,
+    composition: CompositionOpt = "sum",
+    ii: IIOpt = 8,
     as_json: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:
