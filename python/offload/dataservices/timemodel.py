@@ -264,8 +264,9 @@ class Models:
         between: Callable[[], None] | None = None,
         weights: Sequence[float] | None = None,
     ) -> Models:
-        """One regressor per (system, target) with at least 4 samples; ``between`` is called
-        after each (an online refit paces itself there); ``weights``, one a sample (default 1)."""
+        """One regressor per (system, target) with at least 4 samples; with ``between``, each
+        grows TREES_STEP trees at a time and ``between`` is called after each step (an online
+        refit paces itself there); ``weights``, one a sample (default 1)."""
         from sklearn.ensemble import GradientBoostingRegressor
 
         m = cls(list(samples))
@@ -661,8 +662,9 @@ class Adaptation:
               fitting: Callable[[bool], None] | None = None) -> Models:  # fmt: skip
         """Models fitted on the training samples and the online ones (deterministic for the
         same samples and seed), their decision forests built here rather than on a query.
-        ``wait(seconds)`` paces it: after each regressor fitted while the node was busy (not
-        ``quiet(seconds)``, idle for the regressor's wall time) it is asked to wait long enough
+        ``wait(seconds)`` paces it: after each step (TREES_STEP trees of a regressor) fitted
+        while the node was busy (not ``quiet(seconds)``, idle for the step's wall time) it is
+        asked to wait long enough
         that the refit uses at most ``cpu_share`` of ``cores`` (the node's CPU), and a False
         from it (the node stopping) abandons the refit (RefitStopped). ``fitting(True)`` is
         called as each step of fitting starts, ``fitting(False)`` as it ends."""
