@@ -31,6 +31,7 @@ contents.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import itertools
@@ -138,10 +139,11 @@ class NodeConfig:
     given to ``--models`` too. None: what the node learned goes with it."""
 
 
+@functools.cache
 def _warm_estimator() -> None:
-    """Has the estimator's and the features' first run happen now (their modules imported,
-    DataFusion's functions made ready): the node's first ``auto`` decision took 21-44 ms of
-    CPU, the next ones 1-2 ms."""
+    """Has the estimator's and the features' first run happen now, once a process (their
+    modules imported, DataFusion's functions made ready): the node's first ``auto`` decision
+    took 21-44 ms of CPU, the next ones 1-2 ms."""
     t = pa.table({"x": pa.array([0.25, 0.5, 0.75]), "s": pa.array(["a", "b", "c"])})
     plan = plans.to_substrait("select count(*) from w where sin(x) > 0.5 and s like 'a%'", {"w": t.schema})
     est = estimate(plan, {"w": TableStats.of(t)})

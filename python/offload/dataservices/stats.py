@@ -541,7 +541,7 @@ class TableStats:
     sample_rows: int = SAMPLE_ROWS
     seconds: float = 0.0
     _rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0), repr=False)
-    _derived: dict[tuple[str, Any], Any] = field(default_factory=dict, repr=False)
+    _derived: dict[tuple[str, Any], Any] = field(default_factory=dict, repr=False, compare=False)
     """What estimates derive from the sample (distinct counts, spaced subsets), kept until the
     next append: a decision is not to recount the sample for each query."""
 
