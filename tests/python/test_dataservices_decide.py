@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -88,12 +89,17 @@ def test_the_crossover_is_where_the_faster_way_changes_for_good(
 
     rate, above = TM.crossover(both)
     grid = [winner(float(r)) for r in TM.RATES]
+    fast, fast_above = TM.crossover(  # the decision's: narrowed on finer grids, not bisected
+        lambda r: (fixed_o + bytes_o / r, fixed_b + np.maximum(node_b, bytes_b / r)), vectorized=True
+    )
+    assert fast_above == above and (fast is None) == (rate is None)
     if rate is None:
         assert above is None and len(set(grid)) == 1
         return
-    assert TM.RATES[0] <= rate <= TM.RATES[-1] and above == grid[-1]
-    assert all(w == above for r, w in zip(TM.RATES, grid, strict=True) if r > rate * 1.001)
-    assert winner(rate / 1.001) != above
+    for at_rate in (rate, fast):
+        assert TM.RATES[0] <= at_rate <= TM.RATES[-1] and above == grid[-1]
+        assert all(w == above for r, w in zip(TM.RATES, grid, strict=True) if r > at_rate * 1.001)
+        assert winner(at_rate / 1.001) != above
     probe = float(TM.RATES[at])
     if probe > rate * 1.001:
         assert winner(probe) == above

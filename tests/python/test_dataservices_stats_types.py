@@ -119,16 +119,44 @@ def test_union_all_and_scalar_subqueries_are_estimated(
 def test_a_condition_the_sample_cannot_run_gets_the_stated_default(
     wide: tuple[pa.Table, dict[str, S.TableStats]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    t, stats = wide
+    t, _ = wide
+    stats = {"t": S.TableStats.of(t, sample_rows=1024)}  # its own: nothing kept from other tests
     plan = plans.to_substrait("select * from t where length(big) > 1", {"t": t.schema})
 
     def broken(*_: object, **__: object) -> None:
         raise plans.PlanError("injected: no such type")
 
-    monkeypatch.setattr(plans, "count_rows", broken)
+    monkeypatch.setattr(plans, "count_rows_in", broken)
     est = E.estimate(plan, stats)
     assert est.rows == pytest.approx(E.DEFAULT_SELECTIVITY * t.num_rows)
     assert any("a default" in s and "injected" in s for s in est.steps), est.steps
+
+
+def test_a_condition_run_on_the_sample_is_kept_until_the_data_set_grows(
+    wide: tuple[pa.Table, dict[str, S.TableStats]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same condition asked again (a dashboard's) is not run again; another condition is;
+    after an append it runs again on the new sample."""
+    t, _ = wide
+    stats = {"t": S.TableStats.of(t.slice(0, 2000), sample_rows=1024)}
+    runs: list[int] = []
+    count = plans.count_rows_in
+
+    def counted(ctx: object, plan: bytes) -> int:
+        runs.append(1)
+        return count(ctx, plan)
+
+    monkeypatch.setattr(plans, "count_rows_in", counted)
+    sql = "select {} from t where length(big) > 2"
+    first = E.estimate(plans.to_substrait(sql.format("*"), {"t": t.schema}), stats)
+    again = E.estimate(plans.to_substrait(sql.format("*"), {"t": t.schema}), stats)
+    assert len(runs) == 1 and again.rows == pytest.approx(first.rows)
+    assert any("by an earlier query" in s for s in again.steps), again.steps
+    E.estimate(plans.to_substrait("select * from t where length(big) > 3", {"t": t.schema}), stats)
+    assert len(runs) == 2
+    stats["t"].append(t.slice(2000))
+    grown = E.estimate(plans.to_substrait(sql.format("*"), {"t": t.schema}), stats)
+    assert len(runs) == 3 and not any("by an earlier query" in s for s in grown.steps)
 
 
 def test_a_split_plan_over_every_flat_type_runs(wide: tuple[pa.Table, dict[str, S.TableStats]]) -> None:

@@ -43,7 +43,7 @@ import datetime as dt
 import decimal
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -479,7 +479,14 @@ class _Ctx:
         return max(0.0, s)
 
     def _eq_sel(self, table: str, col: str, value: Any) -> float:
-        return float(self._eq_sels(table, col, [value])[0])
+        """The share of rows equal to ``value``, kept per value until the data set grows (a
+        flag's two values, a dashboard's key: a count sketch's lookup is ~0.1 ms)."""
+        key = ("equal", col, type(value), value)
+        try:
+            hash(key)
+        except TypeError:
+            return float(self._eq_sels(table, col, [value])[0])
+        return self.stats[table].kept(key, lambda: float(self._eq_sels(table, col, [value])[0]))
 
     def _eq_sels(self, table: str, col: str, values: list[Any], summed: bool = False) -> np.ndarray:
         """The share of rows equal to each value: the count sketch's counts, or for columns
@@ -506,12 +513,22 @@ class _Ctx:
         if sample is None or sample.num_rows == 0:
             return 1.0
         n = sample.num_rows
+        masks: dict[tuple[str, str, Any], Any] = {}
+
+        def leaf(col: str, op: str, v: Any) -> Any:  # each comparison's mask once, for both
+            key = (col, op, id(v) if op == "in" else v)
+            if key not in masks:
+                masks[key] = _mask(sample.column(col), [(op, v)])
+            return masks[key]
 
         def sample_marginal(t: str, col: str, preds: list[tuple[str, Any]]) -> float:
-            return (pc.sum(_mask(sample.column(col), preds)).as_py() or 0) / n
+            m = leaf(col, *preds[0])
+            for p in preds[1:]:
+                m = pc.and_(m, leaf(col, *p))
+            return (pc.sum(m).as_py() or 0) / n
 
         indep = self._sel(tree, sample_marginal, inp)
-        mask = _tree_mask(tree, sample)
+        mask = _tree_mask(tree, leaf)
         joint = (pc.sum(mask).as_py() or 0) / n if mask is not None else self._sample_sel(cond, inp)
         se = math.sqrt(max(indep * (1.0 - indep), 1.0 / n) / n)
         if abs(joint - indep) <= Z * se:
@@ -537,14 +554,30 @@ class _Ctx:
         key = (table, cond.SerializeToString())
         if key not in self._sampled:
             sample = self._affordable(cond, st)
-            try:
-                self._sampled[key] = _run_on_sample(self.plan, cond, inp, table, sample)
-                how = f"measured on {sample.num_rows:,} sampled rows"
-            except Exception as e:  # DataFusion raises plain exceptions; an estimate never fails here
-                self._sampled[key] = DEFAULT_SELECTIVITY
-                how = f"not measurable on the sample ({plans.first_line(e)[:120]}), a default"
-            self.steps.append(f"condition {how}: {self._sampled[key]:.5f}")
+            # the same condition over the same columns and functions gives the same answer until the
+            # data set grows (a dashboard's LIKE, asked again, does not run again)
+            names = tuple(c.name for c in inp.cols)
+            kept = ("condition", key[1], names, tuple(sorted(self.fns.items())), sample.num_rows)
+            made: list[bool] = []
+            sel, how = st.kept(kept, lambda: made.append(True) or self._measure(cond, inp, table, st, sample))
+            self._sampled[key] = sel
+            how += "" if made else " (by an earlier query)"
+            self.steps.append(f"condition {how}: {sel:.5f}")
         return self._sampled[key]
+
+    def _measure(
+        self, cond: Any, inp: _Rel, table: str, st: TableStats, sample: pa.Table
+    ) -> tuple[float, str]:
+        """(selectivity, how it was had) of ``cond`` run on ``sample``, in a session kept with it."""
+        try:
+            ctx = st.kept(("session", table, sample.num_rows), lambda: _sample_session(table, sample))
+            sel = _run_on_sample(self.plan, cond, inp, table, ctx, sample.schema, sample.num_rows)
+        except Exception as e:  # DataFusion raises plain exceptions; an estimate never fails here
+            return (
+                DEFAULT_SELECTIVITY,
+                f"not measurable on the sample ({plans.first_line(e)[:120]}), a default",
+            )
+        return sel, f"measured on {sample.num_rows:,} sampled rows"
 
     def _affordable(self, cond: Any, st: TableStats) -> pa.Table:
         """The sample, or for a condition with heavy or string calls evenly spaced rows of it
@@ -677,17 +710,18 @@ def _values(vs: list[Any], t: pa.DataType) -> pa.Array:
         return pa.array([x for x in (_scalar(v, t) for v in vs) if isinstance(x, pa.Scalar)], t)
 
 
-def _tree_mask(t: Any, sample: pa.Table) -> Any:
-    """The rows of ``sample`` where tree ``t`` holds, or None if it holds an "other" part."""
+def _tree_mask(t: Any, leaf: Callable[[str, str, Any], Any]) -> Any:
+    """The rows of a sample where tree ``t`` holds, or None if it holds an "other" part;
+    ``leaf(column, op, value)``: the sample's mask of one comparison (or ("in", values))."""
     if t[0] == "cmp":
-        return _mask(sample.column(t[2]), [(t[3], t[4])])
+        return leaf(t[2], t[3], t[4])
     if t[0] == "in":
-        return _mask(sample.column(t[2]), [("in", t[3])]) if t[4] == 1.0 else None
+        return leaf(t[2], "in", t[3]) if t[4] == 1.0 else None
     if t[0] == "not":
-        m = _tree_mask(t[1], sample)
+        m = _tree_mask(t[1], leaf)
         return None if m is None else pc.invert(m)
     if t[0] in ("and", "or"):
-        parts = [_tree_mask(p, sample) for p in t[1]]
+        parts = [_tree_mask(p, leaf) for p in t[1]]
         if any(p is None for p in parts):
             return None
         out = parts[0]
@@ -697,11 +731,20 @@ def _tree_mask(t: Any, sample: pa.Table) -> Any:
     return None
 
 
-def _run_on_sample(plan: Any, cond: Any, inp: _Rel, table: str, sample: pa.Table) -> float:
+def _sample_session(table: str, sample: pa.Table) -> Any:
+    """A one-thread DataFusion session holding ``sample`` as ``table``."""
+    ctx = plans.session(1)
+    plans.register(ctx, {table: sample})
+    return ctx
+
+
+def _run_on_sample(
+    plan: Any, cond: Any, inp: _Rel, table: str, ctx: Any, schema: pa.Schema, rows: int
+) -> float:
     """Builds ``select * from table where cond`` as a Substrait plan (the condition's field
     references rebased on the table's columns: the plan's own read of the table, its schema as
-    the plan declares it, projected to the condition's input) and runs it on the sample.
-    PlanError where it cannot."""
+    the plan declares it, projected to the condition's input) and runs it in ``ctx``, which
+    holds the sample (``schema``, ``rows`` rows) as ``table``. PlanError where it cannot."""
     from substrait.plan_pb2 import Plan
 
     names = [c.name for c in inp.cols]
@@ -718,7 +761,7 @@ def _run_on_sample(plan: Any, cond: Any, inp: _Rel, table: str, sample: pa.Table
     if schema is None:
         read.base_schema.names.extend(names)
         for n in names:
-            read.base_schema.struct.types.add().CopyFrom(plans.substrait_type(sample.schema.field(n).type))
+            read.base_schema.struct.types.add().CopyFrom(plans.substrait_type(schema.field(n).type))
         read.base_schema.struct.nullability = 2  # NULLABILITY_REQUIRED
         root.names.extend(names)
     else:
@@ -729,7 +772,7 @@ def _run_on_sample(plan: Any, cond: Any, inp: _Rel, table: str, sample: pa.Table
             root.names.extend(at[n][1])
         read.projection.maintain_singular_struct = True
     flt.condition.CopyFrom(cond)
-    return plans.count_rows(p.SerializeToString(), {table: sample}, threads=1) / sample.num_rows
+    return plans.count_rows_in(ctx, p.SerializeToString()) / rows
 
 
 def _read_schema(plan: Any, table: str) -> Any:

@@ -42,7 +42,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -305,7 +305,7 @@ class Node(flight.FlightServerBase):
             return self._decided(
                 out, self._fallback(plan, info, None, f"the estimate failed ({plans.first_line(e)})"), c0
             )
-        out["estimate"], out["features"] = est, asdict(f)
+        out["estimate"], out["features"] = est, f.as_dict()
         models = self.config.models
         if models is None or self.config.system not in models.systems():
             reason = f"no time models for {self.config.system!r} on this node"

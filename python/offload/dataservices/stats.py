@@ -57,6 +57,7 @@ import datetime as dt
 import decimal
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +77,10 @@ HLL_LG_K = 14
 FREQ_LG_MAX_K = 10
 SAMPLE_ROWS = 1 << 16
 COUNT_DEPTH = 4
+KEPT = 1024
+_NONE = object()
+"""What a data set's statistics keep of what estimates derived from its sample, at most
+(:meth:`TableStats.kept`: distinct counts, spaced subsets, conditions run on the sample)."""
 COUNT_MIN_WIDTH = 1 << 12
 COUNT_MAX_WIDTH = 1 << 17  # 4 rows x 2^17 cells x 4 B = 2 MiB (int32; int64 past 2^31 rows: 4 MiB)
 HEAVY_KEYS = 1024
@@ -542,8 +547,9 @@ class TableStats:
     seconds: float = 0.0
     _rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0), repr=False)
     _derived: dict[tuple[str, Any], Any] = field(default_factory=dict, repr=False, compare=False)
-    """What estimates derive from the sample (distinct counts, spaced subsets), kept until the
-    next append: a decision is not to recount the sample for each query."""
+    """What estimates derive from the sample (distinct counts, spaced subsets, conditions run on
+    it), kept until the next append (:meth:`kept`): a decision is not to recount the sample for
+    each query."""
 
     def __post_init__(self) -> None:
         for f in self.schema:
@@ -591,14 +597,17 @@ class TableStats:
         c = self.columns[name]
         if c.hll is not None or not c.estimable or self.sample is None or self.sample.num_rows == 0:
             return c.distinct
-        if ("distinct", name) not in self._derived:
-            counts = np.asarray(pc.value_counts(pc.drop_null(self.sample.column(name))).field("counts"))
+        sample = self.sample
+
+        def gee() -> float:
+            counts = np.asarray(pc.value_counts(pc.drop_null(sample.column(name))).field("counts"))
             n = int(counts.sum())
             f1 = int((counts == 1).sum())
-            all_unique = n == 0 or f1 >= 0.95 * n
-            gee = c.distinct if all_unique else math.sqrt(self.rows / n) * f1 + (len(counts) - f1)
-            self._derived[("distinct", name)] = float(min(c.distinct, gee))
-        return self._derived[("distinct", name)]
+            if n == 0 or f1 >= 0.95 * n:  # nearly all unique
+                return c.distinct
+            return float(min(c.distinct, math.sqrt(self.rows / n) * f1 + (len(counts) - f1)))
+
+        return self.kept(("distinct", name), gee)
 
     def spaced(self, rows: int) -> pa.Table:
         """``rows`` evenly spaced rows of the sample (all of it where it has no more): a
@@ -606,10 +615,23 @@ class TableStats:
         assert self.sample is not None
         if self.sample.num_rows <= rows:
             return self.sample
-        if ("spaced", rows) not in self._derived:
-            at = (np.arange(rows) * (self.sample.num_rows / rows)).astype(np.int64)
-            self._derived[("spaced", rows)] = self.sample.take(pa.array(at))
-        return self._derived[("spaced", rows)]
+        sample = self.sample
+        step = sample.num_rows / rows
+        return self.kept(
+            ("spaced", rows), lambda: sample.take(pa.array((np.arange(rows) * step).astype(np.int64)))
+        )
+
+    def kept(self, key: tuple[str, Any], make: Callable[[], Any]) -> Any:
+        """``make()``, made once for ``key`` until the next append (the latest KEPT of them).
+        Threads may race to make one; either result is right."""
+        derived = self._derived
+        value = derived.get(key, _NONE)
+        if value is _NONE:
+            value = make()
+            while len(derived) >= KEPT:
+                derived.pop(next(iter(derived)), None)
+            derived[key] = value
+        return value
 
     def describe(self) -> dict[str, Any]:
         return {

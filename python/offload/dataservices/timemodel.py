@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,11 @@ class QueryFeatures:
     """Rows entering hash joins, build and probe sides."""
     group_bytes: float = 0.0
     """A grouped aggregate's state: estimated groups times their row width."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields by name (all plain numbers: a shallow copy, not dataclasses.asdict's deep
+        one, which cost a seventh of a decision)."""
+        return dict(vars(self))
 
     def vector(self) -> list[float]:
         per_row = 1.0 / max(self.in_rows, 1.0)
@@ -211,7 +216,7 @@ class QuerySample:
     times: dict[str, float]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"system": self.system, "features": asdict(self.features), "times": self.times}
+        return {"system": self.system, "features": self.features.as_dict(), "times": self.times}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> QuerySample:
@@ -499,30 +504,40 @@ RATES = np.geomspace(1e5, 1.25e11, 121)
 """Link rates (bytes/s, 0.8 Mbit/s to 1 Tbit/s) the crossover is looked for over."""
 
 
+_STEPS = np.linspace(0.0, 1.0, 33)
+
+
 def crossover(
     both: Callable[[Any], tuple[Any, Any]], vectorized: bool = False
 ) -> tuple[float | None, str | None]:
     """The fastest link rate (bytes/s) where the faster way changes, ``both(rate)`` giving
     (offload s, pushback s), and the way that wins above it; (None, None) where one way wins
-    over all of RATES. ``vectorized``: ``both`` takes the array of RATES at once too."""
+    over all of RATES. ``vectorized``: ``both`` takes an array of rates too, and the change is
+    narrowed on finer grids rather than bisected one rate at a time (a fifth of the cost)."""
 
-    def winner(rate: float) -> str:
-        o, b = both(rate)
-        return "offload" if o <= b else "pushback"
+    def offload_wins(rates: np.ndarray) -> np.ndarray:
+        if vectorized:
+            o, b = both(rates)
+            return np.asarray(o) <= np.asarray(b)
+        return np.array([(lambda ob: ob[0] <= ob[1])(both(float(r))) for r in rates])
 
-    if vectorized:
-        o, b = both(RATES)
-        ways = ["offload" if w else "pushback" for w in (np.asarray(o) <= np.asarray(b))]
-    else:
-        ways = [winner(float(r)) for r in RATES]
-    changes = [i for i in range(len(ways) - 1) if ways[i] != ways[i + 1]]
-    if not changes:
+    def last_change(rates: np.ndarray, wins: np.ndarray) -> tuple[float, float] | None:
+        changes = np.flatnonzero(wins[:-1] != wins[1:])
+        return None if not len(changes) else (float(rates[changes[-1]]), float(rates[changes[-1] + 1]))
+
+    wins = offload_wins(RATES)
+    bracket = last_change(RATES, wins)
+    if bracket is None:
         return None, None
-    lo, hi = float(RATES[changes[-1]]), float(RATES[changes[-1] + 1])
-    for _ in range(24):  # bisection in log space: a grid step (7%) to a part in 10^8
+    lo, hi = bracket
+    # three grids of 33 rates each: a grid step of RATES (7%) to a few parts in 10^6
+    for _ in range(3 if vectorized else 0):
+        grid = lo * (hi / lo) ** _STEPS  # np.geomspace's checks cost 4x the rest
+        lo, hi = last_change(grid, offload_wins(grid)) or (lo, hi)
+    for _ in range(0 if vectorized else 24):  # bisection in log space: to a part in 10^8
         mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if winner(mid) == ways[changes[-1]] else (lo, mid)
-    return math.sqrt(lo * hi), ways[-1]
+        lo, hi = (mid, hi) if offload_wins(np.array([mid]))[0] != wins[-1] else (lo, mid)
+    return math.sqrt(lo * hi), "offload" if wins[-1] else "pushback"
 
 
 def held_out_error(samples: Sequence[QuerySample], seed: int = 0, share: float = 0.25) -> dict[str, float]:
