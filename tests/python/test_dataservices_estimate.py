@@ -20,6 +20,7 @@ from offload.dataservices import estimate as E
 from offload.dataservices import particles as P
 from offload.dataservices import plans
 from offload.dataservices import stats as S
+from offload.dataservices import timemodel as TM
 
 ROWS = 100_000
 
@@ -198,6 +199,34 @@ def test_work_counts_the_rows_each_operator_runs_on(
     ordered = work("select id from {t} where x < 0.5 order by id limit 10")
     assert ordered["sort_rows"] == pytest.approx(0.5 * ROWS, rel=0.05)
     assert work("select * from {t}") == dict.fromkeys(E.WORK, 0.0)
+
+
+def test_group_bys_and_joins_on_string_keys_count_their_rows() -> None:
+    """A string key hashes and compares per character: the rows entering a group-by or an
+    equi-join on one are counted apart (both sides of a join); integer keys are not."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    fact = pa.table({"id": np.arange(n), "code": [f"k{i}" for i in rng.integers(0, 50, n)],
+                     "g": rng.integers(0, 50, n), "v": rng.random(n)})  # fmt: skip
+    dim = pa.table({"code": [f"k{i}" for i in range(50)], "g": np.arange(50), "w": rng.random(50)})
+    stats = {"f": S.TableStats.of(fact), "d": S.TableStats.of(dim)}
+    schemas = {"f": fact.schema, "d": dim.schema}
+
+    def keyed(sql: str) -> float:
+        return E.estimate(plans.to_substrait(sql, schemas), stats).work["string_key_rows"]
+
+    assert keyed("select code, count(*) as n from f group by code") == pytest.approx(n)
+    assert keyed("select code, count(*) as n from f where v < 0.5 group by code") == pytest.approx(
+        n / 2, rel=0.1
+    )
+    assert keyed("select g, count(*) as n from f group by g") == 0.0
+    assert keyed("select count(*) as n from f") == 0.0
+    assert keyed("select f.id, d.w from f join d on f.code = d.code") == pytest.approx(n + 50)
+    assert keyed("select f.id, d.w from f join d on f.g = d.g") == 0.0
+    plan = plans.to_substrait("select code, count(*) as n from f group by code", schemas)
+    est = E.estimate(plan, stats)
+    f = TM.features(plan, est.rows, est.bytes, {"f": (n, n * 30.0)}, est.as_dict(), schemas)
+    assert f.string_key_rows == pytest.approx(n)
 
 
 def _every_type(rows: int, seed: int) -> pa.Table:

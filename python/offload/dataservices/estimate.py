@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from offload.dataservices import plans
-from offload.dataservices.stats import TableStats, Ticks
+from offload.dataservices.stats import TableStats, Ticks, variable_width
 
 _EPOCH = dt.date(1970, 1, 1)
 
@@ -77,13 +77,14 @@ At 8,192 rows a selectivity's standard error is at most 0.55% of the table."""
 """A condition neither the sketches nor the sample can price (a type DataFusion cannot plan
 over the sample, a condition over several tables): a third of the rows, said in the steps."""
 
-WORK = ("cheap_rows", "heavy_rows", "string_rows", "aggregate_rows", "sort_rows")
+WORK = ("cheap_rows", "heavy_rows", "string_rows", "aggregate_rows", "sort_rows", "string_key_rows")
 """The work counted on the way to the result, each a sum over the plan's relations:
 ``cheap_rows``, rows times the cheap function calls (plans.function_class "cheap", IN lists
 included) run on them; ``string_rows``, the same for string functions (like, substring, lower,
 concat, regexp...); ``heavy_rows``, for every other call (sqrt, sin, ...) — what a slow CPU
 pays for beyond moving rows; ``aggregate_rows`` and ``sort_rows``, the rows entering aggregates
-and sorts."""
+and sorts; ``string_key_rows``, the rows entering group-bys and equi-joins on a string or binary
+key (both sides of a join), which hash and compare per character."""
 
 
 @dataclass
@@ -225,6 +226,8 @@ class _Ctx:
         self.work["aggregate_rows"] += inp.rows
         keys = [self._expr_col(e, inp) for e in r.grouping_expressions]  # the groupings refer to these
         measures = [_Col(None, None, 8.0) for _ in r.measures]
+        if any(self._textual(k) for k in keys):
+            self.work["string_key_rows"] += inp.rows
         if not keys:
             self.steps.append("aggregate without grouping: 1 row")
             return _Rel(1.0, measures)
@@ -244,6 +247,8 @@ class _Ctx:
             self.steps.append(f"join (type {r.type}, no equal keys): cross product {rows:,.1f}")
             return _Rel(rows, cols)
         li, ri = keys[0]
+        if any(self._textual(cols[i]) for k in keys for i in k):
+            self.work["string_key_rows"] += left.rows + right.rows
         d = max(self._distinct(cols[li], left.rows), self._distinct(cols[ri], right.rows), 1.0)
         rows = left.rows * right.rows / d
         self.steps.append(f"join: {left.rows:,.1f} x {right.rows:,.1f} / {d:,.1f} distinct keys")
@@ -316,6 +321,12 @@ class _Ctx:
             i, j = (a.selection.direct_reference.struct_field.field for a in args)
             return [(min(i, j), max(i, j))] if (i < n_left) != (j < n_left) else []
         return []
+
+    def _textual(self, c: _Col) -> bool:
+        """Whether ``c`` is a data set's string or binary column (a computed one: not known)."""
+        if c.table is None or c.name is None:
+            return False
+        return variable_width(self.stats[c.table].columns[c.name].type)
 
     def _distinct(self, c: _Col, rows: float) -> float:
         """Distinct values of ``c`` among ``rows`` rows of its table (Cardenas)."""

@@ -31,7 +31,8 @@ from offload.dataservices.stats import variable_width
 
 FEATURES = ("in_rows", "in_bytes", "out_rows", "out_bytes", "functions", "aggregate", "join", "sort", "heavy",
             "heavy_rows", "cheap_rows", "aggregate_rows", "sort_rows", "string_rows", "in_string_bytes",
-            "out_string_bytes", "join_rows", "group_bytes", "in_width", "in_string_width")  # fmt: skip
+            "out_string_bytes", "join_rows", "group_bytes", "in_width", "in_string_width",
+            "string_key_rows")  # fmt: skip
 """The vector a model sees (:meth:`QueryFeatures.vector`): sizes as logs, the work by kind, and
 bytes per row read (all, and of variable-width columns): what the work is, not which table."""
 TARGETS = ("node_engine", "node_stream_out", "node_stream_in", "node_offload", "node_pushback",
@@ -78,6 +79,9 @@ class QueryFeatures:
     """Rows entering hash joins, build and probe sides."""
     group_bytes: float = 0.0
     """A grouped aggregate's state: estimated groups times their row width."""
+    string_key_rows: float = 0.0
+    """Rows entering group-bys and hash joins whose keys are strings (or binaries): hashing and
+    comparing a key costs per character, where an integer key costs one word."""
 
     def as_dict(self) -> dict[str, Any]:
         """The fields by name (all plain numbers: a shallow copy, not dataclasses.asdict's deep
@@ -107,6 +111,7 @@ class QueryFeatures:
             math.log1p(self.group_bytes),
             self.in_bytes * per_row,
             self.in_string_bytes * per_row,
+            math.log1p(self.string_key_rows),
         ]
 
 
@@ -171,6 +176,7 @@ def features(
         out_string_bytes=float(est_bytes) * (in_string / in_bytes if in_bytes > 0 else 0.0),
         join_rows=float(w.get("join_rows", in_rows if join else 0.0)),
         group_bytes=float(w.get("group_bytes", est_bytes if aggregate and est_rows > 1 else 0.0)),
+        string_key_rows=float(w.get("string_key_rows", 0.0)),
     )
 
 
