@@ -14,6 +14,10 @@ For each node profile (root: namespaces, cgroups, tc):
 3. the nodes with models then serve --adapt-queries other queries of the same new schemas
    (``auto``), learn online, and are asked again: the "after" columns.
 
+A third node decides with "moved" models: the generated schemas' models trained on the other
+profile (a whole core's on a quarter-core node, and the other way), as a node whose resources
+changed since it was trained; its "after" column is what online adaptation corrected.
+
 It reports per profile x link and overall how often each set of models took the faster way,
 counting the misses whose runs overlap as ties (as benches/dataservices_bench.py does), and the
 time lost: the sum over queries of the chosen way's median less the best way's, over the sum of
@@ -45,8 +49,13 @@ console = Console(stderr=True)
 
 PROFILES = ("bluefield2", "core")
 LINKS = ("100mbit", "1000mbit", "10000mbit")
-MODELS = ("particles", "generated")
+TRAINED = ("particles", "generated")
 """The training suites: the seed's particle tables, and the generated schemas."""
+MODELS = (*TRAINED, "moved")
+"""The sets of models a node decides with: trained on its own profile by the particle suite and
+by the generated schemas, and "moved": the generated schemas' trained on the other profile (a
+node whose resources changed since it was trained: a whole core's models on a quarter core, and
+the other way), which online adaptation is to correct."""
 NS = "gen"
 """The namespace (``offload-gen``): this bench's own, so it never meets another's nodes."""
 PORT = 9451
@@ -103,15 +112,20 @@ def run(a: argparse.Namespace) -> None:
                                "test_tables": names, "profiles": {}}  # fmt: skip
     L.ensure_namespace(NS)
     port = PORT
+    profiles = a.profiles.split(",")
     try:
-        for prof in a.profiles.split(","):
-            results["profiles"][prof] = cells = {"model_error": train(prof, port, work, a)}
+        for prof in profiles:  # all first: a profile's "moved" models are another's
+            results["profiles"][prof] = {"model_error": train(prof, port, work, a)}
             port += 1
+        for prof, other in zip(profiles, [*profiles[1:], *profiles[:1]], strict=True):
+            if other != prof:
+                move(work / f"models-{other}-generated.json", other, prof, work / f"models-{prof}-moved.json")
+            cells = results["profiles"][prof]
             for link in a.links.split(","):
                 console.print(f"{prof} over {link}: the decision suite")
-                rows = decide(prof, link, (port, port + 1, port + 2), work, a)
+                rows = decide(prof, link, tuple(range(port, port + 1 + len(MODELS))), work, a)
                 cells[link] = {"summary": summarize(rows), "runs": rows}
-                port += 3
+                port += 1 + len(MODELS)
                 report({prof: {link: cells[link]}})
     finally:
         L.remove_namespace(NS)
@@ -157,18 +171,29 @@ def train(prof: str, port: int, work: Path, a: argparse.Namespace) -> dict[str, 
     console.print(f"{prof}: training both suites on an unshaped link")
     with _node(prof, "none", port, work, None):
         _worker(a, "train", [port], work / f"models-{prof}")
-    return {m: TM.held_out_error(TM.Models.load(work / f"models-{prof}-{m}.json").samples) for m in MODELS}
+    return {m: TM.held_out_error(TM.Models.load(work / f"models-{prof}-{m}.json").samples) for m in TRAINED}
+
+
+def move(src: Path, trained: str, served: str, dst: Path) -> None:
+    """Models trained on a ``trained`` node, for a ``served`` one: its samples relabelled."""
+    from offload.dataservices import timemodel as TM
+
+    samples = [TM.QuerySample(served if s.system == trained else s.system, s.features, s.times)
+               for s in TM.Models.read_samples(src)]  # fmt: skip
+    TM.Models(samples).save(dst)
 
 
 def decide(
     prof: str, link: str, ports: Sequence[int], work: Path, a: argparse.Namespace
 ) -> list[dict[str, Any]]:
-    """Three nodes of ``prof`` over ``link``: one without models measures, one per models file decides."""
+    """Nodes of ``prof`` over ``link``: one without models measures, one per models file decides."""
+    files = {m: work / f"models-{prof}-{m}.json" for m in MODELS}
+    files = {m: f for m, f in files.items() if m != "moved" or f.exists()}  # one profile: none moved
     with ExitStack() as stack:
         stack.enter_context(_node(prof, link, ports[0], work, None, learn=False))
-        for p, m in zip(ports[1:], MODELS, strict=True):
-            stack.enter_context(_node(prof, link, p, work, work / f"models-{prof}-{m}.json"))
-        return _worker(a, "decide", ports, work / f"runs-{prof}-{link}.json")
+        for p, f in zip(ports[1:], files.values(), strict=False):
+            stack.enter_context(_node(prof, link, p, work, f))
+        return _worker(a, "decide", ports[: 1 + len(files)], work / f"runs-{prof}-{link}.json")
 
 
 def _inside() -> list[str]:
@@ -285,7 +310,8 @@ def decide_worker(a: argparse.Namespace) -> None:
         list(pool.map(lambda c: [c.register(n, f"{n}.parquet") for n in names], [measurer, *deciders]))
     plan_of = [measurer.plan(q.sql) for q in suite]
     rows: list[dict[str, Any]] = [{"sql": q.sql, "kind": q.kind, "decisions": {}} for q in suite]
-    for m, c in zip(MODELS, deciders, strict=True):  # before any query reaches the deciders
+    models = MODELS[: len(deciders)]
+    for m, c in zip(models, deciders, strict=True):  # before any query reaches the deciders
         for r, plan in zip(rows, plan_of, strict=True):
             r["decisions"][m] = _decision(c.explain(plan))
     for r, plan in zip(rows, plan_of, strict=True):
@@ -300,7 +326,7 @@ def decide_worker(a: argparse.Namespace) -> None:
     # another's), then every node's refit is waited for together
     started = [_serve(c, adapt) for c in deciders]
     deadline = time.monotonic() + a.adapt_wait
-    for m, c, (before, served) in zip(MODELS, deciders, started, strict=True):
+    for m, c, (before, served) in zip(models, deciders, started, strict=True):
         learned = _refit(c, before, len(served), deadline)
         after = {"adaptation": learned, "served_offload": served.count("offload")}
         for r, plan in zip(rows, plan_of, strict=True):
@@ -434,9 +460,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     x = np.arange(len(cells))
+    width = 0.8 / len(keys)
     for i, key in enumerate(keys):
         for ax, what in zip(axes, ("right", "time_lost_share"), strict=True):
-            ax.bar(x + (i - 1.5) * 0.2, [100 * s[key][what] for _, _, s in cells], 0.2, label=key)
+            at = x + (i - (len(keys) - 1) / 2) * width
+            ax.bar(at, [100 * s[key][what] for _, _, s in cells], width, label=key)
     for ax, title in zip(axes, ("decisions right (%)", "time lost over the best way's (%)"), strict=True):
         ax.set_xticks(x, [f"{p}\n{k}" for p, k, _ in cells], fontsize=7)
         ax.set_title(title)
@@ -444,7 +472,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     axes[0].axhline(95, color="k", lw=0.8, ls="--")
     axes[1].axhline(3, color="k", lw=0.8, ls="--")
     axes[0].set_ylim(0, 105)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=len(keys))
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=min(len(keys), 4), fontsize=7)
     fig.suptitle(f"decisions on generated schemas never trained on ({results['date']})", fontsize=9)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     save_figure(fig, path)

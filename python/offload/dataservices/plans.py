@@ -319,11 +319,13 @@ cost 200k messages per walk)."""
 
 _VALUE_FIELDS = frozenset(
     ("output_type", "type", "base_schema", "literal",
-     "direct_reference", "masked_reference", "root_reference", "outer_reference")
+     "direct_reference", "masked_reference", "root_reference", "outer_reference",
+     "projection", "common", "advanced_extension")
 )  # fmt: skip
-"""Fields that hold only types, values and a field reference's path, never a relation or a
-call: the walkers do not enter them either (a wide table's schema alone is dozens of messages
-a walk, and each column a ``select *`` projects three more)."""
+"""Fields that hold only types, values, field references' paths, a read's column mask and a
+relation's emit and hints, never a relation or a call: the walkers do not enter them either (a
+wide table's schema alone is dozens of messages a walk, and each column a ``select *`` reads
+and projects four more)."""
 
 
 def _descend(descriptor) -> dict[str, bool]:
