@@ -19,7 +19,7 @@ pytest.importorskip("sklearn")
 
 from offload.dataservices import particles as P
 from offload.dataservices import timemodel as TM
-from offload.dataservices.client import NodeClient
+from offload.dataservices.client import NodeClient, host_times
 from offload.dataservices.node import Node, NodeConfig
 
 TOKEN = "t"
@@ -149,6 +149,10 @@ def test_auto_queries_carry_the_node_decision(node: Node) -> None:
         t, timing = c.query("select * from particles where x < 0.01", "auto")
         assert timing.way == "offload" and timing.decision["decision"]["pushback_s"] > 1.0
         assert t.num_rows == timing.rows > 0
+        # the request the node learns holds no decision (training asks with the way given)
+        decided = timing.decision["decision_wall_s"]
+        assert 0 < decided < timing.info
+        assert host_times(timing)["node_request"] == pytest.approx(timing.info - decided)
         ex = c.explain("select * from particles")
         assert set(ex["decision"]["offload"]) == {
             "request",

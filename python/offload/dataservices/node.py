@@ -461,7 +461,9 @@ class Node(flight.FlightServerBase):
         info = self._check_plan(plan)
         meta, f = b"", None
         if req["way"] == "auto":
+            t0 = time.perf_counter()
             ex = self.explain(plan, info)
+            ex["decision_wall_s"] = time.perf_counter() - t0  # what the host's request time holds of it
             req["way"], f = ex["way"], ex["features"]
             meta = json.dumps(ex).encode()
         key = f"{wire.plan_key(plan)}.{next(self._ids)}"  # this query's id: its streams and observe
