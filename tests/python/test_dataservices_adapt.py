@@ -220,6 +220,32 @@ def test_online_samples_weigh_enough_to_move_a_large_training_set() -> None:
     assert abs(math.log(weighted / measured)) < abs(math.log(unweighted / measured)) / 2
 
 
+def test_online_samples_weigh_more_only_where_the_models_are_biased() -> None:
+    """Models that are right but whose node is noisy (each time 1/3x to 3x the prediction, the
+    median on it) are not pulled: online samples weigh 1; models 3x too slow are pulled fully."""
+    models = TM.Models.fit(_slow_node(), seed=3)
+    f = TM.QueryFeatures(1e4, 24e4, 3e3, 72e3, 1, False, False, False)
+    p = {t: models.predict(s, t, f) for s, t in (("nic", "node_offload"), ("host", "host_receive_out"))}
+    noisy = TM.Adaptation(_slow_node(), "nic", seed=3)
+    for k in range(21):  # log-symmetric noise around the prediction
+        scale = 3.0 ** ((k % 7 - 3) / 3)
+        noisy.observe(models, f, f, {t: scale * v for t, v in p.items()})
+    assert noisy.pull() == 0.0 and noisy.status()["error"]["node_offload"] > 0.25  # noisy, not biased
+    assert noisy.weights(720, 12, noisy.pull())[-1] == 1.0
+    slow = TM.Adaptation(_slow_node(), "nic", seed=3)
+    for _ in range(10):
+        slow.observe(models, f, f, {t: 3.0 * v for t, v in p.items()})
+    assert slow.pull() == 1.0 and slow.status()["bias"]["node_offload"] == pytest.approx(3.0)
+    assert slow.weights(720, 12, slow.pull())[-1] == 10.0
+    half = TM.Adaptation(_slow_node(), "nic", seed=3)  # 1.58x: halfway from 1.25x to 2x in logs
+    for _ in range(10):
+        half.observe(models, f, f, {t: math.sqrt(2.5) * v for t, v in p.items()})
+    assert half.pull() == pytest.approx(0.5)
+    assert TM.Adaptation(_slow_node(), "nic").pull() == 1.0  # nothing against models yet: full
+    slow.refit()
+    assert slow.status()["last_pull"] == 1.0 and slow.status()["bias"] == {}  # the new models' from here
+
+
 def test_a_high_error_is_refitted_before_it_drifts_and_an_idle_node_refits_unpaced() -> None:
     models = TM.Models.fit(_slow_node(), seed=2)
     a = TM.Adaptation(_slow_node(), "nic", every=10, cpu_share=1e-6, seed=2)

@@ -573,30 +573,41 @@ query's, 1: its scan's), as :mod:`.training` writes them."""
 
 class Adaptation:
     """Online adaptation of a node's time models: every query it serves, either way, becomes
-    samples (:meth:`observe`), kept beside the training file's (the ``keep`` most recent) and
-    weighted so that together they count ``online_weight`` times the training file's (at most
-    ``max_weight`` each): fifty queries of the node's own workload must move a model fitted on
-    thousands of others. The models are refitted on both (:meth:`refit`) when ``every`` new
-    samples have come and the models in use predict a stage worse than ``refit_error`` (median
-    relative error over 10 queries or more), lack a side, or ten times ``every`` samples have
-    come. The refits' CPU while the node is busy is held to ``cpu_share`` of the time (a refit
-    of c CPU seconds holds the next one back by c / cpu_share); while the node is idle its CPU
-    is free. A stage whose median error is above ``drift`` has drifted (status). Thread-safe."""
+    samples (:meth:`observe`), kept beside the training file's (the ``keep`` most recent). Where
+    the models in use are biased on the node's queries (a stage's median measured/predicted is
+    ``bias_from`` off or more), the online samples are weighted up so that together they count
+    up to ``online_weight`` times the training file's (at most ``max_weight`` each; the full
+    weight from ``bias_full`` off): fifty queries of a node whose resources changed must move a
+    model fitted on thousands of others. Where the models are not biased the online samples
+    weigh 1 each, as training samples do: their noise (a quarter core's times vary up to 3x
+    with its quota's periods) is not to move a model that is right (:meth:`pull`). The models
+    are refitted on both (:meth:`refit`) when ``every`` new samples have come and the models in
+    use predict a stage worse than ``refit_error`` (median relative error over 10 queries or
+    more), lack a side, or ten times ``every`` samples have come. The refits' CPU while the node
+    is busy is held to ``cpu_share`` of the time (a refit of c CPU seconds holds the next one back
+    by c / cpu_share); while the node is idle its CPU is free. A stage whose median error is
+    above ``drift`` has drifted (status). Thread-safe."""
 
     def __init__(self, base: Sequence[QuerySample], node_system: str, host_system: str = "host",
                  keep: int = 2000, every: int = 25, cpu_share: float = 0.05, seed: int = 0,
                  window: int = 200, drift: float = 0.5, refit_error: float = 0.25,
-                 online_weight: float = 1.0, max_weight: float = 10.0) -> None:  # fmt: skip
+                 online_weight: float = 1.0, max_weight: float = 10.0,
+                 bias_from: float = 1.25, bias_full: float = 2.0) -> None:  # fmt: skip
         import threading
         from collections import deque
 
         self.base, self.node_system, self.host_system = list(base), node_system, host_system
         self.every, self.cpu_share, self.seed, self.drift = every, cpu_share, seed, drift
         self.refit_error, self.online_weight, self.max_weight = refit_error, online_weight, max_weight
+        self.bias_from, self.bias_full = bias_from, bias_full
         self.online: deque[QuerySample] = deque(maxlen=keep)
         self.errors: dict[str, deque[float]] = {t: deque(maxlen=window) for t in TARGETS}
+        self.ratios: dict[str, deque[float]] = {t: deque(maxlen=window) for t in TARGETS}
+        """Per stage, log(measured / predicted) of the latest queries: their median is the bias."""
         self.queries = self.new = self.refits = self.skipped = 0
         self.refit_cpu_s = self.charged_cpu_s = 0.0
+        self.last_pull: float | None = None
+        """The last refit's :meth:`pull`."""
         """All the refits' CPU, and the part spent while the node was busy (held to the share)."""
         self._not_before = 0.0
         self._held = self._stale = False
@@ -619,7 +630,7 @@ class Adaptation:
         """One query: ``decided``, the features its decision saw (estimated sizes); ``ran``, the
         ones measured (actual result sizes); ``times``, the stages measured (TARGETS)."""
         times = {t: float(v) for t, v in times.items() if t in STAGES and math.isfinite(v) and v > 0}
-        errors = self._errors(models, decided, times)
+        predicted = self._predicted(models, decided, times)
         groups: dict[tuple[str, int], dict[str, float]] = {}
         for t, v in times.items():
             side, which = STAGES[t]
@@ -627,8 +638,9 @@ class Adaptation:
         scan = scan_features(ran)
         with self._lock:
             self.queries += 1
-            for t, e in errors.items():
-                self.errors[t].append(e)
+            for t, p in predicted.items():
+                self.errors[t].append(abs(p - times[t]) / times[t])
+                self.ratios[t].append(math.log(times[t] / p))
             for (system, which), ts in sorted(groups.items()):
                 self.online.append(QuerySample(system, scan if which else ran, ts))
                 self.new += 1
@@ -636,10 +648,10 @@ class Adaptation:
     def _system(self, side: str) -> str:
         return self.node_system if side == "node" else self.host_system
 
-    def _errors(
+    def _predicted(
         self, models: Models | None, f: QueryFeatures, times: Mapping[str, float]
     ) -> dict[str, float]:
-        """|predicted - measured| / measured of each stage measured that a model predicts."""
+        """The prediction of each stage measured that a model predicts (positive)."""
         if models is None:
             return {}
         keys = [(self._system(STAGES[t][0]), t, STAGES[t][1]) for t in sorted(times)]
@@ -647,7 +659,24 @@ class Adaptation:
         if not keys:
             return {}
         y = models.forest(keys).predict(np.array([f.vector(), scan_features(f).vector()]))
-        return {t: abs(float(p) - times[t]) / times[t] for (_, t, _), p in zip(keys, y, strict=True)}
+        return {t: max(float(p), 1e-12) for (_, t, _), p in zip(keys, y, strict=True)}
+
+    def _bias(self) -> dict[str, float]:
+        """Per stage with 10 queries or more: its median measured / predicted (locked)."""
+        return {t: math.exp(float(np.median(r))) for t, r in self.ratios.items() if len(r) >= 10}
+
+    def pull(self) -> float:
+        """How much of the full online weight the samples get, 0 to 1: from the most biased
+        stage's median measured/predicted, 0 within ``bias_from`` either way, 1 from
+        ``bias_full``, log-linear between; 1 where no stage has 10 queries against models
+        (none given: a node learning from scratch, or samples loaded)."""
+        with self._lock:
+            bias = self._bias()
+        if not bias:
+            return 1.0
+        worst = max(abs(math.log(b)) for b in bias.values())
+        lo, hi = math.log(self.bias_from), math.log(self.bias_full)
+        return min(1.0, max(0.0, (worst - lo) / (hi - lo)))
 
     def _worse_than(self, limit: float) -> list[str]:
         """The stages whose median error over 10 queries or more is above ``limit`` (locked)."""
@@ -672,11 +701,13 @@ class Adaptation:
                 return False
             return True
 
-    def weights(self, n_base: int, n_online: int) -> list[float]:
-        """One weight a sample: the training file's 1, the online ones' so that together they
-        count ``online_weight`` times the training file's, between 1 and ``max_weight``."""
+    def weights(self, n_base: int, n_online: int, pull: float = 1.0) -> list[float]:
+        """One weight a sample: the training file's 1; the online ones' at full ``pull`` so that
+        together they count ``online_weight`` times the training file's, between 1 and
+        ``max_weight``, and ``pull`` of the way from 1 to that (:meth:`pull`)."""
         w = self.online_weight * n_base / n_online if n_online and n_base else 1.0
-        return [1.0] * n_base + [min(max(w, 1.0), self.max_weight)] * n_online
+        full = min(max(w, 1.0), self.max_weight)
+        return [1.0] * n_base + [1.0 + pull * (full - 1.0)] * n_online
 
     def refit(self, wait: Callable[[float], bool] | None = None, cores: float = 1.0,
               quiet: Callable[[float], bool] | None = None,
@@ -692,7 +723,7 @@ class Adaptation:
         import time
 
         mark = fitting or (lambda _: None)
-
+        pull = self.pull()
         with self._lock:
             base, online = list(self.base), list(self.online)
             self.new, self._stale = 0, False
@@ -713,15 +744,17 @@ class Adaptation:
 
         mark(True)
         try:
-            models = Models.fit([*base, *online], self.seed, between, self.weights(len(base), len(online)))
+            weights = self.weights(len(base), len(online), pull)
+            models = Models.fit([*base, *online], self.seed, between, weights)
             warm(models, self.node_system, self.host_system)
         finally:
             mark(False)
         cpu = time.thread_time() - c0
         with self._lock:
-            for e in self.errors.values():  # the errors from here on are the new models'
+            for e in (*self.errors.values(), *self.ratios.values()):  # from here on: the new models'
                 e.clear()
             self.refits += 1
+            self.last_pull = pull
             self._held = False
             self.refit_cpu_s += cpu
             self.charged_cpu_s += charged
@@ -742,6 +775,8 @@ class Adaptation:
                 "refit_busy_cpu_s": round(self.charged_cpu_s, 4),
                 "error": err,
                 "error_count": {t: len(e) for t, e in self.errors.items() if e},
+                "bias": self._bias(),
+                "last_pull": self.last_pull,
                 "drifted": self._worse_than(self.drift),
             }
 
@@ -768,6 +803,10 @@ def prometheus(status: Mapping[str, Any], counters: Mapping[str, float], node: s
     ]
     lines += [f'offload_node_prediction_error{{node="{node}",stage="{t}"}} {v:.6g}'
               for t, v in sorted(status.get("error", {}).items())]  # fmt: skip
+    lines += ["# HELP offload_node_prediction_bias Median measured over predicted time of each stage.",
+              "# TYPE offload_node_prediction_bias gauge"]  # fmt: skip
+    lines += [f'offload_node_prediction_bias{{node="{node}",stage="{t}"}} {v:.6g}'
+              for t, v in sorted(status.get("bias", {}).items())]  # fmt: skip
     for name, kind, v in (
         ("online_samples", "gauge", status.get("samples", 0)),
         ("online_queries_total", "counter", status.get("queries", 0)),
