@@ -222,25 +222,30 @@ def test_online_samples_weigh_enough_to_move_a_large_training_set() -> None:
 
 def test_online_samples_weigh_more_only_where_the_models_are_biased() -> None:
     """Models that are right but whose node is noisy (each time 1/3x to 3x the prediction, the
-    median on it) are not pulled: online samples weigh 1; models 3x too slow are pulled fully."""
+    median on it) are not pulled: online samples weigh 1; models 3x too slow are pulled fully.
+    The bias is the way's whole time (its stages added), not a stage's."""
     models = TM.Models.fit(_slow_node(), seed=3)
     f = TM.QueryFeatures(1e4, 24e4, 3e3, 72e3, 1, False, False, False)
     p = {t: models.predict(s, t, f) for s, t in (("nic", "node_offload"), ("host", "host_receive_out"))}
-    noisy = TM.Adaptation(_slow_node(), "nic", seed=3)
-    for k in range(21):  # log-symmetric noise around the prediction
-        scale = 3.0 ** ((k % 7 - 3) / 3)
-        noisy.observe(models, f, f, {t: scale * v for t, v in p.items()})
+
+    def fed(scales: list[float], skew: float = 1.0) -> TM.Adaptation:
+        a = TM.Adaptation(_slow_node(), "nic", seed=3)
+        for k in scales:  # host_receive_out ``skew`` times more off than the node's stream
+            node, host = k * p["node_offload"], k * skew * p["host_receive_out"]
+            a.observe(models, f, f, {"node_offload": node, "host_receive_out": host})
+        return a
+
+    noisy = fed([3.0 ** ((k % 7 - 3) / 3) for k in range(21)])  # log-symmetric around the prediction
     assert noisy.pull() == 0.0 and noisy.status()["error"]["node_offload"] > 0.25  # noisy, not biased
     assert noisy.weights(720, 12, noisy.pull())[-1] == 1.0
-    slow = TM.Adaptation(_slow_node(), "nic", seed=3)
-    for _ in range(10):
-        slow.observe(models, f, f, {t: 3.0 * v for t, v in p.items()})
-    assert slow.pull() == 1.0 and slow.status()["bias"]["node_offload"] == pytest.approx(3.0)
+    slow = fed([3.0] * 10)
+    assert slow.pull() == 1.0 and slow.status()["bias"]["offload"] == pytest.approx(3.0)
     assert slow.weights(720, 12, slow.pull())[-1] == 10.0
-    half = TM.Adaptation(_slow_node(), "nic", seed=3)  # 1.58x: halfway from 1.25x to 2x in logs
-    for _ in range(10):
-        half.observe(models, f, f, {t: math.sqrt(2.5) * v for t, v in p.items()})
+    half = fed([math.sqrt(2.5)] * 10)  # 1.58x: halfway from 1.25x to 2x in logs
     assert half.pull() == pytest.approx(0.5)
+    share = p["host_receive_out"] / (p["node_offload"] + p["host_receive_out"])
+    small = fed([1.0] * 10, skew=3.0)  # a small stage 3x off moves the way's time by its share
+    assert small.status()["bias"]["offload"] == pytest.approx(1 + 2 * share)
     assert TM.Adaptation(_slow_node(), "nic").pull() == 1.0  # nothing against models yet: full
     slow.refit()
     assert slow.status()["last_pull"] == 1.0 and slow.status()["bias"] == {}  # the new models' from here

@@ -563,6 +563,10 @@ def held_out_error(samples: Sequence[QuerySample], seed: int = 0, share: float =
     return {k: float(np.median(v)) for k, v in errs.items()}
 
 
+WAY_STAGES = {"offload": ("node_offload", "node_request", "host_receive_out"),
+              "pushback": ("node_pushback", "node_request", "host_receive_in", "host_engine")}  # fmt: skip
+"""The stages a query's time each way is the sum of, as the decision adds them up (the link
+beyond the node aside: the node's stream holds its sending on an unshaped link)."""
 STAGES = {"node_engine": ("node", 0), "node_stream_out": ("node", 0), "node_offload": ("node", 0),
           "node_request": ("node", 0), "node_stream_in": ("node", 1), "node_pushback": ("node", 1),
           "host_engine": ("host", 0), "host_receive_out": ("host", 0),
@@ -573,20 +577,23 @@ query's, 1: its scan's), as :mod:`.training` writes them."""
 
 class Adaptation:
     """Online adaptation of a node's time models: every query it serves, either way, becomes
-    samples (:meth:`observe`), kept beside the training file's (the ``keep`` most recent). Where
-    the models in use are biased on the node's queries (a stage's median measured/predicted is
-    ``bias_from`` off or more), the online samples are weighted up so that together they count
-    up to ``online_weight`` times the training file's (at most ``max_weight`` each; the full
-    weight from ``bias_full`` off): fifty queries of a node whose resources changed must move a
-    model fitted on thousands of others. Where the models are not biased the online samples
-    weigh 1 each, as training samples do: their noise (a quarter core's times vary up to 3x
-    with its quota's periods) is not to move a model that is right (:meth:`pull`). The models
-    are refitted on both (:meth:`refit`) when ``every`` new samples have come and the models in
-    use predict a stage worse than ``refit_error`` (median relative error over 10 queries or
-    more), lack a side, or ten times ``every`` samples have come. The refits' CPU while the node
-    is busy is held to ``cpu_share`` of the time (a refit of c CPU seconds holds the next one back
-    by c / cpu_share); while the node is idle its CPU is free. A stage whose median error is
-    above ``drift`` has drifted (status). Thread-safe."""
+    samples (:meth:`observe`), kept beside the training file's (the ``keep`` most recent).
+
+    Where the models in use are biased on the node's queries (a way's median measured/predicted
+    time, its stages as the decision adds them up, is ``bias_from`` off or more), the online
+    samples are weighted up, so that together they count up to ``online_weight`` times the
+    training file's (at most ``max_weight`` each; the full weight from ``bias_full`` off): fifty
+    queries of a node whose resources changed must move a model fitted on thousands of others.
+    Where the models are not biased the online samples weigh 1 each, as training samples do:
+    their noise (a quarter core's times vary up to 3x with its quota's periods) is not to move a
+    model that is right (:meth:`pull`).
+
+    The models are refitted on both (:meth:`refit`) when ``every`` new samples have come and the
+    models in use predict a stage worse than ``refit_error`` (median relative error over 10
+    queries or more), lack a side, or ten times ``every`` samples have come. The refits' CPU
+    while the node is busy is held to ``cpu_share`` of the time (a refit of c CPU seconds holds
+    the next one back by c / cpu_share); while the node is idle its CPU is free. A stage whose
+    median error is above ``drift`` has drifted (status). Thread-safe."""
 
     def __init__(self, base: Sequence[QuerySample], node_system: str, host_system: str = "host",
                  keep: int = 2000, every: int = 25, cpu_share: float = 0.05, seed: int = 0,
@@ -602,8 +609,9 @@ class Adaptation:
         self.bias_from, self.bias_full = bias_from, bias_full
         self.online: deque[QuerySample] = deque(maxlen=keep)
         self.errors: dict[str, deque[float]] = {t: deque(maxlen=window) for t in TARGETS}
-        self.ratios: dict[str, deque[float]] = {t: deque(maxlen=window) for t in TARGETS}
-        """Per stage, log(measured / predicted) of the latest queries: their median is the bias."""
+        self.ratios: dict[str, deque[float]] = {w: deque(maxlen=window) for w in WAY_STAGES}
+        """Per way, log(measured / predicted) of its stages' sum over the latest queries run that
+        way: their median is the models' bias there."""
         self.queries = self.new = self.refits = self.skipped = 0
         self.refit_cpu_s = self.charged_cpu_s = 0.0
         self.last_pull: float | None = None
@@ -640,7 +648,11 @@ class Adaptation:
             self.queries += 1
             for t, p in predicted.items():
                 self.errors[t].append(abs(p - times[t]) / times[t])
-                self.ratios[t].append(math.log(times[t] / p))
+            for way, stages in WAY_STAGES.items():
+                if stages[0] in predicted:  # it ran this way: the node's stream, and what else was
+                    have = [t for t in stages if t in predicted]
+                    ratio = sum(times[t] for t in have) / sum(predicted[t] for t in have)
+                    self.ratios[way].append(math.log(ratio))
             for (system, which), ts in sorted(groups.items()):
                 self.online.append(QuerySample(system, scan if which else ran, ts))
                 self.new += 1
@@ -662,14 +674,14 @@ class Adaptation:
         return {t: max(float(p), 1e-12) for (_, t, _), p in zip(keys, y, strict=True)}
 
     def _bias(self) -> dict[str, float]:
-        """Per stage with 10 queries or more: its median measured / predicted (locked)."""
-        return {t: math.exp(float(np.median(r))) for t, r in self.ratios.items() if len(r) >= 10}
+        """Per way with 10 queries or more: its median measured / predicted (locked)."""
+        return {w: math.exp(float(np.median(r))) for w, r in self.ratios.items() if len(r) >= 10}
 
     def pull(self) -> float:
-        """How much of the full online weight the samples get, 0 to 1: from the most biased
-        stage's median measured/predicted, 0 within ``bias_from`` either way, 1 from
-        ``bias_full``, log-linear between; 1 where no stage has 10 queries against models
-        (none given: a node learning from scratch, or samples loaded)."""
+        """How much of the full online weight the samples get, 0 to 1: from the more biased way's
+        median measured/predicted, 0 within ``bias_from`` either way, 1 from ``bias_full``,
+        log-linear between; 1 where no way has 10 queries against models (none given: a node
+        learning from scratch, or samples loaded)."""
         with self._lock:
             bias = self._bias()
         if not bias:
@@ -803,10 +815,10 @@ def prometheus(status: Mapping[str, Any], counters: Mapping[str, float], node: s
     ]
     lines += [f'offload_node_prediction_error{{node="{node}",stage="{t}"}} {v:.6g}'
               for t, v in sorted(status.get("error", {}).items())]  # fmt: skip
-    lines += ["# HELP offload_node_prediction_bias Median measured over predicted time of each stage.",
+    lines += ["# HELP offload_node_prediction_bias Median measured over predicted time of each way.",
               "# TYPE offload_node_prediction_bias gauge"]  # fmt: skip
-    lines += [f'offload_node_prediction_bias{{node="{node}",stage="{t}"}} {v:.6g}'
-              for t, v in sorted(status.get("bias", {}).items())]  # fmt: skip
+    lines += [f'offload_node_prediction_bias{{node="{node}",way="{w}"}} {v:.6g}'
+              for w, v in sorted(status.get("bias", {}).items())]  # fmt: skip
     for name, kind, v in (
         ("online_samples", "gauge", status.get("samples", 0)),
         ("online_queries_total", "counter", status.get("queries", 0)),
