@@ -725,6 +725,10 @@ def bounded(b: pa.RecordBatch, max_rows: int, max_bytes: int) -> Iterator[pa.Rec
         yield b.slice(start, step)
 
 
+_STREAMS = frozenset(("node_offload", "node_stream_out", "node_pushback", "node_stream_in"))
+"""The node's stages that hold its stream's sending (the link may have held them back)."""
+
+
 def _is_name(name: str) -> bool:
     return 0 < len(name) <= 128 and all(c.isalnum() or c in "_-." for c in name)
 
@@ -753,6 +757,11 @@ class _Learner:
     QUIET_S, SETTLE_S = 1.0, 10.0
     """A node idle QUIET_S is quiet: a refit's pause ends, and its CPU from then on is free. A
     refit due waits up to SETTLE_S for the node to be quiet before it starts (then paced)."""
+    LINK_HELD = 0.5
+    """A stream whose bytes take this share of its time or more on the node's shaped link may
+    have waited on the link: its time is not the node's own (the models learn the node's streams
+    on an unshaped link and add the link beyond them), so its stream stages are not learned
+    (counted ``link_held``; the query's other stages are)."""
     BURST_S = 0.5
     """CPU seconds the learner may spend ahead of its share (NodeConfig.adapt_cpu_share of the
     node's cores, over the time it has run: samples and its own refits together, not those
@@ -780,7 +789,7 @@ class _Learner:
         """Counts the starts and ends of the learner's fitting steps (odd: fitting now). A query
         that saw it change, or odd, ran beside a refit: its times are not the node's own, and
         it is not made samples (counted ``disturbed``)."""
-        self.disturbed = 0
+        self.disturbed = self.link_held = 0
         if cfg.learn_file is not None and cfg.learn_file.exists():
             self.adaptation.load(TM.Models.read_samples(cfg.learn_file))
         self._thread = threading.Thread(target=self._run, name=f"{cfg.name}-learner", daemon=True)
@@ -811,6 +820,7 @@ class _Learner:
         out = self.adaptation.status() | {
             "pending": len(self._pending), "queued": self._queue.qsize(), "dropped": self.dropped,
             "failed": self.failed, "skipped": self.skipped, "disturbed": self.disturbed,
+            "link_held": self.link_held,
             "sample_cpu_s": round(self.sample_cpu_s, 4),
         }  # fmt: skip
         current = self._node.config.models
@@ -971,6 +981,11 @@ class _Learner:
             times |= {"node_pushback": total, "node_stream_in": total - engine}
             rows = float(q["host_rows"]) if q.get("host_rows") is not None else f.out_rows
             nbytes = f.out_bytes * rows / f.out_rows if f.out_rows > 0 else f.out_bytes
+        shipped = nbytes if q["way"] == "offload" else f.in_bytes
+        rate = TM.TransferLink.of(node.config.budget.get("link")).bytes_per_s
+        if rate and shipped / rate >= self.LINK_HELD * total:
+            self.link_held += 1
+            times = {t: v for t, v in times.items() if t not in _STREAMS}
         share = f.out_string_bytes / f.out_bytes if f.out_bytes > 0 else 0.0
         ran = replace(f, out_rows=rows, out_bytes=nbytes, out_string_bytes=nbytes * share)
         self.adaptation.observe(node.config.models, f, ran, times)
