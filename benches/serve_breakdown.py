@@ -33,30 +33,9 @@ import json
 import sys
 from pathlib import Path
 
+from offload.clitools import counts_arg, names_arg
 from offload.files import write_text
 from offload.serve import breakdown
-
-
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected sizes separated by commas, e.g. 1,64,4096"
-        ) from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError("every request size is at least 1 query")
-    return sizes
-
-
-def _backends(text: str) -> list[breakdown.Backend]:
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [n for n in names if n not in breakdown.BACKENDS]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown backend {', '.join(bad) or '(none)'}; known: {', '.join(breakdown.BACKENDS)}"
-        )
-    return [breakdown.BACKENDS[n] for n in names]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,12 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     ap.add_argument("--out", required=True, type=Path, help="JSON to write (the PNG goes beside it)")
     ap.add_argument(
-        "--backends", type=_backends, default=_backends("fast,erbium,h200"),
+        "--backends", type=names_arg(list(breakdown.BACKENDS), "backend"), default=["fast", "erbium", "h200"],
         help="what sits behind the executor, comma-separated: fast, erbium, h200, gpu "
         "(default: fast,erbium,h200)",
     )  # fmt: skip
     ap.add_argument(
-        "--sizes", type=_sizes, default=list(breakdown.SIZES),
+        "--sizes", type=counts_arg, default=list(breakdown.SIZES),
         help="queries per request, comma-separated (default: 1,2,4,...,65536)",
     )  # fmt: skip
     ap.add_argument(
@@ -102,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             a.ruletype,
             a.rules,
             a.queries,
-            a.backends,
+            [breakdown.BACKENDS[n] for n in a.backends],
             a.sizes,
             budget,
             a.encoded,

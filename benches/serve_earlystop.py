@@ -38,31 +38,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from offload.clitools import counts_arg, names_arg
 from offload.files import write_text
 from offload.serve import breakdown, earlystop
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        v = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected integers separated by commas") from None
-    if not v or min(v) < 1:
-        raise argparse.ArgumentTypeError("every value is at least 1")
-    return v
-
-
-def _names(known: tuple[str, ...] | list[str]) -> object:
-    def parse(text: str) -> list[str]:
-        names = [x.strip() for x in text.split(",") if x.strip()]
-        bad = [n for n in names if n not in known]
-        if bad or not names:
-            raise argparse.ArgumentTypeError(
-                f"unknown {', '.join(bad) or '(none)'}; known: {', '.join(known)}"
-            )
-        return names
-
-    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,11 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", required=True, type=Path, help="directory with queries.csv and requests.csv")
     ap.add_argument("--out", required=True, type=Path, help="JSON to write (the PNG goes beside it)")
     ap.add_argument(
-        "--backends", type=_names(list(breakdown.BACKENDS)), default=["erbium", "h200"],
+        "--backends", type=names_arg(list(breakdown.BACKENDS), "backend"), default=["erbium", "h200"],
         help="accelerators behind the service, comma-separated (default: erbium,h200)",
     )  # fmt: skip
     ap.add_argument(
-        "--cpu", type=_names(earlystop.CPU_MATCHERS), default=list(earlystop.CPU_MATCHERS),
+        "--cpu", type=names_arg(earlystop.CPU_MATCHERS, "CPU matcher"), default=list(earlystop.CPU_MATCHERS),
         help="CPU matchers of the Domain Explorer's own loop (default: fast,nfa,nfa:given)",
     )  # fmt: skip
     ap.add_argument(
@@ -94,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--windows", type=int, default=16, help="user requests per W of the sweep (default 16)")
     ap.add_argument(
-        "--wanted", type=_ints, default=list(earlystop.SWEEP_WANTED),
+        "--wanted", type=counts_arg, default=list(earlystop.SWEEP_WANTED),
         help="W of the sweep, comma-separated (default 16,...,4096)",
     )  # fmt: skip
     ap.add_argument("--limit", type=int, default=None, help="the trace's first N requests only")

@@ -6,6 +6,7 @@ tables that read in 80 columns, and re-running a command inside a network namesp
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -214,6 +215,34 @@ def choices(text: str, known: tuple[str, ...] | list[str], what: str) -> list[st
     if bad or not names:
         raise fail(f"unknown {what} {', '.join(bad) or repr(text)}; one of {', '.join(known)}")
     return names
+
+
+def counts_arg(text: str) -> list[int]:
+    """An argparse type (the benches' options): comma-separated integers, each at least 1."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected integers separated by commas, e.g. 1,64,4096"
+        ) from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every value is at least 1")
+    return values
+
+
+def names_arg(known: tuple[str, ...] | list[str], what: str) -> Callable[[str], list[str]]:
+    """An argparse type (the benches' options): comma-separated names, each one of ``known``."""
+
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        bad = [n for n in names if n not in known]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {', '.join(bad) or repr(text)}; known: {', '.join(known)}"
+            )
+        return names
+
+    return parse
 
 
 def size_bytes(text: str) -> int:
