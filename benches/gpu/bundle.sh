@@ -3,7 +3,7 @@
 # Rust toolchain and no package registry (../shared/design/gpu.md): the abi3 wheel of offload,
 # the wheels of the few dependencies the GPU run imports, for the GPU machine's Python (numpy
 # is there already), and the demo's rule set with the first 50k queries of its trace. The
-# whole must stay under the device tool's 64 MiB with the work tree (about 50 MB).
+# whole must stay under the device tool's 64 MiB with the work tree (about 52 MB, 34 of them nvCOMP).
 # Usage: benches/gpu/bundle.sh [DIR] [PYTHON_VERSION] [DEMO]   (defaults: build/gpu-bundle, 3.12,
 # build/demo, made by `make demo`)
 set -euo pipefail
@@ -32,14 +32,14 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
         print(m["executable"])' | tail -1)
 cp "$prop" "$dir/matchers_prop" && strip "$dir/matchers_prop"
-# What the CLI (pyzmq at import), `offload rules bench`, the probe and the GPU tests (pytest,
-# hypothesis in conftest) import, beyond numpy (which the GPU
-# machines have). offload itself is installed with --no-deps: the data-service stack
-# (datafusion, pyarrow, ...) is not needed there.
+# What the CLI (pyzmq and simpy at import) and the flows' GPU codec (nvCOMP, for the image's CUDA
+# 13) import, beyond what the GPU machines' image holds already (numpy, pyarrow, pandas, typer,
+# rich, matplotlib, pytest, hypothesis: /work/.library/device/KINDS.md). offload itself is
+# installed with --no-deps: the data-service stack (datafusion, ...) is not needed there.
 .venv/bin/pip download --quiet --dest "$dir" --only-binary=:all: --python-version "$py" \
-    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
-    typer rich matplotlib pytest hypothesis pyzmq airportsdata
-rm -f "$dir"/numpy-*.whl  # a dependency of matplotlib, and already on the GPU machines
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_24_x86_64 \
+    --platform manylinux_2_27_x86_64 --platform manylinux_2_28_x86_64 \
+    pyzmq airportsdata simpy nvidia-nvcomp-cu13
 # The wheel links the system's libzmq5 (not repaired into it: a linux_x86_64 wheel), which the GPU
 # machines lack: libzmq and the libraries it links beyond glibc travel beside it (run.sh puts
 # them on LD_LIBRARY_PATH).

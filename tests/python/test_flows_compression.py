@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -111,6 +112,15 @@ def test_the_gpu_codec_says_why_it_cannot_run_or_gives_the_bytes_back() -> None:
     assert set(bufs) == set(table.column_names)
     assert bufs["mmsi"].nbytes == 8 * 2000 and bufs["status"].nbytes == 2000
     assert G.column_buffers(pa.table({"x": pa.array([], pa.int64())}))["x"].nbytes == 0
+    mixed = pa.table({"f": [1.5, 2.0], "i": pa.array([1, 2], pa.int16()), "n": [None, 2], "s": ["a", "b"]})
+    types = G.integer_types(mixed)
+    assert types == {"f": "<u8", "i": "<u2", "n": "|u1", "s": "|u1"}
+    a = np.arange(10, dtype=np.uint8)
+    assert G.first_difference(a.copy(), a) is None
+    assert G.first_difference(a[:9], a) == "decoded 9 bytes for 10"
+    b = a.copy()
+    b[[3, 7]] = 0
+    assert G.first_difference(b, a) == "2 bytes differ, the first at byte 3"
     why = G.unavailable_reason()
     if why is not None:
         assert "GPU" in why or "nvcomp" in why

@@ -354,3 +354,11 @@ def test_a_kernel_that_misses_bytes_fails_its_part_and_the_others_run(
     assert [f.split(":")[0] for f in gc.failed(result)] == ["channels"]
     assert "read kernel over device memory" in result["channels"]["error"]
     assert "rows" in result["matmul"] and "r_measured" in result["matvec"]
+
+
+def test_the_matrix_multiply_verdict_follows_the_measured_ratio() -> None:
+    near = [gc.matmul_row(1024, 1e-3, 4e-3, 9e-3), gc.matmul_row(4096, 3e-3, 4.5e-3, 4.8e-3)]
+    assert "Here too" in gc.matmul_verdict(near) and "1.07×" in gc.matmul_verdict(near)
+    far = [gc.matmul_row(4096, 2.8e-3, 6.6e-3, 112e-3)]
+    said = gc.matmul_verdict(far)
+    assert "Not here" in said and "17.0×" in said and "58%" in said

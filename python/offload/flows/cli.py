@@ -451,7 +451,8 @@ def gpu_codec(
     """Compress each data set's column buffers on a GPU with nvCOMP (LZ4, Zstd, Cascaded),
     transfers included, and check that they decode to the same bytes; beside it, what Arrow's
     lz4 and zstd make of the same table here. Needs an NVIDIA GPU and `pip install
-    nvidia-nvcomp-cu12`: without them it says which is missing and stops."""
+    nvidia-nvcomp-cu12` (or -cu13): without them it says which is missing and stops. Wrong bytes
+    back are reported per algorithm and exit 1."""
     from offload.flows import datasets as D
     from offload.flows import gpucodec as G
     from offload.flows import partition as F
@@ -470,16 +471,28 @@ def gpu_codec(
         results[name]["arrow_out_over_in"] = {
             c: len(F.pack(table, c)) / len(F.pack(table)) for c in ("lz4", "zstd")
         }
-    if emit(results, json_out, out):
+    failed = [f"{n} {a}" for n, r in results.items() for a, got in r["algorithms"].items() if "failed" in got]
+    if emit(results, json_out, out) and not failed:
         return
-    t = Table("nvCOMP on the GPU, transfers included (GB/s of column buffers)")
-    for col in ("data set", "algorithm", "compress", "decompress", "out/in"):
+    t = Table("nvCOMP on the GPU (GB/s of column buffers): transfers included, and on device memory alone")
+    cols = ("data set", "algorithm", "compress", "decompress", "on device: compress", "decompress", "out/in")
+    for col in cols:
         t.add_column(col, justify="left" if col in ("data set", "algorithm") else "right")
     for name, r in results.items():
         for algo, a in r["algorithms"].items():
-            t.add_row(name, algo, f"{a['compress_gb_per_s']:.2f}", f"{a['decompress_gb_per_s']:.2f}",
+            if "failed" in a:
+                t.add_row(name, algo, "[red]wrong bytes back[/red]", a["failed"], "", "", "")
+                continue
+            dev = [f"{a[k]:.1f}" if k in a else "—" for k in ("on_device_compress_gb_per_s", ON_DEVICE_DEC)]
+            t.add_row(name, algo, f"{a['compress_gb_per_s']:.2f}", f"{a['decompress_gb_per_s']:.2f}", *dev,
                       f"{a['out_over_in']:.2f}")  # fmt: skip
-    console.print(t)
+    if not json_out:
+        console.print(t)
+    if failed:
+        raise fail(f"did not give the bytes back: {', '.join(failed)} (the JSON says where)", code=1)
+
+
+ON_DEVICE_DEC = "on_device_decompress_gb_per_s"
 
 
 def _pays(below: float | None) -> str:
