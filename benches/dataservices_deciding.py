@@ -12,6 +12,13 @@ node process's CPU during the query (its threads' schedstat, in ns) less the dec
 this process's (the host: receiving, and running pushed-back plans). Its share of the query's
 wall time is beside it.
 
+Then, at the first size, the same node in four regimes over the same new queries (blocks of 8,
+the regimes' order turned each block, so that the machine's drift is shared): offloaded back to
+back, offloaded each between pushbacks, ``auto`` back to back, and the ways ``auto`` chose asked
+directly back to back. Medians of the request (net of the decision), the node's stream and the
+whole query, and the ratios of the pairs: what a quota-held node's recent work costs the next
+query, and what deciding costs it beyond the decision's own time.
+
     sudo .venv/bin/python benches/dataservices_deciding.py     # ~5 min on a 2-vCPU VM
 """
 
@@ -45,6 +52,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=24, help="auto queries per size (every one new)")
     ap.add_argument("--train", type=int, default=36, help="training queries (one run each way)")
     ap.add_argument("--train-rows", type=int, default=200_000, help="the training table's rows")
+    ap.add_argument("--regime-queries", type=int, default=32, help="queries of the regimes (blocks of 8)")
     ap.add_argument("--out", type=Path, default=Path("benches/results/dataservices"))
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -64,6 +72,7 @@ def main() -> None:
         results["budget"] = c.status().get("budget")
         for rows in sizes:
             results["sizes"][str(rows)] = measure(c, pid, rows, a.queries)
+        results["regimes"] = regimes(c, sizes[0], a.regime_queries)
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / "deciding.json"
     path.write_text(json.dumps(results, indent=1))
@@ -76,6 +85,10 @@ def main() -> None:
             f"({ms['execution_cpu_median_s']} ms median), {pct['wall_share_median']} of its time "
             f"({ms['query_median_s']} ms median)"
         )
+    for name, r in results["regimes"]["medians_ms"].items():
+        console.print(f"{name:>26}: " + ", ".join(f"{k[:-2]} {v:.1f} ms" for k, v in r.items()))
+    console.print("ratios (paired, medians): " + ", ".join(
+        f"{k} {v:.2f}" for k, v in results["regimes"]["ratios"].items()))  # fmt: skip
     console.print(f"wrote {path}")
 
 
@@ -128,6 +141,53 @@ def measure(c: Any, pid: int, rows: int, n: int) -> dict[str, Any]:
         "execution_cpu_median_s": statistics.median(r["execution_cpu_s"] for r in runs),
         "runs": runs,
     }
+
+
+REGIMES = ("offload back to back", "offload between pushbacks", "auto back to back", "direct back to back")
+
+
+def regimes(c: Any, rows: int, n: int) -> dict[str, Any]:
+    """The node in :data:`REGIMES` over ``n`` new queries of a ``rows``-row particle table, in
+    blocks of 8 that each regime runs in turn (the order turned each block; the direct one
+    right after ``auto``, whose choices it asks for). Per regime the medians of the request
+    (less the decision), the node's stream and the whole query (the offloaded ones for the
+    first two), and the paired ratios."""
+    from offload.dataservices import particles as P
+    from offload.dataservices import training as TR
+
+    c.upload("particles", P.generate(rows, seed=3))
+    plans = [c.plan(q.format(t="particles")) for q in TR.training_queries(n, seed=rows % 997)]
+    runs: dict[str, list[dict[str, Any]]] = {r: [] for r in REGIMES}
+    units = [REGIMES[:1], REGIMES[1:2], REGIMES[2:]]
+    for b in range(0, len(plans), 8):
+        turn = (b // 8) % len(units)
+        for regime in [r for u in units[turn:] + units[:turn] for r in u]:
+            for i, plan in enumerate(plans[b : b + 8]):
+                way = {REGIMES[0]: "offload", REGIMES[1]: "offload", REGIMES[2]: "auto"}.get(regime)
+                _, t = c.query(plan, way or runs[REGIMES[2]][-8 + i]["way"])
+                decided = float((t.decision or {}).get("decision_wall_s") or 0.0)
+                runs[regime].append({"q": b + i, "way": t.way, "request_s": t.info - decided,
+                                     "node_s": t.node, "total_s": t.total - decided})  # fmt: skip
+                if regime == REGIMES[1]:
+                    c.query(plan, "pushback")
+    c.drop("particles")
+    med = {r: {k: statistics.median(x[k] for x in v) * 1e3 for k in ("request_s", "node_s", "total_s")}
+           for r, v in runs.items()}  # fmt: skip
+    return {"rows": rows, "queries": len(plans), "medians_ms": med, "ratios": _ratios(runs), "runs": runs}
+
+
+def _ratios(runs: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """Medians over queries of one regime's time over another's, the same query."""
+
+    def paired(a: str, b: str, k: str) -> float:
+        other = {x["q"]: x[k] for x in runs[b]}
+        return statistics.median(x[k] / other[x["q"]] for x in runs[a] if other.get(x["q"], 0) > 0)
+
+    out = {}
+    for k in ("request_s", "node_s", "total_s"):
+        out[f"offload back to back / between pushbacks, {k[:-2]}"] = paired(REGIMES[0], REGIMES[1], k)
+        out[f"auto / direct, {k[:-2]}"] = paired(REGIMES[2], REGIMES[3], k)
+    return out
 
 
 def _cpu_s(pid: int) -> float:
