@@ -144,14 +144,17 @@ def measure(c: Any, pid: int, rows: int, n: int) -> dict[str, Any]:
 
 
 REGIMES = ("offload back to back", "offload between pushbacks", "auto back to back", "direct back to back")
+ASKED = {REGIMES[0]: "offload", REGIMES[1]: "offload", REGIMES[2]: "auto"}
+"""The way each regime asks for; the direct one asks for the ways auto chose on the block."""
+BLOCK = 8
 
 
 def regimes(c: Any, rows: int, n: int) -> dict[str, Any]:
     """The node in :data:`REGIMES` over ``n`` new queries of a ``rows``-row particle table, in
-    blocks of 8 that each regime runs in turn (the order turned each block; the direct one
-    right after ``auto``, whose choices it asks for). Per regime the medians of the request
-    (less the decision), the node's stream and the whole query (the offloaded ones for the
-    first two), and the paired ratios."""
+    blocks of :data:`BLOCK` that each regime runs in turn (the order turned each block; the
+    direct one right after ``auto``, whose choices it asks for). Per regime the medians of the
+    request (less the decision), the node's stream and the whole query (the offloaded ones for
+    the first two), and the paired ratios."""
     from offload.dataservices import particles as P
     from offload.dataservices import training as TR
 
@@ -159,15 +162,16 @@ def regimes(c: Any, rows: int, n: int) -> dict[str, Any]:
     plans = [c.plan(q.format(t="particles")) for q in TR.training_queries(n, seed=rows % 997)]
     runs: dict[str, list[dict[str, Any]]] = {r: [] for r in REGIMES}
     units = [REGIMES[:1], REGIMES[1:2], REGIMES[2:]]
-    for b in range(0, len(plans), 8):
-        turn = (b // 8) % len(units)
+    for b in range(0, len(plans), BLOCK):
+        turn, chosen = (b // BLOCK) % len(units), []
         for regime in [r for u in units[turn:] + units[:turn] for r in u]:
-            for i, plan in enumerate(plans[b : b + 8]):
-                way = {REGIMES[0]: "offload", REGIMES[1]: "offload", REGIMES[2]: "auto"}.get(regime)
-                _, t = c.query(plan, way or runs[REGIMES[2]][-8 + i]["way"])
+            for i, plan in enumerate(plans[b : b + BLOCK]):
+                _, t = c.query(plan, ASKED.get(regime) or chosen[i])
                 decided = float((t.decision or {}).get("decision_wall_s") or 0.0)
                 runs[regime].append({"q": b + i, "way": t.way, "request_s": t.info - decided,
                                      "node_s": t.node, "total_s": t.total - decided})  # fmt: skip
+                if regime == REGIMES[2]:
+                    chosen.append(t.way)
                 if regime == REGIMES[1]:
                     c.query(plan, "pushback")
     c.drop("particles")

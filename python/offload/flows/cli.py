@@ -483,16 +483,14 @@ def gpu_codec(
             if "failed" in a:
                 t.add_row(name, algo, "[red]wrong bytes back[/red]", a["failed"], "", "", "")
                 continue
-            dev = [f"{a[k]:.1f}" if k in a else "—" for k in ("on_device_compress_gb_per_s", ON_DEVICE_DEC)]
+            dev = [f"{a[f'on_device_{k}_gb_per_s']:.1f}" if f"on_device_{k}_gb_per_s" in a else "—"
+                   for k in ("compress", "decompress")]  # fmt: skip
             t.add_row(name, algo, f"{a['compress_gb_per_s']:.2f}", f"{a['decompress_gb_per_s']:.2f}", *dev,
                       f"{a['out_over_in']:.2f}")  # fmt: skip
     if not json_out:
         console.print(t)
     if failed:
         raise fail(f"did not give the bytes back: {', '.join(failed)} (the JSON says where)", code=1)
-
-
-ON_DEVICE_DEC = "on_device_decompress_gb_per_s"
 
 
 def _pays(below: float | None) -> str:

@@ -81,24 +81,29 @@ def measure(table: pa.Table, algorithms: tuple[str, ...] = ALGORITHMS, repeats: 
     total = sum(b.nbytes for b in bufs.values())
     out: dict[str, Any] = {"bytes_in": total, "algorithms": {}}
     for algo in algorithms:
-        codecs: dict[str, Any] = {}
-
-        def codec(name: str, algo: str = algo, codecs: dict[str, Any] = codecs) -> Any:
-            kind = types[name] if algo == "Cascaded" else "|u1"
-            if kind not in codecs:
-                extra = {"data_type": kind} if algo == "Cascaded" else {}
-                codecs[kind] = nvcomp.Codec(algorithm=algo, **extra)
-            return codecs[kind]
-
-        got = _timed(nvcomp, codec, bufs, total, repeats)
+        codecs = _codecs(nvcomp, algo, types)
+        got = _timed(nvcomp, codecs, bufs, total, repeats)
         if "failed" not in got:
-            got |= _on_device(nvcomp, codec, bufs, total, repeats)
+            got |= _on_device(nvcomp, codecs, bufs, total, repeats)
         out["algorithms"][algo] = got
     return out
 
 
+def _codecs(nvcomp: Any, algo: str, types: dict[str, str]) -> dict[str, Any]:
+    """Each column's codec of ``algo``: one per data type (Cascaded reads the column's integer
+    width, :func:`integer_types`; the others bytes)."""
+    kinds = {name: types[name] if algo == "Cascaded" else "|u1" for name in types}
+    made = {k: nvcomp.Codec(algorithm=algo, **({"data_type": k} if algo == "Cascaded" else {}))
+            for k in set(kinds.values())}  # fmt: skip
+    return {name: made[k] for name, k in kinds.items()}
+
+
+def _gb_per_s(total: int, seconds: list[float]) -> float:
+    return total / 1e9 / float(np.median(seconds))
+
+
 def _on_device(
-    nvcomp: Any, codec: Any, bufs: dict[str, np.ndarray], total: int, repeats: int
+    nvcomp: Any, codecs: dict[str, Any], bufs: dict[str, np.ndarray], total: int, repeats: int
 ) -> dict[str, float]:
     """The codec alone: columns already in device memory, the device synchronized (CuPy's
     deviceSynchronize: nvCOMP runs on streams of its own) around each encode and decode. Empty
@@ -113,30 +118,31 @@ def _on_device(
     for _ in range(repeats):
         t_enc = t_dec = 0.0
         for name, data in on_device.items():
-            c = codec(name)
             sync()
             t0 = time.perf_counter()
-            packed = c.encode(data)
+            packed = codecs[name].encode(data)
             sync()
             t1 = time.perf_counter()
-            c.decode(packed)
+            codecs[name].decode(packed)
             sync()
             t_enc, t_dec = t_enc + t1 - t0, t_dec + time.perf_counter() - t1
         enc_s.append(t_enc)
         dec_s.append(t_dec)
-    return {
-        "on_device_compress_gb_per_s": total / 1e9 / float(np.median(enc_s)),
-        "on_device_decompress_gb_per_s": total / 1e9 / float(np.median(dec_s)),
-    }
+    return {"on_device_compress_gb_per_s": _gb_per_s(total, enc_s),
+            "on_device_decompress_gb_per_s": _gb_per_s(total, dec_s)}  # fmt: skip
 
 
-def _timed(nvcomp: Any, codec: Any, bufs: dict[str, np.ndarray], total: int, repeats: int) -> dict[str, Any]:
+def _timed(
+    nvcomp: Any, codecs: dict[str, Any], bufs: dict[str, np.ndarray], total: int, repeats: int
+) -> dict[str, Any]:
+    """End to end: each column from host memory to the device, encoded, back, and decoded the
+    same way; the first column whose bytes do not come back ends it (``failed``)."""
     enc_s, dec_s, size = [], [], 0
     for _ in range(repeats):
         t_enc = t_dec = 0.0
         size = 0
         for name, data in bufs.items():
-            c = codec(name)
+            c = codecs[name]
             t0 = time.perf_counter()
             packed = np.asarray(c.encode(nvcomp.as_array(data).cuda()).cpu())
             t1 = time.perf_counter()
@@ -148,8 +154,5 @@ def _timed(nvcomp: Any, codec: Any, bufs: dict[str, np.ndarray], total: int, rep
             t_enc, t_dec, size = t_enc + t1 - t0, t_dec + t2 - t1, size + packed.nbytes
         enc_s.append(t_enc)
         dec_s.append(t_dec)
-    return {
-        "compress_gb_per_s": total / 1e9 / float(np.median(enc_s)),
-        "decompress_gb_per_s": total / 1e9 / float(np.median(dec_s)),
-        "out_over_in": size / total,
-    }
+    return {"compress_gb_per_s": _gb_per_s(total, enc_s), "decompress_gb_per_s": _gb_per_s(total, dec_s),
+            "out_over_in": size / total}  # fmt: skip
