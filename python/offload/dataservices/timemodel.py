@@ -614,9 +614,9 @@ class Adaptation:
         way: their median is the models' bias there."""
         self.queries = self.new = self.refits = self.skipped = 0
         self.refit_cpu_s = self.charged_cpu_s = 0.0
+        """All the refits' CPU, and the part spent while the node was busy (held to the share)."""
         self.last_pull: float | None = None
         """The last refit's :meth:`pull`."""
-        """All the refits' CPU, and the part spent while the node was busy (held to the share)."""
         self._not_before = 0.0
         self._held = self._stale = False
         self._lock = threading.Lock()
