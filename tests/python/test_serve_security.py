@@ -140,6 +140,39 @@ def test_data_endpoint_with_curve_answers_only_admitted_clients(keys: Path, secu
     assert st["auth"]["data"] == "curve" and st["auth"]["data_refused"] >= 1 and st["auth"]["data_ok"] >= 1
 
 
+def test_sends_wait_no_longer_than_the_deadline() -> None:
+    """A connection the daemon closes mid-handshake can leave a socket with nowhere to send until
+    it reconnects; a send without a deadline then waits for ever (it did, once, in CI). Here the
+    socket has no connection at all, for certain."""
+    import time
+
+    import zmq
+
+    from offload.serve.control import _Handshake
+
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    ctx = zmq.Context.instance()
+    req = ctx.socket(zmq.REQ)
+    req.setsockopt(zmq.IMMEDIATE, 1)  # no pipe before a connection: nothing can be sent
+    req.setsockopt(zmq.LINGER, 0)
+    monitor = req.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    req.connect(endpoint)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="no answer from"):
+        _Handshake(req, monitor, endpoint, 0.3, curve=False).wait(zmq.POLLOUT)
+    assert time.monotonic() - t0 < 5
+    req.disable_monitor()
+    monitor.close(linger=0)
+    req.close(linger=0)
+
+    with Client(endpoint, list(QUERIES), timeout_s=0.3) as c:
+        c._sock.disconnect(endpoint)  # the same state: a DEALER with no pipe
+        t0 = time.monotonic()
+        with pytest.raises(ServeError, match="could not send"):
+            c.match(QUERIES)
+        assert time.monotonic() - t0 < 5
+
+
 def test_open_binds_are_refused_before_anything_listens() -> None:
     flags = ["serve", *daemon.rule_flags(EXAMPLE / "ruletype.toml", EXAMPLE / "rules.csv")]
     # the issue's command: refuses to start, and says how to do it properly

@@ -191,8 +191,9 @@ impl Client {
     pub fn fetch_dictionary(&mut self) -> Result<DictionaryReply, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
-        self.send(protocol::encode_dictionary_request(id))?;
-        self.receive(|frame| {
+        let until = Instant::now() + self.timeout;
+        send_within(&self.sock, &[&protocol::encode_dictionary_request(id)], until, self.timeout)?;
+        self.receive(until, |frame| {
             // A late reply to an earlier query is skipped, as any late reply.
             if frame.starts_with(protocol::REPLY_MAGIC) {
                 return Ok(None);
@@ -219,8 +220,9 @@ impl Client {
             criteria_fingerprint: query.criteria_fingerprint,
             payload: query.payload,
         };
-        self.send(protocol::encode_request(&req))?;
-        self.receive(|frame| {
+        let until = Instant::now() + self.timeout;
+        send_within(&self.sock, &[&protocol::encode_request(&req)], until, self.timeout)?;
+        self.receive(until, |frame| {
             if frame.starts_with(protocol::DICTIONARY_REPLY_MAGIC) {
                 return Ok(None); // a late dictionary reply
             }
@@ -229,14 +231,13 @@ impl Client {
         })
     }
 
-    fn send(&mut self, frame: Vec<u8>) -> Result<(), ClientError> {
-        self.sock.send(frame, 0).map_err(|e| ClientError::Zmq(e.to_string()))
-    }
-
-    /// Waits up to the timeout for the frame `read` takes (`Some`), skipping the others: late
-    /// replies to requests that already timed out.
-    fn receive<T>(&mut self, mut read: impl FnMut(&[u8]) -> Result<Option<T>, ClientError>) -> Result<T, ClientError> {
-        let until = Instant::now() + self.timeout;
+    /// Waits until `until` (the request's deadline, sending included) for the frame `read` takes
+    /// (`Some`), skipping the others: late replies to requests that already timed out.
+    fn receive<T>(
+        &mut self,
+        until: Instant,
+        mut read: impl FnMut(&[u8]) -> Result<Option<T>, ClientError>,
+    ) -> Result<T, ClientError> {
         loop {
             let left = until.saturating_duration_since(Instant::now());
             let ready =
@@ -407,6 +408,30 @@ fn socket(
     Ok((ctx, sock))
 }
 
+/// Sends one message by `until` (else a timeout of `timeout`). A connection the daemon closed
+/// mid-handshake (a refused key) can leave the socket with nowhere to send until it reconnects,
+/// and a blocking send would then wait for ever.
+pub(crate) fn send_within(
+    sock: &zmq::Socket,
+    frames: &[&[u8]],
+    until: Instant,
+    timeout: Duration,
+) -> Result<(), ClientError> {
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let ready = sock.poll(zmq::POLLOUT, left.as_millis() as i64).map_err(|e| ClientError::Zmq(e.to_string()))?;
+        if ready > 0 {
+            match sock.send_multipart(frames.iter().copied(), zmq::DONTWAIT) {
+                Err(zmq::Error::EAGAIN) => {} // the connection went between the poll and the send
+                sent => return sent.map_err(|e| ClientError::Zmq(e.to_string())),
+            }
+        }
+        if left.is_zero() {
+            return Err(ClientError::Timeout(timeout));
+        }
+    }
+}
+
 /// Sends one command to the daemon's control socket and returns its JSON answer: `frames` is
 /// the command (`stats`, `set batch_max_queries 4096`, `reload\nT\nR`, or `reload-inline\nT\nR`
 /// followed by the two files' bytes). With CURVE, a refused key shows as a timeout.
@@ -417,11 +442,35 @@ pub fn control(
     timeout: Duration,
 ) -> Result<serde_json::Value, ClientError> {
     let (_ctx, sock) = socket(zmq::REQ, endpoint, curve)?;
-    sock.send_multipart(frames.iter().copied(), 0).map_err(|e| ClientError::Zmq(e.to_string()))?;
-    let ready = sock.poll(zmq::POLLIN, timeout.as_millis() as i64).map_err(|e| ClientError::Zmq(e.to_string()))?;
+    let until = Instant::now() + timeout;
+    send_within(&sock, frames, until, timeout)?;
+    let left = until.saturating_duration_since(Instant::now());
+    let ready = sock.poll(zmq::POLLIN, left.as_millis() as i64).map_err(|e| ClientError::Zmq(e.to_string()))?;
     if ready == 0 {
         return Err(ClientError::Timeout(timeout));
     }
     let answer = sock.recv_bytes(0).map_err(|e| ClientError::Zmq(e.to_string()))?;
     serde_json::from_slice(&answer).map_err(|e| ClientError::BadReply(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_send_with_nowhere_to_go_times_out() {
+        // IMMEDIATE: no pipe before a connection, and nothing listens: the state a connection
+        // closed mid-handshake leaves, for certain.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let ctx = zmq::Context::new();
+        let sock = ctx.socket(zmq::DEALER).unwrap();
+        sock.set_linger(0).unwrap();
+        sock.set_immediate(true).unwrap();
+        sock.connect(&format!("tcp://127.0.0.1:{port}")).unwrap();
+        let t0 = Instant::now();
+        let timeout = Duration::from_millis(200);
+        let r = send_within(&sock, &[b"x"], t0 + timeout, timeout);
+        assert!(matches!(r, Err(ClientError::Timeout(t)) if t == timeout), "{r:?}");
+        assert!(t0.elapsed() < Duration::from_secs(5));
+    }
 }

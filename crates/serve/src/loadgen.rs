@@ -214,16 +214,22 @@ fn connect(ctx: &zmq::Context, spec: &Spec, index: usize) -> Result<Conn, String
     sock.connect(&spec.endpoint).map_err(|e| format!("connect {}: {e}", spec.endpoint))?;
     let mut probe = spec.frames[0].clone();
     probe[4..12].copy_from_slice(&PROBE_ID.to_le_bytes());
-    sock.send(probe, 0).map_err(zerr("send"))?;
     let until = Instant::now() + spec.connect_timeout;
+    let silent = || {
+        format!(
+            "no reply from {} within {:.3} s: is `offload serve` running there?",
+            spec.endpoint,
+            spec.connect_timeout.as_secs_f64()
+        )
+    };
+    match crate::client::send_within(&sock, &[&probe], until, spec.connect_timeout) {
+        Err(crate::client::ClientError::Timeout(_)) => return Err(silent()),
+        sent => sent.map_err(|e| format!("send: {e}"))?,
+    }
     loop {
         let left = until.saturating_duration_since(Instant::now());
         if sock.poll(zmq::POLLIN, left.as_millis() as i64).map_err(zerr("poll"))? == 0 {
-            return Err(format!(
-                "no reply from {} within {:.3} s: is `offload serve` running there?",
-                spec.endpoint,
-                spec.connect_timeout.as_secs_f64()
-            ));
+            return Err(silent());
         }
         let f = sock.recv_bytes(0).map_err(zerr("recv"))?;
         if protocol::decode_reply(&f).is_ok_and(|r| r.request_id == PROBE_ID) {

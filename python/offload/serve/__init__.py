@@ -200,6 +200,10 @@ class Client:
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        # Sending waits at most the timeout too: a connection closed mid-handshake (a refused key)
+        # leaves the socket with nowhere to send until it reconnects, and a send without a
+        # deadline would wait for ever.
+        self._sock.setsockopt(zmq.SNDTIMEO, max(1, int(timeout_s * 1000)))
         if curve is not None:
             curve.apply(self._sock)
         self._sock.connect(endpoint)
@@ -240,7 +244,10 @@ class Client:
 
     def send_frame(self, frame: bytes) -> None:
         """Sends a raw frame (for tests and tools); read the answer with :meth:`receive`."""
-        self._sock.send(frame)
+        try:
+            self._sock.send(frame)
+        except zmq.Again:
+            raise ServeError(f"could not send to {self.endpoint} within {self.timeout_s} s") from None
 
     def receive(self, request_id: int | None = None, started: float | None = None) -> ServeReply:
         """Waits for the reply to ``request_id`` (any reply when None)."""
@@ -264,7 +271,7 @@ class Client:
         """Fetches the server's encoding dictionary of the rule-set version it serves now and
         keeps it (``encode="client"`` does this by itself)."""
         rid, t0 = next(self._ids), time.perf_counter()
-        self._sock.send(_native.encode_dictionary_request(rid))
+        self.send_frame(_native.encode_dictionary_request(rid))
         while True:
             frame = self._receive_frame(t0)
             if frame[:4] == _DICTIONARY_REPLY and int.from_bytes(frame[4:12], "little") == rid:
@@ -308,12 +315,12 @@ class Client:
         t0 = time.perf_counter()
         if not self._client_encoded(queries):
             rid, frame = self.request_frame(queries, deadline_s, stop_after)
-            self._sock.send(frame)
+            self.send_frame(frame)
             return self.receive(rid, t0)
         d = self.dictionary or self.fetch_dictionary()
         for attempt in range(2):
             rid, frame = self.request_frame(queries, deadline_s, stop_after)
-            self._sock.send(frame)
+            self.send_frame(frame)
             reply = _check_version(self.receive(rid, t0), d.version)
             if not (attempt == 0 and _stale(reply, d.version)):
                 return reply
@@ -409,9 +416,13 @@ class AsyncClient:
             self._reader = asyncio.get_running_loop().create_task(self._read())
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[rid] = (fut, t0)
-        await self._sock.send(frame)
+
+        async def round_trip() -> Any:
+            await self._sock.send(frame)  # under the deadline too: see Client's SNDTIMEO
+            return await fut
+
         try:
-            return await asyncio.wait_for(fut, self.timeout_s)
+            return await asyncio.wait_for(round_trip(), self.timeout_s)
         except TimeoutError:
             self._waiting.pop(rid, None)
             raise ServeError(f"no reply from {self.endpoint} within {self.timeout_s} s") from None

@@ -18,45 +18,68 @@ def control_request(
     endpoint: str, message: str | list[bytes], timeout_s: float, curve: CurveKeys | None = None
 ) -> dict[str, Any]:
     """Sends one control command (a text, or the frames of a multipart command) and returns the
-    daemon's JSON answer. With CURVE, a refused key is an error at once, not a timeout."""
+    daemon's JSON answer. With CURVE, a refused key is an error at once, not a timeout; sending
+    and waiting share the one deadline."""
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     if curve is not None:
         curve.apply(sock)
     monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_DISCONNECTED)
+    frames = [message.encode()] if isinstance(message, str) else message
     try:
         sock.connect(endpoint)
-        sock.send_multipart([message.encode()] if isinstance(message, str) else message)
-        return dict(json.loads(_answer(sock, monitor, endpoint, timeout_s, curve is not None)))
+        handshake = _Handshake(sock, monitor, endpoint, timeout_s, curve is not None)
+        while True:
+            # A connection the daemon closed mid-handshake leaves the socket with nowhere to send
+            # until it reconnects: a blocking send would wait for ever (it did, in CI).
+            handshake.wait(zmq.POLLOUT)
+            try:
+                sock.send_multipart(frames, zmq.NOBLOCK)
+                break
+            except zmq.Again:
+                continue  # the connection went between the poll and the send
+        handshake.wait(zmq.POLLIN)
+        return dict(json.loads(sock.recv_string()))
     finally:
         sock.disable_monitor()
         monitor.close(linger=0)
         sock.close(linger=0)
 
 
-def _answer(
-    sock: zmq.Socket[Any], monitor: zmq.Socket[Any], endpoint: str, timeout_s: float, curve: bool
-) -> str:
-    """Waits for the answer, watching the handshake: a key the daemon refuses is an error at once,
-    and a timeout after connections closed mid-handshake says what is likely wrong."""
-    poller = zmq.Poller()
-    poller.register(sock, zmq.POLLIN)
-    poller.register(monitor, zmq.POLLIN)
-    deadline, dropped = time.monotonic() + timeout_s, 0
-    while (left := deadline - time.monotonic()) > 0:
-        ready = dict(poller.poll(int(left * 1000) + 1))
-        if sock in ready:
-            return str(sock.recv_string())
-        if monitor in ready:
-            if recv_monitor_message(monitor)["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-                raise PermissionError(
-                    f"{endpoint} refused this client's key: the daemon must admit its public half "
-                    "(--curve-client NAME.key)"
-                )
-            dropped += 1
-    hint = ""
-    if dropped:
-        why = "is --server-key the daemon's?" if curve else "does it need CURVE (--server-key, --client-key)?"
-        hint = f"; the daemon closed the connection {dropped} times during the handshake: {why}"
-    raise TimeoutError(f"no answer from {endpoint} within {timeout_s} s{hint}")
+class _Handshake:
+    """Waits on the socket until a deadline, watching the CURVE handshake: a key the daemon
+    refuses is an error at once, and a timeout after connections closed mid-handshake says what
+    is likely wrong."""
+
+    def __init__(
+        self, sock: zmq.Socket[Any], monitor: zmq.Socket[Any], endpoint: str, timeout_s: float, curve: bool
+    ) -> None:
+        self.sock, self.monitor, self.endpoint, self.curve = sock, monitor, endpoint, curve
+        self.timeout_s, self.deadline, self.dropped = timeout_s, time.monotonic() + timeout_s, 0
+
+    def wait(self, event: int) -> None:
+        """Returns once the socket is ready for ``event`` (POLLIN or POLLOUT)."""
+        poller = zmq.Poller()
+        poller.register(self.sock, event)
+        poller.register(self.monitor, zmq.POLLIN)
+        while (left := self.deadline - time.monotonic()) > 0:
+            ready = dict(poller.poll(int(left * 1000) + 1))
+            if ready.get(self.sock, 0) & event:
+                return
+            if self.monitor in ready:
+                if recv_monitor_message(self.monitor)["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                    raise PermissionError(
+                        f"{self.endpoint} refused this client's key: the daemon must admit its public "
+                        "half (--curve-client NAME.key)"
+                    )
+                self.dropped += 1
+        hint = ""
+        if self.dropped:
+            why = (
+                "is --server-key the daemon's?"
+                if self.curve
+                else "does it need CURVE (--server-key, --client-key)?"
+            )
+            hint = f"; the daemon closed the connection {self.dropped} times during the handshake: {why}"
+        raise TimeoutError(f"no answer from {self.endpoint} within {self.timeout_s} s{hint}")

@@ -131,9 +131,14 @@ def _frames(trace: Trace, which: list[int], early_stop: bool, fingerprint: int) 
     return out
 
 
-def _socket(ctx: zmq.Context[Any], endpoint: str, curve: CurveKeys | None) -> zmq.Socket[Any]:
+def _socket(
+    ctx: zmq.Context[Any], endpoint: str, curve: CurveKeys | None, send_timeout_s: float
+) -> zmq.Socket[Any]:
+    """A DEALER whose sends wait at most `send_timeout_s` (zmq.Again then): a connection closed
+    mid-handshake, or a full queue, would otherwise block a send for ever."""
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.SNDTIMEO, max(1, int(send_timeout_s * 1000)))
     if curve is not None:
         curve.apply(s)
     s.connect(endpoint)
@@ -203,7 +208,7 @@ def _client(a: _ClientArgs) -> None:
 
     frames = _frames(a.trace, a.which, a.early_stop, a.fingerprint)
     ctx = zmq.Context()
-    s = _socket(ctx, a.endpoint, a.curve)
+    s = _socket(ctx, a.endpoint, a.curve, a.wait_s)
     r = _Replies(s, a.wait_s)
     rng = np.random.default_rng(len(a.which))
     # Every process starts sending at once (after all have built their frames and connected),
@@ -259,10 +264,22 @@ def _replay(
         rid = k + 1
         last_send = time.perf_counter()
         sent[rid] = (last_send, n)
-        s.send(frame[:4] + rid.to_bytes(8, "little") + frame[12:])  # a fresh id per send
+        if not _try_send(s, frame[:4] + rid.to_bytes(8, "little") + frame[12:]):  # a fresh id per send
+            sent.pop(rid)
+            r.stopped = f"could not send within {a.wait_s:g} s (the daemon is gone or stuck)"
+            break
         if mode == "closed" and not take(int(wait_s * 1000)):
             gone(time.perf_counter() + wait_s)
     return last_send
+
+
+def _try_send(s: zmq.Socket[Any], frame: bytes) -> bool:
+    """Sends within the socket's SNDTIMEO; False when it could not."""
+    try:
+        s.send(frame)
+    except zmq.Again:
+        return False
+    return True
 
 
 def probe(
@@ -271,10 +288,10 @@ def probe(
     """Sends one request and waits `timeout_s` for any reply: raises ServeError when nothing
     answers (no daemon there, a wrong endpoint, or CURVE keys it does not admit)."""
     ctx = zmq.Context()
-    s = _socket(ctx, endpoint, curve)
+    s = _socket(ctx, endpoint, curve, timeout_s)
     try:
-        s.send(frame)
-        if not s.poll(int(timeout_s * 1000)):
+        sent = _try_send(s, frame)
+        if not sent or not s.poll(int(timeout_s * 1000)):
             keys = " or does it refuse these CURVE keys?" if curve is not None else ""
             raise ServeError(
                 f"no reply from {endpoint} within {timeout_s:g} s: is `offload serve` running there{keys} "
