@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("datafusion")
@@ -70,6 +70,31 @@ def test_models_learn_the_stages_and_the_decision_follows_the_link(tmp_path: Pat
 
 seconds = st.floats(0.0, 10.0)
 nbytes = st.floats(0.0, 1e10)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 4), st.integers(1, 5), st.booleans())
+def test_the_forest_predicts_what_scikit_learn_predicts(
+    seed: int, models: int, depth: int, ties: bool
+) -> None:
+    """The native forest (every regressor in one call) against each regressor's own predict, on
+    random fits and random rows: ties on thresholds (rows drawn from the training values),
+    values far out of range; two vectors a row, as a decision reads them."""
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    rng = np.random.default_rng(seed)
+    nf = 5
+    x = rng.integers(0, 4, (40, nf)).astype(float) if ties else rng.normal(0, 1e3, (40, nf))
+    fitted = []
+    for j in range(models):
+        rate, trees = float(rng.uniform(0.01, 0.5)), int(rng.integers(1, 30))
+        gbm = GradientBoostingRegressor(n_estimators=trees, max_depth=depth, learning_rate=rate)
+        fitted.append((gbm.fit(x, rng.normal(0, 1, 40) + x[:, j % nf]), j % 2))
+    forest = TM.Forest(fitted)
+    rows = x[rng.integers(0, 40, 2)] if ties else rng.normal(0, 1e4, (2, nf))
+    want = [gbm.predict(rows[w : w + 1])[0] for gbm, w in fitted]
+    log_seconds = forest.base + forest._raw(rows)  # what predict() takes the exponential of
+    np.testing.assert_allclose(log_seconds, want, rtol=1e-9, atol=1e-9)
 
 
 @given(seconds, nbytes, seconds, nbytes, st.floats(0.0, 1.0), st.integers(0, 120))

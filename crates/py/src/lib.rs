@@ -7,9 +7,11 @@
 //! - `serve`: the daemon, CURVE keys, request and reply frames
 //! - `probe`: channel measurements and their fit
 //! - `recsys`: embedding tables, the engine, the flash model, the device process
+//! - `dataservices`: the near-data node's decision core (its time models' forest)
 
 use pyo3::prelude::*;
 
+mod dataservices;
 mod probe;
 mod recsys;
 mod rules;
@@ -30,5 +32,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     serve::register(m)?;
     probe::register(m)?;
     recsys::register(m)?;
+    dataservices::register(m)?;
     Ok(())
 }

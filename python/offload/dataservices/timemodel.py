@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from offload import _native
 from offload.dataservices.stats import variable_width
 
 FEATURES = ("in_rows", "in_bytes", "out_rows", "out_bytes", "functions", "aggregate", "join", "sort", "heavy",
@@ -339,11 +340,13 @@ class Models:
 
 
 class Forest:
-    """Fitted gradient-boosted regressors of log seconds, evaluated together with numpy: their
-    trees padded to one depth (a leaf loops to itself), walked level by level for every tree at
-    once. scikit-learn's ``predict`` checks its input on every call, 0.1-0.3 ms a model, which
-    nine models a decision paid for; this is one pass. Regressor ``j`` reads the feature vector
-    ``which[j]`` of the rows given (0: the query, 1: its scan)."""
+    """Fitted gradient-boosted regressors of log seconds, evaluated together: their trees
+    flattened into one node array (a leaf loops to itself) that the native core
+    (``crates/dataservices``) walks, tree by tree, in one call. scikit-learn's ``predict``
+    checks its input on every call, 0.1-0.3 ms a model, which nine models a decision paid for;
+    numpy's level-by-level walk of every tree at once still took 0.1-0.17 ms, a fifth of a
+    decision. Regressor ``j`` reads the feature vector ``which[j]`` of the rows given (0: the
+    query, 1: its scan)."""
 
     def __init__(self, models: Sequence[tuple[Any, int]]) -> None:
         trees = [(j, t.tree_) for j, (gbm, _) in enumerate(models) for t in gbm.estimators_[:, 0]]
@@ -372,6 +375,9 @@ class Forest:
         """Each regressor's first tree (its trees are consecutive)."""
         self.which = max(w for _, w in models)
         self.rate = np.array([gbm.learning_rate for gbm, _ in models])
+        self._native = _native.Forest(self.slot.astype(np.int64), self.threshold, self.left.astype(np.int64),
+                                      self.right.astype(np.int64), self.value, self.roots.astype(np.int64),
+                                      self.starts.astype(np.int64), self.rate, self.depth)  # fmt: skip
         self.base = np.zeros(len(models))
         # the initial prediction (the training mean, for squared error), read back from
         # scikit-learn itself once, so this stays right whatever its loss keeps there
@@ -381,12 +387,8 @@ class Forest:
 
     def _raw(self, x: np.ndarray) -> np.ndarray:
         """Each regressor's learning-rate-weighted sum of its trees' leaves, ``x`` one row per
-        vector (scikit-learn compares features as float32)."""
-        flat = x.astype(np.float32).astype(np.float64).ravel()
-        node = self.roots
-        for _ in range(self.depth):
-            node = np.where(flat[self.slot[node]] <= self.threshold[node], self.left[node], self.right[node])
-        return np.add.reduceat(self.value[node], self.starts) * self.rate
+        vector (compared as float32, as scikit-learn does)."""
+        return self._native.raw(np.ascontiguousarray(x, dtype=np.float64).ravel())
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Seconds each regressor predicts (the exponential of its log seconds)."""
