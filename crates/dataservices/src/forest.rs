@@ -1,36 +1,40 @@
 //! Gradient-boosted regression trees (scikit-learn's, fitted in Python) evaluated together.
 //!
 //! Python flattens every tree of every regressor into one node array (tree `i` at
-//! `roots[i]`; a leaf's children are itself, its threshold +inf) and hands it over once;
-//! [`Forest::raw`] then walks each tree from its root for the rows given and sums each
-//! regressor's leaves. A node's `slot` says which value of the rows it compares (flattened:
-//! `row * features + feature`), so one call serves regressors that read different rows (a
-//! query's features, its scan's). Values compare as `f32`, as scikit-learn's trees do.
+//! `roots[i]`; a leaf's children are itself, its threshold +inf) and hands it over once. A
+//! node's `slot` says which value of the rows it compares (flattened: `row * features +
+//! feature`), so one call serves regressors that read different rows (a query's features, its
+//! scan's). Values compare as `f32`, as scikit-learn's trees do.
+//!
+//! [`Forest::new`] lays each tree out as a complete binary tree of the forest's depth in heap
+//! order (the children of split `i` are `2i + 1` and `2i + 2`; a leaf above the last level
+//! becomes splits whose both sides hold its value), the trees one after another: a decision's
+//! ~2,000 trees are then read front to back, ~150 bytes each, instead of ~8,000 scattered
+//! nodes. On the node the forest is out of cache after every query, and the scattered walk
+//! cost 0.23 ms a decision there against 0.05 ms warm.
 
-/// The trees of several regressors, flattened (see the module's documentation).
+/// The deepest trees laid out (2^depth leaves each): scikit-learn's here are 3 deep.
+pub const MAX_DEPTH: usize = 12;
+
+/// The trees of several regressors, each a complete tree in heap order (see the module's
+/// documentation).
 #[derive(Debug, Clone)]
 pub struct Forest {
-    /// The nodes, each one's fields together: a walk's step reads one cache line, not five
-    /// arrays' (a decision walks ~2,000 trees, mostly out of cache after the query before).
-    nodes: Vec<Node>,
-    roots: Vec<usize>,
+    depth: usize,
+    /// Per tree its 2^depth - 1 splits' thresholds and slots, then (in `leaves`) its 2^depth
+    /// leaf values.
+    thresholds: Vec<f64>,
+    slots: Vec<u32>,
+    leaves: Vec<f64>,
+    trees: usize,
     starts: Vec<usize>,
     rate: Vec<f64>,
-    depth: usize,
     /// The values a row set must hold at least: one past the largest slot.
     width: usize,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Node {
-    threshold: f64,
-    value: f64,
-    slot: usize,
-    left: usize,
-    right: usize,
-}
-
-/// The node arrays of a [`Forest`]: per node its slot, threshold, children and leaf value.
+/// The node arrays [`Forest::new`] takes: per node its slot, threshold, children and leaf
+/// value; a leaf's children are itself.
 pub struct Nodes {
     pub slot: Vec<usize>,
     pub threshold: Vec<f64>,
@@ -42,7 +46,7 @@ pub struct Nodes {
 impl Forest {
     /// `roots`: each tree's root node; `starts`: each regressor's first tree (ascending, the
     /// first 0: a regressor's trees are consecutive); `rate`: each regressor's learning rate;
-    /// `depth`: the deepest tree's depth (a walk takes at most that many steps).
+    /// `depth`: the deepest tree's depth (at most [`MAX_DEPTH`]).
     pub fn new(
         nodes: Nodes,
         roots: Vec<usize>,
@@ -50,12 +54,11 @@ impl Forest {
         rate: Vec<f64>,
         depth: usize,
     ) -> Result<Forest, String> {
-        let Nodes { slot, threshold, left, right, value } = nodes;
-        let n = slot.len();
-        if [threshold.len(), left.len(), right.len(), value.len()].iter().any(|&m| m != n) {
+        let n = nodes.slot.len();
+        if [nodes.threshold.len(), nodes.left.len(), nodes.right.len(), nodes.value.len()].iter().any(|&m| m != n) {
             return Err(format!("node arrays of different lengths (slot has {n})"));
         }
-        if let Some(bad) = left.iter().chain(&right).chain(&roots).find(|&&c| c >= n) {
+        if let Some(bad) = nodes.left.iter().chain(&nodes.right).chain(&roots).find(|&&c| c >= n) {
             return Err(format!("node {bad} is outside the forest's {n} nodes"));
         }
         if starts.len() != rate.len() || starts.first().is_some_and(|&s| s != 0) {
@@ -64,11 +67,49 @@ impl Forest {
         if starts.windows(2).any(|w| w[0] > w[1]) || starts.last().is_some_and(|&s| s > roots.len()) {
             return Err(format!("regressors' starts {starts:?} are not ascending within {} trees", roots.len()));
         }
-        let width = slot.iter().max().map_or(0, |&m| m + 1);
-        let nodes = (0..n)
-            .map(|i| Node { threshold: threshold[i], value: value[i], slot: slot[i], left: left[i], right: right[i] })
-            .collect();
-        Ok(Forest { nodes, roots, starts, rate, depth, width })
+        if depth > MAX_DEPTH {
+            return Err(format!("trees {depth} deep: at most {MAX_DEPTH} are laid out"));
+        }
+        if let Some(&big) = nodes.slot.iter().find(|&&s| s > u32::MAX as usize) {
+            return Err(format!("slot {big} is past the largest row set"));
+        }
+        let (splits, leaves) = ((1usize << depth) - 1, 1usize << depth);
+        let mut f = Forest {
+            depth,
+            thresholds: vec![f64::INFINITY; roots.len() * splits],
+            slots: vec![0; roots.len() * splits],
+            leaves: vec![0.0; roots.len() * leaves],
+            trees: roots.len(),
+            starts,
+            rate,
+            width: 0,
+        };
+        for (t, &root) in roots.iter().enumerate() {
+            f.lay_out(&nodes, t, root, 0, 0)?;
+        }
+        f.width = f.slots.iter().max().map_or(0, |&m| m as usize + 1);
+        Ok(f)
+    }
+
+    /// Lays node `node` of tree `t` out at heap position `at`, `level` deep.
+    fn lay_out(&mut self, nodes: &Nodes, t: usize, node: usize, at: usize, level: usize) -> Result<(), String> {
+        let (splits, leaf) = ((1usize << self.depth) - 1, nodes.left[node] == node);
+        if level == self.depth {
+            if !leaf {
+                return Err(format!("tree {t} is deeper than {}", self.depth));
+            }
+            self.leaves[t * (splits + 1) + at - splits] = nodes.value[node];
+            return Ok(());
+        }
+        let (left, right) = if leaf {
+            (node, node) // both sides hold the leaf's value, whichever way a value goes
+        } else {
+            self.thresholds[t * splits + at] = nodes.threshold[node];
+            self.slots[t * splits + at] = nodes.slot[node] as u32;
+            (nodes.left[node], nodes.right[node])
+        };
+        self.lay_out(nodes, t, left, 2 * at + 1, level + 1)?;
+        self.lay_out(nodes, t, right, 2 * at + 2, level + 1)
     }
 
     /// Regressors in the forest.
@@ -85,23 +126,23 @@ impl Forest {
         let x32: Vec<f64> = x.iter().map(|&v| f64::from(v as f32)).collect();
         let mut out = vec![0.0; self.starts.len()];
         for (j, sum) in out.iter_mut().enumerate() {
-            let end = self.starts.get(j + 1).copied().unwrap_or(self.roots.len());
-            let leaves: f64 = self.roots[self.starts[j]..end].iter().map(|&root| self.leaf(root, &x32).value).sum();
+            let end = self.starts.get(j + 1).copied().unwrap_or(self.trees);
+            let leaves: f64 = (self.starts[j]..end).map(|t| self.leaf(t, &x32)).sum();
             *sum = leaves * self.rate[j];
         }
         Ok(out)
     }
 
-    /// The leaf the tree at `root` reaches for `x` (NaN goes right, as in numpy's `<=`).
-    fn leaf(&self, root: usize, x: &[f64]) -> &Node {
-        let mut node = &self.nodes[root];
+    /// The value of the leaf tree `t` reaches for `x` (NaN goes right, as in numpy's `<=`).
+    fn leaf(&self, t: usize, x: &[f64]) -> f64 {
+        let splits = (1usize << self.depth) - 1;
+        let (thresholds, slots) = (&self.thresholds[t * splits..][..splits], &self.slots[t * splits..][..splits]);
+        let mut at = 0;
         for _ in 0..self.depth {
-            if node.left == node.right {
-                break; // a leaf: its children are itself (an inner node's differ)
-            }
-            node = &self.nodes[if x[node.slot] <= node.threshold { node.left } else { node.right }];
+            let left = x[slots[at] as usize] <= thresholds[at];
+            at = 2 * at + if left { 1 } else { 2 };
         }
-        node
+        self.leaves[t * (splits + 1) + at - splits]
     }
 }
 
@@ -183,6 +224,36 @@ mod tests {
                 prop_assert!((g - w).abs() <= 1e-12 * w.abs().max(1.0), "{got:?} vs {want:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_leaf_above_the_last_level_answers_whichever_way_a_value_goes() {
+        // root: x0 <= 0 ? leaf 1.0 : (x1 <= 0 ? leaf 2.0 : leaf 3.0), and NaN goes right
+        let nodes = Nodes {
+            slot: vec![0, 0, 1, 0, 0],
+            threshold: vec![0.0, f64::INFINITY, 0.0, f64::INFINITY, f64::INFINITY],
+            left: vec![1, 1, 3, 3, 4],
+            right: vec![2, 1, 4, 3, 4],
+            value: vec![0.0, 1.0, 0.0, 2.0, 3.0],
+        };
+        let f = Forest::new(nodes, vec![0], vec![0], vec![1.0], 2).unwrap();
+        for (x, want) in [
+            ([-1.0, f64::NAN], 1.0),
+            ([-1.0, 5.0], 1.0),
+            ([1.0, -1.0], 2.0),
+            ([1.0, 1.0], 3.0),
+            ([f64::NAN, f64::NAN], 3.0),
+        ] {
+            assert_eq!(f.raw(&x).unwrap(), vec![want], "{x:?}");
+        }
+        let deep = Nodes {
+            slot: vec![0; 3],
+            threshold: vec![0.0, 1.0, 1.0],
+            left: vec![1, 2, 2],
+            right: vec![2, 2, 2],
+            value: vec![0.0; 3],
+        };
+        assert!(Forest::new(deep, vec![0], vec![0], vec![1.0], 1).unwrap_err().contains("deeper"));
     }
 
     #[test]
