@@ -112,11 +112,6 @@ impl Forest {
         self.lay_out(nodes, t, right, 2 * at + 2, level + 1)
     }
 
-    /// Regressors in the forest.
-    pub fn regressors(&self) -> usize {
-        self.starts.len()
-    }
-
     /// Each regressor's learning-rate-weighted sum of its trees' leaves for the rows `x`
     /// (flattened), which must hold every value a node compares.
     pub fn raw(&self, x: &[f64]) -> Result<Vec<f64>, String> {

@@ -341,43 +341,40 @@ class Models:
 
 class Forest:
     """Fitted gradient-boosted regressors of log seconds, evaluated together: their trees
-    flattened into one node array (a leaf loops to itself) that the native core
-    (``crates/dataservices``) walks, tree by tree, in one call. scikit-learn's ``predict``
-    checks its input on every call, 0.1-0.3 ms a model, which nine models a decision paid for;
-    numpy's level-by-level walk of every tree at once still took 0.1-0.17 ms, a fifth of a
-    decision. Regressor ``j`` reads the feature vector ``which[j]`` of the rows given (0: the
-    query, 1: its scan)."""
+    flattened into one node array (a leaf loops to itself) and handed once to the native core
+    (``crates/dataservices``), which lays each out as a complete tree in heap order and walks
+    them all in one call. scikit-learn's ``predict`` checks its input on every call, 0.1-0.3 ms
+    a model, which nine models a decision paid for; numpy's level-by-level walk of every tree at
+    once still took 0.1-0.17 ms, a fifth of a decision. Regressor ``j`` reads the feature vector
+    ``which[j]`` of the rows given (0: the query, 1: its scan)."""
 
     def __init__(self, models: Sequence[tuple[Any, int]]) -> None:
         trees = [(j, t.tree_) for j, (gbm, _) in enumerate(models) for t in gbm.estimators_[:, 0]]
         width = max(t.node_count for _, t in trees)
         n, nf = len(trees), models[0][0].n_features_in_
-        # every tree's nodes in one flat array, tree i at i * width; a leaf loops to itself
-        self.slot = np.zeros(n * width, dtype=np.intp)
-        """Where each node's feature is in the rows given, flattened (vector * features + feature)."""
-        self.threshold = np.full(n * width, np.inf)
-        self.left = np.arange(n * width)
-        self.right = self.left.copy()
-        self.value = np.zeros(n * width)
-        self.depth = max(int(t.max_depth) for _, t in trees)
+        # every tree's nodes in one flat array, tree i at i * width; a leaf loops to itself.
+        # slot: where each node's feature is in the rows given (vector * features + feature)
+        slot = np.zeros(n * width, dtype=np.int64)
+        threshold = np.full(n * width, np.inf)
+        left = np.arange(n * width, dtype=np.int64)
+        right = left.copy()
+        value = np.zeros(n * width)
         for i, (j, t) in enumerate(trees):
             c, at = t.node_count, i * width
             inner = t.children_left[:c] >= 0
             own = np.arange(at, at + c)
-            self.slot[at : at + c] = np.where(inner, t.feature[:c], 0) + models[j][1] * nf
-            self.threshold[at : at + c] = np.where(inner, t.threshold[:c], np.inf)
-            self.left[at : at + c] = np.where(inner, t.children_left[:c] + at, own)
-            self.right[at : at + c] = np.where(inner, t.children_right[:c] + at, own)
-            self.value[at : at + c] = t.value[:c, 0, 0]
-        self.roots = np.arange(n) * width
-        owners = np.array([j for j, _ in trees], dtype=np.intp)
-        self.starts = np.searchsorted(owners, np.arange(len(models)))
-        """Each regressor's first tree (its trees are consecutive)."""
+            slot[at : at + c] = np.where(inner, t.feature[:c], 0) + models[j][1] * nf
+            threshold[at : at + c] = np.where(inner, t.threshold[:c], np.inf)
+            left[at : at + c] = np.where(inner, t.children_left[:c] + at, own)
+            right[at : at + c] = np.where(inner, t.children_right[:c] + at, own)
+            value[at : at + c] = t.value[:c, 0, 0]
+        roots = np.arange(n, dtype=np.int64) * width
+        # each regressor's first tree (its trees are consecutive)
+        starts = np.searchsorted([j for j, _ in trees], np.arange(len(models))).astype(np.int64)
+        rate = np.array([gbm.learning_rate for gbm, _ in models])
+        depth = max(int(t.max_depth) for _, t in trees)
+        self._native = _native.Forest(slot, threshold, left, right, value, roots, starts, rate, depth)
         self.which = max(w for _, w in models)
-        self.rate = np.array([gbm.learning_rate for gbm, _ in models])
-        self._native = _native.Forest(self.slot.astype(np.int64), self.threshold, self.left.astype(np.int64),
-                                      self.right.astype(np.int64), self.value, self.roots.astype(np.int64),
-                                      self.starts.astype(np.int64), self.rate, self.depth)  # fmt: skip
         self.base = np.zeros(len(models))
         # the initial prediction (the training mean, for squared error), read back from
         # scikit-learn itself once, so this stays right whatever its loss keeps there
