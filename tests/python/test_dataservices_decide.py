@@ -114,20 +114,49 @@ def test_the_crossover_is_where_the_faster_way_changes_for_good(
 
     rate, above = TM.crossover(both)
     grid = [winner(float(r)) for r in TM.RATES]
-    fast, fast_above = TM.crossover(  # the decision's: narrowed on finer grids, not bisected
-        lambda r: (fixed_o + bytes_o / r, fixed_b + np.maximum(node_b, bytes_b / r)), vectorized=True
-    )
-    assert fast_above == above and (fast is None) == (rate is None)
     if rate is None:
         assert above is None and len(set(grid)) == 1
         return
-    for at_rate in (rate, fast):
-        assert TM.RATES[0] <= at_rate <= TM.RATES[-1] and above == grid[-1]
-        assert all(w == above for r, w in zip(TM.RATES, grid, strict=True) if r > at_rate * 1.001)
-        assert winner(at_rate / 1.001) != above
+    assert TM.RATES[0] <= rate <= TM.RATES[-1] and above == grid[-1]
+    assert all(w == above for r, w in zip(TM.RATES, grid, strict=True) if r > rate * 1.001)
+    assert winner(rate / 1.001) != above
     probe = float(TM.RATES[at])
     if probe > rate * 1.001:
         assert winner(probe) == above
+
+
+@settings(max_examples=300)
+@given(seconds, seconds, nbytes, seconds, seconds, nbytes, st.sampled_from([0.0, 50e-6, 0.01, 0.3]))
+def test_the_decisions_crossover_solved_is_the_one_searched(
+    fixed_o: float, node_o: float, bytes_o: float, fixed_b: float, node_b: float, bytes_b: float, lat: float
+) -> None:
+    """The decision's crossover, solved on its piecewise-linear times, against the winner at
+    every rate of a fine grid (4,001 rates) and against the grid-and-bisection search: the same
+    way above it, that way everywhere faster, the other just below; none where one way wins
+    throughout."""
+    off, back = (fixed_o, node_o, bytes_o), (fixed_b, node_b, bytes_b)
+
+    def both(rate: float) -> tuple[float, float]:
+        return tuple(f + max(s, lat + n / rate) for f, s, n in (off, back))  # type: ignore[return-value]
+
+    def winner(rate: float) -> str:
+        o, b = both(rate)
+        return "offload" if o <= b else "pushback"
+
+    rate, above = TM.link_crossover(off, back, lat)
+    fine = [float(r) for r in np.geomspace(TM.RATES[0], TM.RATES[-1], 4001)]
+    assert winner(fine[-1]) == (above or winner(fine[-1]))
+    if rate is None:
+        assert above is None and len({winner(r) for r in fine}) == 1
+        assert TM.crossover(both) == (None, None)
+        return
+    assert TM.RATES[0] <= rate * 0.999999 and rate <= TM.RATES[-1] * 1.000001
+    assert all(winner(r) == above for r in fine if r > rate * 1.0001)
+    assert winner(rate / 1.0001) != above
+    searched, searched_above = TM.crossover(both)
+    ways = [winner(r) for r in fine]
+    if sum(a != b for a, b in itertools.pairwise(ways)) == 1:  # else the grid may miss the fastest
+        assert searched_above == above and searched == pytest.approx(rate, rel=1e-4)
 
 
 def test_the_decision_names_its_crossover_and_heavy_functions_count() -> None:

@@ -317,3 +317,14 @@ def test_a_costly_condition_runs_on_a_share_of_the_sample() -> None:
         true = plans.execute(plan, {"p": t}).num_rows
         assert any(f"measured on {rows:,} sampled rows" in s for s in est.steps), est.steps
         assert abs(est.rows - true) / true < 0.05, (sql, est.rows, true)
+
+
+def test_a_costly_condition_runs_on_at_most_the_maximum(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However large the table (a share of all of it here), a costly condition runs on at most
+    COSTLY_SAMPLE_MAX rows: a decision's CPU stays bounded on a slow node."""
+    monkeypatch.setattr(E, "COSTLY_SAMPLE_SHARE", 1.0)
+    t = P.generate(100_000, seed=12)
+    stats = {"p": S.TableStats.of(t)}
+    assert stats["p"].sample.num_rows > E.COSTLY_SAMPLE_MAX
+    est = E.estimate(plans.to_substrait("select * from p where sin(10 * x) > 0.2", {"p": t.schema}), stats)
+    assert any(f"measured on {E.COSTLY_SAMPLE_MAX:,} sampled rows" in s for s in est.steps), est.steps

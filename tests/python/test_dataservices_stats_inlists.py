@@ -9,6 +9,8 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("datafusion")
 pytest.importorskip("datasketches")
@@ -78,6 +80,29 @@ def test_walkers_do_not_read_an_in_lists_values(data: tuple[pa.Table, dict[str, 
     assert plans.function_calls(root) == 1  # the list itself
     assert plans.call_counts(root, plans.function_names(p)) == {"cheap": 1, "string": 0, "heavy": 0}
     assert len(plans.find(root, "ReadRel")) == 1
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 2**16), st.integers(0, 2**16))
+def test_the_plan_index_counts_what_the_walkers_count(schema_seed: int, query_seed: int) -> None:
+    """One walk for a decision: the index holds every sub-message the walker finds, and the
+    calls under each one are :func:`plans.call_counts`'s, on generated queries of every kind
+    (joins, group-bys, string and math functions, IN lists) over random schemas."""
+    from offload.dataservices import workload as W
+
+    spec = W.schema(schema_seed, 100)
+    for q in W.queries(spec, 6, query_seed):
+        p = Plan()
+        p.ParseFromString(plans.to_substrait(q.sql, spec.schemas()))
+        index = plans.PlanIndex(p)
+        root = p.relations[0].root
+        assert index.messages[0] is root
+        assert sorted(map(id, index.messages[1:])) == sorted(map(id, plans.walk(root)))
+        for m in index.messages:
+            assert index.calls(m) == plans.call_counts(m, index.names), q
+    copy = type(root)()  # a message of the plan the index does not hold is walked
+    copy.CopyFrom(root)
+    assert index.calls(copy) == plans.call_counts(root, index.names)
 
 
 def test_function_classes() -> None:

@@ -68,14 +68,18 @@ IN_VALUES = 1000
 """The most values of an IN list priced one by one; a longer list is priced from this many,
 taken evenly from it, and scaled (a 100k-value list costs what a 1,000-value one does)."""
 DEFAULT_SELECTIVITY = 1.0 / 3.0
-COSTLY_SAMPLE_SHARE = 0.01
-COSTLY_SAMPLE_MIN = 8192
-"""A condition with heavy or string calls runs on at most this share of the table's rows (at
-least the minimum) of the sample: its cost per row is what the query pays per row, so a sample
-of 65,536 rows would cost a 1 M-row query 6.5% of its own work (the seed: deciding costs ~1%).
-At 8,192 rows a selectivity's standard error is at most 0.55% of the table."""
 """A condition neither the sketches nor the sample can price (a type DataFusion cannot plan
 over the sample, a condition over several tables): a third of the rows, said in the steps."""
+COSTLY_SAMPLE_SHARE = 0.01
+COSTLY_SAMPLE_MIN = 8192
+COSTLY_SAMPLE_MAX = 32_768
+"""A condition with heavy or string calls runs on at most this share of the table's rows (at
+least the minimum, at most the maximum) of the sample: its cost per row is what the query pays
+per row, so a sample of 65,536 rows would cost a 1 M-row query 6.5% of its own work (the seed:
+deciding costs ~1%). The maximum bounds the decision: on a quarter-core node a heavy condition
+on 1% of the seed's 6.18 M rows took 7.6-10.2 ms of CPU, and a decision is to take at most
+10 ms. A selectivity's standard error is at most 0.55% of the table at 8,192 rows, 0.28% at
+32,768."""
 
 WORK = ("cheap_rows", "heavy_rows", "string_rows", "aggregate_rows", "sort_rows", "string_key_rows")
 """The work counted on the way to the result, each a sum over the plan's relations:
@@ -126,10 +130,10 @@ class _Rel:
     cols: list[_Col]
 
 
-def estimate(plan: Any, stats: Mapping[str, TableStats]) -> Estimate:
+def estimate(plan: Any, stats: Mapping[str, TableStats], index: plans.PlanIndex | None = None) -> Estimate:
     """The cardinality of ``plan`` (its bytes, or the parsed ``substrait.plan_pb2.Plan``: a
     caller that has parsed it saves the parse, 8 ms for a 100k-value IN list) over data sets
-    with these statistics."""
+    with these statistics; ``index``: the parsed plan's, where the caller has it."""
     from substrait.plan_pb2 import Plan
 
     t0 = time.perf_counter()
@@ -138,7 +142,7 @@ def estimate(plan: Any, stats: Mapping[str, TableStats]) -> Estimate:
     else:
         p = Plan()
         p.ParseFromString(plan)
-    ctx = _Ctx(p, stats)
+    ctx = _Ctx(p, stats, index)
     rel = ctx.rel(p.relations[0].root.input)
     width = sum(c.width for c in rel.cols)
     est = Estimate(rel.rows, rel.rows * width, ctx.steps, work=ctx.work)
@@ -148,10 +152,11 @@ def estimate(plan: Any, stats: Mapping[str, TableStats]) -> Estimate:
 
 
 class _Ctx:
-    def __init__(self, plan: Any, stats: Mapping[str, TableStats]) -> None:
+    def __init__(self, plan: Any, stats: Mapping[str, TableStats], index: plans.PlanIndex | None) -> None:
         self.plan = plan
         self.stats = stats
-        self.fns = plans.function_names(plan)
+        self.index = index or plans.PlanIndex(plan)
+        self.fns = self.index.names
         self.steps: list[str] = []
         self.work = dict.fromkeys(WORK, 0.0)
         self._sampled: dict[tuple[str, bytes], float] = {}
@@ -297,7 +302,7 @@ class _Ctx:
     def _calls(self, rows: float, exprs: Any) -> None:
         """Counts the function calls of ``exprs``, each run on ``rows`` rows, into the work."""
         for e in exprs:
-            for cls, n in plans.call_counts(e, self.fns).items():
+            for cls, n in self.index.calls(e).items():
                 self.work[f"{cls}_rows"] += rows * n
 
     # ------------------------------------------------------------------------ expressions
@@ -592,12 +597,12 @@ class _Ctx:
 
     def _affordable(self, cond: Any, st: TableStats) -> pa.Table:
         """The sample, or for a condition with heavy or string calls evenly spaced rows of it
-        (COSTLY_SAMPLE_SHARE of the table's rows, at least COSTLY_SAMPLE_MIN)."""
+        (COSTLY_SAMPLE_SHARE of the table's rows, COSTLY_SAMPLE_MIN to COSTLY_SAMPLE_MAX)."""
         assert st.sample is not None
-        calls = plans.call_counts(cond, self.fns)
+        calls = self.index.calls(cond)
         if calls["heavy"] + calls["string"] == 0:
             return st.sample
-        return st.spaced(max(COSTLY_SAMPLE_MIN, int(COSTLY_SAMPLE_SHARE * st.rows)))
+        return st.spaced(min(COSTLY_SAMPLE_MAX, max(COSTLY_SAMPLE_MIN, int(COSTLY_SAMPLE_SHARE * st.rows))))
 
 
 def _flatten(t: Any) -> Any:

@@ -337,10 +337,12 @@ class Node(flight.FlightServerBase):
 
         parsed = Plan()  # once, for the estimate and the features
         parsed.ParseFromString(plan)
+        index = plans.PlanIndex(parsed)  # one walk, for the estimate and the features
         sets = {t: self.dataset(t) for t in info.reads}
-        est = estimate(parsed, {t: ds.stats for t, ds in sets.items()}).as_dict()
+        est = estimate(parsed, {t: ds.stats for t, ds in sets.items()}, index).as_dict()
         schemas = {t: ds.table.schema for t, ds in sets.items()}
-        return est, TM.features(parsed, est["rows"], est["bytes"], self._read_sizes(info), est, schemas)
+        sizes = self._read_sizes(info)
+        return est, TM.features(parsed, est["rows"], est["bytes"], sizes, est, schemas, index)
 
     def _read_sizes(self, info: plans.PlanInfo) -> dict[str, tuple[int, float]]:
         """Each data set read: its rows, and the bytes of the columns read (rows x widths)."""

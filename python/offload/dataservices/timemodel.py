@@ -17,6 +17,7 @@ fitted when loaded, so nothing executable is read from disk.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -123,12 +124,14 @@ def features(
     tables: dict[str, tuple[int, float]],
     work: Mapping[str, float] | None = None,
     schemas: Mapping[str, pa.Schema] | None = None,
+    index: Any = None,
 ) -> QueryFeatures:
     """Features of ``plan`` (its bytes, or the parsed Plan): ``tables`` maps each data set read
     to (rows, bytes of the columns read); ``est_*``: the estimated result; ``work``: the
     estimator's work counts (estimate.WORK; default: every call on every row read, no
     aggregate or sort rows); ``schemas``: the data sets' schemas (the columns' type families;
-    none: all fixed-width)."""
+    none: all fixed-width); ``index``: the parsed plan's ``plans.PlanIndex``, where the caller
+    has it."""
     from substrait.plan_pb2 import Plan
 
     from offload.dataservices import plans
@@ -138,12 +141,12 @@ def features(
     else:
         p = Plan()
         p.ParseFromString(plan)
-    root = p.relations[0].root
-    names = plans.function_names(p)
+    index = index or plans.PlanIndex(p)
+    names = index.names
     kinds: set[str] = set()
     calls: list[str] = []
     reads: dict[str, list[str]] = {}
-    for r in plans.walk(root):
+    for r in index.messages[1:]:  # under the root
         kind = r.DESCRIPTOR.name
         if kind == "ScalarFunction":
             calls.append(names.get(r.function_reference, "?"))
@@ -191,12 +194,25 @@ def _string_bytes(
         schema = schemas.get(t)
         if schema is None:
             continue
-        types = [schema.field(c).type for c in reads.get(t, schema.names) if c in schema.names]
-        if not any(variable_width(typ) for typ in types):
+        types = dict(zip(schema.names, schema.types, strict=True))
+        kinds = [_type_kind(types[c]) for c in reads.get(t, types) if c in types]
+        if not any(variable for variable, _ in kinds):
             continue
-        fixed = sum(typ.bit_width / 8 for typ in types if not variable_width(typ) and _fixed(typ))
-        total += max(0.0, nbytes - rows * fixed)
+        total += max(0.0, nbytes - rows * sum(width for _, width in kinds))
     return total
+
+
+def _type_kind(t: pa.DataType) -> tuple[bool, float]:
+    """(whether ``t`` is variable-width, its bytes a value where it is a fixed-width type, else
+    0), kept per type (pyarrow's type checks are a Python call each: a tenth of the features)."""
+    kind = _TYPE_KINDS.get(t)
+    if kind is None:
+        variable = variable_width(t)
+        kind = _TYPE_KINDS[t] = (variable, t.bit_width / 8 if not variable and _fixed(t) else 0.0)
+    return kind
+
+
+_TYPE_KINDS: dict[pa.DataType, tuple[bool, float]] = {}
 
 
 def _fixed(t: pa.DataType) -> bool:
@@ -443,18 +459,11 @@ def decide(
         f"({100 * (1 - min(o, b) / max(o, b)):.1f}% less); the other way's largest stage is "
         f"{big} ({loser[big] * 1e3:.1f} ms)"
     )
-    fixed_o = parts["request"] + parts["receive_out"]
-    fixed_b = parts["request"] + parts["receive_in"] + parts["host_engine"]
-
-    node_o, node_b = parts["node_offload"], parts["node_pushback"]
-
-    def both(rate: Any) -> tuple[Any, Any]:  # a rate, or an array of them (numpy's max)
-        t_o, t_b = link.latency_s + f.out_bytes / rate, link.latency_s + f.in_bytes / rate
-        if isinstance(rate, np.ndarray):
-            return fixed_o + np.maximum(node_o, t_o), fixed_b + np.maximum(node_b, t_b)
-        return fixed_o + max(node_o, t_o), fixed_b + max(node_b, t_b)
-
-    rate, above = crossover(both, vectorized=True)
+    rate, above = link_crossover(
+        (parts["request"] + parts["receive_out"], parts["node_offload"], f.out_bytes),
+        (parts["request"] + parts["receive_in"] + parts["host_engine"], parts["node_pushback"], f.in_bytes),
+        link.latency_s,
+    )
     if rate is not None:
         why += f"; {above} wins on links above {rate * 8e-6:,.0f} Mbit/s"
     return Decision(way, off, back, why, None if rate is None else rate * 8e-6, above)
@@ -509,40 +518,57 @@ RATES = np.geomspace(1e5, 1.25e11, 121)
 """Link rates (bytes/s, 0.8 Mbit/s to 1 Tbit/s) the crossover is looked for over."""
 
 
-_STEPS = np.linspace(0.0, 1.0, 33)
-
-
-def crossover(
-    both: Callable[[Any], tuple[Any, Any]], vectorized: bool = False
-) -> tuple[float | None, str | None]:
+def crossover(both: Callable[[float], tuple[float, float]]) -> tuple[float | None, str | None]:
     """The fastest link rate (bytes/s) where the faster way changes, ``both(rate)`` giving
     (offload s, pushback s), and the way that wins above it; (None, None) where one way wins
-    over all of RATES. ``vectorized``: ``both`` takes an array of rates too, and the change is
-    narrowed on finer grids rather than bisected one rate at a time (a fifth of the cost)."""
+    over all of RATES: the change on the grid, bisected. Any two ways' times; the decision's
+    own are solved (:func:`link_crossover`)."""
 
-    def offload_wins(rates: np.ndarray) -> np.ndarray:
-        if vectorized:
-            o, b = both(rates)
-            return np.asarray(o) <= np.asarray(b)
-        return np.array([(lambda ob: ob[0] <= ob[1])(both(float(r))) for r in rates])
+    def offload_wins(rate: float) -> bool:
+        o, b = both(rate)
+        return o <= b
 
-    def last_change(rates: np.ndarray, wins: np.ndarray) -> tuple[float, float] | None:
-        changes = np.flatnonzero(wins[:-1] != wins[1:])
-        return None if not len(changes) else (float(rates[changes[-1]]), float(rates[changes[-1] + 1]))
-
-    wins = offload_wins(RATES)
-    bracket = last_change(RATES, wins)
-    if bracket is None:
+    wins = [offload_wins(float(r)) for r in RATES]
+    changes = [i for i in range(len(wins) - 1) if wins[i] != wins[i + 1]]
+    if not changes:
         return None, None
-    lo, hi = bracket
-    # three grids of 33 rates each: a grid step of RATES (7%) to a few parts in 10^6
-    for _ in range(3 if vectorized else 0):
-        grid = lo * (hi / lo) ** _STEPS  # np.geomspace's checks cost 4x the rest
-        lo, hi = last_change(grid, offload_wins(grid)) or (lo, hi)
-    for _ in range(0 if vectorized else 24):  # bisection in log space: to a part in 10^8
+    lo, hi = float(RATES[changes[-1]]), float(RATES[changes[-1] + 1])
+    for _ in range(24):  # bisection in log space: to a part in 10^8
         mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if offload_wins(np.array([mid]))[0] != wins[-1] else (lo, mid)
+        lo, hi = (mid, hi) if offload_wins(mid) != wins[-1] else (lo, mid)
     return math.sqrt(lo * hi), "offload" if wins[-1] else "pushback"
+
+
+def link_crossover(
+    offload: tuple[float, float, float], pushback: tuple[float, float, float], latency_s: float
+) -> tuple[float | None, str | None]:
+    """:func:`crossover` over RATES of the decision's two ways, solved rather than searched:
+    each way, (fixed s, node stream s, bytes), takes fixed + max(stream, latency + bytes /
+    rate). In u = 1 / rate both are piecewise linear, so their difference is linear between
+    the two streams' break points, and its first zero from the fastest rate on is where the
+    faster way changes (exact where the grids narrow it to a few parts in 10^6; the grids took
+    a tenth of a decision's CPU)."""
+
+    def gap(u: float) -> float:  # offload's time less pushback's at rate 1 / u: <= 0, offload wins
+        o = offload[0] + max(offload[1], latency_s + offload[2] * u)
+        b = pushback[0] + max(pushback[1], latency_s + pushback[2] * u)
+        return o - b
+
+    fastest, slowest = 1.0 / float(RATES[-1]), 1.0 / float(RATES[0])
+    breaks = sorted(
+        (s - latency_s) / n
+        for _, s, n in (offload, pushback)
+        if n > 0 and fastest < (s - latency_s) / n < slowest
+    )
+    us = [fastest, *breaks, slowest]
+    d0 = gap(fastest)
+    above = "offload" if d0 <= 0 else "pushback"
+    for a, b in itertools.pairwise(us):
+        da, db = gap(a), gap(b)
+        if (db <= 0) != (d0 <= 0):  # the way changes in (a, b]: where the line crosses zero
+            u = b if da == db else a + (b - a) * da / (da - db)
+            return 1.0 / min(max(u, a), b), above
+    return None, None
 
 
 def held_out_error(samples: Sequence[QuerySample], seed: int = 0, share: float = 0.25) -> dict[str, float]:
