@@ -98,6 +98,15 @@ def test_the_plan_index_counts_what_the_walkers_count(schema_seed: int, query_se
         root = p.relations[0].root
         assert index.messages[0] is root
         assert sorted(map(id, index.messages[1:])) == sorted(map(id, plans.walk(root)))
+        under = plans.walk(root)
+        assert [id(r) for r in index.rels] == [
+            id(m) for m in index.messages if m.DESCRIPTOR.name.endswith("Rel")
+        ]
+        assert {id(r) for r in index.rels} == {id(m) for m in under if m.DESCRIPTOR.name.endswith("Rel")}
+        fns = [
+            index.names.get(m.function_reference, "?") for m in under if m.DESCRIPTOR.name == "ScalarFunction"
+        ]
+        assert sorted(index.functions) == sorted(fns)
         for m in index.messages:
             assert index.calls(m) == plans.call_counts(m, index.names), q
     copy = type(root)()  # a message of the plan the index does not hold is walked

@@ -421,35 +421,50 @@ def call_counts(msg, names: dict[int, str]) -> dict[str, int]:
 
 class PlanIndex:
     """One walk of a parsed plan: every sub-message under its root (``messages``, the root
-    first), and per message the scalar calls under it by class, counted once bottom-up. A
-    decision asks for the calls under many expressions, each a subtree of the plan; walked
-    each time, that was five walks of the plan a decision. Equal to :func:`call_counts` on
+    first; ``rels``, the relations among them; ``functions``, the scalar functions' names) and
+    per message the scalar calls under it by class, counted once bottom-up. A decision asks
+    for the calls under many expressions, each a subtree of the plan; walked each time, that
+    was five walks of the plan a decision. Equal to :func:`walk` and :func:`call_counts` on
     every sub-message (tested on random plans); a message of the plan it does not hold (a
     copy) is walked."""
 
     def __init__(self, plan) -> None:
-        self.names = function_names(plan)
-        root = plan.relations[0].root
-        self.messages: list = [root]
-        parents = [-1]
+        self.names = names = function_names(plan)
+        self.messages: list = [plan.relations[0].root]
+        self.rels: list = []
+        self.functions: list[str] = []
+        parents, own = [-1], [-1]  # own: the class a message's call is of (-1: not a call)
         i = 0
         while i < len(self.messages):  # breadth first: every message after its parent
-            found = _children(self.messages[i])
-            self.messages += found
-            parents += [i] * len(found)
+            m = self.messages[i]
+            d = m.DESCRIPTOR
+            kind = d.name
+            if kind == "ScalarFunction":
+                name = names.get(m.function_reference, "?")
+                self.functions.append(name)
+                own[i] = _CLASS_INDEX[function_class(name)]
+            elif kind in _OPAQUE:
+                own[i] = 0
+            elif kind.endswith("Rel"):
+                self.rels.append(m)
+            fields = _descend_by_field(d)
+            for fd, val in m.ListFields():
+                repeated = fields.get(fd)
+                if repeated is None:
+                    continue
+                found = val if repeated else (val,)
+                self.messages += found
+                parents += [i] * len(found)
+                own += [-1] * len(found)
             i += 1
-        below = [[0, 0, 0] for _ in self.messages]  # cheap, string, heavy: under, then in
+        below = [[0, 0, 0] for _ in self.messages]  # cheap, string, heavy calls under each
         for j in range(len(self.messages) - 1, 0, -1):
-            m, up = self.messages[j], below[parents[j]]
-            c = below[j]
+            up, c = below[parents[j]], below[j]
             up[0] += c[0]
             up[1] += c[1]
             up[2] += c[2]
-            kind = m.DESCRIPTOR.name
-            if kind == "ScalarFunction":
-                up[_CLASS_INDEX[function_class(self.names.get(m.function_reference, "?"))]] += 1
-            elif kind in _OPAQUE:
-                up[0] += 1
+            if own[j] >= 0:
+                up[own[j]] += 1
         # ids are the messages' own while this index holds them (the protobuf runtime keeps one
         # wrapper per sub-message alive, so reading a field again gives the same object)
         self._below = {id(m): c for m, c in zip(self.messages, below, strict=True)}
@@ -460,6 +475,20 @@ class PlanIndex:
         if c is None:
             return call_counts(msg, self.names)
         return {"cheap": c[0], "string": c[1], "heavy": c[2]}
+
+
+def _descend_by_field(descriptor) -> dict[Any, bool]:
+    """:func:`_descend` by field descriptor (what ``ListFields`` gives: no name to read)."""
+    fields = _DESCEND_BY_FIELD.get(descriptor)
+    if fields is None:
+        enter = _descend(descriptor)
+        fields = _DESCEND_BY_FIELD[descriptor] = {
+            fd: enter[fd.name] for fd in descriptor.fields if fd.name in enter
+        }
+    return fields
+
+
+_DESCEND_BY_FIELD: dict[Any, dict[Any, bool]] = {}
 
 
 _CLASS_INDEX = {"cheap": 0, "string": 1, "heavy": 2}

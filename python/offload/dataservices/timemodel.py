@@ -142,18 +142,14 @@ def features(
         p = Plan()
         p.ParseFromString(plan)
     index = index or plans.PlanIndex(p)
-    names = index.names
+    calls = index.functions
     kinds: set[str] = set()
-    calls: list[str] = []
     reads: dict[str, list[str]] = {}
-    for r in index.messages[1:]:  # under the root
+    for r in index.rels:
         kind = r.DESCRIPTOR.name
-        if kind == "ScalarFunction":
-            calls.append(names.get(r.function_reference, "?"))
-        elif kind.endswith("Rel"):
-            kinds.add(kind)
-            if kind == "ReadRel" and r.HasField("named_table") and r.named_table.names:
-                reads[r.named_table.names[-1]] = plans.read_columns(r)
+        kinds.add(kind)
+        if kind == "ReadRel" and r.HasField("named_table") and r.named_table.names:
+            reads[r.named_table.names[-1]] = plans.read_columns(r)
     classes = [plans.function_class(c) for c in calls]
     heavy, strings = classes.count("heavy"), classes.count("string")
     in_rows = float(sum(r for r, _ in tables.values()))
