@@ -359,8 +359,8 @@ def _children(msg) -> list:
 
 def walk(msg) -> list:
     """Every sub-message under ``msg`` (an IN list's values aside), in no particular order: a
-    list built with a stack (a decision walks its plan several times; nested generators cost a
-    third of its features)."""
+    list built with a stack (nested generators cost a third of a decision's features). A
+    decision walks its plan once, with :class:`PlanIndex`."""
     out: list = []
     stack = [msg]
     while stack:
