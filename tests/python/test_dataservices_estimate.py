@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -317,6 +318,28 @@ def test_a_costly_condition_runs_on_a_share_of_the_sample() -> None:
         true = plans.execute(plan, {"p": t}).num_rows
         assert any(f"measured on {rows:,} sampled rows" in s for s in est.steps), est.steps
         assert abs(est.rows - true) / true < 0.05, (sql, est.rows, true)
+
+
+def test_a_data_set_prepared_has_what_its_first_decision_would_make() -> None:
+    """prepare() makes what decisions keep per data set (distinct counts, the spaced rows of
+    costly conditions, a session holding each sample) so the first decision finds them made."""
+    t = P.generate(20_000, seed=13)
+    st = S.TableStats.of(t)
+    E.prepare("p", st)
+
+    def made(key: tuple[str, Any]) -> None:
+        st.kept(key, lambda: pytest.fail(f"{key} was not prepared"))
+
+    for name, c in st.columns.items():
+        if c.hll is None:  # the others' distinct count is their sketch's, nothing to make
+            made(("distinct", name))
+    costly = E._costly_rows(st)
+    for rows in (st.sample.num_rows, min(costly, st.sample.num_rows)):
+        made(("session", "p", rows))
+    est = E.estimate(
+        plans.to_substrait("select * from p where sin(10 * x) > 0.2", {"p": t.schema}), {"p": st}
+    )
+    assert any("measured on" in s for s in est.steps), est.steps
 
 
 def test_a_costly_condition_runs_on_at_most_the_maximum(monkeypatch: pytest.MonkeyPatch) -> None:
