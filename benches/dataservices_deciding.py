@@ -52,7 +52,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=24, help="auto queries per size (every one new)")
     ap.add_argument("--train", type=int, default=36, help="training queries (one run each way)")
     ap.add_argument("--train-rows", type=int, default=200_000, help="the training table's rows")
-    ap.add_argument("--regime-queries", type=int, default=32, help="queries of the regimes (blocks of 8)")
+    ap.add_argument("--regime-queries", type=int, default=32, help="regimes: queries (blocks of 8; 0: none)")
     ap.add_argument("--out", type=Path, default=Path("benches/results/dataservices"))
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -72,7 +72,8 @@ def main() -> None:
         results["budget"] = c.status().get("budget")
         for rows in sizes:
             results["sizes"][str(rows)] = measure(c, pid, rows, a.queries)
-        results["regimes"] = regimes(c, sizes[0], a.regime_queries)
+        if a.regime_queries > 0:  # 0: the decision's cost alone
+            results["regimes"] = regimes(c, sizes[0], a.regime_queries)
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / "deciding.json"
     path.write_text(json.dumps(results, indent=1))
@@ -85,10 +86,11 @@ def main() -> None:
             f"({ms['execution_cpu_median_s']} ms median), {pct['wall_share_median']} of its time "
             f"({ms['query_median_s']} ms median)"
         )
-    for name, r in results["regimes"]["medians_ms"].items():
-        console.print(f"{name:>26}: " + ", ".join(f"{k[:-2]} {v:.1f} ms" for k, v in r.items()))
-    console.print("ratios (paired, medians): " + ", ".join(
-        f"{k} {v:.2f}" for k, v in results["regimes"]["ratios"].items()))  # fmt: skip
+    if "regimes" in results:
+        for name, r in results["regimes"]["medians_ms"].items():
+            console.print(f"{name:>26}: " + ", ".join(f"{k[:-2]} {v:.1f} ms" for k, v in r.items()))
+        console.print("ratios (paired, medians): " + ", ".join(
+            f"{k} {v:.2f}" for k, v in results["regimes"]["ratios"].items()))  # fmt: skip
     console.print(f"wrote {path}")
 
 
