@@ -122,18 +122,22 @@ def measure(c: Any, pid: int, rows: int, n: int) -> dict[str, Any]:
     sqls = [q.format(t="particles") for q in TR.training_queries(n + 2, seed=rows % 1000)]
     for sql in sqls[:2]:  # the first of a size: the node's first look at the new table
         c.query(sql, "auto")
-    runs = []
+    runs, reused = [], 0
     for sql in sqls[2:]:
         node0, host0 = _cpu_s(pid), time.process_time()
         _, t = c.query(sql, "auto")
         node_s, host_s = _cpu_s(pid) - node0, time.process_time() - host0
         cpu = (t.decision or {}).get("decision_cpu_s") or 0.0
+        if (t.decision or {}).get("reused"):  # a plan asked before (equal thresholds): not a decision made
+            reused += 1
+            continue
         run = {"sql": sql, "way": t.way, "decision_cpu_s": cpu, "total_s": t.total, "node_cpu_s": node_s}
         runs.append(run | {"host_cpu_s": host_s, "execution_cpu_s": node_s - cpu + host_s})
     c.drop("particles")
     cpu = [r["decision_cpu_s"] for r in runs]
     return {
         "rows": rows,
+        "reused": reused,
         "decision_cpu_median_s": statistics.median(cpu),
         "decision_cpu_max_s": max(cpu),
         "cpu_share_median": statistics.median(r["decision_cpu_s"] / r["execution_cpu_s"] for r in runs),

@@ -358,7 +358,8 @@ def serve_worker(a: argparse.Namespace) -> None:
 def _decision(explained: dict[str, Any]) -> dict[str, Any]:
     d = explained.get("decision") or {}
     return {"way": explained["way"], "offload_s": d.get("offload_s"), "pushback_s": d.get("pushback_s"),
-            "why": explained.get("why"), "decision_cpu_s": explained.get("decision_cpu_s")}  # fmt: skip
+            "why": explained.get("why"), "decision_cpu_s": explained.get("decision_cpu_s"),
+            "reused": bool(explained.get("reused"))}  # fmt: skip
 
 
 def _serve(c: Any, sqls: Sequence[str], gap_s: float) -> tuple[dict[str, Any], list[str]]:
@@ -404,8 +405,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Per set of models: the share of queries where its decision took the faster way (and
     counting the misses whose runs overlap as ties), the time lost over the best way's, how
     many it offloaded, the median error of its predicted times, and what deciding cost: the
-    decision's thread CPU on the node (median, worst) and its median share of the time the
-    chosen way took (the query's wall time: its CPU is not measured)."""
+    decision's thread CPU on the node (median, worst; decisions made, not reused) and its median
+    share of the time the chosen way took (the query's wall time: its CPU is not measured)."""
     out = {}
     for key in rows[0]["decisions"]:
         right = tie = 0
@@ -425,7 +426,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
             best_s += med[best]
             off += d["way"] == "offload"
             errs += [abs(d[f"{w}_s"] - med[w]) / med[w] for w in med if d.get(f"{w}_s") is not None]
-            if d.get("decision_cpu_s") is not None:
+            if d.get("decision_cpu_s") is not None and not d.get("reused"):  # a decision made
                 cpu.append(d["decision_cpu_s"])
                 share.append(d["decision_cpu_s"] / med[d["way"]])
         out[key] = {"right": right / len(rows), "right_or_tie": tie / len(rows),

@@ -194,6 +194,31 @@ def node(tmp_path: Path) -> Iterator[Node]:
     n.shutdown()
 
 
+def test_a_plan_asked_again_reuses_its_decision_until_data_models_or_link_change(node: Node) -> None:
+    """The same plan over the same data sets, models and link is decided once; an append, new
+    models and another link each decide it again, and say so."""
+    node.config.models = TM.Models.fit(_synthetic())
+    node.config.budget = {"link": {"rate_mbit": 1000.0, "delay_ms": 0.0}}
+    sql = "select * from particles where x < 0.3"
+    with NodeClient(f"127.0.0.1:{node.port}", TOKEN) as c:
+        first = c.explain(sql)
+        again = c.explain(sql)
+        assert "reused" not in first and again["reused"] is True
+        assert {k: again[k] for k in ("way", "why", "estimate", "features", "decision")} == {
+            k: first[k] for k in ("way", "why", "estimate", "features", "decision")
+        }
+        assert "reused" not in c.explain("select * from particles where x < 0.31")  # another plan
+        node.append("particles", P.generate(1000, seed=5))
+        grown = c.explain(sql)
+        assert "reused" not in grown and grown["estimate"]["rows"] > first["estimate"]["rows"]
+        node.config.models = TM.Models.fit(_synthetic())  # refitted: another set of models
+        assert "reused" not in c.explain(sql) and c.explain(sql)["reused"]
+        node.config.budget = {"link": {"rate_mbit": 8.0, "delay_ms": 0.0}}
+        slow = c.explain(sql)
+        assert "reused" not in slow and slow["decision"]["pushback_s"] > first["decision"]["pushback_s"]
+    assert node.status()["counters"]["decisions"] == 7
+
+
 def test_auto_queries_carry_the_node_decision(node: Node) -> None:
     with NodeClient(f"127.0.0.1:{node.port}", TOKEN) as c:
         t, timing = c.query("select * from particles where x < 0.01", "auto")

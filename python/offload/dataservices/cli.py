@@ -631,7 +631,8 @@ def _show_explain(ex: dict[str, Any], link: float | None, runs: dict[str, Any]) 
     console.print(f"[bold]decision[/]: {ex['way']}{how}: {escape(_reason(ex['way'], ex['why']))}")
     cpu = ex.get("decision_cpu_s")
     if cpu is not None:
-        console.print(f"  decided in {1e3 * cpu:.2f} ms of the node's CPU")
+        again = " (reused: the same plan, data and models decided before)" if ex.get("reused") else ""
+        console.print(f"  decided in {1e3 * cpu:.2f} ms of the node's CPU{again}")
     d = ex.get("decision")
     if d is not None:
         _stages_table(d, runs)

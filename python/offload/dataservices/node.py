@@ -74,6 +74,9 @@ class Dataset:
     table: pa.Table
     source: str
     stats: TableStats
+    version: int = 0
+    """New for every add and append on the node: what was decided over the data set before holds
+    no longer."""
 
     def describe(self, with_stats: bool = False) -> dict[str, Any]:
         out = {
@@ -150,6 +153,15 @@ def _warm_estimator() -> None:
     TM.features(plan, est.rows, est.bytes, {"w": (3, 48.0)}, est.as_dict(), {"w": t.schema})
 
 
+DECISIONS_KEPT = 256
+"""Decisions a node keeps for plans asked again (a dashboard's query, a retry)."""
+
+
+def _fell_back(out: dict[str, Any], fb: TM.Fallback) -> dict[str, Any]:
+    out["way"], out["why"], out["fallback"] = fb.way, fb.why, fb.as_dict()
+    return out
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -207,6 +219,10 @@ class Node(flight.FlightServerBase):
         self._schemas: OrderedDict[Any, pa.Schema] = OrderedDict()
         """Result schemas of offloaded plans, by plan and input schemas (DataFusion plans the
         query over empty tables to know it: ~1 ms a plan)."""
+        self._versions = itertools.count(1)
+        self._decisions: OrderedDict[Any, tuple[Any, dict[str, Any]]] = OrderedDict()
+        """The last DECISIONS_KEPT decisions, by plan, data sets' versions and link, each with the
+        models it was made with."""
         self._planners: OrderedDict[Any, Any] = OrderedDict()
         """DataFusion sessions holding empty tables, by input schemas, that plan them."""
         super().__init__(  # serving from here on: every handler is in place
@@ -276,7 +292,7 @@ class Node(flight.FlightServerBase):
     def add(self, name: str, table: pa.Table, source: str = "upload") -> Dataset:
         """Adds (or replaces) a data set and sketches its columns."""
         check_name(name)
-        ds = Dataset(name, table.combine_chunks(), source, TableStats.of(table))
+        ds = Dataset(name, table.combine_chunks(), source, TableStats.of(table), next(self._versions))
         prepare(name, ds.stats)  # what the first decision over it would make
         with self._lock:
             self._datasets[name] = ds
@@ -292,6 +308,7 @@ class Node(flight.FlightServerBase):
         with self._lock:
             ds.stats.append(table)
             ds.table = pa.concat_tables([ds.table, table]).combine_chunks()
+            ds.version = next(self._versions)
         prepare(name, ds.stats)  # the statistics grew: what decisions kept is made again
         return ds
 
@@ -299,39 +316,58 @@ class Node(flight.FlightServerBase):
         """What the node expects of ``plan`` and would do: the estimate, the query's features,
         both ways' predicted stages and the choice, and the choice's thread CPU seconds. Where
         the estimate or a model cannot answer, the choice falls back (``fallback`` says why and
-        by what rule: :class:`timemodel.Fallback`); ``auto`` never fails for that."""
+        by what rule: :class:`timemodel.Fallback`); ``auto`` never fails for that. The same plan
+        asked again over the same data sets (not appended to since), with the same models and link,
+        reuses its decision (``reused``; the last DECISIONS_KEPT)."""
         c0 = time.thread_time()
         info = info or self._check_plan(plan)
+        key = self._decision_key(plan, info)
+        models = self.config.models
+        with self._lock:
+            kept = self._decisions.get(key)
+        if kept is not None and kept[0] is models:  # the same plan over the same data and models
+            return self._decided(dict(kept[1]) | {"reused": True}, c0)
+        out = self._decide(plan, info, models)
+        with self._lock:
+            self._decisions[key] = (models, out)
+            while len(self._decisions) > DECISIONS_KEPT:
+                self._decisions.popitem(last=False)
+        return self._decided(dict(out), c0)
+
+    def _decision_key(self, plan: bytes, info: plans.PlanInfo) -> tuple[Any, ...]:
+        link = self.config.budget.get("link") or {}
+        versions = tuple((t, self.dataset(t).version) for t in info.reads)
+        return wire.plan_key(plan), versions, link.get("rate_mbit"), link.get("delay_ms")
+
+    def _decide(self, plan: bytes, info: plans.PlanInfo, models: Any) -> dict[str, Any]:
+        """:meth:`explain`'s decision, made (not counted)."""
         out: dict[str, Any] = {"estimate": None, "features": None}
         try:
             est, f = self._features(plan, info)
         except Exception as e:  # the estimator failed (a shape or type it lacks): fall back
-            return self._decided(
-                out, self._fallback(plan, info, None, f"the estimate failed ({plans.first_line(e)})"), c0
+            return _fell_back(
+                out, self._fallback(plan, info, None, f"the estimate failed ({plans.first_line(e)})")
             )
         out["estimate"], out["features"] = est, f.as_dict()
-        models = self.config.models
         if models is None or self.config.system not in models.systems():
             reason = f"no time models for {self.config.system!r} on this node"
-            return self._decided(out, self._fallback(plan, info, est, reason), c0)
+            return _fell_back(out, self._fallback(plan, info, est, reason))
         t0 = time.perf_counter()
         try:
             d = TM.decide(models, self.config.system, f, TM.TransferLink.of(self.config.budget.get("link")))
         except Exception as e:  # a stage never learned, a model that cannot answer: fall back
             reason = f"the time models cannot answer ({plans.first_line(e)})"
-            return self._decided(out, self._fallback(plan, info, est, reason), c0)
+            return _fell_back(out, self._fallback(plan, info, est, reason))
         out["decision"] = d.as_dict() | {"seconds": time.perf_counter() - t0}
         out["way"], out["why"] = d.way, d.why
-        return self._decided(out, None, c0)
+        return out
 
-    def _decided(self, out: dict[str, Any], fb: TM.Fallback | None, c0: float) -> dict[str, Any]:
-        """``out`` with the way (``fb``'s where it fell back) and the thread CPU it took, counted."""
-        if fb is not None:
-            out["way"], out["why"], out["fallback"] = fb.way, fb.why, fb.as_dict()
+    def _decided(self, out: dict[str, Any], c0: float) -> dict[str, Any]:
+        """``out`` with the thread CPU its decision took (or finding it kept), counted."""
         out["decision_cpu_s"] = time.thread_time() - c0
         with self._lock:
             self.config.stats["decisions"] += 1
-            self.config.stats["fallbacks"] += fb is not None
+            self.config.stats["fallbacks"] += "fallback" in out
             self.config.stats["decision_cpu_s"] += out["decision_cpu_s"]
         return out
 
