@@ -216,7 +216,9 @@ def test_a_plan_asked_again_reuses_its_decision_until_data_models_or_link_change
         node.config.budget = {"link": {"rate_mbit": 8.0, "delay_ms": 0.0}}
         slow = c.explain(sql)
         assert "reused" not in slow and slow["decision"]["pushback_s"] > first["decision"]["pushback_s"]
-    assert node.status()["counters"]["decisions"] == 7
+    counters = node.status()["counters"]
+    assert counters["decisions"] == 7 and counters["decisions_reused"] == 2
+    assert 'offload_node_decisions_reused_total{node="n"} 2' in node.metrics()
 
 
 def test_auto_queries_carry_the_node_decision(node: Node) -> None:

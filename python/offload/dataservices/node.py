@@ -109,12 +109,14 @@ class NodeConfig:
             "queries": 0,
             "errors": 0,
             "decisions": 0,
+            "decisions_reused": 0,
             "fallbacks": 0,
             "decision_cpu_s": 0.0,
         }
     )
-    """Counters (``status``, ``metrics``): queries streamed, errors, ``auto`` decisions, those that
-    fell back (:class:`timemodel.Fallback`), and the decisions' thread CPU seconds."""
+    """Counters (``status``, ``metrics``): queries streamed, errors, ``auto`` decisions, those
+    reused (the same plan decided before: :meth:`Node.explain`), those that fell back
+    (:class:`timemodel.Fallback`), and the decisions' thread CPU seconds."""
     budget: dict[str, Any] = field(default_factory=dict)
     """What the node's budget (budget.apply, link.shape) did: reported by ``status``."""
     models: Any = None
@@ -367,6 +369,7 @@ class Node(flight.FlightServerBase):
         out["decision_cpu_s"] = time.thread_time() - c0
         with self._lock:
             self.config.stats["decisions"] += 1
+            self.config.stats["decisions_reused"] += bool(out.get("reused"))
             self.config.stats["fallbacks"] += "fallback" in out
             self.config.stats["decision_cpu_s"] += out["decision_cpu_s"]
         return out
