@@ -587,7 +587,7 @@ class _Ctx:
     ) -> tuple[float, str]:
         """(selectivity, how it was had) of ``cond`` run on ``sample``, in a session kept with it."""
         try:
-            ctx = st.kept(("session", table, sample.num_rows), lambda: _sample_session(table, sample))
+            ctx = _sample_session(table, st, sample)
             sel = _run_on_sample(self.plan, cond, inp, table, ctx, sample.schema, sample.num_rows)
         except Exception as e:  # DataFusion raises plain exceptions; an estimate never fails here
             return (
@@ -625,10 +625,10 @@ def prepare(table: str, st: TableStats) -> None:
         if c.estimable:
             with contextlib.suppress(Exception):
                 st.distinct(name)
-    for sample in (st.sample, st.spaced(_costly_rows(st))):
+    samples = {s.num_rows: s for s in (st.sample, st.spaced(_costly_rows(st)))}  # one, on a small table
+    for sample in samples.values():
         with contextlib.suppress(Exception):  # DataFusion raises plain exceptions
-            ctx = st.kept(("session", table, sample.num_rows), lambda s=sample: _sample_session(table, s))
-            ctx.sql(f'select count(*) from "{table}"').collect()
+            _sample_session(table, st, sample).sql(f'select count(*) from "{table}"').collect()
 
 
 def _flatten(t: Any) -> Any:
@@ -773,11 +773,16 @@ def _tree_mask(t: Any, leaf: Callable[[str, str, Any], Any]) -> Any:
     return None
 
 
-def _sample_session(table: str, sample: pa.Table) -> Any:
-    """A one-thread DataFusion session holding ``sample`` as ``table``."""
-    ctx = plans.session(1)
-    plans.register(ctx, {table: sample})
-    return ctx
+def _sample_session(table: str, st: TableStats, sample: pa.Table) -> Any:
+    """A one-thread DataFusion session holding ``sample`` (the data set's, or spaced rows of
+    it) as ``table``, kept with the data set's statistics."""
+
+    def make() -> Any:
+        ctx = plans.session(1)
+        plans.register(ctx, {table: sample})
+        return ctx
+
+    return st.kept(("session", table, sample.num_rows), make)
 
 
 def _run_on_sample(

@@ -164,6 +164,33 @@ def _fell_back(out: dict[str, Any], fb: TM.Fallback) -> dict[str, Any]:
     return out
 
 
+class _Recent:
+    """The values last put or got, at most ``size`` of them, by key (the least recently used
+    goes first); safe from every Flight thread."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._values: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        """The value of ``key``, or None."""
+        with self._lock:
+            value = self._values.get(key)
+            if value is not None:
+                self._values.move_to_end(key)
+            return value
+
+    def put(self, key: Any, value: Any) -> Any:
+        """Keeps ``value`` for ``key`` and gives it back."""
+        with self._lock:
+            self._values[key] = value
+            self._values.move_to_end(key)
+            while len(self._values) > self._size:
+                self._values.popitem(last=False)
+        return value
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -218,15 +245,13 @@ class Node(flight.FlightServerBase):
             service(self)
         self._ids = itertools.count(1)
         self._active, self._last_active = 0, 0.0
-        self._schemas: OrderedDict[Any, pa.Schema] = OrderedDict()
-        """Result schemas of offloaded plans, by plan and input schemas (DataFusion plans the
-        query over empty tables to know it: ~1 ms a plan)."""
-        self._versions = itertools.count(1)
-        self._decisions: OrderedDict[Any, tuple[Any, dict[str, Any]]] = OrderedDict()
-        """The last DECISIONS_KEPT decisions, by plan, data sets' versions and link, each with the
-        models it was made with."""
-        self._planners: OrderedDict[Any, Any] = OrderedDict()
+        self._schemas = _Recent(256)
+        """Result schemas of offloaded plans, by plan and input schemas."""
+        self._planners = _Recent(8)
         """DataFusion sessions holding empty tables, by input schemas, that plan them."""
+        self._versions = itertools.count(1)
+        self._decisions = _Recent(DECISIONS_KEPT)
+        """Decisions by plan, data sets' versions and link, each with the models it was made with."""
         super().__init__(  # serving from here on: every handler is in place
             f"grpc://{config.host}:{config.port}", middleware={"auth": _TokenCheck(config.token)}
         )
@@ -325,15 +350,11 @@ class Node(flight.FlightServerBase):
         info = info or self._check_plan(plan)
         key = self._decision_key(plan, info)
         models = self.config.models
-        with self._lock:
-            kept = self._decisions.get(key)
+        kept = self._decisions.get(key)
         if kept is not None and kept[0] is models:  # the same plan over the same data and models
             return self._decided(dict(kept[1]) | {"reused": True}, c0)
         out = self._decide(plan, info, models)
-        with self._lock:
-            self._decisions[key] = (models, out)
-            while len(self._decisions) > DECISIONS_KEPT:
-                self._decisions.popitem(last=False)
+        self._decisions.put(key, (models, out))
         return self._decided(dict(out), c0)
 
     def _decision_key(self, plan: bytes, info: plans.PlanInfo) -> tuple[Any, ...]:
@@ -669,28 +690,17 @@ class Node(flight.FlightServerBase):
         FlightInfo paid to make: 1.3 ms of CPU at full core, 0.15 ms now."""
         schemas = tuple((t, self.dataset(t).table.schema) for t in info.reads)
         key = (wire.plan_key(plan), schemas)
-        with self._lock:
-            if key in self._schemas:
-                self._schemas.move_to_end(key)
-                return self._schemas[key]
-            ctx = self._planners.get(schemas)
-            if ctx is not None:
-                self._planners.move_to_end(schemas)
+        schema = self._schemas.get(key)
+        if schema is not None:
+            return schema
+        ctx = self._planners.get(schemas)
         if ctx is None:
-            ctx = plans.planner(dict(schemas))
-            with self._lock:
-                self._planners[schemas] = ctx
-                while len(self._planners) > 8:
-                    self._planners.popitem(last=False)
+            ctx = self._planners.put(schemas, plans.planner(dict(schemas)))
         try:
             schema = plans.result_schema(ctx, plan)
         except plans.PlanError as e:
             raise flight.FlightServerError(str(e)) from None
-        with self._lock:
-            self._schemas[key] = schema
-            while len(self._schemas) > 256:
-                self._schemas.popitem(last=False)
-        return schema
+        return self._schemas.put(key, schema)
 
     def cores(self) -> float:
         """The CPU this node may use, in cores: its quota where its budget set one, else its

@@ -514,31 +514,12 @@ RATES = np.geomspace(1e5, 1.25e11, 121)
 """Link rates (bytes/s, 0.8 Mbit/s to 1 Tbit/s) the crossover is looked for over."""
 
 
-def crossover(both: Callable[[float], tuple[float, float]]) -> tuple[float | None, str | None]:
-    """The fastest link rate (bytes/s) where the faster way changes, ``both(rate)`` giving
-    (offload s, pushback s), and the way that wins above it; (None, None) where one way wins
-    over all of RATES: the change on the grid, bisected. Any two ways' times; the decision's
-    own are solved (:func:`link_crossover`)."""
-
-    def offload_wins(rate: float) -> bool:
-        o, b = both(rate)
-        return o <= b
-
-    wins = [offload_wins(float(r)) for r in RATES]
-    changes = [i for i in range(len(wins) - 1) if wins[i] != wins[i + 1]]
-    if not changes:
-        return None, None
-    lo, hi = float(RATES[changes[-1]]), float(RATES[changes[-1] + 1])
-    for _ in range(24):  # bisection in log space: to a part in 10^8
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if offload_wins(mid) != wins[-1] else (lo, mid)
-    return math.sqrt(lo * hi), "offload" if wins[-1] else "pushback"
-
-
 def link_crossover(
     offload: tuple[float, float, float], pushback: tuple[float, float, float], latency_s: float
 ) -> tuple[float | None, str | None]:
-    """:func:`crossover` over RATES of the decision's two ways, solved rather than searched:
+    """The fastest link rate (bytes/s) in RATES where the faster of the decision's two ways
+    changes, and the way that wins above it ((None, None) where one way wins throughout), solved
+    rather than searched:
     each way, (fixed s, node stream s, bytes), takes fixed + max(stream, latency + bytes /
     rate). In u = 1 / rate both are piecewise linear, so their difference is linear between
     the two streams' break points, and its first zero from the fastest rate on is where the
