@@ -4,7 +4,17 @@
 //!
 //! - [`forest`]: the time models' gradient-boosted trees, every regressor a decision needs
 //!   evaluated in one pass.
+//! - [`plan`]: a Substrait plan read natively: its reads, its calls by cost class, its shape.
+//! - [`estimate`]: the cardinality estimate's walk of the plan, conditions priced by the caller.
+//!
+//! The plan reader and the walk answer only for the plans they model and say `Unsupported`
+//! otherwise; the Python estimator is their reference and the fallback.
 
+pub mod estimate;
 pub mod forest;
+pub mod plan;
 
 pub use forest::Forest;
+/// The Substrait messages and their codec, for the bindings (one version of each).
+pub use prost;
+pub use substrait;

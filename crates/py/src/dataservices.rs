@@ -1,10 +1,17 @@
-//! `offload._native` bindings of `crates/dataservices`: the time models' forest. Conversions
-//! only.
+//! `offload._native` bindings of `crates/dataservices`: the time models' forest, the native plan
+//! reader and the estimate's walk. Conversions only.
 
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
+use std::collections::HashMap;
+
+use offload_dataservices::estimate::{estimate, Col, ColumnStats, Conditions, Stop, TableStats};
 use offload_dataservices::forest::{Forest, Nodes};
+use offload_dataservices::plan::{FunctionClasses, SubstraitPlan};
+use offload_dataservices::prost::Message;
+use offload_dataservices::substrait::proto::Expression;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 fn indices(a: &PyReadonlyArray1<'_, i64>, what: &str) -> PyResult<Vec<usize>> {
     a.as_array()
@@ -51,6 +58,119 @@ impl PyForest {
     }
 }
 
+/// The scalar functions' cost classes (`plans.function_class`'s lists, handed over once).
+#[pyclass(module = "offload._native", frozen, name = "FunctionClasses")]
+pub struct PyFunctionClasses(FunctionClasses);
+
+#[pymethods]
+impl PyFunctionClasses {
+    #[new]
+    fn new(cheap: Vec<String>, string: Vec<String>, string_prefixes: Vec<String>) -> Self {
+        Self(FunctionClasses::new(cheap, string, string_prefixes))
+    }
+
+    fn class_of(&self, name: &str) -> usize {
+        self.0.class(name)
+    }
+}
+
+/// A data set's statistics as the estimate's walk needs them: its name, rows, and per column
+/// (name, average width in bytes, variable-width text, distinct count or NaN).
+#[pyclass(module = "offload._native", frozen, name = "PlanTable")]
+pub struct PyPlanTable(TableStats);
+
+#[pymethods]
+impl PyPlanTable {
+    #[new]
+    fn new(name: String, rows: u64, columns: Vec<(String, f64, bool, f64)>) -> Self {
+        let columns = columns
+            .into_iter()
+            .map(|(name, width, textual, distinct)| ColumnStats { name, width, textual, distinct })
+            .collect();
+        Self(TableStats::new(name, rows, columns))
+    }
+}
+
+/// A Substrait plan decoded natively (ValueError where the bytes are not one). Each reading
+/// is None where the plan holds something the native reader does not model: the caller then
+/// reads it with the Python reference.
+#[pyclass(module = "offload._native", frozen, name = "SubstraitPlan")]
+pub struct PySubstraitPlan(SubstraitPlan);
+
+type Reads = Vec<(String, Vec<String>)>;
+/// (rows, bytes, steps, work in `estimate.WORK`'s order).
+type Estimated = (f64, f64, Vec<String>, [f64; 6]);
+
+#[pymethods]
+impl PySubstraitPlan {
+    #[new]
+    fn new(plan: &[u8]) -> PyResult<Self> {
+        SubstraitPlan::decode(plan).map(Self).map_err(PyValueError::new_err)
+    }
+
+    /// (reads: [(table, [columns])], output names), as `plans.inspect` reads them.
+    fn info(&self) -> Option<(Reads, Vec<String>)> {
+        self.0.info().ok().map(|i| (i.reads, i.output))
+    }
+
+    /// The functions' names by anchor.
+    fn names(&self) -> HashMap<u32, String> {
+        self.0.names.clone()
+    }
+
+    /// (scalar calls, heavy ones, string ones, relation kinds, reads) for the features.
+    fn shape(&self, classes: &PyFunctionClasses) -> Option<(usize, usize, usize, Vec<&'static str>, Reads)> {
+        self.0.shape(&classes.0).ok().map(|s| (s.functions, s.heavy, s.strings, s.kinds, s.reads))
+    }
+
+    /// (rows, bytes, steps, work in `estimate.WORK`'s order) over `tables`, each condition
+    /// priced by `selectivity(expression bytes, [(table, column) or (None, None) per input
+    /// column])`, which returns (selectivity, the steps it took). Its exceptions pass.
+    fn estimate(
+        &self,
+        py: Python<'_>,
+        tables: Vec<PyRef<'_, PyPlanTable>>,
+        classes: &PyFunctionClasses,
+        selectivity: Bound<'_, PyAny>,
+    ) -> PyResult<Option<Estimated>> {
+        let stats: Vec<&TableStats> = tables.iter().map(|t| &t.0).collect();
+        let mut conditions = Callback { py, tables: &stats, f: selectivity };
+        match estimate(&self.0, &stats, &classes.0, &mut conditions) {
+            Ok(e) => Ok(Some((e.rows, e.bytes, e.steps, e.work))),
+            Err(Stop::Unsupported(_)) => Ok(None),
+            Err(Stop::Failed(e)) => Err(e),
+        }
+    }
+}
+
+/// Conditions priced by a Python callable.
+struct Callback<'a, 'py> {
+    py: Python<'py>,
+    tables: &'a [&'a TableStats],
+    f: Bound<'py, PyAny>,
+}
+
+impl Conditions for Callback<'_, '_> {
+    type Error = PyErr;
+
+    fn selectivity(&mut self, cond: &Expression, cols: &[Col], steps: &mut Vec<String>) -> PyResult<f64> {
+        let names: Vec<(Option<&str>, Option<&str>)> = cols
+            .iter()
+            .map(|c| match c.source {
+                Some((t, i)) => (Some(self.tables[t].name.as_str()), Some(self.tables[t].columns[i].name.as_str())),
+                None => (None, None),
+            })
+            .collect();
+        let expr = PyBytes::new(self.py, &cond.encode_to_vec());
+        let (sel, taken): (f64, Vec<String>) = self.f.call1((expr, names))?.extract()?;
+        steps.extend(taken);
+        Ok(sel)
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyForest>()
+    m.add_class::<PyForest>()?;
+    m.add_class::<PyFunctionClasses>()?;
+    m.add_class::<PyPlanTable>()?;
+    m.add_class::<PySubstraitPlan>()
 }

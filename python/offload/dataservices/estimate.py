@@ -152,9 +152,57 @@ def estimate(plan: Any, stats: Mapping[str, TableStats], index: plans.PlanIndex 
     return est
 
 
+def native_estimate(native: Any, plan: bytes, stats: Mapping[str, TableStats]) -> Estimate | None:
+    """:func:`estimate` by the native walk (``native``: the plan's ``offload._native.SubstraitPlan``,
+    ``plan`` its bytes), conditions priced here as :func:`estimate` prices them; None where the
+    native walk does not model the plan (:func:`estimate` then answers). Equal to
+    :func:`estimate` (tested on generated plans); a walk of the plan in Python was a fifth of a
+    decision's CPU."""
+    t0 = time.perf_counter()
+    tables = [_plan_table(name, st) for name, st in stats.items()]
+    ctx = _Ctx(None, stats, _Calls(native.names()), raw=plan)
+    got = native.estimate(tables, plans.native_classes(), ctx.native_selectivity)
+    if got is None:
+        return None
+    rows, nbytes, steps, work = got
+    return Estimate(rows, nbytes, steps, time.perf_counter() - t0, dict(zip(WORK, work, strict=True)))
+
+
+def _plan_table(name: str, st: TableStats) -> Any:
+    """A data set's statistics as the native walk takes them (``offload._native.PlanTable``),
+    kept until it grows; a distinct count that cannot be had is NaN (the walk then leaves
+    the plan to :func:`estimate`, which says why)."""
+
+    def distinct(col: str) -> float:
+        try:
+            return float(st.distinct(col))
+        except Exception:  # a column the sketches cannot count: not the native walk's to answer
+            return math.nan
+
+    def make() -> Any:
+        from offload import _native
+
+        cols = [(c, cs.width_bytes, variable_width(cs.type), distinct(c)) for c, cs in st.columns.items()]
+        return _native.PlanTable(name, st.rows, cols)
+
+    return st.kept(("native table", name), make)
+
+
+class _Calls:
+    """:class:`plans.PlanIndex`'s ``calls`` for a plan read natively: each expression walked."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names
+
+    def calls(self, msg: Any) -> dict[str, int]:
+        return plans.call_counts(msg, self.names)
+
+
 class _Ctx:
-    def __init__(self, plan: Any, stats: Mapping[str, TableStats], index: plans.PlanIndex | None) -> None:
-        self.plan = plan
+    def __init__(
+        self, plan: Any, stats: Mapping[str, TableStats], index: Any, raw: bytes | None = None
+    ) -> None:
+        self._plan, self._raw = plan, raw  # parsed, or its bytes until a condition runs on the sample
         self.stats = stats
         self.index = index or plans.PlanIndex(plan)
         self.fns = self.index.names
@@ -163,6 +211,26 @@ class _Ctx:
         self._sampled: dict[tuple[str, bytes], float] = {}
         """Conditions already run on a sample: the independent and the corrected estimate of
         one condition both need them."""
+
+    @property
+    def plan(self) -> Any:
+        """The parsed plan (parsed here where the native walk has read it)."""
+        if self._plan is None:
+            from substrait.plan_pb2 import Plan
+
+            self._plan = Plan.FromString(self._raw)
+        return self._plan
+
+    def native_selectivity(
+        self, cond: bytes, cols: list[tuple[str | None, str | None]]
+    ) -> tuple[float, list[str]]:
+        """:meth:`selectivity` for the native walk: the condition's bytes, and each input column's
+        (table, column), (None, None) where computed; the selectivity and the steps it took."""
+        from substrait.algebra_pb2 import Expression
+
+        before = len(self.steps)
+        sel = self.selectivity(Expression.FromString(cond), _Rel(0.0, [_Col(t, n) for t, n in cols]))
+        return sel, self.steps[before:]
 
     # -------------------------------------------------------------------------- relations
 

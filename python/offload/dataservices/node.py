@@ -51,7 +51,7 @@ import pyarrow.flight as flight
 
 from offload.dataservices import plans, wire
 from offload.dataservices import timemodel as TM
-from offload.dataservices.estimate import estimate, prepare
+from offload.dataservices.estimate import estimate, native_estimate, prepare
 from offload.dataservices.stats import TableStats
 
 ActionHandler = Callable[[bytes], Any]
@@ -396,17 +396,22 @@ class Node(flight.FlightServerBase):
         return out
 
     def _features(self, plan: bytes, info: plans.PlanInfo) -> tuple[dict[str, Any], TM.QueryFeatures]:
-        """The plan's estimate and its features (whatever the estimator raises passes)."""
-        from substrait.plan_pb2 import Plan
-
-        parsed = Plan()  # once, for the estimate and the features
-        parsed.ParseFromString(plan)
-        index = plans.PlanIndex(parsed)  # one walk, for the estimate and the features
+        """The plan's estimate and its features (whatever the estimator raises passes): by the
+        native walk where it models the plan, else by the Python estimator, its reference."""
         sets = {t: self.dataset(t) for t in info.reads}
-        est = estimate(parsed, {t: ds.stats for t, ds in sets.items()}, index).as_dict()
+        stats = {t: ds.stats for t, ds in sets.items()}
+        est, shape = None, plans.PlanShape.read(info.native) if info.native is not None else None
+        if shape is not None:  # the walk models every relation and expression of the plan
+            est = native_estimate(info.native, plan, stats)
+        if est is None or shape is None:
+            from substrait.plan_pb2 import Plan
+
+            parsed = Plan.FromString(plan)  # once, for the estimate and the features
+            index = plans.PlanIndex(parsed)  # one walk, for the estimate and the features
+            est, shape = estimate(parsed, stats, index), index.shape()
+        out = est.as_dict()
         schemas = {t: ds.table.schema for t, ds in sets.items()}
-        sizes = self._read_sizes(info)
-        return est, TM.features(parsed, est["rows"], est["bytes"], sizes, est, schemas, index)
+        return out, TM.features(shape, out["rows"], out["bytes"], self._read_sizes(info), out, schemas)
 
     def _read_sizes(self, info: plans.PlanInfo) -> dict[str, tuple[int, float]]:
         """Each data set read: its rows, and the bytes of the columns read (rows x widths)."""

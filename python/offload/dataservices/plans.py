@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -64,15 +64,42 @@ def result_schema(ctx, plan: bytes) -> pa.Schema:
 
 @dataclass(frozen=True)
 class PlanInfo:
-    """What a plan reads: for each table, its columns in the order the plan's read asks."""
+    """What a plan reads: for each table, its columns in the order the plan's read asks.
+    ``native``: the plan decoded by the native reader (``offload._native.SubstraitPlan``),
+    where it models the whole plan; the estimate's walk then runs natively too."""
 
     reads: dict[str, list[str]]
     output: list[str]
+    native: Any = field(default=None, compare=False, repr=False)
 
 
 def inspect(plan: bytes) -> PlanInfo:
     """Reads a Substrait plan's tables and output names; PlanError if the bytes are not a plan
-    or the plan reads something other than named tables."""
+    or the plan reads something other than named tables. The native reader answers where it
+    models the plan (a walk of the plan in Python took a fifth of a decision); the Python one
+    otherwise, and for every error."""
+    from offload import _native
+
+    if len(plan) > NATIVE_MAX_BYTES:
+        return _inspect(plan)
+    try:
+        native = _native.SubstraitPlan(plan)
+        got = native.info()
+    except ValueError:  # not a plan: the Python reader's error says why
+        got = None
+    if got is not None:
+        return PlanInfo(dict(got[0]), got[1], native)
+    return _inspect(plan)
+
+
+NATIVE_MAX_BYTES = 1 << 16
+"""The largest plan the native reader takes. Its gain is per message of a small plan; a larger
+one is a long IN list, whose condition the walk would hand back to Python whole (encoded, then
+parsed again): 10 ms against 7 ms for a 100k-value list read in Python only."""
+
+
+def _inspect(plan: bytes) -> PlanInfo:
+    """:func:`inspect` by the Python reader: the reference."""
     from google.protobuf.message import DecodeError
     from substrait.plan_pb2 import Plan
 
@@ -410,13 +437,17 @@ STRING_FUNCTIONS = frozenset(
 """Functions over strings: they cost per row and per character, so apart from the others."""
 
 
+STRING_PREFIXES = ("regexp_", "regex_")
+"""Prefixes of string functions beyond :data:`STRING_FUNCTIONS` (regular expressions)."""
+
+
 def function_class(name: str) -> str:
     """How a scalar function costs: "cheap" (:data:`CHEAP_FUNCTIONS`: memory speed), "string"
     (:data:`STRING_FUNCTIONS`, regular expressions: per character) or "heavy" (any other: sqrt,
     sin, ln... per row, which a slow CPU pays for)."""
     if name in CHEAP_FUNCTIONS:
         return "cheap"
-    if name in STRING_FUNCTIONS or name.startswith(("regexp_", "regex_")):
+    if name in STRING_FUNCTIONS or name.startswith(STRING_PREFIXES):
         return "string"
     return "heavy"
 
@@ -432,6 +463,45 @@ def call_counts(msg, names: dict[int, str]) -> dict[str, int]:
         elif kind in _OPAQUE:
             out["cheap"] += 1
     return out
+
+
+@dataclass(frozen=True)
+class PlanShape:
+    """What the time models' features take from a plan beyond its sizes: its scalar function
+    calls (all; heavy and string ones by :func:`function_class`), the kinds of its relations
+    (Substrait message names: "AggregateRel", "JoinRel"...) and the columns it reads of each
+    table (every read of it together)."""
+
+    functions: int
+    heavy: int
+    strings: int
+    kinds: frozenset[str]
+    reads: dict[str, frozenset[str]]
+
+    @staticmethod
+    def read(native: Any) -> PlanShape | None:
+        """The shape by the native reader (``native``: the plan's ``offload._native.SubstraitPlan``),
+        None where it does not model the plan."""
+        got = native.shape(native_classes())
+        if got is None:
+            return None
+        functions, heavy, strings, kinds, reads = got
+        return PlanShape(functions, heavy, strings, frozenset(kinds), {t: frozenset(c) for t, c in reads})
+
+
+FUNCTION_CLASSES = None
+"""The native reader's copy of :func:`function_class`'s lists (made on first use)."""
+
+
+def native_classes() -> Any:
+    """:data:`FUNCTION_CLASSES`, made once: ``offload._native.FunctionClasses``."""
+    global FUNCTION_CLASSES
+    if FUNCTION_CLASSES is None:
+        from offload import _native
+
+        FUNCTION_CLASSES = _native.FunctionClasses(sorted(CHEAP_FUNCTIONS), sorted(STRING_FUNCTIONS),
+                                                   list(STRING_PREFIXES))  # fmt: skip
+    return FUNCTION_CLASSES
 
 
 class PlanIndex:
@@ -483,6 +553,17 @@ class PlanIndex:
         # ids are the messages' own while this index holds them (the protobuf runtime keeps one
         # wrapper per sub-message alive, so reading a field again gives the same object)
         self._below = {id(m): c for m, c in zip(self.messages, below, strict=True)}
+
+    def shape(self) -> PlanShape:
+        """The plan's :class:`PlanShape`."""
+        classes = [function_class(c) for c in self.functions]
+        reads: dict[str, frozenset[str]] = {}
+        for r in self.rels:
+            if r.DESCRIPTOR.name == "ReadRel" and r.HasField("named_table") and r.named_table.names:
+                name = r.named_table.names[-1]
+                reads[name] = reads.get(name, frozenset()) | frozenset(read_columns(r))
+        kinds = frozenset(r.DESCRIPTOR.name for r in self.rels) - {"Rel"}  # the kinds, not their wrapper
+        return PlanShape(len(classes), classes.count("heavy"), classes.count("string"), kinds, reads)
 
     def calls(self, msg) -> dict[str, int]:
         """:func:`call_counts` of ``msg``."""

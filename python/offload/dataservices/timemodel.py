@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,37 +124,25 @@ def features(
     tables: dict[str, tuple[int, float]],
     work: Mapping[str, float] | None = None,
     schemas: Mapping[str, pa.Schema] | None = None,
-    index: Any = None,
 ) -> QueryFeatures:
-    """Features of ``plan`` (its bytes, or the parsed Plan): ``tables`` maps each data set read
-    to (rows, bytes of the columns read); ``est_*``: the estimated result; ``work``: the
-    estimator's work counts (estimate.WORK; default: every call on every row read, no
-    aggregate or sort rows); ``schemas``: the data sets' schemas (the columns' type families;
-    none: all fixed-width); ``index``: the parsed plan's ``plans.PlanIndex``, where the caller
-    has it."""
+    """Features of ``plan`` (its bytes, the parsed Plan, or its ``plans.PlanShape``, which the
+    node's decision has read already): ``tables`` maps each data set read to (rows, bytes of
+    the columns read); ``est_*``: the estimated result; ``work``: the estimator's work counts
+    (estimate.WORK; default: every call on every row read, no aggregate or sort rows);
+    ``schemas``: the data sets' schemas (the columns' type families; none: all fixed-width)."""
     from substrait.plan_pb2 import Plan
 
     from offload.dataservices import plans
 
-    if isinstance(plan, Plan):
-        p = plan
+    if isinstance(plan, plans.PlanShape):
+        shape = plan
     else:
-        p = Plan()
-        p.ParseFromString(plan)
-    index = index or plans.PlanIndex(p)
-    calls = index.functions
-    kinds: set[str] = set()
-    reads: dict[str, list[str]] = {}
-    for r in index.rels:
-        kind = r.DESCRIPTOR.name
-        kinds.add(kind)
-        if kind == "ReadRel" and r.HasField("named_table") and r.named_table.names:
-            reads[r.named_table.names[-1]] = plans.read_columns(r)
-    classes = [plans.function_class(c) for c in calls]
-    heavy, strings = classes.count("heavy"), classes.count("string")
+        p = plan if isinstance(plan, Plan) else Plan.FromString(plan)
+        shape = plans.PlanIndex(p).shape()
+    heavy, kinds = shape.heavy, shape.kinds
     in_rows = float(sum(r for r, _ in tables.values()))
     in_bytes = float(sum(b for _, b in tables.values()))
-    in_string = _string_bytes(tables, reads, schemas or {})
+    in_string = _string_bytes(tables, shape.reads, schemas or {})
     w = work or {}
     aggregate, join = "AggregateRel" in kinds, "JoinRel" in kinds or "HashJoinRel" in kinds
     return QueryFeatures(
@@ -162,16 +150,16 @@ def features(
         in_bytes=in_bytes,
         out_rows=float(est_rows),
         out_bytes=float(est_bytes),
-        functions=len(calls),
+        functions=shape.functions,
         aggregate=aggregate,
         join=join,
         sort="SortRel" in kinds,
         heavy=heavy,
         heavy_rows=float(w.get("heavy_rows", heavy * in_rows)),
-        cheap_rows=float(w.get("cheap_rows", (len(calls) - heavy) * in_rows)),
+        cheap_rows=float(w.get("cheap_rows", (shape.functions - heavy) * in_rows)),
         aggregate_rows=float(w.get("aggregate_rows", 0.0)),
         sort_rows=float(w.get("sort_rows", 0.0)),
-        string_rows=float(w.get("string_rows", strings * in_rows)),
+        string_rows=float(w.get("string_rows", shape.strings * in_rows)),
         in_string_bytes=in_string,
         out_string_bytes=float(est_bytes) * (in_string / in_bytes if in_bytes > 0 else 0.0),
         join_rows=float(w.get("join_rows", in_rows if join else 0.0)),
@@ -181,7 +169,9 @@ def features(
 
 
 def _string_bytes(
-    tables: Mapping[str, tuple[int, float]], reads: Mapping[str, list[str]], schemas: Mapping[str, pa.Schema]
+    tables: Mapping[str, tuple[int, float]],
+    reads: Mapping[str, Collection[str]],
+    schemas: Mapping[str, pa.Schema],
 ) -> float:
     """Bytes of the variable-width columns read: each table's bytes read less its fixed-width
     columns' (rows x byte width), where its schema is known and it reads such a column."""

@@ -1,0 +1,548 @@
+//! The cardinality estimate's walk of a plan, native: rows and columns relation by relation,
+//! the work counted on the way, and the steps that say why, for the plans [`crate::plan`]
+//! models. A condition's selectivity is asked of the caller ([`Conditions`]: the Python
+//! estimator's sketches and sample), so that the two walks share one pricing of conditions.
+//!
+//! It mirrors `estimate._Ctx` relation by relation, step text included, and is checked equal
+//! to it on generated plans; where the reference would raise (an index past the columns, a
+//! table without statistics) this one says [`Unsupported`] and the caller runs the reference.
+
+use std::collections::HashMap;
+
+use substrait::proto::{
+    expression::{field_reference::ReferenceType, literal::LiteralType, reference_segment, RexType},
+    rel::RelType,
+    rel_common::EmitKind,
+    AggregateRel, Expression, FetchRel, FilterRel, JoinRel, ProjectRel, ReadRel, Rel, SetRel,
+};
+
+use crate::plan::{
+    argument_value, measure_expressions, read_columns, table_name, FunctionClasses, SubstraitPlan, Unsupported, CHEAP,
+    HEAVY, STRING,
+};
+
+/// `estimate.PRE_SELECTION`: an `and` whose earlier terms keep at most this share of a batch
+/// runs its later terms on those rows only.
+pub const PRE_SELECTION: f64 = 0.2;
+
+/// The work counted (`estimate.WORK`, in its order).
+pub const WORK: [&str; 6] =
+    ["cheap_rows", "heavy_rows", "string_rows", "aggregate_rows", "sort_rows", "string_key_rows"];
+const AGGREGATE_ROWS: usize = 3;
+const SORT_ROWS: usize = 4;
+const STRING_KEY_ROWS: usize = 5;
+
+/// A data set's statistics as the walk needs them (the Python side's `TableStats`).
+#[derive(Debug, Clone)]
+pub struct TableStats {
+    pub name: String,
+    pub rows: u64,
+    pub columns: Vec<ColumnStats>,
+    by_name: HashMap<String, usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ColumnStats {
+    pub name: String,
+    /// Average bytes a value (`ColumnStats.width_bytes`).
+    pub width: f64,
+    /// A string or binary column of variable width (`stats.variable_width`).
+    pub textual: bool,
+    /// `TableStats.distinct`; NaN where it cannot be had (the walk then leaves it to the
+    /// reference).
+    pub distinct: f64,
+}
+
+impl TableStats {
+    pub fn new(name: String, rows: u64, columns: Vec<ColumnStats>) -> Self {
+        let by_name = columns.iter().enumerate().map(|(i, c)| (c.name.clone(), i)).collect();
+        Self { name, rows, columns, by_name }
+    }
+}
+
+/// Where an output column of a relation comes from: a data set's column (table, column index
+/// in the tables handed to [`estimate`]), or computed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Col {
+    pub source: Option<(usize, usize)>,
+    pub width: f64,
+}
+
+const COMPUTED: Col = Col { source: None, width: 8.0 };
+
+/// Prices conditions: the selectivity of `cond` over rows whose columns are `cols`, with the
+/// steps it took appended to `steps` (`_Ctx.selectivity`).
+pub trait Conditions {
+    type Error;
+    fn selectivity(&mut self, cond: &Expression, cols: &[Col], steps: &mut Vec<String>) -> Result<f64, Self::Error>;
+}
+
+/// Why a walk stopped: a plan the native walk leaves to the reference, or the caller's error.
+#[derive(Debug)]
+pub enum Stop<E> {
+    Unsupported(Unsupported),
+    Failed(E),
+}
+
+impl<E> From<Unsupported> for Stop<E> {
+    fn from(u: Unsupported) -> Self {
+        Stop::Unsupported(u)
+    }
+}
+
+type Walk<T, E> = Result<T, Stop<E>>;
+
+fn no<T, E>(what: &str) -> Walk<T, E> {
+    Err(Stop::Unsupported(Unsupported(what.into())))
+}
+
+/// The estimate: result rows and bytes, the steps, the work (in [`WORK`]'s order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    pub rows: f64,
+    pub bytes: f64,
+    pub steps: Vec<String>,
+    pub work: [f64; 6],
+}
+
+/// `estimate.estimate` over `tables` (the data sets the plan reads).
+pub fn estimate<C: Conditions>(
+    plan: &SubstraitPlan,
+    tables: &[&TableStats],
+    classes: &FunctionClasses,
+    conditions: &mut C,
+) -> Walk<Estimate, C::Error> {
+    let root = plan.root().and_then(|r| r.input.as_ref());
+    let Some(root) = root else { return no("not one root relation") };
+    let mut w = Walker { plan, tables, classes, conditions, steps: Vec::new(), work: [0.0; 6] };
+    let out = w.rel(root)?;
+    let width: f64 = out.cols.iter().map(|c| c.width).sum();
+    w.steps.push(format!("result: {} rows x {} B", f1(out.rows), g(width)));
+    Ok(Estimate { rows: out.rows, bytes: out.rows * width, steps: w.steps, work: w.work })
+}
+
+struct Out {
+    rows: f64,
+    cols: Vec<Col>,
+}
+
+struct Walker<'a, C> {
+    plan: &'a SubstraitPlan,
+    tables: &'a [&'a TableStats],
+    classes: &'a FunctionClasses,
+    conditions: &'a mut C,
+    steps: Vec<String>,
+    work: [f64; 6],
+}
+
+impl<C: Conditions> Walker<'_, C> {
+    fn rel(&mut self, r: &Rel) -> Walk<Out, C::Error> {
+        let (out, common) = match &r.rel_type {
+            Some(RelType::Read(x)) => (self.read(x)?, &x.common),
+            Some(RelType::Filter(x)) => (self.filter(x)?, &x.common),
+            Some(RelType::Project(x)) => (self.project(x)?, &x.common),
+            Some(RelType::Sort(x)) => {
+                let inp = self.input(&x.input)?;
+                self.work[SORT_ROWS] += inp.rows;
+                (inp, &x.common)
+            }
+            Some(RelType::Fetch(x)) => (self.fetch(x)?, &x.common),
+            Some(RelType::Aggregate(x)) => (self.aggregate(x)?, &x.common),
+            Some(RelType::Join(x)) => (self.join(x)?, &x.common),
+            Some(RelType::Set(x)) => (self.set(x)?, &x.common),
+            Some(RelType::Cross(x)) => {
+                let (left, right) = (self.input(&x.left)?, self.input(&x.right)?);
+                let rows = left.rows * right.rows;
+                self.steps.push(format!("cross join: {} rows", f1(rows)));
+                (Out { rows, cols: [left.cols, right.cols].concat() }, &x.common)
+            }
+            _ => return no("a relation kind the native walk does not model"),
+        };
+        match common.as_ref().and_then(|c| c.emit_kind.as_ref()) {
+            Some(EmitKind::Emit(e)) => {
+                let n = out.cols.len() as i64;
+                let mut cols = Vec::with_capacity(e.output_mapping.len());
+                for &i in &e.output_mapping {
+                    let i = i64::from(i);
+                    cols.push(match i {
+                        // as the reference indexes: from the end where negative, computed past it
+                        _ if i >= n => COMPUTED,
+                        _ if i >= 0 => out.cols[i as usize],
+                        _ if i >= -n => out.cols[(n + i) as usize],
+                        _ => return no("an emit past the columns"),
+                    });
+                }
+                Ok(Out { rows: out.rows, cols })
+            }
+            _ => Ok(out),
+        }
+    }
+
+    fn input(&mut self, r: &Option<Box<Rel>>) -> Walk<Out, C::Error> {
+        match r {
+            Some(r) => self.rel(r),
+            None => no("a relation without its input"),
+        }
+    }
+
+    fn table(&self, name: &str) -> Walk<usize, C::Error> {
+        match self.tables.iter().position(|t| t.name == name) {
+            Some(i) => Ok(i),
+            None => no("a data set without statistics"),
+        }
+    }
+
+    fn read(&mut self, r: &ReadRel) -> Walk<Out, C::Error> {
+        let name = table_name(r)?;
+        let t = self.table(name)?;
+        let st = &self.tables[t];
+        let mut cols = Vec::new();
+        for n in read_columns(r)? {
+            let Some(&c) = st.by_name.get(&n) else { return no("a column without statistics") };
+            cols.push(Col { source: Some((t, c)), width: st.columns[c].width });
+        }
+        self.steps.push(format!("read {name}: {} rows", commas(&st.rows.to_string())));
+        Ok(Out { rows: st.rows as f64, cols })
+    }
+
+    fn filter(&mut self, r: &FilterRel) -> Walk<Out, C::Error> {
+        let inp = self.input(&r.input)?;
+        let Some(cond) = r.condition.as_deref() else { return no("a filter without a condition") };
+        self.condition_calls(cond, inp.rows, &inp.cols)?;
+        let sel = self.selectivity(cond, &inp.cols)?;
+        self.steps.push(format!("filter: selectivity {sel:.5} -> {} rows", f1(inp.rows * sel)));
+        Ok(Out { rows: inp.rows * sel, cols: inp.cols })
+    }
+
+    fn project(&mut self, r: &ProjectRel) -> Walk<Out, C::Error> {
+        let mut inp = self.input(&r.input)?;
+        for e in &r.expressions {
+            self.calls(inp.rows, e)?;
+        }
+        let extra = r.expressions.iter().map(|e| expr_col(e, &inp.cols)).collect::<Result<Vec<_>, _>>()?;
+        inp.cols.extend(extra);
+        Ok(inp)
+    }
+
+    fn fetch(&mut self, r: &FetchRel) -> Walk<Out, C::Error> {
+        let inp = self.input(&r.input)?;
+        let count = r.count_expr.as_deref().map(literal_int).transpose()?.flatten();
+        let offset = r.offset_expr.as_deref().map(literal_int).transpose()?.flatten();
+        let mut rows = (inp.rows - offset.unwrap_or(0) as f64).max(0.0);
+        if let Some(c) = count.filter(|&c| c >= 0) {
+            rows = rows.min(c as f64);
+        }
+        self.steps.push(format!("fetch: {} rows", f1(rows)));
+        Ok(Out { rows, cols: inp.cols })
+    }
+
+    fn aggregate(&mut self, r: &AggregateRel) -> Walk<Out, C::Error> {
+        let inp = self.input(&r.input)?;
+        for e in &r.grouping_expressions {
+            self.calls(inp.rows, e)?;
+        }
+        for m in &r.measures {
+            let mut n = [0usize; 3]; // the measure's calls together, as the reference counts them
+            for e in measure_expressions(m) {
+                self.plan.calls(e, self.classes, &mut n)?;
+            }
+            self.count(inp.rows, n);
+        }
+        self.work[AGGREGATE_ROWS] += inp.rows;
+        let keys = r.grouping_expressions.iter().map(|e| expr_col(e, &inp.cols)).collect::<Result<Vec<_>, _>>()?;
+        let measures = vec![COMPUTED; r.measures.len()];
+        if keys.iter().any(|k| self.textual(k)) {
+            self.work[STRING_KEY_ROWS] += inp.rows;
+        }
+        if keys.is_empty() {
+            self.steps.push("aggregate without grouping: 1 row".into());
+            return Ok(Out { rows: 1.0, cols: measures });
+        }
+        let mut groups = 1.0;
+        for k in &keys {
+            groups *= self.distinct(k, inp.rows)?;
+        }
+        let rows = groups.min(inp.rows);
+        self.steps.push(format!("aggregate: {} groups", f1(rows)));
+        Ok(Out { rows, cols: [keys, measures].concat() })
+    }
+
+    fn join(&mut self, r: &JoinRel) -> Walk<Out, C::Error> {
+        let (left, right) = (self.input(&r.left)?, self.input(&r.right)?);
+        let n_left = left.cols.len();
+        let cols = [left.cols, right.cols].concat();
+        let keys = match r.expression.as_deref() {
+            Some(e) => self.equi_keys(e, n_left),
+            None => vec![],
+        };
+        if !(r.r#type == 0 || r.r#type == 1) || keys.is_empty() {
+            let rows = left.rows * right.rows;
+            self.steps.push(format!("join (type {}, no equal keys): cross product {}", r.r#type, f1(rows)));
+            return Ok(Out { rows, cols });
+        }
+        let (li, ri) = keys[0];
+        let col = |i: usize| {
+            cols.get(i).copied().ok_or_else(|| Stop::Unsupported(Unsupported("a key past the columns".into())))
+        };
+        let mut key_cols = Vec::new();
+        for &(i, j) in &keys {
+            key_cols.push(col(i)?);
+            key_cols.push(col(j)?);
+        }
+        if key_cols.iter().any(|c| self.textual(c)) {
+            self.work[STRING_KEY_ROWS] += left.rows + right.rows;
+        }
+        let d = self.distinct(&col(li)?, left.rows)?.max(self.distinct(&col(ri)?, right.rows)?).max(1.0);
+        let rows = left.rows * right.rows / d;
+        self.steps.push(format!("join: {} x {} / {} distinct keys", f1(left.rows), f1(right.rows), f1(d)));
+        Ok(Out { rows, cols })
+    }
+
+    fn set(&mut self, r: &SetRel) -> Walk<Out, C::Error> {
+        let mut ins = Vec::new();
+        for i in &r.inputs {
+            ins.push(self.rel(i)?);
+        }
+        if ins.is_empty() {
+            return no("a set relation without inputs");
+        }
+        let (rows, how) = match r.op {
+            1 | 2 | 7 => (ins[0].rows, "minus: the first input's rows"),
+            3 | 4 | 8 => (ins.iter().map(|i| i.rows).fold(f64::INFINITY, f64::min), "intersection: the fewest rows"),
+            _ => (ins.iter().map(|i| i.rows).sum(), "union: the inputs' rows added"),
+        };
+        self.steps.push(format!("{how}, {}", f1(rows)));
+        Ok(Out { rows, cols: ins.swap_remove(0).cols })
+    }
+
+    /// `_Ctx._condition_calls`: an `and`'s later terms on the rows its earlier ones kept where
+    /// these are at most PRE_SELECTION of them, an `or`'s on every row.
+    fn condition_calls(&mut self, e: &Expression, rows: f64, cols: &[Col]) -> Walk<(), C::Error> {
+        let f = match &e.rex_type {
+            Some(RexType::ScalarFunction(f)) => f,
+            _ => return self.calls(rows, e),
+        };
+        let name = self.plan.names.get(&f.function_reference).map(String::as_str);
+        let and = name == Some("and");
+        if !(and || name == Some("or")) || f.arguments.len() < 2 {
+            return self.calls(rows, e);
+        }
+        self.work[CHEAP] += rows * (f.arguments.len() - 1) as f64;
+        let mut kept = 1.0;
+        for a in &f.arguments {
+            let term = argument_value(a);
+            self.condition_calls(term, if kept <= PRE_SELECTION { rows * kept } else { rows }, cols)?;
+            if and {
+                kept *= self.selectivity(term, cols)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn selectivity(&mut self, cond: &Expression, cols: &[Col]) -> Walk<f64, C::Error> {
+        self.conditions.selectivity(cond, cols, &mut self.steps).map_err(Stop::Failed)
+    }
+
+    /// The calls of `e`, each on `rows` rows, into the work (`_Ctx._calls`).
+    fn calls(&mut self, rows: f64, e: &Expression) -> Walk<(), C::Error> {
+        let mut n = [0usize; 3];
+        self.plan.calls(e, self.classes, &mut n)?;
+        self.count(rows, n);
+        Ok(())
+    }
+
+    /// Calls by class (cheap, string, heavy), each on `rows` rows, into the work.
+    fn count(&mut self, rows: f64, n: [usize; 3]) {
+        self.work[0] += rows * n[CHEAP] as f64;
+        self.work[2] += rows * n[STRING] as f64;
+        self.work[1] += rows * n[HEAVY] as f64;
+    }
+
+    fn equi_keys(&self, e: &Expression, n_left: usize) -> Vec<(usize, usize)> {
+        let Some(RexType::ScalarFunction(f)) = &e.rex_type else { return vec![] };
+        let name = self.plan.names.get(&f.function_reference).map(String::as_str);
+        let args: Vec<&Expression> = f.arguments.iter().map(argument_value).collect();
+        match name {
+            Some("and") => args.iter().flat_map(|a| self.equi_keys(a, n_left)).collect(),
+            Some("equal") if args.iter().all(|a| matches!(a.rex_type, Some(RexType::Selection(_)))) => {
+                let fields: Vec<i64> = args.iter().map(|a| i64::from(selected_field(a))).collect();
+                match fields.as_slice() {
+                    [i, j] if (*i < n_left as i64) != (*j < n_left as i64) && (*i).min(*j) >= 0 => {
+                        vec![((*i).min(*j) as usize, (*i).max(*j) as usize)]
+                    }
+                    [_, _] => vec![],
+                    _ => vec![], // the reference unpacks two: more arguments raise there
+                }
+            }
+            _ => vec![],
+        }
+    }
+
+    fn textual(&self, c: &Col) -> bool {
+        c.source.is_some_and(|(t, i)| self.tables[t].columns[i].textual)
+    }
+
+    /// Distinct values of `c` among `rows` rows of its table (Cardenas): `_Ctx._distinct`.
+    fn distinct(&self, c: &Col, rows: f64) -> Walk<f64, C::Error> {
+        let Some((t, i)) = c.source else { return Ok(rows) };
+        let st = &self.tables[t];
+        let distinct = st.columns[i].distinct;
+        if distinct.is_nan() {
+            return no("a distinct count the native walk lacks");
+        }
+        let d = distinct.max(1.0);
+        if rows >= st.rows as f64 {
+            return Ok(d);
+        }
+        Ok(if d > 1.0 { d * (1.0 - (1.0 - 1.0 / d).powf(rows)) } else { 1.0 })
+    }
+}
+
+/// The field a selection reads directly (0 where it is not a struct field: the reference reads
+/// the default).
+fn selected_field(e: &Expression) -> i32 {
+    match &e.rex_type {
+        Some(RexType::Selection(f)) => match &f.reference_type {
+            Some(ReferenceType::DirectReference(seg)) => match &seg.reference_type {
+                Some(reference_segment::ReferenceType::StructField(s)) => s.field,
+                _ => 0,
+            },
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// `_Ctx._expr_col`: a selection's (or a cast selection's) input column, else computed.
+fn expr_col(e: &Expression, cols: &[Col]) -> Result<Col, Unsupported> {
+    let inner = match &e.rex_type {
+        Some(RexType::Selection(_)) => e,
+        Some(RexType::Cast(c)) => match c.input.as_deref() {
+            Some(x) if matches!(x.rex_type, Some(RexType::Selection(_))) => x,
+            _ => return Ok(COMPUTED),
+        },
+        _ => return Ok(COMPUTED),
+    };
+    let i = selected_field(inner);
+    usize::try_from(i)
+        .ok()
+        .and_then(|i| cols.get(i).copied())
+        .ok_or_else(|| Unsupported("a field past the columns".into()))
+}
+
+/// `estimate._literal_int`: an integer literal's value (unsigned variations unwrapped, floats
+/// truncated, booleans 0 or 1), None for any other expression or kind.
+fn literal_int(e: &Expression) -> Result<Option<i128>, Unsupported> {
+    let Some(RexType::Literal(lit)) = &e.rex_type else { return Ok(None) };
+    let unsigned = lit.type_variation_reference == 1;
+    let wrap = |v: i64, bits: u32| -> i128 {
+        if unsigned && v < 0 {
+            i128::from(v) + (1i128 << bits)
+        } else {
+            i128::from(v)
+        }
+    };
+    Ok(match &lit.literal_type {
+        Some(LiteralType::I8(v)) => Some(wrap(i64::from(*v), 8)),
+        Some(LiteralType::I16(v)) => Some(wrap(i64::from(*v), 16)),
+        Some(LiteralType::I32(v)) => Some(wrap(i64::from(*v), 32)),
+        Some(LiteralType::I64(v)) => Some(wrap(*v, 64)),
+        Some(LiteralType::Boolean(b)) => Some(i128::from(*b)),
+        Some(LiteralType::Fp64(v)) => Some(truncated(*v)?),
+        Some(LiteralType::Fp32(v)) => Some(truncated(f64::from(*v))?),
+        _ => None,
+    })
+}
+
+fn truncated(v: f64) -> Result<i128, Unsupported> {
+    if !v.is_finite() || v.abs() >= 1e36 {
+        return Err(Unsupported("a count the reference cannot take".into())); // int(inf) raises there
+    }
+    Ok(v.trunc() as i128)
+}
+
+/// Python's `f"{x:,.1f}"`.
+pub fn f1(x: f64) -> String {
+    if !x.is_finite() {
+        return python_special(x);
+    }
+    let s = format!("{x:.1}");
+    let (sign, digits) = s.strip_prefix('-').map_or(("", s.as_str()), |d| ("-", d));
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    format!("{sign}{}.{frac}", commas(int))
+}
+
+/// Python's `f"{x:g}"`: six significant digits, trailing zeros dropped, exponent outside
+/// 1e-4..1e6.
+pub fn g(x: f64) -> String {
+    if !x.is_finite() {
+        return python_special(x);
+    }
+    if x == 0.0 {
+        return if x.is_sign_negative() { "-0".into() } else { "0".into() };
+    }
+    let e = format!("{x:.5e}"); // d.ddddde±x: the exponent after rounding to six digits
+    let (mantissa, exp) = e.split_once('e').expect("an exponent");
+    let exp: i32 = exp.parse().expect("an integer exponent");
+    if !(-4..6).contains(&exp) {
+        let m = trim_zeros(mantissa);
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{m}e{sign}{:02}", exp.abs());
+    }
+    let decimals = usize::try_from(5 - exp).unwrap_or(0);
+    trim_zeros(&format!("{x:.decimals$}")).to_string()
+}
+
+fn trim_zeros(s: &str) -> &str {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        s
+    }
+}
+
+fn python_special(x: f64) -> String {
+    if x.is_nan() {
+        "nan".into()
+    } else if x > 0.0 {
+        "inf".into()
+    } else {
+        "-inf".into()
+    }
+}
+
+/// Digits grouped by thousands with commas.
+pub fn commas(int: &str) -> String {
+    let (sign, digits) = int.strip_prefix('-').map_or(("", int), |d| ("-", d));
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    format!("{sign}{out}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_as_python_writes_them() {
+        assert_eq!(f1(1234567.25), "1,234,567.2");
+        assert_eq!(f1(-1234.06), "-1,234.1");
+        assert_eq!(f1(0.05), "0.1");
+        assert_eq!(f1(f64::INFINITY), "inf");
+        assert_eq!(commas("100"), "100");
+        assert_eq!(commas("6177731"), "6,177,731");
+        assert_eq!(g(8.0), "8");
+        assert_eq!(g(12.5), "12.5");
+        assert_eq!(g(123456.0), "123456");
+        assert_eq!(g(1234567.0), "1.23457e+06");
+        assert_eq!(g(0.0001), "0.0001");
+        assert_eq!(g(0.00001234), "1.234e-05");
+        assert_eq!(g(33.333333333), "33.3333");
+        assert_eq!(g(999999.5), "1e+06");
+    }
+}
