@@ -20,6 +20,7 @@ use crate::plan::{
     argument_value, measure_expressions, read_columns, table_name, FunctionClasses, SubstraitPlan, Unsupported, CHEAP,
     HEAVY, STRING,
 };
+use crate::selectivity::Numeric;
 
 /// `estimate.PRE_SELECTION`: an `and` whose earlier terms keep at most this share of a batch
 /// runs its later terms on those rows only.
@@ -38,6 +39,8 @@ pub struct TableStats {
     pub name: String,
     pub rows: u64,
     pub columns: Vec<ColumnStats>,
+    /// Rows of the data set's sample (0: none).
+    pub sample_rows: usize,
     by_name: HashMap<String, usize>,
 }
 
@@ -51,12 +54,15 @@ pub struct ColumnStats {
     /// `TableStats.distinct`; NaN where it cannot be had (the walk then leaves it to the
     /// reference).
     pub distinct: f64,
+    pub nulls: u64,
+    /// A float64 or signed integer column's sketch and sample ([`crate::selectivity`]).
+    pub numeric: Option<Numeric>,
 }
 
 impl TableStats {
-    pub fn new(name: String, rows: u64, columns: Vec<ColumnStats>) -> Self {
+    pub fn new(name: String, rows: u64, columns: Vec<ColumnStats>, sample_rows: usize) -> Self {
         let by_name = columns.iter().enumerate().map(|(i, c)| (c.name.clone(), i)).collect();
-        Self { name, rows, columns, by_name }
+        Self { name, rows, columns, sample_rows, by_name }
     }
 }
 
@@ -339,7 +345,11 @@ impl<C: Conditions> Walker<'_, C> {
         Ok(())
     }
 
+    /// Natively where [`crate::selectivity`] prices the condition, else by the caller.
     fn selectivity(&mut self, cond: &Expression, cols: &[Col]) -> Walk<f64, C::Error> {
+        if let Some(s) = crate::selectivity::selectivity(self.plan, self.tables, cond, cols, &mut self.steps) {
+            return Ok(s);
+        }
         self.conditions.selectivity(cond, cols, &mut self.steps).map_err(Stop::Failed)
     }
 
@@ -400,7 +410,7 @@ impl<C: Conditions> Walker<'_, C> {
 
 /// The field a selection reads directly (0 where it is not a struct field: the reference reads
 /// the default).
-fn selected_field(e: &Expression) -> i32 {
+pub(crate) fn selected_field(e: &Expression) -> i32 {
     match &e.rex_type {
         Some(RexType::Selection(f)) => match &f.reference_type {
             Some(ReferenceType::DirectReference(seg)) => match &seg.reference_type {

@@ -5,7 +5,8 @@
 //! - [`forest`]: the time models' gradient-boosted trees, every regressor a decision needs
 //!   evaluated in one pass.
 //! - [`plan`]: a Substrait plan read natively: its reads, its calls by cost class, its shape.
-//! - [`estimate`]: the cardinality estimate's walk of the plan, conditions priced by the caller.
+//! - [`estimate`]: the cardinality estimate's walk of the plan, conditions priced by the caller
+//!   where [`selectivity`] (inequalities on numeric columns) does not price them.
 //!
 //! The plan reader and the walk answer only for the plans they model and say `Unsupported`
 //! otherwise; the Python estimator is their reference and the fallback.
@@ -13,6 +14,7 @@
 pub mod estimate;
 pub mod forest;
 pub mod plan;
+pub mod selectivity;
 
 pub use forest::Forest;
 /// The Substrait messages and their codec, for the bindings (one version of each).

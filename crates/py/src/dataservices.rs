@@ -8,6 +8,7 @@ use offload_dataservices::estimate::{estimate, Col, ColumnStats, Conditions, Sto
 use offload_dataservices::forest::{Forest, Nodes};
 use offload_dataservices::plan::{FunctionClasses, SubstraitPlan};
 use offload_dataservices::prost::Message;
+use offload_dataservices::selectivity::Numeric;
 use offload_dataservices::substrait::proto::Expression;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -74,20 +75,54 @@ impl PyFunctionClasses {
     }
 }
 
-/// A data set's statistics as the estimate's walk needs them: its name, rows, and per column
-/// (name, average width in bytes, variable-width text, distinct count or NaN).
+/// A data set's statistics as the estimate's walk needs them: its name, rows, per column
+/// (name, average width in bytes, variable-width text, distinct count or NaN, nulls), the
+/// sample's rows, and the numeric columns' sketches and samples by column name: (KLL sorted
+/// items, their cumulative weights, the values the sketch saw, the sample's values as
+/// float64, where they are valid or an empty array).
 #[pyclass(module = "offload._native", frozen, name = "PlanTable")]
 pub struct PyPlanTable(TableStats);
+
+type NumericArrays<'py> = (
+    PyReadonlyArray1<'py, f64>,
+    PyReadonlyArray1<'py, u64>,
+    u64,
+    PyReadonlyArray1<'py, f64>,
+    PyReadonlyArray1<'py, bool>,
+);
 
 #[pymethods]
 impl PyPlanTable {
     #[new]
-    fn new(name: String, rows: u64, columns: Vec<(String, f64, bool, f64)>) -> Self {
-        let columns = columns
-            .into_iter()
-            .map(|(name, width, textual, distinct)| ColumnStats { name, width, textual, distinct })
-            .collect();
-        Self(TableStats::new(name, rows, columns))
+    fn new(
+        name: String,
+        rows: u64,
+        columns: Vec<(String, f64, bool, f64, u64)>,
+        sample_rows: usize,
+        mut numeric: HashMap<String, NumericArrays<'_>>,
+    ) -> PyResult<Self> {
+        let mut out = Vec::with_capacity(columns.len());
+        for (name, width, textual, distinct, nulls) in columns {
+            let numeric = match numeric.remove(&name) {
+                Some((items, cumulative, n, sample, valid)) => {
+                    let k = Numeric {
+                        items: items.as_array().to_vec(),
+                        cumulative: cumulative.as_array().to_vec(),
+                        n,
+                        sample: sample.as_array().to_vec(),
+                        valid: valid.as_array().to_vec(),
+                    };
+                    let valid_len = k.valid.is_empty() || k.valid.len() == k.sample.len();
+                    if k.items.len() != k.cumulative.len() || k.sample.len() != sample_rows || !valid_len {
+                        return Err(PyValueError::new_err(format!("column {name}: arrays of different lengths")));
+                    }
+                    Some(k)
+                }
+                None => None,
+            };
+            out.push(ColumnStats { name, width, textual, distinct, nulls, numeric });
+        }
+        Ok(Self(TableStats::new(name, rows, out, sample_rows)))
     }
 }
 

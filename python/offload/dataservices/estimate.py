@@ -171,7 +171,9 @@ def native_estimate(native: Any, plan: bytes, stats: Mapping[str, TableStats]) -
 def _plan_table(name: str, st: TableStats) -> Any:
     """A data set's statistics as the native walk takes them (``offload._native.PlanTable``),
     kept until it grows; a distinct count that cannot be had is NaN (the walk then leaves
-    the plan to :func:`estimate`, which says why)."""
+    the plan to :func:`estimate`, which says why). Its float64 and signed integer columns
+    carry their KLL sketch's sorted view and their sample, for the inequalities the walk
+    prices itself."""
 
     def distinct(col: str) -> float:
         try:
@@ -182,10 +184,42 @@ def _plan_table(name: str, st: TableStats) -> Any:
     def make() -> Any:
         from offload import _native
 
-        cols = [(c, cs.width_bytes, variable_width(cs.type), distinct(c)) for c, cs in st.columns.items()]
-        return _native.PlanTable(name, st.rows, cols)
+        cols = [
+            (c, cs.width_bytes, variable_width(cs.type), distinct(c), cs.nulls)
+            for c, cs in st.columns.items()
+        ]
+        rows = st.sample.num_rows if st.sample is not None else 0
+        numeric = {c: got for c, cs in st.columns.items() if (got := _numeric(cs, st.sample)) is not None}
+        return _native.PlanTable(name, st.rows, cols, rows, numeric)
 
     return st.kept(("native table", name), make)
+
+
+_EXACT = float(2**53)
+"""Integers below it are exact as float64: the native walk compares such columns as floats."""
+
+
+def _numeric(cs: Any, sample: pa.Table | None) -> tuple[Any, ...] | None:
+    """A float64 or signed integer column's KLL sorted view (items ascending, cumulative
+    weights, the values seen) and its sample (float64, where valid), for the native walk;
+    None for any other column, or integers not all exact as float64."""
+    t = cs.type
+    if cs.kll is None or not (pa.types.is_float64(t) or pa.types.is_signed_integer(t)):
+        return None
+    empty = cs.kll.is_empty()
+    if pa.types.is_signed_integer(t) and not empty:
+        if max(abs(cs.kll.get_min_value()), abs(cs.kll.get_max_value())) >= _EXACT:
+            return None
+    pairs = np.array(list(cs.kll), dtype=np.float64).reshape(-1, 2)
+    order = np.argsort(pairs[:, 0], kind="stable")
+    items, weights = pairs[order, 0], pairs[order, 1].astype(np.uint64)
+    values, valid = np.zeros(0), np.zeros(0, dtype=bool)
+    if sample is not None and sample.num_rows:
+        col = sample.column(cs.name).combine_chunks()
+        values = np.asarray(pc.cast(pc.fill_null(col, 0), pa.float64()).to_numpy(zero_copy_only=False))
+        if col.null_count:
+            valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
+    return items, np.cumsum(weights, dtype=np.uint64), 0 if empty else int(cs.kll.n), values, valid
 
 
 class _Calls:
@@ -807,10 +841,18 @@ def _mask(col: Any, preds: list[tuple[str, Any]]) -> Any:
 
 
 def _scalar(v: Any, t: pa.DataType) -> Any:
+    """``v`` as a scalar of type ``t``; a number ``t`` cannot hold as it is (0.5 or 1e300
+    against integers, which pyarrow truncates or refuses; 0.1 against float32) as a double, as
+    DataFusion compares them."""
     try:
-        return pa.scalar(v, t)
+        s = pa.scalar(v, t)
+        if not isinstance(v, float) or s.as_py() == v:
+            return s
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        return v  # a float against integers, say: compared as it is
+        pass
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return pa.scalar(float(v))
+    return v  # compared as it is
 
 
 def _values(vs: list[Any], t: pa.DataType) -> pa.Array:
