@@ -172,3 +172,71 @@ def test_the_common_conditions_never_reach_the_python_estimator(cond: str) -> No
 
     native = plans.inspect(plan).native
     native.estimate([E._plan_table("p", stats["p"])], plans.native_classes(), asked)
+
+
+def _models(seed: int, request: bool, whole: bool) -> Any:
+    """Models of a node and a host from synthetic samples: with or without the node's request
+    model, and with its whole streams (node_offload, node_pushback) or their stages apart."""
+    from offload.dataservices import timemodel as TM
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for rows in (1e3, 1e4, 1e5, 1e6):
+        for sel in (0.001, 0.1, 1.0):
+            calls, grouped = int(rng.integers(0, 4)), bool(rng.integers(0, 2))
+            f = TM.QueryFeatures(rows, rows * 64, rows * sel, rows * sel * 64, calls, grouped, False, False,
+                                 string_rows=rows * rng.random())  # fmt: skip
+            scan = TM.scan_features(f)
+            e = rows * 2e-7 * (1 + rng.random())
+            node = {"node_engine": 4 * e, "node_stream_out": f.out_bytes * 5e-9 + 1e-4}
+            if whole:
+                node["node_offload"] = node["node_engine"] + node["node_stream_out"]
+            if request:
+                node["node_request"] = 1e-3 * (1 + rng.random())
+            ship = {"node_stream_in": scan.out_bytes * 5e-9 + 1e-4}
+            if whole:
+                ship["node_pushback"] = ship["node_stream_in"]
+            out += [
+                TM.QuerySample("nic", f, node),
+                TM.QuerySample("nic", scan, ship),
+                TM.QuerySample("host", f, {"host_engine": e, "host_receive_out": f.out_bytes * 1e-9 + 1e-4}),
+                TM.QuerySample("host", scan, {"host_receive_in": scan.out_bytes * 1e-9 + 1e-4}),
+            ]
+    return TM.Models.fit(out)
+
+
+_MODELS: dict[tuple[bool, bool], Any] = {}
+
+_sizes = st.floats(0.0, 1e10, allow_nan=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.booleans(), st.booleans(), st.lists(_sizes, min_size=14, max_size=14),
+    st.integers(0, 12), st.booleans(), st.booleans(), st.booleans(), st.integers(0, 6),
+    st.sampled_from([None, 1.25e7, 1.25e8, 1.25e9, 1.25e10]), st.sampled_from([50e-6, 1e-3, 0.02]),
+)  # fmt: skip
+def test_the_native_decision_equals_the_reference(
+    request: bool, whole: bool, sizes: list[float], functions: int, aggregate: bool, join: bool,
+    sort: bool, heavy: int, rate: float | None, latency: float,
+) -> None:  # fmt: skip
+    """Random features (zero and huge sizes), links and model layouts: the same way, stages,
+    why and crossover as timemodel.decide_reference."""
+    from offload.dataservices import timemodel as TM
+
+    key = (request, whole)
+    if key not in _MODELS:
+        _MODELS[key] = _models(7, request, whole)
+    m = _MODELS[key]
+    s = sizes
+    f = TM.QueryFeatures(s[0], s[1], s[2], s[3], functions, aggregate, join, sort, heavy, *s[4:14])
+    link = TM.TransferLink(rate, latency)
+    got, want = TM.decide(m, "nic", f, link), TM.decide_reference(m, "nic", f, link)
+    assert (got.way, got.above, list(got.offload), list(got.pushback)) == (
+        want.way, want.above, list(want.offload), list(want.pushback))  # fmt: skip
+    assert got.offload == pytest.approx(want.offload, rel=1e-12)
+    assert got.pushback == pytest.approx(want.pushback, rel=1e-12)
+    assert (got.crossover_mbit is None) == (want.crossover_mbit is None)
+    if want.crossover_mbit is not None:
+        assert got.crossover_mbit == pytest.approx(want.crossover_mbit, rel=1e-9)
+    assert got.why == want.why

@@ -482,6 +482,15 @@ pub fn f1(x: f64) -> String {
     format!("{sign}{}.{frac}", commas(int))
 }
 
+/// Python's `f"{x:,.0f}"`.
+pub fn f0(x: f64) -> String {
+    if !x.is_finite() {
+        return python_special(x);
+    }
+    let s = format!("{x:.0}");
+    commas(&s)
+}
+
 /// Python's `f"{x:g}"`: six significant digits, trailing zeros dropped, exponent outside
 /// 1e-4..1e6.
 pub fn g(x: f64) -> String {
@@ -544,6 +553,9 @@ mod tests {
         assert_eq!(f1(-1234.06), "-1,234.1");
         assert_eq!(f1(0.05), "0.1");
         assert_eq!(f1(f64::INFINITY), "inf");
+        assert_eq!(f0(1234.56), "1,235");
+        assert_eq!(f0(2.5), "2");
+        assert_eq!(f0(999999.5), "1,000,000");
         assert_eq!(commas("100"), "100");
         assert_eq!(commas("6177731"), "6,177,731");
         assert_eq!(g(8.0), "8");

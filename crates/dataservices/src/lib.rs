@@ -4,6 +4,7 @@
 //!
 //! - [`forest`]: the time models' gradient-boosted trees, every regressor a decision needs
 //!   evaluated in one pass.
+//! - [`decide`]: the decision from the features: both ways' stages, the faster, why.
 //! - [`plan`]: a Substrait plan read natively: its reads, its calls by cost class, its shape.
 //! - [`estimate`]: the cardinality estimate's walk of the plan, conditions priced by the caller
 //!   where [`selectivity`] (inequalities on numeric columns) does not price them.
@@ -11,6 +12,7 @@
 //! The plan reader and the walk answer only for the plans they model and say `Unsupported`
 //! otherwise; the Python estimator is their reference and the fallback.
 
+pub mod decide;
 pub mod estimate;
 pub mod forest;
 pub mod plan;

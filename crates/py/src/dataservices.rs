@@ -4,6 +4,7 @@
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use std::collections::HashMap;
 
+use offload_dataservices::decide::{decide, predict, Features, Layout, Link};
 use offload_dataservices::estimate::{estimate, Col, ColumnStats, Conditions, Stop, TableStats};
 use offload_dataservices::forest::{Forest, Nodes};
 use offload_dataservices::plan::{FunctionClasses, SubstraitPlan};
@@ -56,6 +57,53 @@ impl PyForest {
     fn raw<'py>(&self, py: Python<'py>, x: PyReadonlyArray1<'py, f64>) -> PyResult<Bound<'py, PyArray1<f64>>> {
         let x = x.as_slice().map_err(|e| PyValueError::new_err(format!("x: {e}")))?;
         Ok(self.0.raw(x).map_err(PyValueError::new_err)?.into_pyarray(py))
+    }
+
+    /// `timemodel.decide` with this forest laid out as `(request, offload, pushback)` say
+    /// (`timemodel._prediction_plan`), each regressor's `base` added before its exponential;
+    /// `features`: a QueryFeatures' fields in order; the link's rate (bytes/s, None unshaped)
+    /// and latency. (way, offload stages, pushback stages, why, crossover Mbit/s, the way above).
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (base, request, offload, pushback, features, rate, latency))]
+    fn decide(
+        &self,
+        base: PyReadonlyArray1<'_, f64>,
+        request: bool,
+        offload: usize,
+        pushback: usize,
+        features: Vec<f64>,
+        rate: Option<f64>,
+        latency: f64,
+    ) -> PyResult<Decided> {
+        let [in_rows, in_bytes, out_rows, out_bytes, functions, aggregate, join, sort, heavy, heavy_rows, cheap_rows, aggregate_rows, sort_rows, string_rows, in_string_bytes, out_string_bytes, join_rows, group_bytes, string_key_rows] =
+            <[f64; 19]>::try_from(features)
+                .map_err(|f| PyValueError::new_err(format!("{} features, not 19", f.len())))?;
+        let f = Features {
+            in_rows,
+            in_bytes,
+            out_rows,
+            out_bytes,
+            functions,
+            aggregate: aggregate != 0.0,
+            join: join != 0.0,
+            sort: sort != 0.0,
+            heavy,
+            heavy_rows,
+            cheap_rows,
+            aggregate_rows,
+            sort_rows,
+            string_rows,
+            in_string_bytes,
+            out_string_bytes,
+            join_rows,
+            group_bytes,
+            string_key_rows,
+        };
+        let layout = Layout { request, offload, pushback };
+        let base = base.as_slice().map_err(|e| PyValueError::new_err(format!("base: {e}")))?;
+        let parts = predict(&self.0, base, layout, &f).map_err(PyValueError::new_err)?;
+        let d = decide(&parts, &f, Link { bytes_per_s: rate, latency_s: latency });
+        Ok((d.way, d.offload, d.pushback, d.why, d.crossover_mbit, d.above))
     }
 }
 
@@ -133,6 +181,9 @@ impl PyPlanTable {
 pub struct PySubstraitPlan(SubstraitPlan);
 
 type Reads = Vec<(String, Vec<String>)>;
+/// (way, offload stages, pushback stages, why, crossover Mbit/s, the way above it).
+type Decided = (&'static str, Stages, Stages, String, Option<f64>, Option<&'static str>);
+type Stages = Vec<(&'static str, f64)>;
 /// (rows, bytes, steps, work in `estimate.WORK`'s order).
 type Estimated = (f64, f64, Vec<String>, [f64; 6]);
 

@@ -160,8 +160,14 @@ def native_estimate(native: Any, plan: bytes, stats: Mapping[str, TableStats]) -
     decision's CPU."""
     t0 = time.perf_counter()
     tables = [_plan_table(name, st) for name, st in stats.items()]
-    ctx = _Ctx(None, stats, _Calls(native.names()), raw=plan)
-    got = native.estimate(tables, plans.native_classes(), ctx.native_selectivity)
+    ctx: list[_Ctx] = []  # made for the first condition the walk hands back, if any
+
+    def selectivity(cond: bytes, cols: list[tuple[str | None, str | None]]) -> tuple[float, list[str]]:
+        if not ctx:
+            ctx.append(_Ctx(None, stats, _Calls(native.names()), raw=plan))
+        return ctx[0].native_selectivity(cond, cols)
+
+    got = native.estimate(tables, plans.native_classes(), selectivity)
     if got is None:
         return None
     rows, nbytes, steps, work = got

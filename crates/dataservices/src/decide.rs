@@ -1,0 +1,226 @@
+//! The decision, native: a query's feature vectors (its own and its scan's), every stage model
+//! at once ([`Forest`]), both ways' stages over the link, the faster way, why, and the link
+//! rate where the faster way changes. It mirrors `timemodel.decide` (with `_predicted`,
+//! `_stages`, `link_crossover`, `QueryFeatures.vector`), which stays the reference it is
+//! tested against.
+
+use crate::estimate::f0;
+use crate::Forest;
+
+/// `timemodel.QueryFeatures`, its fields in their order.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Features {
+    pub in_rows: f64,
+    pub in_bytes: f64,
+    pub out_rows: f64,
+    pub out_bytes: f64,
+    pub functions: f64,
+    pub aggregate: bool,
+    pub join: bool,
+    pub sort: bool,
+    pub heavy: f64,
+    pub heavy_rows: f64,
+    pub cheap_rows: f64,
+    pub aggregate_rows: f64,
+    pub sort_rows: f64,
+    pub string_rows: f64,
+    pub in_string_bytes: f64,
+    pub out_string_bytes: f64,
+    pub join_rows: f64,
+    pub group_bytes: f64,
+    pub string_key_rows: f64,
+}
+
+pub const VECTOR: usize = 21;
+
+impl Features {
+    /// `QueryFeatures.vector`: what the models read.
+    pub fn vector(&self) -> [f64; VECTOR] {
+        let per_row = 1.0 / self.in_rows.max(1.0);
+        let b = |x: bool| if x { 1.0 } else { 0.0 };
+        [
+            self.in_rows.ln_1p(),
+            self.in_bytes.ln_1p(),
+            self.out_rows.ln_1p(),
+            self.out_bytes.ln_1p(),
+            self.functions,
+            b(self.aggregate),
+            b(self.join),
+            b(self.sort),
+            self.heavy,
+            self.heavy_rows.ln_1p(),
+            self.cheap_rows.ln_1p(),
+            self.aggregate_rows.ln_1p(),
+            self.sort_rows.ln_1p(),
+            self.string_rows.ln_1p(),
+            self.in_string_bytes.ln_1p(),
+            self.out_string_bytes.ln_1p(),
+            self.join_rows.ln_1p(),
+            self.group_bytes.ln_1p(),
+            self.in_bytes * per_row,
+            self.in_string_bytes * per_row,
+            self.string_key_rows.ln_1p(),
+        ]
+    }
+
+    /// `scan_features`: shipping the query's input as it is (pushback's stream).
+    pub fn scan(&self) -> Features {
+        Features {
+            in_rows: self.in_rows,
+            in_bytes: self.in_bytes,
+            out_rows: self.in_rows,
+            out_bytes: self.in_bytes,
+            in_string_bytes: self.in_string_bytes,
+            out_string_bytes: self.in_string_bytes,
+            ..Features::default()
+        }
+    }
+}
+
+/// Which regressors of the forest are which (`timemodel._prediction_plan`): the host's
+/// receive out, receive in and engine first, then the node's request where it has one, then
+/// `offload` node stages summed for offload and `pushback` for pushback.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    pub request: bool,
+    pub offload: usize,
+    pub pushback: usize,
+}
+
+/// The learned parts of both ways (`_predicted`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Parts {
+    pub request: f64,
+    pub node_offload: f64,
+    pub node_pushback: f64,
+    pub receive_out: f64,
+    pub receive_in: f64,
+    pub host_engine: f64,
+}
+
+/// Each regressor's seconds: the exponential of its base plus its trees (`Forest.predict`).
+pub fn predict(forest: &Forest, base: &[f64], layout: Layout, f: &Features) -> Result<Parts, String> {
+    let mut x = f.vector().to_vec();
+    x.extend(f.scan().vector());
+    let raw = forest.raw(&x)?;
+    if raw.len() != base.len() {
+        return Err(format!("{} regressors against {} bases", raw.len(), base.len()));
+    }
+    let y: Vec<f64> = raw.iter().zip(base).map(|(r, b)| (b + r).exp()).collect();
+    let n = 3 + usize::from(layout.request);
+    if y.len() != n + layout.offload + layout.pushback {
+        return Err(format!("{} regressors against a layout of {}", y.len(), n + layout.offload + layout.pushback));
+    }
+    Ok(Parts {
+        request: if layout.request { y[3] } else { 0.0 },
+        node_offload: y[n..n + layout.offload].iter().sum(),
+        node_pushback: y[n + layout.offload..].iter().sum(),
+        receive_out: y[0],
+        receive_in: y[1],
+        host_engine: y[2],
+    })
+}
+
+/// `TransferLink`: its rate (None: unshaped) and latency.
+#[derive(Debug, Clone, Copy)]
+pub struct Link {
+    pub bytes_per_s: Option<f64>,
+    pub latency_s: f64,
+}
+
+impl Link {
+    fn seconds(&self, bytes: f64) -> f64 {
+        self.latency_s + self.bytes_per_s.filter(|&r| r != 0.0).map_or(0.0, |r| bytes / r)
+    }
+}
+
+/// `timemodel.Decision`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub way: &'static str,
+    pub offload: Vec<(&'static str, f64)>,
+    pub pushback: Vec<(&'static str, f64)>,
+    pub why: String,
+    pub crossover_mbit: Option<f64>,
+    pub above: Option<&'static str>,
+}
+
+/// `timemodel.decide` from the predicted parts.
+pub fn decide(p: &Parts, f: &Features, link: Link) -> Decision {
+    let (t_o, t_b) = (link.seconds(f.out_bytes), link.seconds(f.in_bytes));
+    let offload = vec![
+        ("request", p.request),
+        ("node (engine, stream)", p.node_offload),
+        ("link beyond the node", (t_o - p.node_offload).max(0.0)),
+        ("host receive", p.receive_out),
+    ];
+    let pushback = vec![
+        ("request", p.request),
+        ("node stream", p.node_pushback),
+        ("link beyond the node", (t_b - p.node_pushback).max(0.0)),
+        ("host receive", p.receive_in),
+        ("host engine", p.host_engine),
+    ];
+    let total = |s: &[(&str, f64)]| s.iter().fold(0.0, |a, (_, v)| a + v);
+    let (o, b) = (total(&offload), total(&pushback));
+    let way = if o <= b { "offload" } else { "pushback" };
+    let loser = if way == "offload" { &pushback } else { &offload };
+    let (big, big_s) = loser.iter().fold(loser[0], |m, &s| if s.1 > m.1 { s } else { m });
+    let (lo, hi) = (o.min(b), o.max(b));
+    let mut why = format!(
+        "{way}: {:.1} ms against {:.1} ms ({:.1}% less); the other way's largest stage is {big} ({:.1} ms)",
+        lo * 1e3,
+        hi * 1e3,
+        100.0 * (1.0 - lo / hi),
+        big_s * 1e3
+    );
+    let (rate, above) = crossover(
+        (p.request + p.receive_out, p.node_offload, f.out_bytes),
+        (p.request + p.receive_in + p.host_engine, p.node_pushback, f.in_bytes),
+        link.latency_s,
+    );
+    if let (Some(r), Some(a)) = (rate, above) {
+        why += &format!("; {a} wins on links above {} Mbit/s", f0(r * 8e-6));
+    }
+    Decision { way, offload, pushback, why, crossover_mbit: rate.map(|r| r * 8e-6), above }
+}
+
+/// The slowest and fastest rates the crossover is looked for over (`timemodel.RATES`' ends).
+const SLOWEST_RATE: f64 = 1e5;
+const FASTEST_RATE: f64 = 1.25e11;
+
+/// `timemodel.link_crossover`: the fastest rate (bytes/s) where the faster way changes, and
+/// the way that wins above it; each way is (fixed s, node stream s, bytes).
+pub fn crossover(
+    offload: (f64, f64, f64),
+    pushback: (f64, f64, f64),
+    latency: f64,
+) -> (Option<f64>, Option<&'static str>) {
+    let gap = |u: f64| {
+        let o = offload.0 + offload.1.max(latency + offload.2 * u);
+        let b = pushback.0 + pushback.1.max(latency + pushback.2 * u);
+        o - b
+    };
+    let (fastest, slowest) = (1.0 / FASTEST_RATE, 1.0 / SLOWEST_RATE);
+    let mut us = vec![fastest];
+    let mut breaks: Vec<f64> = [offload, pushback]
+        .iter()
+        .filter(|w| w.2 > 0.0)
+        .map(|w| (w.1 - latency) / w.2)
+        .filter(|&u| fastest < u && u < slowest)
+        .collect();
+    breaks.sort_by(f64::total_cmp);
+    us.extend(breaks);
+    us.push(slowest);
+    let d0 = gap(fastest);
+    let above = if d0 <= 0.0 { "offload" } else { "pushback" };
+    for w in us.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let (da, db) = (gap(a), gap(b));
+        if (db <= 0.0) != (d0 <= 0.0) {
+            let u = if da == db { b } else { a + (b - a) * da / (da - db) };
+            return (Some(1.0 / u.max(a).min(b)), Some(above));
+        }
+    }
+    (None, None)
+}
