@@ -17,8 +17,8 @@ use substrait::proto::{
 };
 
 use crate::plan::{
-    argument_value, measure_expressions, read_columns, table_name, FunctionClasses, SubstraitPlan, Unsupported, CHEAP,
-    HEAVY, STRING,
+    argument_value, measure_expressions, read_columns, table_name, FunctionClasses, Shape, SubstraitPlan, Unsupported,
+    CHEAP, HEAVY, STRING,
 };
 use crate::selectivity::Numeric;
 
@@ -102,13 +102,15 @@ fn no<T, E>(what: &str) -> Walk<T, E> {
     Err(Stop::Unsupported(Unsupported(what.into())))
 }
 
-/// The estimate: result rows and bytes, the steps, the work (in [`WORK`]'s order).
+/// The estimate: result rows and bytes, the steps, the work (in [`WORK`]'s order), and the
+/// plan's shape for the features.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Estimate {
     pub rows: f64,
     pub bytes: f64,
     pub steps: Vec<String>,
     pub work: [f64; 6],
+    pub shape: Shape,
 }
 
 /// `estimate.estimate` over `tables` (the data sets the plan reads).
@@ -118,13 +120,14 @@ pub fn estimate<C: Conditions>(
     classes: &FunctionClasses,
     conditions: &mut C,
 ) -> Walk<Estimate, C::Error> {
+    let shape = plan.shape(classes)?; // first: it checks every relation and expression is modelled
     let root = plan.root().and_then(|r| r.input.as_ref());
     let Some(root) = root else { return no("not one root relation") };
     let mut w = Walker { plan, tables, classes, conditions, steps: Vec::new(), work: [0.0; 6] };
     let out = w.rel(root)?;
     let width: f64 = out.cols.iter().map(|c| c.width).sum();
     w.steps.push(format!("result: {} rows x {} B", f1(out.rows), g(width)));
-    Ok(Estimate { rows: out.rows, bytes: out.rows * width, steps: w.steps, work: w.work })
+    Ok(Estimate { rows: out.rows, bytes: out.rows * width, steps: w.steps, work: w.work, shape })
 }
 
 struct Out {

@@ -75,16 +75,15 @@ pub struct PlanInfo {
     pub output: Vec<String>,
 }
 
-/// What the time models' features take from a plan beyond its sizes: scalar function calls
-/// (all, heavy, string), the relation kinds present (by their Substrait message names) and
-/// the columns each table's reads ask for.
+/// What the time models' features take from a plan beyond its sizes and reads: scalar
+/// function calls (all, heavy, string) and the relation kinds present (by their Substrait
+/// message names).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Shape {
     pub functions: usize,
     pub heavy: usize,
     pub strings: usize,
     pub kinds: Vec<&'static str>,
-    pub reads: Vec<(String, Vec<String>)>,
 }
 
 impl SubstraitPlan {
@@ -238,10 +237,10 @@ impl SubstraitPlan {
         Ok(())
     }
 
-    /// What the features take from the plan: `timemodel.features`'s walk of the plan index.
+    /// What the features take from the plan beyond its reads (`PlanIndex.shape`).
     pub fn shape(&self, classes: &FunctionClasses) -> Native<Shape> {
-        let info = self.info()?;
-        let root = self.root().and_then(|r| r.input.as_ref()).expect("info checked the root");
+        let root = self.root().and_then(|r| r.input.as_ref());
+        let Some(root) = root else { return unsupported("not one root relation") };
         let mut kinds: Vec<&'static str> = Vec::new();
         let mut out = [0usize; 3];
         let (mut functions, mut heavy, mut strings) = (0, 0, 0);
@@ -259,7 +258,7 @@ impl SubstraitPlan {
             }
             Ok(())
         })?;
-        Ok(Shape { functions, heavy, strings, kinds, reads: info.reads })
+        Ok(Shape { functions, heavy, strings, kinds })
     }
 }
 

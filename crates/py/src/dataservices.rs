@@ -184,8 +184,8 @@ type Reads = Vec<(String, Vec<String>)>;
 /// (way, offload stages, pushback stages, why, crossover Mbit/s, the way above it).
 type Decided = (&'static str, Stages, Stages, String, Option<f64>, Option<&'static str>);
 type Stages = Vec<(&'static str, f64)>;
-/// (rows, bytes, steps, work in `estimate.WORK`'s order).
-type Estimated = (f64, f64, Vec<String>, [f64; 6]);
+/// (rows, bytes, steps, work in `estimate.WORK`'s order, shape).
+type Estimated = (f64, f64, Vec<String>, [f64; 6], (usize, usize, usize, Vec<&'static str>));
 
 #[pymethods]
 impl PySubstraitPlan {
@@ -204,12 +204,8 @@ impl PySubstraitPlan {
         self.0.names.clone()
     }
 
-    /// (scalar calls, heavy ones, string ones, relation kinds, reads) for the features.
-    fn shape(&self, classes: &PyFunctionClasses) -> Option<(usize, usize, usize, Vec<&'static str>, Reads)> {
-        self.0.shape(&classes.0).ok().map(|s| (s.functions, s.heavy, s.strings, s.kinds, s.reads))
-    }
-
-    /// (rows, bytes, steps, work in `estimate.WORK`'s order) over `tables`, each condition
+    /// (rows, bytes, steps, work in `estimate.WORK`'s order, (scalar calls, heavy ones, string
+    /// ones, relation kinds)) over `tables`; a condition the native walk does not price is
     /// priced by `selectivity(expression bytes, [(table, column) or (None, None) per input
     /// column])`, which returns (selectivity, the steps it took). Its exceptions pass.
     fn estimate(
@@ -222,7 +218,10 @@ impl PySubstraitPlan {
         let stats: Vec<&TableStats> = tables.iter().map(|t| &t.0).collect();
         let mut conditions = Callback { py, tables: &stats, f: selectivity };
         match estimate(&self.0, &stats, &classes.0, &mut conditions) {
-            Ok(e) => Ok(Some((e.rows, e.bytes, e.steps, e.work))),
+            Ok(e) => {
+                let s = e.shape;
+                Ok(Some((e.rows, e.bytes, e.steps, e.work, (s.functions, s.heavy, s.strings, s.kinds))))
+            }
             Err(Stop::Unsupported(_)) => Ok(None),
             Err(Stop::Failed(e)) => Err(e),
         }

@@ -152,12 +152,15 @@ def estimate(plan: Any, stats: Mapping[str, TableStats], index: plans.PlanIndex 
     return est
 
 
-def native_estimate(native: Any, plan: bytes, stats: Mapping[str, TableStats]) -> Estimate | None:
-    """:func:`estimate` by the native walk (``native``: the plan's ``offload._native.SubstraitPlan``,
-    ``plan`` its bytes), conditions priced here as :func:`estimate` prices them; None where the
-    native walk does not model the plan (:func:`estimate` then answers). Equal to
-    :func:`estimate` (tested on generated plans); a walk of the plan in Python was a fifth of a
-    decision's CPU."""
+def native_estimate(
+    native: Any, plan: bytes, stats: Mapping[str, TableStats], reads: Mapping[str, list[str]]
+) -> tuple[Estimate, plans.PlanShape] | None:
+    """:func:`estimate` and the plan's shape (:meth:`plans.PlanIndex.shape`) by the native walk
+    (``native``: the plan's ``offload._native.SubstraitPlan``, ``plan`` its bytes, ``reads``
+    its reads: ``plans.PlanInfo.reads``), the conditions it does not price priced here as
+    :func:`estimate` prices them; None where it does not model the plan (:func:`estimate`
+    then answers). Equal to :func:`estimate` (tested on generated plans); a walk of the plan in
+    Python was a fifth of a decision's CPU."""
     t0 = time.perf_counter()
     tables = [_plan_table(name, st) for name, st in stats.items()]
     ctx: list[_Ctx] = []  # made for the first condition the walk hands back, if any
@@ -170,8 +173,10 @@ def native_estimate(native: Any, plan: bytes, stats: Mapping[str, TableStats]) -
     got = native.estimate(tables, plans.native_classes(), selectivity)
     if got is None:
         return None
-    rows, nbytes, steps, work = got
-    return Estimate(rows, nbytes, steps, time.perf_counter() - t0, dict(zip(WORK, work, strict=True)))
+    rows, nbytes, steps, work, (functions, heavy, strings, kinds) = got
+    est = Estimate(rows, nbytes, steps, time.perf_counter() - t0, dict(zip(WORK, work, strict=True)))
+    read = {t: frozenset(cols) for t, cols in reads.items()}
+    return est, plans.PlanShape(functions, heavy, strings, frozenset(kinds), read)
 
 
 def _plan_table(name: str, st: TableStats) -> Any:

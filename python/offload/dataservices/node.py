@@ -77,6 +77,12 @@ class Dataset:
     version: int = 0
     """New for every add and append on the node: what was decided over the data set before holds
     no longer."""
+    schema: pa.Schema = field(init=False, repr=False)
+    """The table's schema, one object (``table.schema`` makes a new one each time: what is kept
+    per schema, as the features' column kinds, is kept per data set)."""
+
+    def __post_init__(self) -> None:
+        self.schema = self.table.schema
 
     def describe(self, with_stats: bool = False) -> dict[str, Any]:
         out = {
@@ -335,6 +341,7 @@ class Node(flight.FlightServerBase):
         with self._lock:
             ds.stats.append(table)
             ds.table = pa.concat_tables([ds.table, table]).combine_chunks()
+            ds.schema = ds.table.schema
             ds.version = next(self._versions)
         prepare(name, ds.stats)  # the statistics grew: what decisions kept is made again
         return ds
@@ -400,24 +407,26 @@ class Node(flight.FlightServerBase):
         native walk where it models the plan, else by the Python estimator, its reference."""
         sets = {t: self.dataset(t) for t in info.reads}
         stats = {t: ds.stats for t, ds in sets.items()}
-        est, shape = None, plans.PlanShape.read(info.native) if info.native is not None else None
-        if shape is not None:  # the walk models every relation and expression of the plan
-            est = native_estimate(info.native, plan, stats)
-        if est is None or shape is None:
+        got = native_estimate(info.native, plan, stats, info.reads) if info.native is not None else None
+        if got is not None:  # the native walk models every relation and expression of the plan
+            est, shape = got
+        else:
             from substrait.plan_pb2 import Plan
 
             parsed = Plan.FromString(plan)  # once, for the estimate and the features
             index = plans.PlanIndex(parsed)  # one walk, for the estimate and the features
             est, shape = estimate(parsed, stats, index), index.shape()
         out = est.as_dict()
-        schemas = {t: ds.table.schema for t, ds in sets.items()}
-        return out, TM.features(shape, out["rows"], out["bytes"], self._read_sizes(info), out, schemas)
+        schemas = {t: ds.schema for t, ds in sets.items()}
+        return out, TM.features(shape, out["rows"], out["bytes"], self._read_sizes(info, sets), out, schemas)
 
-    def _read_sizes(self, info: plans.PlanInfo) -> dict[str, tuple[int, float]]:
+    def _read_sizes(
+        self, info: plans.PlanInfo, sets: dict[str, Dataset] | None = None
+    ) -> dict[str, tuple[int, float]]:
         """Each data set read: its rows, and the bytes of the columns read (rows x widths)."""
         out = {}
         for t, cols in info.reads.items():
-            st = self.dataset(t).stats
+            st = (sets[t] if sets is not None else self.dataset(t)).stats
             out[t] = (st.rows, st.rows * sum(st.columns[c].width_bytes for c in cols))
         return out
 
@@ -460,7 +469,7 @@ class Node(flight.FlightServerBase):
     def dataset(self, name: str) -> Dataset:
         with self._lock:
             ds = self._datasets.get(name)
-            known = sorted(self._datasets)
+            known = sorted(self._datasets) if ds is None else []  # named only in the error
         if ds is None:
             raise flight.FlightServerError(
                 f"unknown data set {name!r} on {self.config.name}; known: {', '.join(known) or 'none'}"

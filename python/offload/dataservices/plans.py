@@ -478,16 +478,6 @@ class PlanShape:
     kinds: frozenset[str]
     reads: dict[str, frozenset[str]]
 
-    @staticmethod
-    def read(native: Any) -> PlanShape | None:
-        """The shape by the native reader (``native``: the plan's ``offload._native.SubstraitPlan``),
-        None where it does not model the plan."""
-        got = native.shape(native_classes())
-        if got is None:
-            return None
-        functions, heavy, strings, kinds, reads = got
-        return PlanShape(functions, heavy, strings, frozenset(kinds), {t: frozenset(c) for t, c in reads})
-
 
 FUNCTION_CLASSES = None
 """The native reader's copy of :func:`function_class`'s lists (made on first use)."""

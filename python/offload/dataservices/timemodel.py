@@ -180,12 +180,28 @@ def _string_bytes(
         schema = schemas.get(t)
         if schema is None:
             continue
-        types = dict(zip(schema.names, schema.types, strict=True))
-        kinds = [_type_kind(types[c]) for c in reads.get(t, types) if c in types]
+        types = _column_kinds(schema)
+        kinds = [types[c] for c in reads.get(t, types) if c in types]
         if not any(variable for variable, _ in kinds):
             continue
         total += max(0.0, nbytes - rows * sum(width for _, width in kinds))
     return total
+
+
+def _column_kinds(schema: pa.Schema) -> dict[str, tuple[bool, float]]:
+    """:func:`_type_kind` of each column of ``schema``, kept per schema object (the last
+    SCHEMAS_KEPT; a schema's names and types are new Python objects each time they are read:
+    a seventh of a decision's features on a cold cache)."""
+    got = _SCHEMA_KINDS.get(id(schema))
+    if got is None or got[0] is not schema:  # an id is unique only while its object lives
+        if len(_SCHEMA_KINDS) >= SCHEMAS_KEPT:
+            _SCHEMA_KINDS.clear()
+        got = _SCHEMA_KINDS[id(schema)] = (schema, {f.name: _type_kind(f.type) for f in schema})
+    return got[1]
+
+
+SCHEMAS_KEPT = 256
+_SCHEMA_KINDS: dict[int, tuple[pa.Schema, dict[str, tuple[bool, float]]]] = {}
 
 
 def _type_kind(t: pa.DataType) -> tuple[bool, float]:
