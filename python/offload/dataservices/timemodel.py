@@ -286,6 +286,7 @@ class Models:
     regressors: dict[tuple[str, str], Any] = field(default_factory=dict)
     _forests: dict[tuple[tuple[str, str, int], ...], Forest] = field(default_factory=dict, repr=False)
     _plans: dict[tuple[str, str], tuple[Forest, bool, int, int]] = field(default_factory=dict, repr=False)
+    _systems: frozenset[str] | None = field(default=None, repr=False)
 
     @classmethod
     def fit(
@@ -336,8 +337,11 @@ class Models:
     def predict(self, system: str, target: str, f: QueryFeatures) -> float:
         return float(self.forest([(system, target, 0)]).predict(np.array([f.vector()]))[0])
 
-    def systems(self) -> set[str]:
-        return {s for s, _ in self.regressors}
+    def systems(self) -> frozenset[str]:
+        """The systems the models are of (kept: the regressors are fitted once)."""
+        if self._systems is None:
+            self._systems = frozenset(s for s, _ in self.regressors)
+        return self._systems
 
     def save(self, path: str | Path) -> None:
         """Writes the samples whole or not at all (offload.files: a full disk keeps the old file)."""
