@@ -156,9 +156,14 @@ def _warm_estimator() -> None:
     modules imported, DataFusion's functions made ready): the node's first ``auto`` decision
     took 21-44 ms of CPU, the next ones 1-2 ms."""
     t = pa.table({"x": pa.array([0.25, 0.5, 0.75]), "s": pa.array(["a", "b", "c"])})
-    plan = plans.to_substrait("select count(*) from w where sin(x) > 0.5 and s like 'a%'", {"w": t.schema})
-    est = estimate(plan, {"w": TableStats.of(t)})
+    sql = "select count(*) from w where sin(x) > 0.5 and s like 'a%' and x < 0.7"
+    plan = plans.to_substrait(sql, {"w": t.schema})
+    stats = {"w": TableStats.of(t)}
+    est = estimate(plan, stats)
     TM.features(plan, est.rows, est.bytes, {"w": (3, 48.0)}, est.as_dict(), {"w": t.schema})
+    info = plans.inspect(plan)
+    if info.native is not None:  # and the native walk's, handing a condition back to Python
+        native_estimate(info.native, plan, stats, info.reads)
 
 
 DECISIONS_KEPT = 256

@@ -846,9 +846,8 @@ class RefitStopped(Exception):
 def warm(models: Models, node_system: str, host_system: str = "host") -> None:
     """Builds the forest a decision on ``node_system`` uses, so the first query does not (~20 ms)."""
     try:
-        _predicted(
-            models, node_system, host_system, QueryFeatures(1.0, 8.0, 1.0, 8.0, 0, False, False, False)
-        )
+        decide(models, node_system, QueryFeatures(1.0, 8.0, 1.0, 8.0, 0, False, False, False),
+               TransferLink(None, 50e-6), host_system)  # fmt: skip
     except KeyError:
         pass  # not every stage learned yet: the decision falls back until it is
 
