@@ -287,26 +287,37 @@ fn sketch_marginal(st: &TableStats, c: usize, preds: &[(Op, f64)]) -> f64 {
     s.max(0.0)
 }
 
-/// Where a sample's column meets one comparison (a null meets none).
-fn leaf_mask(k: &Numeric, op: Op, v: f64) -> Vec<bool> {
-    let valid = |i: usize| k.valid.is_empty() || k.valid[i];
-    k.sample
-        .iter()
-        .enumerate()
-        .map(|(i, &x)| {
-            valid(i)
-                && match op {
-                    Op::Gt => x > v,
-                    Op::Ge => x >= v,
-                    Op::Lt => x < v,
-                    Op::Le => x <= v,
-                }
-        })
-        .collect()
+/// Where a sample's column meets one comparison (a null meets none): one bit a row.
+fn leaf_mask(k: &Numeric, op: Op, v: f64) -> Vec<u64> {
+    let meets = |x: f64| match op {
+        Op::Gt => x > v,
+        Op::Ge => x >= v,
+        Op::Lt => x < v,
+        Op::Le => x <= v,
+    };
+    let mut out = vec![0u64; k.sample.len().div_ceil(64)];
+    for (w, chunk) in out.iter_mut().zip(k.sample.chunks(64)) {
+        for (j, &x) in chunk.iter().enumerate() {
+            *w |= u64::from(meets(x)) << j;
+        }
+    }
+    if !k.valid.is_empty() {
+        for (i, _) in k.valid.iter().enumerate().filter(|(_, &ok)| !ok) {
+            out[i / 64] &= !(1u64 << (i % 64));
+        }
+    }
+    out
 }
 
-fn share(mask: &[bool]) -> f64 {
-    mask.iter().filter(|&&b| b).count() as f64
+fn count(mask: &[u64]) -> f64 {
+    mask.iter().map(|w| w.count_ones()).sum::<u32>() as f64
+}
+
+/// A mask's key: the column, the comparison and the number's bits.
+type LeafKey = (usize, u8, u64);
+
+fn leaf_key(c: usize, op: Op, v: f64) -> LeafKey {
+    (c, op as u8, v.to_bits())
 }
 
 /// `_Ctx._correlation`: the sample's joint share against what independence predicts on the
@@ -324,20 +335,23 @@ fn correlation(
         return 1.0;
     }
     let nf = n as f64;
-    let mut masks: HashMap<(usize, u8, u64), Vec<bool>> = HashMap::new();
-    let mut leaf = |c: usize, op: Op, v: f64| -> Vec<bool> {
+    let mut masks: HashMap<LeafKey, Vec<u64>> = HashMap::new(); // each comparison's mask once
+    leaves(t, &mut |c, op, v| {
         let k = st.columns[c].numeric.as_ref().expect("a numeric column");
-        masks.entry((c, op as u8, v.to_bits())).or_insert_with(|| leaf_mask(k, op, v)).clone()
-    };
-    let indep = independent(t, tables, &mut |_, c, preds| {
-        let mut m = leaf(c, preds[0].0, preds[0].1);
-        for &(op, v) in &preds[1..] {
-            let other = leaf(c, op, v);
-            m.iter_mut().zip(other).for_each(|(a, b)| *a &= b);
-        }
-        share(&m) / nf
+        masks.entry(leaf_key(c, op, v)).or_insert_with(|| leaf_mask(k, op, v));
     });
-    let joint = share(&tree_mask(t, &mut leaf)) / nf;
+    let mask = |c: usize, op: Op, v: f64| &masks[&leaf_key(c, op, v)];
+    let indep = independent(t, tables, &mut |_, c, preds| match preds {
+        [(op, v)] => count(mask(c, *op, *v)) / nf,
+        _ => {
+            let mut m = mask(c, preds[0].0, preds[0].1).clone();
+            for &(op, v) in &preds[1..] {
+                m.iter_mut().zip(mask(c, op, v)).for_each(|(a, b)| *a &= b);
+            }
+            count(&m) / nf
+        }
+    });
+    let joint = count(&tree_mask(t, n, &mask)) / nf;
     let se = ((indep * (1.0 - indep)).max(1.0 / nf) / nf).sqrt();
     if (joint - indep).abs() <= Z * se {
         return 1.0;
@@ -350,18 +364,35 @@ fn correlation(
     factor
 }
 
-/// `estimate._tree_mask`: the sample's rows where the tree holds (a not inverts: a null row
-/// that met no comparison meets its negation, as pyarrow's invert of the filled mask does).
-fn tree_mask(t: &Tree, leaf: &mut dyn FnMut(usize, Op, f64) -> Vec<bool>) -> Vec<bool> {
+/// Every comparison of the tree: (column, operator, number).
+fn leaves(t: &Tree, f: &mut dyn FnMut(usize, Op, f64)) {
     match t {
-        Tree::Cmp(_, c, op, v) => leaf(*c, *op, *v),
-        Tree::Not(x) => tree_mask(x, leaf).into_iter().map(|b| !b).collect(),
+        Tree::Cmp(_, c, op, v) => f(*c, *op, *v),
+        Tree::Not(x) => leaves(x, f),
+        Tree::And(parts) | Tree::Or(parts) => parts.iter().for_each(|p| leaves(p, f)),
+    }
+}
+
+/// `estimate._tree_mask`: the sample's `n` rows where the tree holds (a not inverts: a null row
+/// that met no comparison meets its negation, as pyarrow's invert of the filled mask does).
+fn tree_mask<'m>(t: &Tree, n: usize, mask: &dyn Fn(usize, Op, f64) -> &'m Vec<u64>) -> Vec<u64> {
+    match t {
+        Tree::Cmp(_, c, op, v) => mask(*c, *op, *v).clone(),
+        Tree::Not(x) => {
+            let mut out: Vec<u64> = tree_mask(x, n, mask).into_iter().map(|w| !w).collect();
+            if !n.is_multiple_of(64) {
+                if let Some(last) = out.last_mut() {
+                    *last &= (1u64 << (n % 64)) - 1; // no rows past the sample's
+                }
+            }
+            out
+        }
         Tree::And(parts) | Tree::Or(parts) => {
             let and = matches!(t, Tree::And(_));
-            let mut out = tree_mask(&parts[0], leaf);
+            let mut out = tree_mask(&parts[0], n, mask);
             for p in &parts[1..] {
-                let m = tree_mask(p, leaf);
-                out.iter_mut().zip(m).for_each(|(a, b)| *a = if and { *a && b } else { *a || b });
+                let m = tree_mask(p, n, mask);
+                out.iter_mut().zip(m).for_each(|(a, b)| *a = if and { *a & b } else { *a | b });
             }
             out
         }
