@@ -4,7 +4,7 @@
 //! `_stages`, `link_crossover`, `QueryFeatures.vector`), which stays the reference it is
 //! tested against.
 
-use crate::estimate::f0;
+use crate::pyfmt::f0;
 use crate::Forest;
 
 /// `timemodel.QueryFeatures`, its fields in their order.

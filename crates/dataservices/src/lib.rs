@@ -6,6 +6,7 @@
 //!   evaluated in one pass.
 //! - [`decide`]: the decision from the features: both ways' stages, the faster, why.
 //! - [`plan`]: a Substrait plan read natively: its reads, its calls by cost class, its shape.
+//! - [`pyfmt`]: numbers written as Python writes them (the steps and the reasons read the same).
 //! - [`estimate`]: the cardinality estimate's walk of the plan, conditions priced by the caller
 //!   where [`selectivity`] (inequalities on numeric columns) does not price them.
 //!
@@ -16,6 +17,7 @@ pub mod decide;
 pub mod estimate;
 pub mod forest;
 pub mod plan;
+pub mod pyfmt;
 pub mod selectivity;
 
 pub use forest::Forest;

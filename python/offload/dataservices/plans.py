@@ -7,6 +7,7 @@ One home for everything DataFusion here: nothing else in the part imports it.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -479,19 +480,13 @@ class PlanShape:
     reads: dict[str, frozenset[str]]
 
 
-FUNCTION_CLASSES = None
-"""The native reader's copy of :func:`function_class`'s lists (made on first use)."""
-
-
+@functools.cache
 def native_classes() -> Any:
-    """:data:`FUNCTION_CLASSES`, made once: ``offload._native.FunctionClasses``."""
-    global FUNCTION_CLASSES
-    if FUNCTION_CLASSES is None:
-        from offload import _native
+    """The native reader's copy of :func:`function_class`'s lists, made once:
+    ``offload._native.FunctionClasses``."""
+    from offload import _native
 
-        FUNCTION_CLASSES = _native.FunctionClasses(sorted(CHEAP_FUNCTIONS), sorted(STRING_FUNCTIONS),
-                                                   list(STRING_PREFIXES))  # fmt: skip
-    return FUNCTION_CLASSES
+    return _native.FunctionClasses(sorted(CHEAP_FUNCTIONS), sorted(STRING_FUNCTIONS), list(STRING_PREFIXES))
 
 
 class PlanIndex:
