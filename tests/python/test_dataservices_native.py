@@ -21,6 +21,7 @@ from substrait.plan_pb2 import Plan
 from offload.dataservices import estimate as E
 from offload.dataservices import particles as P
 from offload.dataservices import plans
+from offload.dataservices import timemodel as TM
 from offload.dataservices import training as TR
 from offload.dataservices import workload as W
 from offload.dataservices.stats import TableStats
@@ -35,7 +36,7 @@ def _steps(est: E.Estimate) -> dict[str, Any]:
     return d
 
 
-def _same_as_reference(plan: bytes, stats: dict[str, TableStats]) -> None:
+def _same_as_reference(plan: bytes, stats: dict[str, TableStats], schemas: dict[str, pa.Schema]) -> None:
     info = plans.inspect(plan)
     assert info.native is not None, "the native reader models every generated kind"
     assert info == plans._inspect(plan)
@@ -44,8 +45,15 @@ def _same_as_reference(plan: bytes, stats: dict[str, TableStats]) -> None:
     used = {t: stats[t] for t in info.reads}
     got = E.native_estimate(info.native, plan, used, info.reads)
     assert got is not None
-    assert got[1] == index.shape()
-    assert _steps(got[0]) == _steps(E.estimate(parsed, used, index))
+    assert got.shape == index.shape()
+    want = E.estimate(parsed, used, index)
+    assert _steps(got.estimate) == _steps(want)
+    # the features, made natively, are timemodel.features' to the last bit (types included)
+    width = {t: sum(st.columns[c].width_bytes for c in info.reads[t]) for t, st in used.items()}
+    sizes = {t: (st.rows, st.rows * width[t]) for t, st in used.items()}
+    ref = TM.features(index.shape(), want.rows, want.bytes, sizes, want.as_dict(), schemas).as_dict()
+    assert got.features == ref
+    assert [type(v) for v in got.features.values()] == [type(v) for v in ref.values()]
 
 
 @settings(max_examples=6, deadline=None)
@@ -55,7 +63,7 @@ def test_the_native_walk_equals_the_reference_on_every_generated_kind(seed: int,
     tables, schemas = spec.tables(), spec.schemas()
     stats = {n: TableStats.of(t) for n, t in tables.items()}
     for q in W.queries(spec, len(W.TEMPLATES), seed):
-        _same_as_reference(plans.to_substrait(q.sql, schemas), stats)
+        _same_as_reference(plans.to_substrait(q.sql, schemas), stats, schemas)
 
 
 SHAPES = [
@@ -79,9 +87,9 @@ def test_the_native_walk_equals_the_reference_on_awkward_shapes() -> None:
     stats = {"p": TableStats.of(p), "d": TableStats.of(d)}
     schemas = {"p": p.schema, "d": d.schema}
     for sql in SHAPES:
-        _same_as_reference(plans.to_substrait(sql, schemas), stats)
+        _same_as_reference(plans.to_substrait(sql, schemas), stats, schemas)
     for q in TR.training_queries(24, seed=9):
-        _same_as_reference(plans.to_substrait(q.format(t="p"), schemas), stats)
+        _same_as_reference(plans.to_substrait(q.format(t="p"), schemas), stats, schemas)
 
 
 def test_plans_the_native_reader_does_not_model_are_left_to_the_reference() -> None:
@@ -153,7 +161,7 @@ def test_inequalities_on_numbers_are_priced_natively_as_the_reference_prices_the
     t = _table(seed, 3000)
     stats = {"p": TableStats.of(t)}
     plan = plans.to_substrait(f"select * from p where {cond}", {"p": t.schema})
-    _same_as_reference(plan, stats)
+    _same_as_reference(plan, stats, {"p": t.schema})
 
 
 @pytest.mark.parametrize(
@@ -165,7 +173,7 @@ def test_the_common_conditions_never_reach_the_python_estimator(cond: str) -> No
     t = _table(5, 3000)
     stats = {"p": TableStats.of(t)}
     plan = plans.to_substrait(f"select * from p where {cond}", {"p": t.schema})
-    _same_as_reference(plan, stats)
+    _same_as_reference(plan, stats, {"p": t.schema})
 
     def asked(*_: object) -> tuple[float, list[str]]:
         raise AssertionError("priced natively, not asked of the Python estimator")

@@ -4,6 +4,7 @@
 //! `_stages`, `link_crossover`, `QueryFeatures.vector`), which stays the reference it is
 //! tested against.
 
+use crate::estimate::{Estimate, TableStats};
 use crate::pyfmt::f0;
 use crate::Forest;
 
@@ -31,9 +32,130 @@ pub struct Features {
     pub string_key_rows: f64,
 }
 
+/// The names of [`Features`]' fields, in order (`QueryFeatures`' fields).
+pub const FIELDS: [&str; 19] = [
+    "in_rows",
+    "in_bytes",
+    "out_rows",
+    "out_bytes",
+    "functions",
+    "aggregate",
+    "join",
+    "sort",
+    "heavy",
+    "heavy_rows",
+    "cheap_rows",
+    "aggregate_rows",
+    "sort_rows",
+    "string_rows",
+    "in_string_bytes",
+    "out_string_bytes",
+    "join_rows",
+    "group_bytes",
+    "string_key_rows",
+];
+
 pub const VECTOR: usize = 21;
 
 impl Features {
+    /// `timemodel.features` of an estimated plan: `reads`, each data set read with its columns
+    /// (`PlanInfo.reads`), over `tables` (their statistics, found by name); None where a data
+    /// set or column read is not among them. The sums run in the reference's order, so that
+    /// the features are its own to the last bit.
+    pub fn of(e: &Estimate, reads: &[(String, Vec<String>)], tables: &[&TableStats]) -> Option<Features> {
+        let (mut in_rows, mut in_bytes, mut in_string) = (0u64, 0.0, 0.0);
+        for (name, cols) in reads {
+            let t = tables.iter().find(|t| &t.name == name)?;
+            let cs = cols.iter().map(|c| t.column(c).map(|i| &t.columns[i])).collect::<Option<Vec<_>>>()?;
+            let rows = t.rows as f64;
+            let read = rows * cs.iter().fold(0.0, |a, c| a + c.width);
+            in_rows += t.rows;
+            in_bytes += read;
+            if cs.iter().any(|c| c.textual) {
+                // fixed widths are multiples of 1/8: their sum is exact in any order
+                in_string += (read - rows * cs.iter().fold(0.0, |a, c| a + c.fixed)).max(0.0);
+            }
+        }
+        let in_rows = in_rows as f64;
+        let has = |kind: &str| e.shape.kinds.contains(&kind);
+        let (aggregate, join) = (has("AggregateRel"), has("JoinRel") || has("HashJoinRel"));
+        let w = &e.work;
+        Some(Features {
+            in_rows,
+            in_bytes,
+            out_rows: e.rows,
+            out_bytes: e.bytes,
+            functions: e.shape.functions as f64,
+            aggregate,
+            join,
+            sort: has("SortRel"),
+            heavy: e.shape.heavy as f64,
+            heavy_rows: w[1],
+            cheap_rows: w[0],
+            aggregate_rows: w[3],
+            sort_rows: w[4],
+            string_rows: w[2],
+            in_string_bytes: in_string,
+            out_string_bytes: e.bytes * if in_bytes > 0.0 { in_string / in_bytes } else { 0.0 },
+            join_rows: if join { in_rows } else { 0.0 },
+            group_bytes: if aggregate && e.rows > 1.0 { e.bytes } else { 0.0 },
+            string_key_rows: w[5],
+        })
+    }
+
+    /// The fields in [`FIELDS`]' order, flags as 0 or 1.
+    pub fn values(&self) -> [f64; 19] {
+        let b = |x: bool| if x { 1.0 } else { 0.0 };
+        [
+            self.in_rows,
+            self.in_bytes,
+            self.out_rows,
+            self.out_bytes,
+            self.functions,
+            b(self.aggregate),
+            b(self.join),
+            b(self.sort),
+            self.heavy,
+            self.heavy_rows,
+            self.cheap_rows,
+            self.aggregate_rows,
+            self.sort_rows,
+            self.string_rows,
+            self.in_string_bytes,
+            self.out_string_bytes,
+            self.join_rows,
+            self.group_bytes,
+            self.string_key_rows,
+        ]
+    }
+
+    /// Features from [`Features::values`] (a flag is any value but 0).
+    pub fn from_values(v: [f64; 19]) -> Features {
+        let [in_rows, in_bytes, out_rows, out_bytes, functions, aggregate, join, sort, heavy, heavy_rows, cheap_rows, aggregate_rows, sort_rows, string_rows, in_string_bytes, out_string_bytes, join_rows, group_bytes, string_key_rows] =
+            v;
+        Features {
+            in_rows,
+            in_bytes,
+            out_rows,
+            out_bytes,
+            functions,
+            aggregate: aggregate != 0.0,
+            join: join != 0.0,
+            sort: sort != 0.0,
+            heavy,
+            heavy_rows,
+            cheap_rows,
+            aggregate_rows,
+            sort_rows,
+            string_rows,
+            in_string_bytes,
+            out_string_bytes,
+            join_rows,
+            group_bytes,
+            string_key_rows,
+        }
+    }
+
     /// `QueryFeatures.vector`: what the models read.
     pub fn vector(&self) -> [f64; VECTOR] {
         let per_row = 1.0 / self.in_rows.max(1.0);

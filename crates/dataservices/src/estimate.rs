@@ -52,6 +52,8 @@ pub struct ColumnStats {
     pub width: f64,
     /// A string or binary column of variable width (`stats.variable_width`).
     pub textual: bool,
+    /// Bytes a value where the column's type is fixed-width (`stats.fixed_width`), else 0.
+    pub fixed: f64,
     /// `TableStats.distinct`; NaN where it cannot be had (the walk then leaves it to the
     /// reference).
     pub distinct: f64,
@@ -64,6 +66,11 @@ impl TableStats {
     pub fn new(name: String, rows: u64, columns: Vec<ColumnStats>, sample_rows: usize) -> Self {
         let by_name = columns.iter().enumerate().map(|(i, c)| (c.name.clone(), i)).collect();
         Self { name, rows, columns, sample_rows, by_name }
+    }
+
+    /// A column's index by name.
+    pub fn column(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
     }
 }
 

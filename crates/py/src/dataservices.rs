@@ -3,17 +3,18 @@
 
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
-use offload_dataservices::decide::{decide, predict, Features, Layout, Link};
+use offload_dataservices::decide::{decide, predict, Features, Layout, Link, FIELDS};
 use offload_dataservices::estimate::{estimate, Col, ColumnStats, Conditions, Stop, TableStats};
 use offload_dataservices::forest::{Forest, Nodes};
-use offload_dataservices::plan::{FunctionClasses, SubstraitPlan};
+use offload_dataservices::plan::{FunctionClasses, PlanInfo, SubstraitPlan};
 use offload_dataservices::prost::Message;
 use offload_dataservices::selectivity::Numeric;
 use offload_dataservices::substrait::proto::Expression;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 
 fn indices(a: &PyReadonlyArray1<'_, i64>, what: &str) -> PyResult<Vec<usize>> {
     a.as_array()
@@ -75,30 +76,9 @@ impl PyForest {
         rate: Option<f64>,
         latency: f64,
     ) -> PyResult<Decided> {
-        let [in_rows, in_bytes, out_rows, out_bytes, functions, aggregate, join, sort, heavy, heavy_rows, cheap_rows, aggregate_rows, sort_rows, string_rows, in_string_bytes, out_string_bytes, join_rows, group_bytes, string_key_rows] =
-            <[f64; 19]>::try_from(features)
-                .map_err(|f| PyValueError::new_err(format!("{} features, not 19", f.len())))?;
-        let f = Features {
-            in_rows,
-            in_bytes,
-            out_rows,
-            out_bytes,
-            functions,
-            aggregate: aggregate != 0.0,
-            join: join != 0.0,
-            sort: sort != 0.0,
-            heavy,
-            heavy_rows,
-            cheap_rows,
-            aggregate_rows,
-            sort_rows,
-            string_rows,
-            in_string_bytes,
-            out_string_bytes,
-            join_rows,
-            group_bytes,
-            string_key_rows,
-        };
+        let values = <[f64; 19]>::try_from(features)
+            .map_err(|f| PyValueError::new_err(format!("{} features, not 19", f.len())))?;
+        let f = Features::from_values(values);
         let layout = Layout { request, offload, pushback };
         let base = base.as_slice().map_err(|e| PyValueError::new_err(format!("base: {e}")))?;
         let parts = predict(&self.0, base, layout, &f).map_err(PyValueError::new_err)?;
@@ -124,10 +104,10 @@ impl PyFunctionClasses {
 }
 
 /// A data set's statistics as the estimate's walk needs them: its name, rows, per column
-/// (name, average width in bytes, variable-width text, distinct count or NaN, nulls), the
-/// sample's rows, and the numeric columns' sketches and samples by column name: (KLL sorted
-/// items, their cumulative weights, the values the sketch saw, the sample's values as
-/// float64, where they are valid or an empty array).
+/// (name, average width in bytes, variable-width text, bytes a value where fixed-width or 0,
+/// distinct count or NaN, nulls), the sample's rows, and the numeric columns' sketches and
+/// samples by column name: (KLL sorted items, their cumulative weights, the values the sketch
+/// saw, the sample's values as float64, where they are valid or an empty array).
 #[pyclass(module = "offload._native", frozen, name = "PlanTable")]
 pub struct PyPlanTable(TableStats);
 
@@ -145,12 +125,12 @@ impl PyPlanTable {
     fn new(
         name: String,
         rows: u64,
-        columns: Vec<(String, f64, bool, f64, u64)>,
+        columns: Vec<(String, f64, bool, f64, f64, u64)>,
         sample_rows: usize,
         mut numeric: HashMap<String, NumericArrays<'_>>,
     ) -> PyResult<Self> {
         let mut out = Vec::with_capacity(columns.len());
-        for (name, width, textual, distinct, nulls) in columns {
+        for (name, width, textual, fixed, distinct, nulls) in columns {
             let numeric = match numeric.remove(&name) {
                 Some((items, cumulative, n, sample, valid)) => {
                     let k = Numeric {
@@ -168,7 +148,7 @@ impl PyPlanTable {
                 }
                 None => None,
             };
-            out.push(ColumnStats { name, width, textual, distinct, nulls, numeric });
+            out.push(ColumnStats { name, width, textual, fixed, distinct, nulls, numeric });
         }
         Ok(Self(TableStats::new(name, rows, out, sample_rows)))
     }
@@ -178,54 +158,79 @@ impl PyPlanTable {
 /// is None where the plan holds something the native reader does not model: the caller then
 /// reads it with the Python reference.
 #[pyclass(module = "offload._native", frozen, name = "SubstraitPlan")]
-pub struct PySubstraitPlan(SubstraitPlan);
+pub struct PySubstraitPlan {
+    plan: SubstraitPlan,
+    /// Its reading, made once (the node's check of the plan and the features both ask).
+    info: OnceLock<Option<PlanInfo>>,
+}
 
 type Reads = Vec<(String, Vec<String>)>;
 /// (way, offload stages, pushback stages, why, crossover Mbit/s, the way above it).
 type Decided = (&'static str, Stages, Stages, String, Option<f64>, Option<&'static str>);
 type Stages = Vec<(&'static str, f64)>;
-/// (rows, bytes, steps, work in `estimate.WORK`'s order, shape).
-type Estimated = (f64, f64, Vec<String>, [f64; 6], (usize, usize, usize, Vec<&'static str>));
+/// (rows, bytes, steps, work in `estimate.WORK`'s order, shape, features by name).
+type Estimated<'py> = (f64, f64, Vec<String>, [f64; 6], (usize, usize, usize, Vec<&'static str>), Bound<'py, PyDict>);
 
 #[pymethods]
 impl PySubstraitPlan {
     #[new]
     fn new(plan: &[u8]) -> PyResult<Self> {
-        SubstraitPlan::decode(plan).map(Self).map_err(PyValueError::new_err)
+        let plan = SubstraitPlan::decode(plan).map_err(PyValueError::new_err)?;
+        Ok(Self { plan, info: OnceLock::new() })
     }
 
     /// (reads: [(table, [columns])], output names), as `plans.inspect` reads them.
     fn info(&self) -> Option<(Reads, Vec<String>)> {
-        self.0.info().ok().map(|i| (i.reads, i.output))
+        self.reading().map(|i| (i.reads.clone(), i.output.clone()))
     }
 
     /// The functions' names by anchor.
     fn names(&self) -> HashMap<u32, String> {
-        self.0.names.clone()
+        self.plan.names.clone()
     }
 
     /// (rows, bytes, steps, work in `estimate.WORK`'s order, (scalar calls, heavy ones, string
-    /// ones, relation kinds)) over `tables`; a condition the native walk does not price is
-    /// priced by `selectivity(expression bytes, [(table, column) or (None, None) per input
-    /// column])`, which returns (selectivity, the steps it took). Its exceptions pass.
-    fn estimate(
+    /// ones, relation kinds), the features: `QueryFeatures.as_dict()`) over `tables` (every
+    /// data set the plan reads); a condition the native walk does not price is priced by
+    /// `selectivity(expression bytes, [(table, column) or (None, None) per input column])`,
+    /// which returns (selectivity, the steps it took). Its exceptions pass.
+    fn estimate<'py>(
         &self,
-        py: Python<'_>,
-        tables: Vec<PyRef<'_, PyPlanTable>>,
+        py: Python<'py>,
+        tables: Vec<PyRef<'py, PyPlanTable>>,
         classes: &PyFunctionClasses,
-        selectivity: Bound<'_, PyAny>,
-    ) -> PyResult<Option<Estimated>> {
+        selectivity: Bound<'py, PyAny>,
+    ) -> PyResult<Option<Estimated<'py>>> {
         let stats: Vec<&TableStats> = tables.iter().map(|t| &t.0).collect();
         let mut conditions = Callback { py, tables: &stats, f: selectivity };
-        match estimate(&self.0, &stats, &classes.0, &mut conditions) {
-            Ok(e) => {
-                let s = e.shape;
-                Ok(Some((e.rows, e.bytes, e.steps, e.work, (s.functions, s.heavy, s.strings, s.kinds))))
-            }
-            Err(Stop::Unsupported(_)) => Ok(None),
-            Err(Stop::Failed(e)) => Err(e),
+        let e = match estimate(&self.plan, &stats, &classes.0, &mut conditions) {
+            Ok(e) => e,
+            Err(Stop::Unsupported(_)) => return Ok(None),
+            Err(Stop::Failed(e)) => return Err(e),
+        };
+        let Some(f) = self.reading().and_then(|i| Features::of(&e, &i.reads, &stats)) else { return Ok(None) };
+        let s = e.shape;
+        Ok(Some((e.rows, e.bytes, e.steps, e.work, (s.functions, s.heavy, s.strings, s.kinds), by_name(py, &f)?)))
+    }
+}
+
+impl PySubstraitPlan {
+    fn reading(&self) -> Option<&PlanInfo> {
+        self.info.get_or_init(|| self.plan.info().ok()).as_ref()
+    }
+}
+
+/// Features as `QueryFeatures.as_dict()` has them: counts as ints, flags as bools.
+fn by_name<'py>(py: Python<'py>, f: &Features) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (name, v) in FIELDS.iter().zip(f.values()) {
+        match *name {
+            "functions" | "heavy" => d.set_item(name, v as u64)?,
+            "aggregate" | "join" | "sort" => d.set_item(name, v != 0.0)?,
+            _ => d.set_item(name, v)?,
         }
     }
+    Ok(d)
 }
 
 /// Conditions priced by a Python callable.

@@ -46,14 +46,14 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from offload.dataservices import plans
-from offload.dataservices.stats import TableStats, Ticks, variable_width
+from offload.dataservices.stats import TableStats, Ticks, fixed_width, variable_width
 
 _EPOCH = dt.date(1970, 1, 1)
 
@@ -152,15 +152,25 @@ def estimate(plan: Any, stats: Mapping[str, TableStats], index: plans.PlanIndex 
     return est
 
 
+class NativeEstimate(NamedTuple):
+    """What the native walk gives for a plan: the estimate, the plan's shape, and its
+    features (``timemodel.features(shape, ...).as_dict()``, made natively)."""
+
+    estimate: Estimate
+    shape: plans.PlanShape
+    features: dict[str, Any]
+
+
 def native_estimate(
     native: Any, plan: bytes, stats: Mapping[str, TableStats], reads: Mapping[str, list[str]]
-) -> tuple[Estimate, plans.PlanShape] | None:
-    """:func:`estimate` and the plan's shape (:meth:`plans.PlanIndex.shape`) by the native walk
-    (``native``: the plan's ``offload._native.SubstraitPlan``, ``plan`` its bytes, ``reads``
-    its reads: ``plans.PlanInfo.reads``), the conditions it does not price priced here as
-    :func:`estimate` prices them; None where it does not model the plan (:func:`estimate`
-    then answers). Equal to :func:`estimate` (tested on generated plans); a walk of the plan in
-    Python was a fifth of a decision's CPU."""
+) -> NativeEstimate | None:
+    """:func:`estimate`, the plan's shape (:meth:`plans.PlanIndex.shape`) and its features by
+    the native walk (``native``: the plan's ``offload._native.SubstraitPlan``, ``plan`` its
+    bytes, ``reads`` its reads: ``plans.PlanInfo.reads``, ``stats`` every data set read), the
+    conditions it does not price priced here as :func:`estimate` prices them; None where it
+    does not model the plan (:func:`estimate` then answers). Equal to :func:`estimate` and
+    ``timemodel.features`` (tested on generated plans); a walk of the plan in Python was a
+    fifth of a decision's CPU, the features a tenth."""
     t0 = time.perf_counter()
     tables = [_plan_table(name, st) for name, st in stats.items()]
     ctx: list[_Ctx] = []  # made for the first condition the walk hands back, if any
@@ -173,10 +183,10 @@ def native_estimate(
     got = native.estimate(tables, plans.native_classes(), selectivity)
     if got is None:
         return None
-    rows, nbytes, steps, work, (functions, heavy, strings, kinds) = got
+    rows, nbytes, steps, work, (functions, heavy, strings, kinds), features = got
     est = Estimate(rows, nbytes, steps, time.perf_counter() - t0, dict(zip(WORK, work, strict=True)))
     read = {t: frozenset(cols) for t, cols in reads.items()}
-    return est, plans.PlanShape(functions, heavy, strings, frozenset(kinds), read)
+    return NativeEstimate(est, plans.PlanShape(functions, heavy, strings, frozenset(kinds), read), features)
 
 
 def _plan_table(name: str, st: TableStats) -> Any:
@@ -196,7 +206,7 @@ def _plan_table(name: str, st: TableStats) -> Any:
         from offload import _native
 
         cols = [
-            (c, cs.width_bytes, variable_width(cs.type), distinct(c), cs.nulls)
+            (c, cs.width_bytes, variable_width(cs.type), fixed_width(cs.type), distinct(c), cs.nulls)
             for c, cs in st.columns.items()
         ]
         rows = st.sample.num_rows if st.sample is not None else 0

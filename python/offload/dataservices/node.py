@@ -80,9 +80,12 @@ class Dataset:
     schema: pa.Schema = field(init=False, repr=False)
     """The table's schema, one object (``table.schema`` makes a new one each time: what is kept
     per schema, as the features' column kinds, is kept per data set)."""
+    columns: frozenset[str] = field(init=False, repr=False)
+    """Its columns' names (every plan is checked against them)."""
 
     def __post_init__(self) -> None:
         self.schema = self.table.schema
+        self.columns = frozenset(self.schema.names)
 
     def describe(self, with_stats: bool = False) -> dict[str, Any]:
         out = {
@@ -383,7 +386,7 @@ class Node(flight.FlightServerBase):
             return _fell_back(
                 out, self._fallback(plan, info, None, f"the estimate failed ({plans.first_line(e)})")
             )
-        out["estimate"], out["features"] = est, f.as_dict()
+        out["estimate"], out["features"] = est, f
         if models is None or self.config.system not in models.systems():
             reason = f"no time models for {self.config.system!r} on this node"
             return _fell_back(out, self._fallback(plan, info, est, reason))
@@ -407,23 +410,23 @@ class Node(flight.FlightServerBase):
             self.config.stats["decision_cpu_s"] += out["decision_cpu_s"]
         return out
 
-    def _features(self, plan: bytes, info: plans.PlanInfo) -> tuple[dict[str, Any], TM.QueryFeatures]:
-        """The plan's estimate and its features (whatever the estimator raises passes): by the
-        native walk where it models the plan, else by the Python estimator, its reference."""
+    def _features(self, plan: bytes, info: plans.PlanInfo) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The plan's estimate and its features, as dicts (whatever the estimator raises
+        passes): by the native walk where it models the plan, else by the Python estimator
+        and ``timemodel.features``, their reference."""
         sets = {t: self.dataset(t) for t in info.reads}
         stats = {t: ds.stats for t, ds in sets.items()}
         got = native_estimate(info.native, plan, stats, info.reads) if info.native is not None else None
         if got is not None:  # the native walk models every relation and expression of the plan
-            est, shape = got
-        else:
-            from substrait.plan_pb2 import Plan
+            return got.estimate.as_dict(), got.features
+        from substrait.plan_pb2 import Plan
 
-            parsed = Plan.FromString(plan)  # once, for the estimate and the features
-            index = plans.PlanIndex(parsed)  # one walk, for the estimate and the features
-            est, shape = estimate(parsed, stats, index), index.shape()
-        out = est.as_dict()
+        parsed = Plan.FromString(plan)  # once, for the estimate and the features
+        index = plans.PlanIndex(parsed)  # one walk, for the estimate and the features
+        out = estimate(parsed, stats, index).as_dict()
         schemas = {t: ds.schema for t, ds in sets.items()}
-        return out, TM.features(shape, out["rows"], out["bytes"], self._read_sizes(info, sets), out, schemas)
+        f = TM.features(index.shape(), out["rows"], out["bytes"], self._read_sizes(info, sets), out, schemas)
+        return out, f.as_dict()
 
     def _read_sizes(
         self, info: plans.PlanInfo, sets: dict[str, Dataset] | None = None
@@ -742,7 +745,7 @@ class Node(flight.FlightServerBase):
             self.config.stats["errors"] += 1
             raise flight.FlightServerError(str(e)) from None
         for t, cols in info.reads.items():
-            have = self.dataset(t).table.schema.names
+            have = self.dataset(t).columns
             missing = [c for c in cols if c not in have]
             if missing:
                 raise flight.FlightServerError(f"data set {t!r} has no column {', '.join(missing)}")
@@ -1063,7 +1066,7 @@ class _Learner:
         """One query's samples: the node's stages (and the host's, where its client sent them)."""
         node = self._node
         info = q["info"] or node._check_plan(q["plan"])
-        f = q["f"] or node._features(q["plan"], info)[1]
+        f = q["f"] or TM.QueryFeatures(**node._features(q["plan"], info)[1])
         times = dict(q.get("host") or {})
         engine, total = q["node"]["engine_s"], q["node"]["node_s"]
         if q["way"] == "offload":

@@ -124,6 +124,18 @@ def variable_width(t: pa.DataType) -> bool:
     return _textual(v) and not pa.types.is_fixed_size_binary(v)
 
 
+def fixed_width(t: pa.DataType) -> float:
+    """Bytes a value where ``t`` is a fixed-width type (a bool an eighth), else 0 (strings,
+    binaries, nested types, dictionaries: their bytes are not one width a row)."""
+    if variable_width(t):
+        return 0.0
+    try:
+        bits = t.bit_width
+    except ValueError:  # no fixed width
+        return 0.0
+    return bits / 8 if bits > 0 else 0.0
+
+
 def _nested(t: pa.DataType) -> bool:
     """Lists, structs, maps, unions: no equality sketch (nor a value_counts kernel) for them."""
     return pa.types.is_nested(t) or pa.types.is_null(t)

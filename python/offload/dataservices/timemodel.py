@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from offload import _native
-from offload.dataservices.stats import variable_width
+from offload.dataservices.stats import fixed_width, variable_width
 
 FEATURES = ("in_rows", "in_bytes", "out_rows", "out_bytes", "functions", "aggregate", "join", "sort", "heavy",
             "heavy_rows", "cheap_rows", "aggregate_rows", "sort_rows", "string_rows", "in_string_bytes",
@@ -209,8 +209,7 @@ def _type_kind(t: pa.DataType) -> tuple[bool, float]:
     0), kept per type (pyarrow's type checks are a Python call each: a tenth of the features)."""
     kind = _TYPE_KINDS.get(t)
     if kind is None:
-        variable = variable_width(t)
-        kind = _TYPE_KINDS[t] = (variable, t.bit_width / 8 if not variable and _fixed(t) else 0.0)
+        kind = _TYPE_KINDS[t] = (variable_width(t), fixed_width(t))
     return kind
 
 
@@ -458,14 +457,20 @@ class Decision:
 
 
 def decide(
-    models: Models, node_system: str, f: QueryFeatures, link: TransferLink, host_system: str = "host"
+    models: Models,
+    node_system: str,
+    f: QueryFeatures | Mapping[str, Any],
+    link: TransferLink,
+    host_system: str = "host",
 ) -> Decision:
-    """Predicts both ways' stages for a query with features ``f`` and picks the faster: natively
-    (crates/dataservices decide: the vectors, every model, the stages, why and the crossover in
-    one call; in Python they were a third of a decision's CPU), equal to
-    :func:`decide_reference` (tested on random features and models)."""
+    """Predicts both ways' stages for a query with features ``f`` (or their ``as_dict()``, as
+    the native estimate makes them) and picks the faster: natively (crates/dataservices
+    decide: the vectors, every model, the stages, why and the crossover in one call; in Python
+    they were a third of a decision's CPU), equal to :func:`decide_reference` (tested on
+    random features and models)."""
     forest, request, off, back = _prediction_plan(models, node_system, host_system)
-    values = list(vars(f).values())  # the fields in order: what the native side reads
+    fields = f if isinstance(f, Mapping) else vars(f)
+    values = list(fields.values())  # the fields in order: what the native side reads
     way, o, b, why, rate, above = forest.decide(request, off, back, values, link)
     return Decision(way, dict(o), dict(b), why, rate, above)
 
