@@ -9,8 +9,10 @@ For each node profile (root: namespaces, cgroups, tc):
    group-bys, wide and narrow rows);
 2. over each link rate (htb: 100 Mbit/s, 1 and 10 Gbit/s) a decision suite over generated
    schemas never trained on (other seeds): a node without models measures each query both ways
-   (medians of --repeat); a node with each set of models says what ``auto`` would run (its
-   ``explain``, the decision ``auto`` takes), before any query reaches it;
+   (medians of --truth-repeat, alternating: a quota-held node's runs of one query spread 2-3x
+   with where its CFS period falls, and a median of 3 often ranks two ways by that); a node
+   with each set of models says what ``auto`` would run (its ``explain``, the decision
+   ``auto`` takes), before any query reaches it;
 3. the nodes with models then serve --adapt-queries other queries of the same new schemas
    (``auto``, --adapt-gap apart: a node whose quota had refilled, as the ground truth's offloads
    ran between pushbacks), learn online, and are asked again: the "after" columns.
@@ -69,7 +71,8 @@ def main() -> None:
     ap.add_argument("--links", default=",".join(LINKS))
     ap.add_argument("--rows", type=int, default=400_000, help="rows of a narrow fact table (wider: fewer)")
     ap.add_argument("--train-schemas", type=int, default=6, help="generated schemas trained on: seeds 0..k-1")
-    ap.add_argument("--train-queries", type=int, default=17, help="queries per training schema")
+    ap.add_argument("--train-queries", type=int, default=30,
+                    help="queries per training schema (`offload node train`'s --queries)")  # fmt: skip
     ap.add_argument("--particle-sizes", default="100000,400000,1600000", help="particle tables (`train`'s)")
     ap.add_argument("--particle-queries", type=int, default=30, help="queries per particle table (`train`'s)")
     ap.add_argument("--test-seeds", default="100,101,102,103", help="schemas of the decision suite")
@@ -78,7 +81,9 @@ def main() -> None:
     ap.add_argument("--adapt-wait", type=float, default=90, help="seconds to wait for a node's refit")
     ap.add_argument("--adapt-gap", type=float, default=0.02,
                     help="seconds between the queries a node adapts to (0: back to back)")  # fmt: skip
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each way per query (medians)")
+    ap.add_argument("--repeat", type=int, default=3, help="training: runs of each way per query (`train`'s)")
+    ap.add_argument("--truth-repeat", type=int, default=7,
+                    help="the decision suite: runs of each way per query (medians), alternating")  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("benches/results/dataservices/generalize.json"))
     ap.add_argument("--worker", choices=("train", "decide", "serve"), help=argparse.SUPPRESS)
     ap.add_argument("--serve", help=argparse.SUPPRESS)
@@ -319,7 +324,7 @@ def decide_worker(a: argparse.Namespace) -> None:
             r["decisions"][m] = _decision(c.explain(plan))
     for r, plan in zip(rows, plan_of, strict=True):
         times: dict[str, list[float]] = {"offload": [], "pushback": []}
-        for _ in range(a.repeat):
+        for _ in range(a.truth_repeat):
             for way in times:
                 table, timing = measurer.query(plan, way)
                 times[way].append(timing.total)
