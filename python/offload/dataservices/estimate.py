@@ -153,12 +153,22 @@ def estimate(plan: Any, stats: Mapping[str, TableStats], index: plans.PlanIndex 
 
 
 class NativeEstimate(NamedTuple):
-    """What the native walk gives for a plan: the estimate, the plan's shape, and its
-    features (``timemodel.features(shape, ...).as_dict()``, made natively)."""
+    """What the native walk gives for a plan: the estimate, its features
+    (``timemodel.features(shape, ...).as_dict()``, made natively), and what the plan's
+    :attr:`shape` is made of, made only where it is asked for (a decision does not)."""
 
     estimate: Estimate
-    shape: plans.PlanShape
     features: dict[str, Any]
+    calls: tuple[int, int, int, list[str]]
+    """Scalar calls (all, heavy, string) and the relation kinds, as the native walk gives them."""
+    reads: Mapping[str, list[str]]
+
+    @property
+    def shape(self) -> plans.PlanShape:
+        """The plan's shape (:meth:`plans.PlanIndex.shape`)."""
+        functions, heavy, strings, kinds = self.calls
+        read = {t: frozenset(cols) for t, cols in self.reads.items()}
+        return plans.PlanShape(functions, heavy, strings, frozenset(kinds), read)
 
 
 def native_estimate(
@@ -183,10 +193,9 @@ def native_estimate(
     got = native.estimate(tables, plans.native_classes(), selectivity)
     if got is None:
         return None
-    rows, nbytes, steps, work, (functions, heavy, strings, kinds), features = got
+    rows, nbytes, steps, work, calls, features = got
     est = Estimate(rows, nbytes, steps, time.perf_counter() - t0, dict(zip(WORK, work, strict=True)))
-    read = {t: frozenset(cols) for t, cols in reads.items()}
-    return NativeEstimate(est, plans.PlanShape(functions, heavy, strings, frozenset(kinds), read), features)
+    return NativeEstimate(est, features, calls, reads)
 
 
 def _plan_table(name: str, st: TableStats) -> Any:

@@ -124,15 +124,18 @@ def variable_width(t: pa.DataType) -> bool:
     return _textual(v) and not pa.types.is_fixed_size_binary(v)
 
 
+def bit_width(t: pa.DataType) -> int:
+    """``t.bit_width``, 0 where the type has none (strings, nested types)."""
+    try:
+        return t.bit_width
+    except ValueError:
+        return 0
+
+
 def fixed_width(t: pa.DataType) -> float:
     """Bytes a value where ``t`` is a fixed-width type (a bool an eighth), else 0 (strings,
-    binaries, nested types, dictionaries: their bytes are not one width a row)."""
-    if variable_width(t):
-        return 0.0
-    try:
-        bits = t.bit_width
-    except ValueError:  # no fixed width
-        return 0.0
+    binaries, nested types, dictionaries of strings: their bytes are not one width a row)."""
+    bits = 0 if variable_width(t) else bit_width(t)
     return bits / 8 if bits > 0 else 0.0
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from offload import _native
-from offload.dataservices.stats import fixed_width, variable_width
+from offload.dataservices.stats import bit_width, fixed_width, variable_width
 
 FEATURES = ("in_rows", "in_bytes", "out_rows", "out_bytes", "functions", "aggregate", "join", "sort", "heavy",
             "heavy_rows", "cheap_rows", "aggregate_rows", "sort_rows", "string_rows", "in_string_bytes",
@@ -214,13 +214,6 @@ def _type_kind(t: pa.DataType) -> tuple[bool, float]:
 
 
 _TYPE_KINDS: dict[pa.DataType, tuple[bool, float]] = {}
-
-
-def _fixed(t: pa.DataType) -> bool:
-    try:
-        return t.bit_width > 0
-    except ValueError:
-        return False
 
 
 def scan_features(f: QueryFeatures) -> QueryFeatures:
@@ -967,4 +960,4 @@ def _rows_bound(rel: Any, rows: Mapping[str, float]) -> float:
 def row_width(schema: pa.Schema, string_width: float) -> float:
     """Bytes of one row of ``schema``: fixed-width types their width, variable-width ones
     ``string_width`` (the widest such column read, from the statistics)."""
-    return sum((t.bit_width / 8 if _fixed(t) else string_width) for t in schema.types)
+    return sum((bits / 8 if (bits := bit_width(t)) > 0 else string_width) for t in schema.types)
