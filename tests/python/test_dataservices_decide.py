@@ -149,6 +149,7 @@ def test_the_crossover_is_where_the_faster_way_changes_for_good(
 @settings(max_examples=300)
 @given(seconds, seconds, nbytes, seconds, seconds, nbytes, st.sampled_from([0.0, 50e-6, 0.01, 0.3]))
 @example(1.811515927659874e-13, 0.0, 204800000.0, 0.0, 0.0, 204800000.0, 0.0)  # crossing at the slowest rate
+@example(0.0, 5.918254290670365, 9118931754.064306, 0.0, 0.0, 9118931754.064306, 0.0)  # tied below a break
 def test_the_decisions_crossover_solved_is_the_one_searched(
     fixed_o: float, node_o: float, bytes_o: float, fixed_b: float, node_b: float, bytes_b: float, lat: float
 ) -> None:

@@ -307,6 +307,9 @@ pub fn decide(p: &Parts, f: &Features, link: Link) -> Decision {
     Decision { way, offload, pushback, why, crossover_mbit: rate.map(|r| r * 8e-6), above }
 }
 
+/// Halvings of the segment the crossover lies in (`timemodel.CROSSOVER_STEPS`).
+const CROSSOVER_STEPS: usize = 64;
+
 /// The slowest and fastest rates the crossover is looked for over (`timemodel.RATES`' ends).
 const SLOWEST_RATE: f64 = 1e5;
 const FASTEST_RATE: f64 = 1.25e11;
@@ -337,11 +340,22 @@ pub fn crossover(
     let d0 = gap(fastest);
     let above = if d0 <= 0.0 { "offload" } else { "pushback" };
     for w in us.windows(2) {
-        let (a, b) = (w[0], w[1]);
-        let (da, db) = (gap(a), gap(b));
-        if (db <= 0.0) != (d0 <= 0.0) {
-            let u = if da == db { b } else { a + (b - a) * da / (da - db) };
-            return (Some(1.0 / u.max(a).min(b)), Some(above));
+        let (mut a, mut b) = (w[0], w[1]);
+        if (gap(b) <= 0.0) != (d0 <= 0.0) {
+            // bisected, not interpolated: where the ways tie beyond a break point, bytes x u
+            // misses the stream there by an ulp and the line through the ends crosses at b
+            for _ in 0..CROSSOVER_STEPS {
+                let mid = (a + b) / 2.0;
+                if !(a < mid && mid < b) {
+                    break;
+                }
+                if (gap(mid) <= 0.0) != (d0 <= 0.0) {
+                    b = mid;
+                } else {
+                    a = mid;
+                }
+            }
+            return (Some(1.0 / b), Some(above));
         }
     }
     (None, None)

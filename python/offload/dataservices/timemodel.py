@@ -565,8 +565,8 @@ def link_crossover(
     each way, (fixed s, node stream s, bytes), takes fixed + max(stream, latency + bytes /
     rate). In u = 1 / rate both are piecewise linear, so their difference is linear between
     the two streams' break points, and its first zero from the fastest rate on is where the
-    faster way changes (exact where the grids narrow it to a few parts in 10^6; the grids took
-    a tenth of a decision's CPU)."""
+    faster way changes: found by halving that one segment (the grids over all rates took a
+    tenth of a decision's CPU)."""
 
     def gap(u: float) -> float:  # offload's time less pushback's at rate 1 / u: <= 0, offload wins
         o = offload[0] + max(offload[1], latency_s + offload[2] * u)
@@ -583,11 +583,20 @@ def link_crossover(
     d0 = gap(fastest)
     above = "offload" if d0 <= 0 else "pushback"
     for a, b in itertools.pairwise(us):
-        da, db = gap(a), gap(b)
-        if (db <= 0) != (d0 <= 0):  # the way changes in (a, b]: where the line crosses zero
-            u = b if da == db else a + (b - a) * da / (da - db)
-            return 1.0 / min(max(u, a), b), above
+        if (gap(b) <= 0) != (d0 <= 0):  # the way changes in (a, b]: where, to the last bit
+            # bisected, not interpolated: where the ways tie beyond a break point, bytes x u
+            # misses the stream there by an ulp and the line through the ends crosses at b
+            for _ in range(CROSSOVER_STEPS):
+                mid = (a + b) / 2
+                if not a < mid < b:
+                    break
+                a, b = (a, mid) if (gap(mid) <= 0) != (d0 <= 0) else (mid, b)
+            return 1.0 / b, above
     return None, None
+
+
+CROSSOVER_STEPS = 64
+"""Halvings of the segment the crossover lies in: u to its last bit."""
 
 
 def held_out_error(samples: Sequence[QuerySample], seed: int = 0, share: float = 0.25) -> dict[str, float]:
