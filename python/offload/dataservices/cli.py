@@ -5,6 +5,7 @@ serve a node → make particles → load them → query with SQL, offloaded or p
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -259,6 +260,9 @@ def load(
     path: Annotated[
         str | None, typer.Option(help="File in the node's --data-dir to register. \\[default: none]")
     ] = None,
+    replace: Annotated[
+        bool, typer.Option(help="Replace a data set of that name on the node (without: refused).")
+    ] = False,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
@@ -266,7 +270,8 @@ def load(
 ) -> None:
     """Give a node a data set: upload a local file (--file) or register one of its own (--path:
     relative to the node's --data-dir; a relative path that exists here is sent absolute, and the
-    node takes it if it lies inside its data directory)."""
+    node takes it if it lies inside its data directory). A name the node has is refused unless
+    --replace."""
     from offload.dataservices import tablefiles
     from offload.dataservices.client import NodeError
 
@@ -280,12 +285,15 @@ def load(
         path = str(Path(path).absolute())  # type: ignore[arg-type]
     with _client(node, token_file, netns, timeout_s=900) as c:  # loading sketches every column
         with failing(NodeError):
-            d = c.upload(name, table) if table is not None else c.register(name, str(path))
+            if table is not None:
+                d = c.upload(name, table, replace=replace)
+            else:
+                d = c.register(name, str(path), replace=replace)
     if emit(d, as_json, out):
         return
-    console.print(
-        f"{d['name']}: {d['rows']:,} rows, {d['bytes'] / 2**20:.1f} MiB, columns {', '.join(d['columns'])}"
-    )
+    was = f" (replaced: {d['replaced']:,} rows before)" if d.get("replaced") is not None else ""
+    mib, columns = d["bytes"] / 2**20, ", ".join(d["columns"])
+    console.print(f"{d['name']}: {d['rows']:,} rows{was}, {mib:.1f} MiB, columns {columns}")
 
 
 @app.command(name="list")
@@ -469,6 +477,13 @@ def query(
             ".feather) or CSV (.csv), whole or not at all. \\[default: none]"
         ),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="Let --save replace a file that exists, if it is a result --save wrote (Parquet or "
+            "Arrow marked so); any other file is refused."
+        ),
+    ] = False,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
@@ -486,6 +501,8 @@ def query(
     comp = _compression(compression)
     if save is not None and save.suffix.lower() not in tablefiles.WRITTEN:
         raise fail(f"--save {save}: give a file ending in {', '.join(tablefiles.WRITTEN)}")
+    if save is not None:
+        _may_replace(save, force)
     runs = {}
     with _client(node, token_file, netns) as c:
         with failing(NodeError, PlanError, ValueError):
@@ -495,7 +512,8 @@ def query(
     same = plans.same_answer(*(r[0] for r in runs.values())) if len(runs) == 2 else None
     result = next(iter(runs.values()))[0]
     if save is not None:
-        _save(result, save)
+        _may_replace(save, force)  # again: a file may have come meanwhile
+        _save(result, save, json.dumps({"sql": sql, "node": node, "by": "offload node query --save"}))
     doc = {"sql": sql, "runs": {w: t.as_dict() for w, (_, t) in runs.items()}, "same_answer": same,
            "result": _records(result, rows), "saved": str(save.absolute()) if save else None}  # fmt: skip
     if emit(doc, as_json, out, default=_json_value):
@@ -548,12 +566,29 @@ def _json_value(v: Any) -> Any:
     return str(v)  # Decimal, and anything else: its text
 
 
-def _save(table: Any, path: Path) -> None:
-    """Writes ``table`` whole to ``path`` (tablefiles.write); a failure is one line, exit 2."""
+def _may_replace(path: Path, force: bool) -> None:
+    """--save's file may be written: it does not exist, or --force and it is a result file
+    --save wrote (its mark: tablefiles.marked); else one line naming it, exit 2."""
+    from offload.dataservices import tablefiles
+
+    if not path.exists() and not path.is_symlink():
+        return
+    if not force:
+        raise fail(f"--save {path}: the file exists; give --force to replace it (only a result file "
+                   "--save wrote is replaced), or another name")  # fmt: skip
+    if not path.is_file() or path.is_symlink() or not tablefiles.marked(path):
+        raise fail(f"--save {path}: not a result file --save wrote (no offload.result mark; CSV "
+                   "carries none), so --force does not replace it: remove it yourself or pick "
+                   "another name")  # fmt: skip
+
+
+def _save(table: Any, path: Path, mark: str | None = None) -> None:
+    """Writes ``table`` whole to ``path`` (tablefiles.write, ``mark`` in its schema's metadata);
+    a failure is one line, exit 2."""
     from offload.dataservices import tablefiles
 
     try:
-        tablefiles.write(table, path)
+        tablefiles.write(table, path, mark)
     except OSError as e:
         raise fail(oneline(e)) from None
     except ValueError as e:

@@ -8,6 +8,7 @@ of where the time went.
 from __future__ import annotations
 
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -69,9 +70,16 @@ class NodeClient:
     """A connection to one node at ``endpoint`` (``host:port`` or ``grpc://host:port``)."""
 
     def __init__(
-        self, endpoint: str, token: str, timeout_s: float = 60.0, token_source: str | None = None
+        self,
+        endpoint: str,
+        token: str,
+        timeout_s: float = 60.0,
+        token_source: str | None = None,
+        name: str | None = None,
     ) -> None:
         self.location = endpoint if "://" in endpoint else f"grpc://{endpoint}"
+        self.name = name
+        """The node's name where the caller knows it (a cluster file's): errors say it."""
         self._client = flight.FlightClient(self.location, middleware=[_Bearer(token)])
         self._opts = flight.FlightCallOptions(timeout=timeout_s, read_options=READ)
         self._source = token_source
@@ -80,7 +88,7 @@ class NodeClient:
         """Sends the host's stages of each query to the node (``observe``) off the query's path."""
 
     def _call_errors(self) -> _errors:
-        return _errors(self.location, self._source)
+        return _errors(self.location, self._source, self.name, self._opts.timeout)
 
     def close(self) -> None:
         if self._observer is not None:  # the observations in flight end within OBSERVE_S
@@ -96,19 +104,23 @@ class NodeClient:
     # ---------------------------------------------------------------------------- data sets
 
     def upload(
-        self, name: str, table: pa.Table, compression: str | None = None, append: bool = False
+        self,
+        name: str,
+        table: pa.Table,
+        compression: str | None = None,
+        append: bool = False,
+        replace: bool = True,
     ) -> dict[str, Any]:
-        """Sends ``table`` to the node as data set ``name`` (or appends it); returns its description."""
+        """Sends ``table`` to the node as data set ``name`` (or appends it); returns its description
+        (``replaced``: the rows of the one it replaced). Not ``replace``: a name taken is refused
+        (NodeError) before the rows are read."""
         opts = flight.FlightCallOptions(
             timeout=self._opts.timeout,
             write_options=pa.ipc.IpcWriteOptions(compression=compression),
             read_options=READ,
         )
-        desc = (
-            flight.FlightDescriptor.for_path(name, "append")
-            if append
-            else flight.FlightDescriptor.for_path(name)
-        )
+        path = (name, "append") if append else (name,) if replace else (name, "new")
+        desc = flight.FlightDescriptor.for_path(*path)
         with self._call_errors():
             writer, meta = self._client.do_put(desc, table.schema, options=opts)
             writer.write_table(table, max_chunksize=1 << 16)
@@ -117,9 +129,10 @@ class NodeClient:
             writer.close()
         return json.loads(ack.to_pybytes()) if ack is not None else {}
 
-    def register(self, name: str, path: str) -> dict[str, Any]:
-        """Loads a file of the node's data directory as data set ``name``."""
-        return self._action("register", json.dumps({"name": name, "path": path}).encode())
+    def register(self, name: str, path: str, replace: bool = True) -> dict[str, Any]:
+        """Loads a file of the node's data directory as data set ``name`` (not ``replace``: a name
+        taken is refused)."""
+        return self._action("register", json.dumps({"name": name, "path": path, "replace": replace}).encode())
 
     def drop(self, name: str) -> bool:
         return bool(self._action("drop", name.encode())["dropped"])
@@ -263,10 +276,18 @@ def host_times(timing: Timing) -> dict[str, float]:
 
 class _errors:
     """Turns Flight errors into NodeError with the node's message (gRPC detail stripped); a
-    refused token names where it came from."""
+    refused token names where it came from; a node that cannot be reached or went away
+    mid-call (gRPC's UNAVAILABLE, "Stream removed"), or did not answer in time, is named, with
+    what to do, in one line."""
 
-    def __init__(self, location: str = "", token_source: str | None = None) -> None:
-        self.location, self.source = location, token_source
+    def __init__(
+        self,
+        location: str = "",
+        token_source: str | None = None,
+        name: str | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        self.location, self.source, self.name, self.timeout_s = location, token_source, name, timeout_s
 
     def __enter__(self) -> None:
         return None
@@ -275,6 +296,18 @@ class _errors:
         if e is None or not isinstance(e, flight.FlightError | pa.ArrowException):
             return False
         msg = str(e).split(". Detail:")[0].strip()
+        node = f"node {self.name} at {self.location}" if self.name else f"the node at {self.location}"
+        if isinstance(e, flight.FlightUnavailableError) or "Stream removed" in msg:
+            why = re.sub(r"^\w+ returned unavailable error, with message: ", "", msg).split(". gRPC")[0]
+            raise NodeError(
+                f"{node} went away or cannot be reached ({why[:200]}): check that it is running "
+                "(`offload node list`), restart it if not, then run the command again"
+            ) from None
+        if isinstance(e, flight.FlightTimedOutError):
+            raise NodeError(
+                f"{node} did not answer within {self.timeout_s or 0:g} s: the query may be too heavy "
+                "for it (see its --query-timeout), or the node is overloaded; try again or narrow the query"
+            ) from None
         if isinstance(e, flight.FlightUnauthenticatedError):
             msg = msg.removeprefix("gRPC returned unauthenticated error, with message: ")
             where = f" ({self.source})" if self.source else ""

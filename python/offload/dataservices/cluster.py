@@ -88,7 +88,7 @@ class ClusterClient:
         if not nodes:
             raise ValueError("a cluster needs at least one node")
         self.specs = nodes
-        self.clients = {n.name: NodeClient(n.endpoint, n.token, timeout_s) for n in nodes}
+        self.clients = {n.name: NodeClient(n.endpoint, n.token, timeout_s, name=n.name) for n in nodes}
 
     def close(self) -> None:
         for c in self.clients.values():
@@ -146,4 +146,4 @@ class ClusterClient:
         try:
             return c.query(local, way)
         except NodeError as e:
-            raise NodeError(f"{c.location}: {e}") from None
+            raise NodeError(str(e) if c.location in str(e) else f"{c.location}: {e}") from None

@@ -77,6 +77,8 @@ class Dataset:
     version: int = 0
     """New for every add and append on the node: what was decided over the data set before holds
     no longer."""
+    replaced: int | None = None
+    """The rows of the data set of that name this one replaced (None: it replaced none)."""
     schema: pa.Schema = field(init=False, repr=False)
     """The table's schema, one object (``table.schema`` makes a new one each time: what is kept
     per schema, as the features' column kinds, is kept per data set)."""
@@ -96,6 +98,8 @@ class Dataset:
             "source": self.source,
             "stats_s": round(self.stats.seconds, 4),
         }
+        if self.replaced is not None:
+            out["replaced"] = self.replaced
         if with_stats:
             out["stats"] = self.stats.describe()
         return out
@@ -303,14 +307,18 @@ class Node(flight.FlightServerBase):
     def _own_actions(self) -> None:
         def register(body: bytes) -> dict[str, Any]:
             args = wire.json_object(body, "register")
-            return self.register_file(str(args.get("name", "")), str(args.get("path", ""))).describe()
+            replace = args.get("replace", True) is not False  # absent: replace, as a put to [name]
+            return self.register_file(
+                str(args.get("name", "")), str(args.get("path", "")), replace
+            ).describe()
 
         def drop(body: bytes) -> dict[str, Any]:
             with self._lock:
                 return {"dropped": self._datasets.pop(body.decode(), None) is not None}
 
         own: list[tuple[str, str, ActionHandler]] = [
-            ("register", 'load a file of the data directory: {"name": ..., "path": ...}', register),
+            ("register", 'load a file of the data directory: {"name": ..., "path": ..., "replace": '
+             'true (the default) or false (refuse a name taken)}', register),
             ("drop", "drop a data set: its name", drop),
             ("describe", "a data set's rows, bytes, columns, source and statistics: its name",
              lambda body: self.dataset(body.decode()).describe(with_stats=True)),
@@ -330,14 +338,34 @@ class Node(flight.FlightServerBase):
 
     # ------------------------------------------------------------------------------ data sets
 
-    def add(self, name: str, table: pa.Table, source: str = "upload") -> Dataset:
-        """Adds (or replaces) a data set and sketches its columns."""
+    def add(self, name: str, table: pa.Table, source: str = "upload", replace: bool = True) -> Dataset:
+        """Adds a data set and sketches its columns. One of that name already there is replaced
+        where ``replace`` (its rows are then in ``Dataset.replaced``), else refused: checked
+        before the sketching and again as the data set is put in place."""
         check_name(name)
+        if not replace:
+            self._refuse_existing(name)
         ds = Dataset(name, table.combine_chunks(), source, TableStats.of(table), next(self._versions))
         prepare(name, ds.stats)  # what the first decision over it would make
         with self._lock:
+            old = self._datasets.get(name)
+            if old is not None and not replace:
+                raise self._exists(old)
+            ds.replaced = old.table.num_rows if old is not None else None
             self._datasets[name] = ds
         return ds
+
+    def _refuse_existing(self, name: str) -> None:
+        with self._lock:
+            old = self._datasets.get(name)
+        if old is not None:
+            raise self._exists(old)
+
+    def _exists(self, old: Dataset) -> flight.FlightServerError:
+        return flight.FlightServerError(
+            f"data set {old.name!r} exists on {self.config.name} ({old.table.num_rows:,} rows, from "
+            f"{old.source}): give --replace to replace it, or another name"
+        )
 
     def append(self, name: str, table: pa.Table) -> Dataset:
         """Appends rows to a data set; its statistics take them in (no rebuild)."""
@@ -488,13 +516,16 @@ class Node(flight.FlightServerBase):
         with self._lock:
             return list(self._datasets.values())
 
-    def register_file(self, name: str, relative: str) -> Dataset:
+    def register_file(self, name: str, relative: str, replace: bool = True) -> Dataset:
         """Loads a Parquet or Arrow IPC file under the data directory as data set ``name``:
         ``relative`` to it, or absolute and inside it (a client makes its own relative paths
         absolute). Pages are checksum-verified (:mod:`.tablefiles`); errors name the file as
-        given and carry none of its contents."""
+        given and carry none of its contents. A name taken is refused unless ``replace``."""
         from offload.dataservices import tablefiles
 
+        check_name(name)
+        if not replace:
+            self._refuse_existing(name)
         root = self.config.data_dir
         if root is None:
             raise flight.FlightServerError("this node has no data directory: upload with do_put instead")
@@ -507,7 +538,7 @@ class Node(flight.FlightServerBase):
             table = tablefiles.read(path, name=repr(relative))
         except tablefiles.DamagedFile as e:
             raise flight.FlightServerError(str(e)) from None
-        return self.add(name, table, source=str(relative))
+        return self.add(name, table, source=str(relative), replace=replace)
 
     # ------------------------------------------------------------------------------- Flight
 
@@ -648,11 +679,16 @@ class Node(flight.FlightServerBase):
             return
         if len(path) == 1:
             ds = self.add(path[0], reader.read_all())
+        elif len(path) == 2 and path[1] == "new":  # refused before the rows are read
+            check_name(path[0])
+            self._refuse_existing(path[0])
+            ds = self.add(path[0], reader.read_all(), replace=False)
         elif len(path) == 2 and path[1] == "append":
             ds = self.append(path[0], reader.read_all())
         else:
             raise flight.FlightServerError(
-                "upload to a path descriptor: [name] to replace, [name, 'append'] to append"
+                "upload to a path descriptor: [name] to add or replace, [name, 'new'] to add only, "
+                "[name, 'append'] to append"
             )
         writer.write(json.dumps(ds.describe()).encode())
 

@@ -26,6 +26,11 @@ WRITTEN = {".parquet": "Parquet", ".arrow": "Arrow IPC", ".feather": "Arrow IPC"
 """What :func:`write` writes, by suffix (CSV too: a query's result is read elsewhere)."""
 
 
+RESULT_KEY = b"offload.result"
+"""The schema metadata key `offload node query --save` marks its Parquet and Arrow files with
+(what ran, where): a file holding it is one the tool wrote, which ``--force`` may replace."""
+
+
 class DamagedFile(ValueError):
     """A table file that cannot be read whole; the message names the file and says why, and
     carries none of its contents."""
@@ -39,16 +44,19 @@ def write_parquet(table: pa.Table, path: str | Path, **options: object) -> Path:
     return path
 
 
-def write(table: pa.Table, path: str | Path) -> Path:
+def write(table: pa.Table, path: str | Path, mark: str | None = None) -> Path:
     """Writes ``table`` whole in the format its suffix names (:data:`WRITTEN`), atomically:
     ValueError for a suffix it does not know or a table the format cannot hold (CSV and nested
-    columns), OSError for the disk; either way nothing was left half-written."""
+    columns), OSError for the disk; either way nothing was left half-written. ``mark``: put in
+    the schema's metadata under :data:`RESULT_KEY` (Parquet and Arrow; CSV has no place for it)."""
     import pyarrow.csv as pacsv
 
     path = Path(path)
     kind = WRITTEN.get(path.suffix.lower())
     if kind is None:
         raise ValueError(f"{path}: give a file ending in {', '.join(WRITTEN)}")
+    if mark is not None and kind != "CSV":
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), RESULT_KEY: mark.encode()})
     path.parent.mkdir(parents=True, exist_ok=True)
     if kind == "Parquet":
         return write_parquet(table, path)
@@ -64,6 +72,24 @@ def write(table: pa.Table, path: str | Path) -> Path:
 
         raise ValueError(f"cannot write {path} as {kind}: {first_line(e)}; nothing was written") from None
     return path
+
+
+def marked(path: str | Path) -> bool:
+    """Whether ``path`` is a Parquet or Arrow file whose schema holds :data:`RESULT_KEY` (one that
+    `query --save` wrote); anything else, a CSV file or one that cannot be read, is not."""
+    path = Path(path)
+    kind = WRITTEN.get(path.suffix.lower())
+    try:
+        if kind == "Parquet":
+            schema = pq.read_schema(path)
+        elif kind == "Arrow IPC":
+            with pa.memory_map(str(path)) as f:
+                schema = pa.ipc.open_file(f).schema
+        else:
+            return False
+    except (pa.ArrowException, OSError, ValueError):
+        return False
+    return RESULT_KEY in (schema.metadata or {})
 
 
 def parquet_format() -> pads.ParquetFileFormat:
