@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from offload import __version__
-from offload.clitools import err, failing
+from offload.clitools import err, failing, finite_numbers, reflowed_help
 from offload.dataservices import cli as node_cli
 from offload.dataservices.cli import app as node_app
 from offload.flows.cli import app as flows_app
@@ -56,7 +56,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool,
+        typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
 ) -> None:
     """offload: run data services on accelerators and near-data devices, and know when that pays."""
@@ -67,8 +68,8 @@ def demo(
     out: Annotated[
         str, typer.Option(help="Working directory for generated data and results.")
     ] = "build/demo",
-    rules: Annotated[int, typer.Option(help="Rules to synthesise.")] = 100_000,
-    requests: Annotated[int, typer.Option(help="User requests in the trace.")] = 2_000,
+    rules: Annotated[int, typer.Option(help="Rules to synthesise.", min=1, max=10_000_000)] = 100_000,
+    requests: Annotated[int, typer.Option(help="User requests in the trace.", min=1, max=1_000_000)] = 2_000,
 ) -> None:
     """The main job: synthesise an MCT rule set and trace, compile, match with every matcher,
     print a summary with explained answers."""
@@ -208,31 +209,73 @@ _old_name("inject", serve_cli.inject)
 _old_name("sweep", serve_cli.sweep)
 
 
+@functools.cache
+def command() -> Any:
+    """The `offload` command as click runs it: the typer app, every float option finite
+    (`clitools.finite_numbers`). `main` runs it; the CLI tests inspect it."""
+    return reflowed_help(finite_numbers(typer.main.get_command(app)))
+
+
 def main() -> None:
-    """Runs the command; a failure nobody caught becomes one line on stderr, never a traceback
-    (OFFLOAD_TRACEBACK=1 shows it): a file that could not be written or read and a bad value
-    exit 2, anything else (a bug: please report it) exits 1."""
+    """Runs the command; every way it can end is one line on stderr at most, never a traceback
+    (OFFLOAD_TRACEBACK=1 shows it): a bad argument (`usage_line`), a file that could not be
+    written or read and a bad value exit 2, Ctrl-C "interrupted" and 130, anything else (a bug:
+    please report it) exit 1."""
     import os
     import sys
 
     from offload.files import WriteError
 
     try:
-        app()
+        code = command().main(prog_name="offload", standalone_mode=False)
     except KeyboardInterrupt:
-        err.print("interrupted", highlight=False)
-        sys.exit(130)
+        code = 130
+    except typer.Abort:  # a prompt's Ctrl-D
+        code = 130
     except Exception as e:
         if os.environ.get("OFFLOAD_TRACEBACK"):
             raise
-        known = isinstance(e, (WriteError, OSError, ValueError))
-        what = str(e) if isinstance(e, WriteError) else f"{type(e).__name__}: {e}"
+        usage = usage_line(e)
+        known = usage is not None or isinstance(e, (WriteError, OSError, ValueError))
+        what = usage or (str(e) if isinstance(e, WriteError) else f"{type(e).__name__}: {e}")
         if not known:
             what = f"internal error, please report it ({what}); OFFLOAD_TRACEBACK=1 shows where"
         from rich.markup import escape
 
-        err.print(f"[bold red]error:[/] {escape(what)}", highlight=False, soft_wrap=True)
+        if what:
+            err.print(f"[bold red]error:[/] {escape(what)}", highlight=False, soft_wrap=True)
         sys.exit(2 if known else 1)
+    if code == 130:  # typer turns a KeyboardInterrupt inside a command into exit 130
+        err.print("interrupted", highlight=False)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def usage_line(e: BaseException) -> str | None:
+    """A bad argument (click's usage errors: an unknown option, a value out of its domain, a
+    missing one) as one line naming the command and where its help is; None for other errors."""
+    show = getattr(e, "format_message", None)
+    ctx = getattr(e, "ctx", None)
+    if show is None or getattr(e, "exit_code", None) != 2:
+        return None
+    if not str(show()).strip():  # no arguments at all: the help was shown
+        return ""
+    where = f"; see '{ctx.command_path} --help'" if ctx is not None else ""
+    given = _given(getattr(e, "param", None))
+    return " ".join(str(show()).split()) + (f" (given {given})" if given is not None else "") + where
+
+
+def _given(param: Any) -> str | None:
+    """The text given on the command line for the option ``param``, if it was given."""
+    import sys
+
+    args, opts = sys.argv[1:], [o for o in getattr(param, "opts", None) or [] if o.startswith("-")]
+    given = None  # the last one given is the one taken
+    for i, a in enumerate(args):
+        if a in opts and i + 1 < len(args):
+            given = args[i + 1]
+        elif a.startswith(tuple(f"{o}=" for o in opts)):
+            given = a.split("=", 1)[1]
+    return given
 
 
 if __name__ == "__main__":

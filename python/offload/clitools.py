@@ -194,18 +194,76 @@ def _logged_progress(first: str, total: float | None) -> Iterator[Steps]:
         thread.join()
 
 
-def ints(text: str) -> list[int]:
+def finite_numbers(command: Any) -> Any:
+    """Makes every float option and argument of ``command`` and its subcommands refuse nan and
+    ±inf (typer takes both as floats, and a range with only a lower bound lets inf through), with
+    the usual usage error (exit 2); returns ``command``. The one home of that rule: each option
+    states its own range (``min=``/``max=``, shown in --help), never a nan check of its own."""
+    for sub in getattr(command, "commands", {}).values():
+        finite_numbers(sub)
+    for param in command.params:
+        descriptor = getattr(param, "type_descriptor", None)
+        if getattr(descriptor, "annotation", None) is float:
+            param.callback = _finite(param.callback)
+    return command
+
+
+def reflowed_help(command: Any) -> Any:
+    """Joins the lines of every prose paragraph of ``command``'s help and its subcommands' into
+    one (the terminal wraps them once, not twice: a docstring's own line breaks read raggedly
+    after rich wraps them again); indented blocks (examples) and blank lines stay as they are.
+    Returns ``command``."""
+    import inspect
+    import re
+
+    for sub in getattr(command, "commands", {}).values():
+        reflowed_help(sub)
+    for param in command.params:  # "[costs]" is text, not a rich markup tag that vanishes
+        if getattr(param, "help", None):
+            param.help = re.sub(r"(?<!\\)\[", r"\\[", param.help)
+    if command.help:
+        paragraphs = inspect.cleandoc(command.help).split("\n\n")
+        command.help = "\n\n".join(
+            p if p.startswith((" ", "\b")) else " ".join(p.split()) for p in paragraphs
+        )
+    return command
+
+
+def _finite(callback: Callable[..., Any] | None) -> Callable[..., Any]:
+    import math
+
+    def check(ctx: Any, param: Any, value: Any) -> Any:
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        bad = [v for v in values if isinstance(v, float) and not math.isfinite(v)]
+        if bad:
+            raise typer.BadParameter(f"{bad[0]} is not a finite number", ctx=ctx, param=param)
+        return callback(ctx, param, value) if callback is not None else value
+
+    return check
+
+
+def ints(text: str, *, minimum: int = 0) -> list[int]:
+    """Comma-separated integers, each at least ``minimum``; a usage error (exit 2) otherwise."""
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise typer.BadParameter(f"{text!r}: expected integers separated by commas, e.g. 1,2,4") from None
+    if any(v < minimum for v in values):
+        raise typer.BadParameter(f"{text!r}: every value is at least {minimum}")
+    return values
 
 
-def floats(text: str) -> list[float]:
+def floats(text: str, *, minimum: float = 0.0) -> list[float]:
+    """Comma-separated finite numbers, each at least ``minimum``; a usage error otherwise."""
+    import math
+
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise typer.BadParameter(f"{text!r}: expected numbers separated by commas, e.g. 0,5000") from None
+    if any(not math.isfinite(v) or v < minimum for v in values):
+        raise typer.BadParameter(f"{text!r}: every value is a finite number, at least {minimum:g}")
+    return values
 
 
 def choices(text: str, known: tuple[str, ...] | list[str], what: str) -> list[str]:

@@ -5,7 +5,9 @@ else. A write that fails says which file, in one line (`WriteError`, which the C
 `error: ...` and exit 2).
 
 A directory of outputs (a model, a synthetic rule set) is built the same way: under a temporary
-sibling directory, renamed into place when complete (`atomic_dir`).
+sibling directory, renamed into place when complete (`atomic_dir`). It holds a list of the files
+the product made (`MADE`), so that `--force` replaces only a directory of the product's own making
+and never deletes a file a person put there.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+MADE = ".offload-made"
+"""The list, in a directory output, of every file the product made there (JSON)."""
 
 
 class WriteError(OSError):
@@ -105,13 +110,21 @@ def atomic_dir(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iter
     temporary sibling); when the block ends without an exception it is renamed to ``out``.
     An existing ``out`` is refused (`FileExistsError`, naming it) unless ``overwrite``; then it
     is replaced only once the new one is complete. On any failure the temporary is removed."""
-    target = Path(path)
+    target = Path(path).absolute()
+    if Path.cwd().resolve().is_relative_to(target.resolve()):  # "." or a directory above it
+        raise FileExistsError(
+            errno.EEXIST,
+            f"{path}: the current directory (or one above it) cannot be replaced whole; "
+            "give a directory of its own, e.g. ./out",
+        )
     if target.exists() and not target.is_dir():
         raise FileExistsError(errno.EEXIST, f"{target} exists and is not a directory")
-    if target.exists() and not overwrite and any(target.iterdir()):
-        raise FileExistsError(
-            errno.EEXIST, f"{target} already exists and is not empty (choose another --out, or --force)"
-        )
+    if target.exists() and any(target.iterdir()):
+        if not overwrite:
+            raise FileExistsError(
+                errno.EEXIST, f"{target} already exists and is not empty (choose another --out, or --force)"
+            )
+        refuse_foreign(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     with _as_write_error(target):
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
@@ -119,6 +132,7 @@ def atomic_dir(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iter
     try:
         with _as_write_error(target):
             yield tmp
+            _list_made(tmp)
             os.chmod(tmp, 0o755 & ~_umask())
             if target.exists():
                 old = target.with_name(f".{target.name}.old-{os.getpid()}")
@@ -132,6 +146,40 @@ def atomic_dir(path: str | os.PathLike[str], *, overwrite: bool = False) -> Iter
         if not ok:
             shutil.rmtree(tmp, ignore_errors=True)
     _fsync_dir(target.parent)
+
+
+def _made_files(directory: Path) -> list[str]:
+    """Every file and directory under ``directory``, as relative POSIX paths, sorted."""
+    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.name != MADE)
+
+
+def _list_made(directory: Path) -> None:
+    import json
+
+    write_text(
+        directory / MADE, json.dumps({"made_by": "offload", "files": _made_files(directory)}, indent=1)
+    )
+
+
+def refuse_foreign(target: Path) -> None:
+    """`FileExistsError` naming a file under ``target`` that the product did not make (none in
+    its `MADE` list, or no list at all): `--force` replaces only what the product made."""
+    import json
+
+    try:
+        made = set(json.loads((target / MADE).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        made = set()
+    foreign = [p for p in _made_files(target) if p not in made]
+    foreign.sort(key=lambda p: (target / p).is_dir())  # a file named first, not its directory
+    if foreign:
+        how = "it holds" if made else f"it was not made by offload (no {MADE}); it holds"
+        raise FileExistsError(
+            errno.EEXIST,
+            f"{target}: --force replaces only what offload made, and {how} {foreign[0]}"
+            f"{f' (and {len(foreign) - 1} more)' if len(foreign) > 1 else ''}; choose another --out, "
+            "or move those files away",
+        )
 
 
 def save_figure(fig: Any, path: str | os.PathLike[str], **savefig_kw: Any) -> None:

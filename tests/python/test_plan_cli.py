@@ -161,10 +161,12 @@ def test_the_batching_timeout_defaults_to_the_daemons() -> None:
     import re
 
     src = (ROOT / "crates" / "serve" / "src" / "config.rs").read_text()  # the daemon's settings
-    assert re.search(r'default_value = "200"\)\]\s*pub batch_timeout_us', src)  # its default, plan's too
+    assert re.search(
+        r'default_value = "200"[^\]]*\)\]\s*pub batch_timeout_us', src
+    )  # its default, plan's too
     assert sim.Pipeline().batch_timeout_s == pytest.approx(200e-6)
     h = plan("simulate", "--help", env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
-    assert "200" in h.stdout.split("--timeout-us")[1].split("\n")[0]
+    assert "[default: 200.0]" in h.stdout.split("--timeout-us")[1].split("--queue")[0]
     import inspect
 
     from offload.plan import calibrate as cal

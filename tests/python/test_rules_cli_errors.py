@@ -102,10 +102,17 @@ def test_synth_refuses_a_non_empty_out_unless_forced(tmp_path: Path) -> None:
     p = offload("rules", "synth", "--out", str(out), "--rules", "50", "--requests", "2")
     one_line_error(p, str(out), "--force")
     assert [x.name for x in out.iterdir()] == ["notes.txt"]
+    # --force replaces only what offload made: a person's file is never deleted (issue 39)
+    p = offload("rules", "synth", "--out", str(out), "--rules", "50", "--requests", "2", "--force")
+    one_line_error(p, "notes.txt", "only what offload made")
+    assert [x.name for x in out.iterdir()] == ["notes.txt"]
+    (out / "notes.txt").unlink()
     p = offload("rules", "synth", "--out", str(out), "--rules", "50", "--requests", "2", "--force", "--json")
     assert p.returncode == 0, p.stderr
+    p = offload("rules", "synth", "--out", str(out), "--rules", "50", "--requests", "2", "--force", "--json")
+    assert p.returncode == 0, p.stderr  # its own set is replaced
     names = sorted(x.name for x in out.iterdir())
-    assert names == ["queries.csv", "requests.csv", "rules.csv", "ruletype.xml"]
+    assert names == [".offload-made", "queries.csv", "requests.csv", "rules.csv", "ruletype.xml"]
     summary = json.loads(p.stdout)
     assert summary["paths"]["rules"] == str(out / "rules.csv")  # the final place, not a temporary
     assert sorted(x.name for x in tmp_path.iterdir()) == ["syn"]

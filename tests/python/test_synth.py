@@ -285,6 +285,7 @@ def test_synth_dir_appears_whole_and_names_its_files(tmp_path: Path) -> None:
     out = tmp_path / "set"
     summary = synth_dir(out, 300, 3, seed=5)
     assert sorted(p.name for p in out.iterdir()) == [
+        ".offload-made",  # the list of what it made: --force replaces only those
         "queries.csv",
         "requests.csv",
         "rules.csv",

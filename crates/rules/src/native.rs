@@ -41,12 +41,34 @@ struct TomlCriterion {
     weight: TomlWeight,
 }
 
-/// TOML integers stop at 2^63-1; weights up to 2^64-1 may be written as strings.
+/// TOML integers stop at 2^63-1; weights up to 2^64-1 may be written as strings. Anything else
+/// (a negative integer, a float, a table) is taken as it is, to be refused with its location.
 #[derive(serde::Deserialize)]
 #[serde(untagged)]
 enum TomlWeight {
-    Int(u64),
+    Int(i64),
     Text(String),
+    Other(toml::Value),
+}
+
+/// The weight of criterion `code` as a u64, or an error located at its `weight` key.
+fn weight_of(path: &Path, text: &str, code: &str, weight: &TomlWeight) -> Result<u64, LoadError> {
+    let (shown, parsed) = match weight {
+        TomlWeight::Int(w) => (w.to_string(), u64::try_from(*w).ok()),
+        TomlWeight::Text(t) => (format!("{t:?}"), t.trim().parse::<u64>().ok()),
+        TomlWeight::Other(v) => (v.to_string(), None),
+    };
+    parsed.ok_or_else(|| {
+        let after_code = text.find(&format!("\"{code}\"")).unwrap_or(0);
+        let off = text[after_code..].find("weight").map_or(after_code, |o| after_code + o);
+        let (l, col) = line_col(text, off);
+        LoadError::new(
+            ErrorKind::Toml,
+            Location::at(path, l, col),
+            format!("weight {shown} of criterion {code} is not a non-negative integer"),
+        )
+        .expected("an integer in 0..=18446744073709551615 (above 2^63-1 as a string)")
+    })
 }
 
 pub fn load_rule_type(path: &Path) -> Result<RuleType, LoadError> {
@@ -79,19 +101,7 @@ pub fn parse_rule_type(path: &Path, text: &str) -> Result<RuleType, LoadError> {
             )
             .expected("unique, non-empty criterion codes"));
         }
-        let weight = match &c.weight {
-            TomlWeight::Int(w) => *w,
-            TomlWeight::Text(t) => t.trim().parse::<u64>().map_err(|_| {
-                let off = text.find(t.as_str()).unwrap_or(0);
-                let (l, col) = line_col(text, off);
-                LoadError::new(
-                    ErrorKind::Toml,
-                    Location::at(path, l, col),
-                    format!("weight {t:?} of criterion {} is not a non-negative integer", c.code),
-                )
-                .expected("an integer in 0..=18446744073709551615")
-            })?,
-        };
+        let weight = weight_of(path, text, &c.code, &c.weight)?;
         criteria.push(Criterion { code: c.code, kind: c.kind, mandatory: c.mandatory, weight });
     }
     if criteria.is_empty() {

@@ -345,3 +345,17 @@ fn errors_without_content_name_place_and_kind_but_quote_nothing() {
     let safe = e.without_content();
     assert!(safe.starts_with("r.csv:1:68: error[unknown-criterion]: ") && !safe.contains("SECRET"), "{safe}");
 }
+
+#[test]
+fn a_native_weight_that_is_not_a_non_negative_integer_is_located() {
+    let toml = "code = \"W\"\n[[criterion]]\ncode = \"A\"\nkind = \"equ\"\nweight = 1\n\
+                [[criterion]]\ncode = \"B\"\nkind = \"equ\"\nweight = WEIGHT\n";
+    for (weight, shown) in [("-5", "-5"), ("1.5", "1.5"), ("\"-1\"", "\"-1\""), ("\"x\"", "\"x\"")] {
+        let e = native::parse_rule_type(Path::new("t.toml"), &toml.replace("WEIGHT", weight)).unwrap_err();
+        assert_eq!((e.kind, e.location.line, e.location.column), (ErrorKind::Toml, Some(9), Some(1)), "{weight}");
+        let text = e.to_string();
+        assert!(text.contains(&format!("weight {shown} of criterion B")) && text.contains("t.toml:9:1"), "{text}");
+    }
+    let big = toml.replace("WEIGHT", "\"18446744073709551615\"");
+    assert_eq!(native::parse_rule_type(Path::new("t.toml"), &big).unwrap().criteria[1].weight, u64::MAX);
+}

@@ -35,8 +35,8 @@ app = typer.Typer(
 )
 
 DataSetsOpt = Annotated[str, typer.Option(help="Data sets, comma-separated: particles, airplanes, ships.")]
-RowsOpt = Annotated[int, typer.Option(help="Rows of each data set.")]
-PartsOpt = Annotated[int, typer.Option(help="Partitions by id, 2-16 (the seed's range).")]
+RowsOpt = Annotated[int, typer.Option(help="Rows of each data set.", min=1, max=1_000_000_000)]
+PartsOpt = Annotated[int, typer.Option(help="Partitions by id, 2-16 (the seed's range).", min=2, max=16)]
 WorkOpt = Annotated[Path, typer.Option(help="Where generated data sets are kept.")]
 
 
@@ -96,8 +96,12 @@ def sift(
     profiles: Annotated[
         str, typer.Option(help="Node budgets to run under, comma-separated: host, core, bluefield2.")
     ] = "core,bluefield2",
-    memtable: Annotated[int, typer.Option(help="Rows a partition's memtable holds before a flush.")] = 16_384,
-    fanout: Annotated[int, typer.Option(help="Runs a level holds before they are compacted.")] = 4,
+    memtable: Annotated[
+        int, typer.Option(help="Rows a partition's memtable holds before a flush.", min=1)
+    ] = 16_384,
+    fanout: Annotated[
+        int, typer.Option(help="Runs a level holds before they are compacted.", min=2, max=1024)
+    ] = 4,
     work: WorkOpt = Path("build/flows"),
     json_out: JsonOpt = False,
     out: OutOpt = None,
@@ -137,8 +141,12 @@ def run(
         str, typer.Option(help="Node counts to run, comma-separated (a scaling run).")
     ] = "1,2,4",
     dataset: Annotated[str, typer.Option(help="Data set: particles, airplanes or ships.")] = "particles",
-    rows: Annotated[int, typer.Option(help="Rows in all (the producers share them).")] = 1_000_000,
-    parts: Annotated[int, typer.Option(help="Partitions by id, 2-16, at least one per node.")] = 8,
+    rows: Annotated[
+        int, typer.Option(help="Rows in all (the producers share them).", min=1, max=1_000_000_000)
+    ] = 1_000_000,
+    parts: Annotated[
+        int, typer.Option(help="Partitions by id, 2-16, at least one per node.", min=2, max=16)
+    ] = 8,
     codec: Annotated[str, typer.Option(help="Codec of the forwarded partitions: none, lz4, zstd.")] = "none",
     profile: Annotated[
         str, typer.Option(help="Each node's budget: host, core or bluefield2 (a quarter core).")
@@ -150,10 +158,13 @@ def run(
         ),
     ] = None,
     cpu_per_thread: Annotated[
-        float | None, typer.Option(help="Each node's share of a core, 0-1. \\[default: the profile's]")
+        float | None,
+        typer.Option(help="Each node's share of a core, 0-1. \\[default: the profile's]", min=0.01, max=1),
     ] = None,
-    message_rows: Annotated[int, typer.Option(help="Rows per producer message.")] = 16_384,
-    memtable: Annotated[int, typer.Option(help="Rows a partition's memtable holds before a flush.")] = 65_536,
+    message_rows: Annotated[int, typer.Option(help="Rows per producer message.", min=1)] = 16_384,
+    memtable: Annotated[
+        int, typer.Option(help="Rows a partition's memtable holds before a flush.", min=1)
+    ] = 65_536,
     cluster: Annotated[
         Path | None,
         typer.Option(
@@ -308,7 +319,10 @@ def model(
     ],
     predict: Annotated[str, typer.Option(help="Node counts to predict, comma-separated.")] = "100",
     gb: Annotated[
-        float, typer.Option(help="GB the predicted nodes share (the seed: 64M particles, about 4.1 GB).")
+        float,
+        typer.Option(
+            help="GB the predicted nodes share (the seed: 64M particles, about 4.1 GB).", min=0.000001
+        ),
     ] = 4.1,
     fit_on: Annotated[
         str | None,
@@ -318,13 +332,14 @@ def model(
     ] = None,
     link_gbit: Annotated[
         float | None,
-        typer.Option(help="Each predicted node's link, Gbit/s. \\[default: the runs' profile's]"),
+        typer.Option(help="Each predicted node's link, Gbit/s. \\[default: the runs' profile's]", min=0.001),
     ] = None,
     message_mb: Annotated[
         float,
         typer.Option(
             help="MB per producer message in the predictions (0: the runs' size; the seed's ranks "
-            "each put one dump of about 41 MB)."
+            "each put one dump of about 41 MB).",
+            min=0,
         ),
     ] = 0.0,
     as_json: JsonOpt = False,
@@ -342,7 +357,14 @@ def model(
     try:
         data = json.loads(runs.read_text())
         data = data["runs"] if isinstance(data, dict) else data
-        v = fm.from_runs(data, ints(predict), gb, ints(fit_on) if fit_on else None, link_gbit, message_mb)
+        v = fm.from_runs(
+            data,
+            ints(predict, minimum=1),
+            gb,
+            ints(fit_on, minimum=1) if fit_on else None,
+            link_gbit,
+            message_mb,
+        )
     except (OSError, KeyError, IndexError, ValueError, TypeError) as ex:
         raise fail(f"{runs}: {ex}") from None
     if emit(v.as_dict(), as_json, out):
@@ -444,7 +466,7 @@ def compression(
 def gpu_codec(
     datasets: DataSetsOpt = "particles,airplanes,ships",
     rows: RowsOpt = 1_000_000,
-    repeats: Annotated[int, typer.Option(help="Timed repeats; the median is kept.")] = 3,
+    repeats: Annotated[int, typer.Option(help="Timed repeats; the median is kept.", min=1, max=1000)] = 3,
     json_out: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:

@@ -35,7 +35,7 @@ def rpwu(
     stressors: Annotated[
         str | None, typer.Option(help="stress-ng stressors, comma-separated. \\[default: all 15]")
     ] = None,
-    seconds: Annotated[int, typer.Option(help="Whole seconds each stressor runs.")] = 2,
+    seconds: Annotated[int, typer.Option(help="Whole seconds each stressor runs.", min=1, max=3600)] = 2,
     plot: Annotated[
         Path | None, typer.Option(help="Write a bar chart of the ratios here (.png, .svg). \\[default: none]")
     ] = None,
@@ -81,14 +81,24 @@ def headroom(
     rate_mbit: Annotated[
         float | None, typer.Option(hidden=True, help="Old spelling of --link, Mbit/s.")
     ] = None,
-    packet_bytes: Annotated[int, typer.Option(help="UDP payload per packet (seed's top: 10 KiB).")] = 8192,
-    burst: Annotated[int, typer.Option(help="Packets per burst.")] = 32,
-    max_threads: Annotated[int, typer.Option(help="Most sender threads (processes) tried in step 1.")] = 4,
-    tolerance: Annotated[float, typer.Option(help="Kept: within this share (< 0.5) of saturation.")] = 0.05,
-    iterations: Annotated[int, typer.Option(help="Bisection steps for the delay.")] = 8,
-    repeats: Annotated[int, typer.Option(help="Trials per point; the median is taken.")] = 5,
-    seconds: Annotated[float, typer.Option(help="Measured seconds per trial (after 0.15 s warm-up).")] = 0.4,
-    port: Annotated[int, typer.Option(help="The receiver's UDP port (its traffic is shaped).")] = 5201,
+    packet_bytes: Annotated[
+        int, typer.Option(help="UDP payload per packet (seed's top: 10 KiB).", min=1, max=65507)
+    ] = 8192,
+    burst: Annotated[int, typer.Option(help="Packets per burst.", min=1, max=100_000)] = 32,
+    max_threads: Annotated[
+        int, typer.Option(help="Most sender threads (processes) tried in step 1.", min=1, max=256)
+    ] = 4,
+    tolerance: Annotated[
+        float, typer.Option(help="Kept: within this share (< 0.5) of saturation.", min=0, max=0.49)
+    ] = 0.05,
+    iterations: Annotated[int, typer.Option(help="Bisection steps for the delay.", min=1, max=64)] = 8,
+    repeats: Annotated[int, typer.Option(help="Trials per point; the median is taken.", min=1, max=1000)] = 5,
+    seconds: Annotated[
+        float, typer.Option(help="Measured seconds per trial (after 0.15 s warm-up).", min=0.01, max=3600)
+    ] = 0.4,
+    port: Annotated[
+        int, typer.Option(help="The receiver's UDP port (its traffic is shaped).", min=1024, max=65535)
+    ] = 5201,
     netns: Annotated[
         str, typer.Option(help="Private network namespace to run in (`offload-` prefixed; removed if made).")
     ] = "headroom",
@@ -131,7 +141,9 @@ def headroom(
 
 @app.command()
 def availability(
-    servers: Annotated[int, typer.Option(help="Servers m in the server-based system (the seed: 10).")] = 10,
+    servers: Annotated[
+        int, typer.Option(help="Servers m in the server-based system (the seed: 10).", min=1, max=1_000_000)
+    ] = 10,
     case: Annotated[
         list[str] | None,
         typer.Option(
@@ -143,12 +155,17 @@ def availability(
         float | None,
         typer.Option(
             help="Expected failures of one compute unit in the exposure window T (λ·T); no source gives "
-            "it. \\[default: none: the rare-failure limit, where it cancels]"
+            "it. \\[default: none: the rare-failure limit, where it cancels]",
+            min=0,
         ),
     ] = None,
-    window: Annotated[float | None, typer.Option(hidden=True, help="Old spelling of --exposure.")] = None,
-    scatter_width: Annotated[int, typer.Option(help="Copyset scatter width w (the seed: 4).")] = 4,
-    replicas: Annotated[int, typer.Option(help="Replicas of each chunk (the seed: 3).")] = 3,
+    window: Annotated[
+        float | None, typer.Option(hidden=True, help="Old spelling of --exposure.", min=0)
+    ] = None,
+    scatter_width: Annotated[
+        int, typer.Option(help="Copyset scatter width w (the seed: 4).", min=1, max=1_000_000)
+    ] = 4,
+    replicas: Annotated[int, typer.Option(help="Replicas of each chunk (the seed: 3).", min=1, max=1000)] = 3,
     f_per: Annotated[
         str,
         typer.Option(
@@ -223,25 +240,46 @@ def mbwu(
     work_dir: Annotated[
         Path, typer.Option("--dir", help="A directory on the disk under test (not tmpfs); emptied after.")
     ] = Path("/var/tmp/offload-mbwu"),
-    keys: Annotated[int, typer.Option(help="Key-value records (1 KiB values) in the key space.")] = 500_000,
+    keys: Annotated[
+        int, typer.Option(help="Key-value records (1 KiB values) in the key space.", min=1, max=1_000_000_000)
+    ] = 500_000,
     threads: Annotated[str, typer.Option(help="Worker counts to sweep, rising; stops at the plateau.")] = (
         "1,2,4,8"
     ),
-    seconds: Annotated[float, typer.Option(help="Seconds each sweep step is measured.")] = 4.0,
-    warmup: Annotated[float, typer.Option(help="Seconds each key-value step runs uncounted first.")] = 2.0,
-    bucket: Annotated[float, typer.Option(help="Seconds per throughput sample (key-value).")] = 0.5,
+    seconds: Annotated[
+        float, typer.Option(help="Seconds each sweep step is measured.", min=0.01, max=86_400)
+    ] = 4.0,
+    warmup: Annotated[
+        float, typer.Option(help="Seconds each key-value step runs uncounted first.", min=0, max=86_400)
+    ] = 2.0,
+    bucket: Annotated[
+        float, typer.Option(help="Seconds per throughput sample (key-value).", min=0.01, max=3600)
+    ] = 0.5,
     rate: Annotated[
-        float | None, typer.Option(help="Open-loop target ops/s, all workers. \\[default: none: flat out]")
+        float | None,
+        typer.Option(help="Open-loop target ops/s, all workers. \\[default: none: flat out]", min=0.001),
     ] = None,
-    overwrite: Annotated[float, typer.Option(help="Precondition: overwrites, x the key count.")] = 0.5,
+    overwrite: Annotated[
+        float, typer.Option(help="Precondition: overwrites, x the key count.", min=0, max=1000)
+    ] = 0.5,
     precondition_rate: Annotated[
-        float | None, typer.Option(help="Precondition overwrite rate, ops/s. \\[default: none: flat out]")
+        float | None,
+        typer.Option(help="Precondition overwrite rate, ops/s. \\[default: none: flat out]", min=0.001),
     ] = None,
-    scan_rows: Annotated[int, typer.Option(help="Rows of the Arrow scan's Parquet data set.")] = 4_000_000,
-    threshold: Annotated[float, typer.Option(help="Plateau: a step gaining no more than this share.")] = 0.05,
-    bound: Annotated[float, typer.Option(help="Steady state: most (max - min) / median.")] = 0.15,
+    scan_rows: Annotated[
+        int, typer.Option(help="Rows of the Arrow scan's Parquet data set.", min=1, max=1_000_000_000)
+    ] = 4_000_000,
+    threshold: Annotated[
+        float, typer.Option(help="Plateau: a step gaining no more than this share.", min=0, max=1)
+    ] = 0.05,
+    bound: Annotated[
+        float, typer.Option(help="Steady state: most (max - min) / median.", min=0, max=10)
+    ] = 0.15,
     steady_samples: Annotated[
-        int, typer.Option(help="Steady state: fewest throughput samples in the steady window.")
+        int,
+        typer.Option(
+            help="Steady state: fewest throughput samples in the steady window.", min=1, max=1_000_000
+        ),
     ] = 4,
     window: Annotated[int | None, typer.Option(hidden=True, help="Old spelling of --steady-samples.")] = None,
     embedded: Annotated[
@@ -276,7 +314,7 @@ def mbwu(
 
         choices(embedded, tuple(B.PROFILES), "profile")
     with failing(InputError, ValueError):
-        ts = tuple(ints(threads))
+        ts = tuple(ints(threads, minimum=1))
         plan = M.Plan(names, work_dir, keys, ts, seconds, warmup, bucket, rate, overwrite, precondition_rate,
                       scan_rows, threshold, bound, window, embedded)  # fmt: skip
         if measure:

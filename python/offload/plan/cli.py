@@ -47,12 +47,16 @@ def cost(
         float | None,
         typer.Option(
             help="Override the share of CPU time the accelerator takes over (0-1). "
-            "\\[default: the scenario's]"
+            "\\[default: the scenario's]",
+            min=0,
+            max=1,
         ),
     ] = None,
     cpu_servers: Annotated[
         float | None,
-        typer.Option(help="Override the CPU-only servers that carry the load. \\[default: the scenario's]"),
+        typer.Option(
+            help="Override the CPU-only servers that carry the load. \\[default: the scenario's]", min=0
+        ),
     ] = None,
     rounding: Annotated[
         str | None, typer.Option(help="Override unit rounding: up or nearest. \\[default: the scenario's]")
@@ -111,29 +115,44 @@ def simulate(
             "or a TOML file; replaces the kernel side of the costs. \\[default: none: the CPU kernel]"
         ),
     ] = None,
-    processes: Annotated[int, typer.Option("--processes", "-p", help="Client processes (closed loop).")] = 1,
-    p_old: Annotated[int | None, typer.Option("--p", hidden=True, help=OLD_P)] = None,
-    w: Annotated[int, typer.Option("--w", help="Workers.")] = 1,
+    processes: Annotated[
+        int, typer.Option("--processes", "-p", help="Client processes (closed loop).", min=1, max=100_000)
+    ] = 1,
+    p_old: Annotated[int | None, typer.Option("--p", hidden=True, help=OLD_P, min=1, max=100_000)] = None,
+    w: Annotated[int, typer.Option("--w", help="Workers.", min=0, max=4096)] = 1,
     k: Annotated[
         int,
         typer.Option(
-            "--k", help="Kernel executors (0 = inline: the broker matches pre-encoded requests itself)."
+            "--k",
+            help="Kernel executors (0 = inline: the broker matches pre-encoded requests itself).",
+            min=0,
+            max=4096,
         ),
     ] = 1,
-    e: Annotated[int, typer.Option("--e", help="Engines per executor.")] = 1,
+    e: Annotated[int, typer.Option("--e", help="Engines per executor.", min=1, max=1024)] = 1,
     batch: Annotated[
         int,
-        typer.Option(help="Cross-request batch size in queries, taken by the executors (0 = per request)."),
+        typer.Option(
+            help="Cross-request batch size in queries, taken by the executors (0 = per request).",
+            min=0,
+            max=1_048_576,
+        ),
     ] = 0,
     timeout_us: Annotated[
         float,
         typer.Option(
             help="Batching timeout from the first request, µs (the daemon's default; 0 = self-filling: "
-            "an executor takes what is queued, never waits)."
+            "an executor takes what is queued, never waits).",
+            min=0,
+            max=1_000_000,
         ),
     ] = 200.0,
-    queue: Annotated[int, typer.Option(help="Request and kernel queue bound (beyond it: busy).")] = 64,
-    cpus: Annotated[int, typer.Option(help="Host cores the stages share (0 = no contention).")] = 0,
+    queue: Annotated[
+        int, typer.Option(help="Request and kernel queue bound (beyond it: busy).", min=1, max=65_536)
+    ] = 64,
+    cpus: Annotated[
+        int, typer.Option(help="Host cores the stages share (0 = no contention).", min=0, max=4096)
+    ] = 0,
     encoded: Annotated[
         bool,
         typer.Option(
@@ -144,11 +163,13 @@ def simulate(
     devices: Annotated[
         int,
         typer.Option(
-            help="Devices the k executors share (a what-if kernel off the host; executor i uses i mod N)."
+            help="Devices the k executors share (a what-if kernel off the host; executor i uses i mod N).",
+            min=1,
+            max=1024,
         ),
     ] = 1,
     mode: Annotated[str, typer.Option(help="closed (p clients) or open (arrivals at --rate).")] = "closed",
-    rate: Annotated[float, typer.Option(help="Open loop: requests/s.")] = 1000.0,
+    rate: Annotated[float, typer.Option(help="Open loop: requests/s.", min=0)] = 1000.0,
     arrivals: Annotated[
         str, typer.Option(help="Open loop: poisson, or fixed (evenly spaced, as `offload serve bench`).")
     ] = "poisson",
@@ -159,13 +180,15 @@ def simulate(
             help="Draw request sizes from a trace directory's requests.csv instead. \\[default: none]"
         ),
     ] = None,
-    duration: Annotated[float, typer.Option(help="Simulated seconds measured.")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Random seed (the result is deterministic per seed).")] = 1,
+    duration: Annotated[float, typer.Option(help="Simulated seconds measured.", min=0, max=86_400)] = 1.0,
+    seed: Annotated[int, typer.Option(help="Random seed (the result is deterministic per seed).", min=0)] = 1,
     max_requests: Annotated[
         int,
         typer.Option(
             help="Stop with an error after simulating this many requests (about 20-50 s of this "
-            "machine's time at the default)."
+            "machine's time at the default).",
+            min=1,
+            max=100_000_000,
         ),
     ] = 500_000,
     as_json: JsonOpt = False,
@@ -200,10 +223,11 @@ def simulate(
     with failing(ValueError):
         qpr = inputs.request_sizes(trace, sizes)
     p = processes if p_old is None else p_old
-    pipe = sim.Pipeline(
-        p, w, k, e, batch, timeout_us * 1e-6, queue, cpus or sc.cpus or None, encoded, devices
-    )
-    load = sim.Load(qpr, mode, rate, duration, min(0.1, duration / 10), seed, max_requests, arrivals)
+    with failing(ValueError):  # a number out of its domain (the model's own check): one line
+        pipe = sim.Pipeline(
+            p, w, k, e, batch, timeout_us * 1e-6, queue, cpus or sc.cpus or None, encoded, devices
+        )
+        load = sim.Load(qpr, mode, rate, duration, min(0.1, duration / 10), seed, max_requests, arrivals)
     try:
         with progress(f"simulating {pipe.label()} for {duration:g} s"):
             r = sim.simulate(pipe, sc.costs, load)
@@ -226,7 +250,9 @@ def calibrate(
     out: Annotated[Path, typer.Option(help="Calibration JSON to write (with --json too).")] = Path(
         "calibration.json"
     ),
-    cpus: Annotated[int, typer.Option(help="Cores of the measured machine (0: this machine's).")] = 0,
+    cpus: Annotated[
+        int, typer.Option(help="Cores of the measured machine (0: this machine's).", min=0, max=4096)
+    ] = 0,
     profile: Annotated[
         Path | None,
         typer.Option(
@@ -276,7 +302,11 @@ def preset(
     ] = Path("gpu-measured.toml"),
     batch: Annotated[
         int,
-        typer.Option(help="Queries per kernel batch where the kernel's floor is fitted (a typical request)."),
+        typer.Option(
+            help="Queries per kernel batch where the kernel's floor is fitted (a typical request).",
+            min=1,
+            max=100_000_000,
+        ),
     ] = 256,
     as_json: JsonOpt = False,
 ) -> None:
@@ -312,7 +342,9 @@ def check(
         typer.Option(help="What-if kernel (bundled name or TOML) the sweep ran with. \\[default: none]"),
     ] = None,
     out: Annotated[Path, typer.Option(help="Check JSON to write (with --json too).")] = Path("check.json"),
-    cpus: Annotated[int, typer.Option(help="Cores of the measured machine (0: the calibration's).")] = 0,
+    cpus: Annotated[
+        int, typer.Option(help="Cores of the measured machine (0: the calibration's).", min=0, max=4096)
+    ] = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """Predict every configuration of a measured sweep that the model was not fitted on, and
@@ -374,12 +406,16 @@ def recommend(
     k: Annotated[str, typer.Option("--k", help="Simulated grid: kernel executors.")] = "1,2",
     e: Annotated[str, typer.Option("--e", help="Simulated grid: engines per executor.")] = "1",
     batch: Annotated[str, typer.Option(help="Simulated grid: batch sizes (0 = per request).")] = "0",
-    cpus: Annotated[int, typer.Option(help="Simulated host cores (0: the calibration's).")] = 0,
+    cpus: Annotated[
+        int, typer.Option(help="Simulated host cores (0: the calibration's).", min=0, max=4096)
+    ] = 0,
     p99_us: Annotated[
-        float | None, typer.Option(help="Q1: most throughput with p99 under (µs). \\[default: not asked]")
+        float | None,
+        typer.Option(help="Q1: most throughput with p99 under (µs). \\[default: not asked]", min=0),
     ] = None,
     target_qps: Annotated[
-        float | None, typer.Option(help="Q2: lowest p99 with at least this (q/s). \\[default: not asked]")
+        float | None,
+        typer.Option(help="Q2: lowest p99 with at least this (q/s). \\[default: not asked]", min=0),
     ] = None,
     out: Annotated[
         Path, typer.Option(help="JSON to write, with --json too (the Pareto plot goes next to it, .png).")
@@ -400,6 +436,8 @@ def recommend(
 
     if p99_us is None and target_qps is None:
         raise _fail("give --p99-us and/or --target-qps")
+    if p99_us is not None and p99_us <= 0:
+        raise _fail(f"--p99-us {p99_us:g}: no latency is under that; give a p99 bound above 0 µs")
     if not sweep and calibration is None:
         raise _fail("give measured rows (--sweep) and/or a calibration to simulate (--calibration)")
     if calibration is not None and trace is None:
@@ -431,14 +469,16 @@ def recommend(
 def fleet(
     calibration: Annotated[Path, typer.Option(help="Stage costs from `offload plan calibrate`.")],
     trace: Annotated[Path, typer.Option(help="Trace directory (requests.csv): the request sizes.")],
-    requests_per_s: Annotated[float, typer.Option(help="The fleet's workload, user requests/s.")],
+    requests_per_s: Annotated[float, typer.Option(help="The fleet's workload, user requests/s.", min=0)],
     item: Annotated[str, typer.Option(help="Catalog item one node is (e.g. aws-c5.12xlarge).")],
-    processes: Annotated[int, typer.Option("--processes", "-p", help="Client processes per node.")] = 48,
-    p_old: Annotated[int | None, typer.Option("--p", hidden=True, help=OLD_P)] = None,
-    w: Annotated[int, typer.Option("--w", help="Workers per node.")] = 8,
-    k: Annotated[int, typer.Option("--k", help="Kernel executors per node.")] = 4,
-    e: Annotated[int, typer.Option("--e", help="Engines per executor.")] = 1,
-    cpus: Annotated[int, typer.Option(help="Cores per node (0: the item's vCPUs).")] = 0,
+    processes: Annotated[
+        int, typer.Option("--processes", "-p", help="Client processes per node.", min=1, max=100_000)
+    ] = 48,
+    p_old: Annotated[int | None, typer.Option("--p", hidden=True, help=OLD_P, min=1, max=100_000)] = None,
+    w: Annotated[int, typer.Option("--w", help="Workers per node.", min=0, max=4096)] = 8,
+    k: Annotated[int, typer.Option("--k", help="Kernel executors per node.", min=0, max=4096)] = 4,
+    e: Annotated[int, typer.Option("--e", help="Engines per executor.", min=1, max=1024)] = 1,
+    cpus: Annotated[int, typer.Option(help="Cores per node (0: the item's vCPUs).", min=0, max=4096)] = 0,
     preset: Annotated[
         str | None,
         typer.Option(help="What-if kernel preset per node. \\[default: the calibrated CPU kernel]"),
@@ -461,6 +501,8 @@ def fleet(
     from offload.plan import inputs
     from offload.plan import simulate as sim
 
+    if requests_per_s <= 0:
+        raise _fail(f"--requests-per-s {requests_per_s:g}: a fleet carries a workload above 0 requests/s")
     with failing(OSError, KeyError, ValueError, TypeError, c.InputError):
         sc = inputs.stage_costs(calibration, preset=preset)
         node_item = c.item_of(item, catalog)

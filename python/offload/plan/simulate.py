@@ -100,6 +100,13 @@ class Pipeline:
     encoded: bool = False  # requests come pre-encoded: the broker hands them to the executors
     devices: int = 1  # devices the k executors share (executor i uses device i mod devices)
 
+    def __post_init__(self) -> None:
+        _at_least(p=(self.p, 1), w=(self.w, 0), k=(self.k, 0), e=(self.e, 1),
+                  batch_queries=(self.batch_queries, 0), batch_timeout_s=(self.batch_timeout_s, 0.0),
+                  queue_capacity=(self.queue_capacity, 1), devices=(self.devices, 1))  # fmt: skip
+        if self.cpus is not None:
+            _at_least(cpus=(self.cpus, 1e-3))
+
     def label(self) -> str:
         b = ""
         if self.batch_queries:
@@ -128,6 +135,21 @@ class Load:
     seed: int = 1
     max_requests: int = MAX_REQUESTS  # a bound on the work: beyond it, SimulationLimit
     arrivals: str = "poisson"  # open loop: poisson, or fixed (evenly spaced, as `offload serve bench`)
+
+    def __post_init__(self) -> None:
+        smallest = min(self.queries_per_request, default=0)
+        _at_least(duration_s=(self.duration_s, 1e-9), warmup_s=(self.warmup_s, 0.0),
+                  max_requests=(self.max_requests, 1), queries_per_request=(smallest, 0))  # fmt: skip
+        if self.mode == "open":
+            _at_least(rate_rps=(self.rate_rps, 1e-9))
+
+
+def _at_least(**bounds: tuple[float, float]) -> None:
+    """ValueError naming the first field whose value is not a finite number at least its bound:
+    a model of absurd numbers would give confident figures, or never end."""
+    for name, (value, least) in bounds.items():
+        if not math.isfinite(value) or value < least:
+            raise ValueError(f"{name} {value}: expected a finite number >= {least:g}")
 
 
 class SimulationLimit(ValueError):

@@ -145,11 +145,7 @@ def _channels_for_ctc(profile: Path | None) -> list[tuple[str, float, float]]:
 
     out: list[tuple[str, float, float]] = []
     if profile is not None:
-        for name, ch in json.loads(profile.read_text())["channels"].items():
-            f = ch.get("fit")
-            physical = not ch.get("unphysical")  # a zero-copy figure is no channel to move data on
-            if f and f.get("bandwidth_bps") is not None and name.startswith(("zmq/", "ipc/")) and physical:
-                out.append((f"measured {name}", f["latency_s"], f["bandwidth_bps"]))
+        out += _measured_channels(profile)
     p = _presets()
     for key, plat in p["platforms"].items():
         bw = plat.get("dma_gbps") or plat.get("read_gbps")
@@ -160,18 +156,39 @@ def _channels_for_ctc(profile: Path | None) -> list[tuple[str, float, float]]:
     return out
 
 
+def _measured_channels(profile: Path) -> list[tuple[str, float, float]]:
+    """(name, L, B) of a probe profile's fitted ZeroMQ and IPC channels; a one-line error naming
+    the file if it is not one (`offload probe --out` writes them)."""
+    try:
+        channels = json.loads(profile.read_text())["channels"].items()
+        out = []
+        for name, ch in channels:
+            f = ch.get("fit")
+            physical = not ch.get("unphysical")  # a zero-copy figure is no channel to move data on
+            if f and f.get("bandwidth_bps") is not None and name.startswith(("zmq/", "ipc/")) and physical:
+                out.append((f"measured {name}", float(f["latency_s"]), float(f["bandwidth_bps"])))
+    except OSError as e:
+        raise _fail(f"--profile {profile}: {e.strerror or e}") from None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise _fail(
+            f"--profile {profile}: not a probe profile (needs channels.<name>.fit with latency_s and "
+            "bandwidth_bps; `offload probe --out FILE` writes one)"
+        ) from None
+    return out
+
+
 @app.command()
 def ctc(
     queries_per_s: Annotated[
         float | None,
-        typer.Option(help="The kernel's throughput (queries/s); or give --bench. \\[default: none]"),
+        typer.Option(help="The kernel's throughput (queries/s); or give --bench. \\[default: none]", min=0),
     ] = None,
     bench: Annotated[
         Path | None,
         typer.Option(help="An `offload rules bench` JSON: use fast's 1-thread throughput. \\[default: none]"),
     ] = None,
     bytes_per_query: Annotated[
-        float, typer.Option(help="Input bytes per query (pre-encoded MCT row: 8 codes x 4 B).")
+        float, typer.Option(help="Input bytes per query (pre-encoded MCT row: 8 codes x 4 B).", min=0)
     ] = 32.0,
     batch: Annotated[str, typer.Option(help="Batch sizes in queries, comma-separated.")] = "1,64,1024,4096",
     profile: Annotated[
@@ -202,10 +219,13 @@ def ctc(
     try:
         sizes = [int(x) for x in batch.split(",") if x.strip()]
     except ValueError:
-        raise _fail(f"--batch {batch!r}: expected integers separated by commas") from None
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise _fail(f"--batch {batch!r}: expected batch sizes of 1 or more queries, separated by commas")
+    channels = _channels_for_ctc(profile)
     rows = [
         {"channel": name, "batch": n, **vars(c), "ctc": c.ratio}
-        for name, lat, bw in _channels_for_ctc(profile)
+        for name, lat, bw in channels
         for n in sizes
         for c in [presets.ctc(queries_per_s, bytes_per_query, n, lat, bw)]
     ]
@@ -216,7 +236,7 @@ def ctc(
     t.add_column("channel")
     for n in sizes:
         t.add_column(f"batch {n}", justify="right")
-    for name, _l, _b in _channels_for_ctc(profile):
+    for name, _l, _b in channels:
         t.add_row(name, *(f"{r['ctc']:.3g}" for r in rows if r["channel"] == name))
     console.print(t)
 

@@ -250,11 +250,49 @@ def _whole(values: np.ndarray) -> bool:
     return bool(finite and (np.abs(values) < 2.0**63).all() and (values == np.floor(values)).all())
 
 
-def _text(v: Any) -> str:
-    """A query value as the text the encoder parses; a whole float is written as an integer."""
+def _text(v: Any, name: str = "", index: int = 0) -> str:
+    """A query value as the text the encoder parses; a whole float is written as an integer,
+    bytes are decoded as UTF-8 (not written as ``"b'ZRH'"``; see `bytes_value`)."""
     if isinstance(v, (float, np.floating)) and v == v and abs(v) < 2.0**63 and float(v).is_integer():
         return str(int(v))
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes_value(bytes(v), name, index)
     return str(v)
+
+
+def bytes_value(raw: bytes, name: str, index: int) -> str:
+    """The one policy for bytes in a query, whatever the container (a Python ``bytes``, a NumPy
+    ``S`` array, an Arrow binary column): UTF-8 (so ASCII) bytes are that text; any other bytes
+    are an error naming the query and the criterion (docs/rules.md, "Missing values")."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"query {index} criterion {name}: bytes {raw[:16]!r} are not UTF-8 text (byte {e.start}); "
+            "give the value as text, or bytes in UTF-8"
+        ) from None
+
+
+def _decoded(arr: Any, name: str) -> Any:
+    """An Arrow binary (or string view) column as large_string; bytes that are not UTF-8 raise
+    `bytes_value`'s error for the first such value."""
+    import pyarrow as pa
+
+    try:
+        return arr.cast(pa.large_string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        for i, v in enumerate(arr.to_pylist()):
+            if isinstance(v, bytes):
+                bytes_value(v, name, i)
+        raise
+
+
+def _binary_or_view(kind: Any) -> bool:
+    """Arrow types whose values are decoded to text: binary of every layout, and string_view."""
+    import pyarrow as pa
+
+    tests = ("is_binary", "is_large_binary", "is_fixed_size_binary", "is_binary_view", "is_string_view")
+    return any(getattr(pa.types, t, lambda _: False)(kind) for t in tests)
 
 
 def _to_column(values: Any, name: str) -> Column:
@@ -270,6 +308,8 @@ def _to_column(values: Any, name: str) -> Column:
             values = values.to_numpy(zero_copy_only=False)
         elif pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
             return _packed(values, name)
+        elif _binary_or_view(values.type):
+            return _packed(_decoded(values, name), name)
         else:
             values = values.to_pylist()
     elif hasattr(values, "to_pylist"):
@@ -290,6 +330,10 @@ def _to_column(values: Any, name: str) -> Column:
                 raise missing_value(name, int(np.argmax(nan)), "nan", int(nan.sum()))
             if _whole(values):  # 150.0 is the number 150 (pandas makes ints float), not "150.0"
                 return np.ascontiguousarray(values.astype(np.int64))
+        if values.dtype.kind == "S":  # NumPy bytes: decoded by Arrow, as a binary column is
+            import pyarrow as pa
+
+            return _packed(_decoded(pa.array(values, type=pa.binary()), name), name)
         if values.dtype.kind in "OU":
             import pyarrow as pa
 
@@ -301,7 +345,7 @@ def _to_column(values: Any, name: str) -> Column:
                 if not packed.null_count:
                     return _packed(packed, name)
         values = values.tolist()
-    out = [v if isinstance(v, str) else _text(v) for v in values]
+    out = [v if isinstance(v, str) else _text(v, name, i) for i, v in enumerate(values)]
     if not _MISSING_TEXTS.isdisjoint(out):  # a C loop; the slow check only where one may hide
         _check_list(values, name)
     return out
@@ -398,7 +442,7 @@ class CompiledRules:
                 raise ValueError(
                     f"criterion {c}: missing value ({what}); explain needs a value for every criterion"
                 )
-        vals = [str(v) for v in raw]
+        vals = [v if isinstance(v, str) else _text(v, c) for c, v in zip(codes, raw, strict=True)]
         return dict(self._native.explain(vals))
 
 

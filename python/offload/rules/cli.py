@@ -84,11 +84,20 @@ def synth(
     out: Annotated[
         Path, typer.Option(help="Directory to write ruletype.xml, rules.csv, queries.csv, requests.csv.")
     ],
-    rules: Annotated[int, typer.Option("--rules", "-n", help="Number of rules (1k to 200k+).")] = 100_000,
-    requests: Annotated[int, typer.Option(help="Number of user requests in the trace.")] = 2_000,
-    seed: Annotated[int, typer.Option(help="Random seed: same seed, same bytes.")] = 0,
+    rules: Annotated[
+        int, typer.Option("--rules", "-n", help="Number of rules (1k to 200k+).", min=1, max=50_000_000)
+    ] = 100_000,
+    requests: Annotated[
+        int, typer.Option(help="Number of user requests in the trace.", min=0, max=10_000_000)
+    ] = 2_000,
+    seed: Annotated[int, typer.Option(help="Random seed: same seed, same bytes.", min=0)] = 0,
     force: Annotated[
-        bool, typer.Option("--force", help="Replace a non-empty --out (only once the new set is complete).")
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace a non-empty --out that an earlier synth made (only once the new set is "
+            "complete); a directory holding any file offload did not make is refused, naming it.",
+        ),
     ] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -114,7 +123,7 @@ def synth(
     try:
         with _stage_bar(("rules", "trace", "write")) as stage_done:
             summary = synth_dir(out, rules, requests, seed, overwrite=force, progress=stage_done)
-    except WriteError as e:  # a full disk: one line naming the file
+    except (WriteError, FileExistsError) as e:  # a full disk, or files it did not make: one line
         raise fail(e.strerror or str(e)) from None
     except OSError as e:  # the parent cannot be made, say
         raise fail(f"cannot write {out}: {e.strerror or e}") from None
@@ -199,7 +208,7 @@ def eval_(
         str,
         typer.Option(help="linear, nfa, fast, gpu-host, gpu (needs a GPU) or nfa:<given|asc|desc|h2>."),
     ] = "fast",
-    threads: Annotated[int, typer.Option(help="Matching threads (one number).")] = 1,
+    threads: Annotated[int, typer.Option(help="Matching threads (one number).", min=1, max=1024)] = 1,
     json_out: JsonOpt = False,
 ) -> None:
     """Answer every query of a CSV; RULE_ID and CONTENT are empty when no rule matches.
@@ -250,8 +259,10 @@ def bench(
     batches: Annotated[
         str, typer.Option(help="Batch sizes to sweep, comma-separated.")
     ] = "1,16,256,4096,65536",
-    limit: Annotated[int, typer.Option(help="Use at most this many queries.")] = 1_000_000,
-    repeats: Annotated[int, typer.Option(help="Timed repeats per configuration (median quoted).")] = 5,
+    limit: Annotated[int, typer.Option(help="Use at most this many queries.", min=1)] = 1_000_000,
+    repeats: Annotated[
+        int, typer.Option(help="Timed repeats per configuration (median quoted).", min=1, max=1000)
+    ] = 5,
     json_out: JsonOpt = False,
 ) -> None:
     """Measure throughput per matcher, thread count and batch size; encode cost; compile time;
