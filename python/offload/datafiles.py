@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["data_path"]
+__all__ = ["data_path", "named"]
 
 _HERE = Path(__file__).resolve().parent
 # Installed: offload/data inside site-packages. Checkout: python/offload/data (a link to data/),
@@ -30,3 +30,20 @@ def data_path(*parts: str) -> Path:
     the error of whatever opens it names where the file should have been."""
     candidates = [root.joinpath(*parts) for root in _ROOTS]
     return next((p for p in candidates if p.exists()), candidates[0])
+
+
+def named(given: Path, kind: str) -> Path:
+    """A file a person named on the command line: ``given`` itself where it exists; else the
+    shipped file of that name, so that the names that work in the checkout work from an
+    installed wheel too: ``data/plans/seed-table1.toml`` (the checkout's path), or a bare
+    ``seed-table1`` / ``seed-table1.toml`` under ``data/<kind>``. Unfound, ``given``."""
+    if given.exists():
+        return given
+    parts = given.parts
+    if len(parts) > 1 and parts[0] == "data":
+        candidate = data_path(*parts[1:])
+    elif len(parts) == 1:
+        candidate = data_path(kind, given.name if given.suffix else f"{given.name}.toml")
+    else:
+        return given
+    return candidate if candidate.exists() else given

@@ -182,6 +182,22 @@ def refuse_foreign(target: Path) -> None:
         )
 
 
+def an_input(out: str | os.PathLike[str], inputs: dict[str, str | os.PathLike[str]]) -> str | None:
+    """The name (its option) of the input that ``out`` is (the same file: same device and inode,
+    through any link or spelling), or None: an output written over its own input replaces
+    what it reads with what it writes."""
+    try:
+        made = os.stat(out)
+    except OSError:
+        return None  # not there yet: it is no input
+    for name, path in inputs.items():
+        with contextlib.suppress(OSError):
+            st = os.stat(path)
+            if (st.st_dev, st.st_ino) == (made.st_dev, made.st_ino):
+                return name
+    return None
+
+
 def save_figure(fig: Any, path: str | os.PathLike[str], **savefig_kw: Any) -> None:
     """``fig.savefig(path)``, whole or not at all (the format from the suffix, PNG by default),
     its directory made; the figure is closed afterwards, saved or not, so that no caller leaks

@@ -27,7 +27,14 @@ def offload(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         [sys.executable, "-m", "offload.cli", *args],
         capture_output=True,
         text=True,
-        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **(env or {})},
+        # progress lines only past 60 s: a busy machine's make them in the middle of an error's test
+        env={
+            **os.environ,
+            "NO_COLOR": "1",
+            "COLUMNS": "200",
+            "OFFLOAD_PROGRESS_AFTER_S": "60",
+            **(env or {}),
+        },
         timeout=120,
     )
 
@@ -217,3 +224,33 @@ def test_threads_options_say_what_they_are() -> None:
     assert "--thread-counts" in bench and "--threads " not in bench and "--json" in bench
     ev = offload("rules", "eval", "--help").stdout
     assert "--threads" in ev and "--thread-counts" not in ev
+
+
+# --------------------------------------------------------------------------------------------
+# An output that is an input, a criterion given twice (issue 39)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["--queries", "--rules", "--ruletype"])
+def test_eval_refuses_an_out_that_is_one_of_its_inputs(tmp_path: Path, which: str) -> None:
+    import shutil
+
+    for name in ("ruletype.toml", "rules.csv", "queries.csv"):
+        shutil.copy(DATA / name, tmp_path / name)
+    files = {"--ruletype": "ruletype.toml", "--rules": "rules.csv", "--queries": "queries.csv"}
+    (tmp_path / "link").symlink_to(tmp_path / files[which])  # the same file by another name
+    before = (tmp_path / files[which]).read_bytes()
+    args = [a for k, v in files.items() for a in (k, str(tmp_path / v))]
+    p = offload("rules", "eval", *args, "--out", str(tmp_path / "link"))
+    one_line_error(p, "--out", f"is the {which} file")
+    assert (tmp_path / files[which]).read_bytes() == before
+
+
+def test_explain_refuses_a_criterion_given_twice_or_without_a_value() -> None:
+    values = ["CTN_TYPE=DD", "BRD=CDG", "OUT_CRR=AF", "FLT_RG=150", "PRD=2026-03-01", "TER=1"]
+    ok = offload("rules", "explain", *MINI, *(a for v in values for a in ("-v", v)))
+    assert ok.returncode == 0, ok.stderr
+    twice = offload("rules", "explain", *MINI, *(a for v in [*values, "BRD=ORY"] for a in ("-v", v)))
+    one_line_error(twice, "BRD given twice", "'CDG'", "'ORY'")
+    bare = offload("rules", "explain", *MINI, *(a for v in [*values, "TER"] for a in ("-v", v)))
+    one_line_error(bare, "'TER'", "CODE=VALUE")

@@ -155,6 +155,9 @@ def test_every_part_runs_from_the_installed_wheel(installed: tuple[Path, Path]) 
     # plan: the default catalog, a bundled preset, the fleet
     cost = json.loads(offload("plan", "cost", str(data / "plans" / "seed-table1.toml"), "--json"))
     assert cost
+    # the shipped scenario by the names that work in the checkout: the help's path, its name
+    for name in ("data/plans/seed-table1.toml", "seed-table1"):
+        assert json.loads(offload("plan", "cost", name, "--json")) == cost, name
     shutil.copy(ROOT / "benches" / "results" / "calibration-100k.json", work / "calibration.json")
     cal = "--calibration=calibration.json"
     assert json.loads(offload("plan", "simulate", cal, "--preset=erbium-fpga", "--duration=0.05", "--json"))

@@ -12,6 +12,7 @@ from rich.console import Console
 from offload.clitools import JsonOpt, OutOpt, console, emit, err, failing, progress
 from offload.clitools import fail as _fail
 from offload.clitools import ints as _ints
+from offload.datafiles import named
 from offload.files import write_text
 from offload.plan import tables
 
@@ -37,7 +38,11 @@ def _show(renderables: list[Any]) -> None:
 @app.command()
 def cost(
     scenario: Annotated[
-        Path, typer.Argument(help="Scenario TOML: workload, accelerator, deployments (see docs/plan.md).")
+        Path,
+        typer.Argument(
+            help="Scenario TOML: workload, accelerator, deployments (see docs/plan.md); a shipped one by "
+            "its name too (seed-table1)."
+        ),
     ],
     catalog: Annotated[
         Path | None,
@@ -78,6 +83,8 @@ def cost(
 
     from offload.plan import cost as c
 
+    scenario = named(scenario, "plans")
+    catalog = None if catalog is None else named(catalog, "prices")
     with failing(c.InputError, ValueError):
         s = c.load_scenario(scenario, catalog)
         given = {"--offload-share": offload_share, "--cpu-servers": cpu_servers, "--rounding": rounding}
@@ -270,22 +277,42 @@ def calibrate(
     """
     from offload.plan import calibrate as cal
 
+    rows = _sweep_rows(sweep)
     try:
-        rows = json.loads(sweep.read_text())["rows"]
         sizes = cal.trace_sizes(trace)
-        channel = cal.profile_channel(json.loads(profile.read_text())) if profile else None
     except (OSError, KeyError, ValueError) as ex:
-        raise _fail(f"{ex}") from None
+        raise _fail(f"--trace {trace}: {ex}") from None
+    try:
+        channel = cal.profile_channel(json.loads(profile.read_text())) if profile else None
+    except (OSError, KeyError, ValueError, TypeError, AttributeError) as ex:
+        raise _fail(
+            f"--profile {profile}: not an `offload probe` profile ({type(ex).__name__}: {ex})"
+        ) from None
     with progress("calibrating") as say:
         try:
             result = cal.calibrate(rows, sizes, cpus or None, say, channel)
         except ValueError as ex:
             raise _fail(str(ex)) from None
+        except (KeyError, TypeError, AttributeError) as ex:
+            raise _fail(f"--sweep {sweep}: a row is not a sweep's ({type(ex).__name__}: {ex})") from None
     result["sweep"] = str(sweep)
     result["profile"] = str(profile) if profile else None
     if emit(result, as_json, out):
         return
     _show(tables.calibration(result, out))
+
+
+def _sweep_rows(sweep: Path) -> list[dict[str, Any]]:
+    """The rows of an `offload serve sweep` JSON; a one-line error naming the file otherwise."""
+    try:
+        rows = json.loads(sweep.read_text())["rows"]
+    except OSError as ex:
+        raise _fail(f"--sweep {sweep}: {ex.strerror or ex}") from None
+    except (ValueError, KeyError, TypeError):
+        raise _fail(f"--sweep {sweep}: not an `offload serve sweep` JSON (it has a list of rows)") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise _fail(f"--sweep {sweep}: its rows are not a list of measured configurations")
+    return rows
 
 
 @app.command()
@@ -505,7 +532,7 @@ def fleet(
         raise _fail(f"--requests-per-s {requests_per_s:g}: a fleet carries a workload above 0 requests/s")
     with failing(OSError, KeyError, ValueError, TypeError, c.InputError):
         sc = inputs.stage_costs(calibration, preset=preset)
-        node_item = c.item_of(item, catalog)
+        node_item = c.item_of(item, None if catalog is None else named(catalog, "prices"))
         pipe = sim.Pipeline(processes if p_old is None else p_old, w, k, e, cpus=cpus or node_item.vcpus)
         sizes = cal.trace_sizes(trace)
         with progress(f"simulating one node ({pipe.label()} on {pipe.cpus} cores)"):

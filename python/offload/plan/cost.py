@@ -163,8 +163,10 @@ def _optional(doc: Document, keys: tuple[str | int, ...], table: dict[str, Any])
 def _positive(doc: Document, keys: tuple[str | int, ...], v: Any, allow_zero: bool = False) -> Fraction:
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise doc.error(keys, f"expected a number, not {v!r}")
+    if not math.isfinite(v):  # TOML's nan and inf: no exact fraction, and no price or count
+        raise doc.error(keys, f"expected a finite number, not {v!r}")
     f = exact(v)
-    if f < 0 or (f == 0 and not allow_zero) or not math.isfinite(v):
+    if f < 0 or (f == 0 and not allow_zero):
         raise doc.error(keys, f"expected a {'non-negative' if allow_zero else 'positive'} number, not {v!r}")
     return f
 

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from offload import _native
 from offload.clitools import JsonOpt, OutOpt, console, emit, err, fail, failing, progress
-from offload.files import WriteError
+from offload.files import WriteError, an_input
 from offload.rules import DEVICE_MATCHERS, MATCHERS, NFA_ORDERS, RuleError, RuleSet, is_matcher
 from offload.rules.summary import check_summary, compile_summary
 
@@ -217,6 +217,9 @@ def eval_(
     if threads < 1:
         raise fail(f"--threads {threads}: expected a thread count of 1 or more")
     _writable_dir(out, "--out")
+    same = an_input(out, {"--queries": queries, "--rules": rules, "--ruletype": ruletype})
+    if same is not None:
+        raise fail(f"--out {out} is the {same} file: the answers would replace it; choose another --out")
     with failing(RuleError, RuntimeError, OSError), progress(f"answering {queries} ({matcher})"):
         stats = _native.eval_files(str(ruletype), str(rules), str(queries), str(out), matcher, threads)
     if not emit(stats, json_out):  # its --out is the answers

@@ -26,7 +26,16 @@ def values_from_pairs(rs: RuleSet, pairs: Sequence[str]) -> list[str]:
     """The values given as CODE=VALUE pairs, in the rule type's criterion order. ValueError
     naming unknown criteria or the ones without a value (every criterion needs one)."""
     codes = rs.criterion_codes
-    given = dict(v.split("=", 1) for v in pairs if "=" in v)
+    given: dict[str, str] = {}
+    for pair in pairs:
+        code, eq, value = pair.partition("=")
+        if not eq:
+            raise ValueError(f"-v {pair!r}: expected CODE=VALUE, e.g. -v {codes[0]}=...")
+        if code in given:
+            raise ValueError(
+                f"-v {code} given twice ({given[code]!r}, then {value!r}); give each criterion once"
+            )
+        given[code] = value
     unknown = set(given) - set(codes)
     if unknown:
         raise ValueError(f"unknown criteria {', '.join(sorted(unknown))}; expected {', '.join(codes)}")
