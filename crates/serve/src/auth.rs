@@ -51,6 +51,36 @@ pub fn endpoint_reach(endpoint: &str) -> Reach {
     }
 }
 
+/// Transports a daemon may bind.
+const TRANSPORTS: [&str; 4] = ["tcp", "ipc", "inproc", "ws"];
+
+/// Checks that `endpoint` reads as a ZeroMQ endpoint, `TRANSPORT://ADDRESS` (for TCP and
+/// WebSocket `HOST:PORT`), before anything judges its reach: a text that is no endpoint at all
+/// is said to be so, not taken for an address on the network.
+pub fn check_endpoint(endpoint: &str) -> Result<(), String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "{endpoint:?} is not a ZeroMQ endpoint ({why}): give TRANSPORT://ADDRESS, e.g. tcp://127.0.0.1:5555 \
+             or ipc:///tmp/offload.sock"
+        ))
+    };
+    let Some((transport, rest)) = endpoint.split_once("://") else { return bad("no `://`") };
+    if !TRANSPORTS.contains(&transport) {
+        return bad(&format!("transport {transport:?} is not one of {}", TRANSPORTS.join(", ")));
+    }
+    if rest.is_empty() {
+        return bad("no address after `://`");
+    }
+    if matches!(transport, "tcp" | "ws") {
+        let host_port = rest.split('/').next().unwrap_or("");
+        match host_port.rsplit_once(':') {
+            Some((h, p)) if !h.is_empty() && (p == "*" || p.parse::<u16>().is_ok()) => {}
+            _ => return bad("a TCP address is HOST:PORT, the port a number or *"),
+        }
+    }
+    Ok(())
+}
+
 fn host_reach(host: &str) -> Reach {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let local = match host.parse::<std::net::IpAddr>() {
@@ -166,7 +196,10 @@ pub fn read_secret_key(path: &Path) -> Result<(Key, Key), String> {
 }
 
 /// Makes a new key pair and writes `DIR/NAME.key` (public, mode 0644) and `DIR/NAME.key_secret`
-/// (both keys, mode 0600). An existing pair is kept unless `force`.
+/// (both keys, mode 0600), whole or not at all: each to a temporary name, synced, then both
+/// renamed (a full disk leaves neither file, and no temporary one). An existing pair (a secret
+/// file that reads as one) is kept unless `force`; a half-written or empty file, left by an
+/// older version on a full disk, is no pair and is replaced.
 pub fn write_key_pair(dir: &Path, name: &str, force: bool) -> Result<(PathBuf, PathBuf), String> {
     if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
         return Err(format!("key name {name:?}: use a plain file name such as `server` or `ops`"));
@@ -176,7 +209,7 @@ pub fn write_key_pair(dir: &Path, name: &str, force: bool) -> Result<(PathBuf, P
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let (public_path, secret_path) = (dir.join(format!("{name}.key")), dir.join(format!("{name}.key_secret")));
-    if !force && (public_path.exists() || secret_path.exists()) {
+    if !force && read_secret_key(&secret_path).is_ok() {
         return Err(format!("{} already exists: keep it, or pass --force to replace the pair", secret_path.display()));
     }
     let pair = zmq::CurveKeyPair::new().map_err(|e| format!("CURVE key pair: {e}"))?;
@@ -193,25 +226,51 @@ pub fn write_key_pair(dir: &Path, name: &str, force: bool) -> Result<(PathBuf, P
         z85(&pair.public_key),
         z85(&pair.secret_key)
     );
-    write_with_mode(&public_path, &public, 0o644)?;
-    write_with_mode(&secret_path, &secret, 0o600)?;
+    let public_tmp = write_temp(&public_path, &public, 0o644)?;
+    let secret_tmp = write_temp(&secret_path, &secret, 0o600).inspect_err(|_| {
+        let _ = std::fs::remove_file(&public_tmp);
+    })?;
+    let renamed = |from: &Path, to: &Path| std::fs::rename(from, to).map_err(|e| format!("{}: {e}", to.display()));
+    // The secret first: alone it is a whole pair (it holds the public key too). Should the
+    // public file's rename fail, the secret goes again: both files or neither.
+    if let Err(e) = renamed(&secret_tmp, &secret_path) {
+        let _ = (std::fs::remove_file(&secret_tmp), std::fs::remove_file(&public_tmp));
+        return Err(e);
+    }
+    if let Err(e) = renamed(&public_tmp, &public_path) {
+        let _ = (std::fs::remove_file(&public_tmp), std::fs::remove_file(&secret_path));
+        return Err(e);
+    }
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all(); // the renames themselves; some file systems refuse fsync on a directory
+    }
     Ok((public_path, secret_path))
 }
 
+/// Writes `text` to a temporary file beside `path` (`.NAME.tmp`) with `mode`, synced to disk;
+/// returns its name. On any error the temporary file is removed and the error names `path`.
 #[cfg_attr(not(unix), allow(unused_variables))]
-fn write_with_mode(path: &Path, text: &str, mode: u32) -> Result<(), String> {
+fn write_temp(path: &Path, text: &str, mode: u32) -> Result<PathBuf, String> {
     use std::io::Write;
     let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
-    let mut f = options.open(path).map_err(err)?;
-    // The mode given at creation is filtered by the umask and ignored for an existing file: set
-    // it once more on the open file, before a secret is written into it.
-    #[cfg(unix)]
-    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode)).map_err(err)?;
-    f.write_all(text.as_bytes()).map_err(err)
+    let written = options.open(&tmp).and_then(|mut f| {
+        // The mode given at creation is filtered by the umask and ignored for an existing file:
+        // set it once more on the open file, before a secret is written into it.
+        #[cfg(unix)]
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()
+    });
+    written.map(|()| tmp.clone()).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        err(e)
+    })
 }
 
 /// A client key admitted by the ZAP handler, with the name the daemon knows it by (the key
@@ -457,6 +516,17 @@ mod tests {
             "garbage",
         ] {
             assert_eq!(endpoint_reach(ep), Reach::Network, "{ep}");
+        }
+    }
+
+    #[test]
+    fn endpoints_that_are_none_are_said_so() {
+        for ok in ["tcp://127.0.0.1:5555", "tcp://*:5555", "tcp://[::1]:1", "ipc:///tmp/x.sock", "ipc://@abstract"] {
+            assert_eq!(check_endpoint(ok), Ok(()), "{ok}");
+        }
+        for bad in ["garbage", "tcp://", "tcp://127.0.0.1", "tcp://127.0.0.1:notaport", "udp://1.2.3.4:5", "ipc://"] {
+            let e = check_endpoint(bad).unwrap_err();
+            assert!(e.contains("is not a ZeroMQ endpoint") && e.contains(bad) && !e.contains('\n'), "{e}");
         }
     }
 

@@ -18,6 +18,7 @@
 //! queue = 64           # requests that may wait before "busy"
 //! batch_max_queries = 0
 //! batch_timeout_us = 200
+//! max_request_bytes = 67108864   # a larger frame on a data endpoint closes its connection
 //! # security (docs/serve-protocol.md, "Security"); key files come from `offload serve keys`
 //! curve_secret_key = "keys/server.key_secret"   # the daemon's key pair: CURVE on the control socket
 //! curve_clients = ["keys/ops.key"]              # public keys (files or directories) admitted there
@@ -27,7 +28,9 @@
 //! allow_remote_metrics = false                  # true: the metrics page on a non-loopback address
 //! ```
 //! Every key is optional in the file; an unknown key or a wrong type is an error that names the
-//! file, line and column.
+//! file, line and column. Every number has a domain ([`BOUNDS`], shown in `--help`), checked
+//! wherever it comes from: flags and variables by clap's parsers, the file when it is read, and
+//! `set` while serving ([`check_setting`]); a value outside is refused, never clamped.
 
 use crate::auth::{self, CurveServer};
 use crate::server::{Config, Security};
@@ -38,6 +41,66 @@ use offload_rules::MatcherKind;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+/// The domain of one numeric setting: least and most value, and what a value means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    pub key: &'static str,
+    pub min: u64,
+    pub max: u64,
+    /// Why the bound is where it is, for the error.
+    pub why: &'static str,
+}
+
+/// Threads of one kind (workers, kernel executors, engine threads per executor): each worker
+/// and executor holds a ZeroMQ socket (libzmq allows 1,023 a context) and a thread.
+pub const THREADS_MAX: u64 = 256;
+/// Requests that may wait: the queue's slots are allocated at start.
+pub const QUEUE_MAX: u64 = 65_536;
+/// Queries in one cross-request batch (2^20): the executor's buffers grow to it.
+pub const BATCH_MAX_QUERIES_MAX: u64 = 1 << 20;
+/// The longest wait for more requests (1 s): a request in a batch waits at most this.
+pub const BATCH_TIMEOUT_US_MAX: u64 = 1_000_000;
+/// Frames on the data endpoints: the least and most bound that may be set (4 KiB .. 1 GiB).
+pub const MAX_REQUEST_BYTES_MIN: u64 = 4096;
+pub const MAX_REQUEST_BYTES_MAX: u64 = 1 << 30;
+
+/// Every numeric setting's domain, the one table (`--help` states the same ranges; a test
+/// holds the two together).
+pub const BOUNDS: [Bound; 7] = [
+    Bound { key: "workers", min: 1, max: THREADS_MAX, why: "worker threads" },
+    Bound { key: "kernels", min: 0, max: THREADS_MAX, why: "kernel executors (0 = inline)" },
+    Bound { key: "engine_threads", min: 1, max: THREADS_MAX, why: "matching threads per kernel executor" },
+    Bound { key: "queue", min: 1, max: QUEUE_MAX, why: "requests that may wait" },
+    Bound { key: "batch_max_queries", min: 0, max: BATCH_MAX_QUERIES_MAX, why: "queries per batch (0 = per request)" },
+    Bound {
+        key: "batch_timeout_us", min: 0, max: BATCH_TIMEOUT_US_MAX, why: "µs a batch waits for more, at most 1 s"
+    },
+    Bound {
+        key: "max_request_bytes",
+        min: MAX_REQUEST_BYTES_MIN,
+        max: MAX_REQUEST_BYTES_MAX,
+        why: "bytes of one request frame",
+    },
+];
+
+/// Checks `value` for the setting `key` against [`BOUNDS`]: the value, or the one-line error
+/// naming the key, the value and the range. `set` while serving takes its answer from here.
+pub fn check_setting(key: &str, value: u64) -> Result<u64, String> {
+    let Some(b) = BOUNDS.iter().find(|b| b.key == key) else {
+        return Err(format!("{key:?} is not a numeric setting"));
+    };
+    if (b.min..=b.max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!("{key} {value} is out of range: {}..={} ({})", b.min, b.max, b.why))
+    }
+}
+
+/// clap's parser for a `usize` setting in `min..=max`.
+fn ranged(min: u64, max: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(min..=max)
+}
 
 /// The daemon's settings as given by one source (flags, variables, file, defaults); `None` = not
 /// given there. The field name is the file's key and the variable's suffix (`workers`,
@@ -92,26 +155,39 @@ pub struct Settings {
     /// loopback it needs --allow-remote-metrics [default: none]
     #[arg(long, env = "OFFLOAD_SERVE_METRICS", value_name = "ADDR")]
     pub metrics: Option<String>,
-    /// Worker threads (w): decode, batch, encode
-    #[arg(long, env = "OFFLOAD_SERVE_WORKERS", value_name = "N", default_value = "2")]
+    /// Worker threads (w): decode, batch, encode [range: 1..=256]
+    #[arg(long, env = "OFFLOAD_SERVE_WORKERS", value_name = "N", default_value = "2",
+          value_parser = ranged(1, THREADS_MAX))]
     pub workers: Option<usize>,
     /// Kernel executors (k), each matching one batch at a time; 0 = inline: the broker matches
     /// pre-encoded requests itself and the workers match what they encode (fewest thread
-    /// hand-offs; overload shows as deadlines and ZeroMQ's backpressure, not 'busy')
-    #[arg(long, env = "OFFLOAD_SERVE_KERNELS", value_name = "N", default_value = "1")]
+    /// hand-offs; overload shows as deadlines and ZeroMQ's backpressure, not 'busy') [range:
+    /// 0..=256]
+    #[arg(long, env = "OFFLOAD_SERVE_KERNELS", value_name = "N", default_value = "1",
+          value_parser = ranged(0, THREADS_MAX))]
     pub kernels: Option<usize>,
-    /// Matching threads per kernel executor (e)
-    #[arg(long, env = "OFFLOAD_SERVE_ENGINE_THREADS", value_name = "N", default_value = "1")]
+    /// Matching threads per kernel executor (e) [range: 1..=256]
+    #[arg(long, env = "OFFLOAD_SERVE_ENGINE_THREADS", value_name = "N", default_value = "1",
+          value_parser = ranged(1, THREADS_MAX))]
     pub engine_threads: Option<usize>,
-    /// Requests that may wait; beyond that the reply is 'busy'
-    #[arg(long, env = "OFFLOAD_SERVE_QUEUE", value_name = "N", default_value = "64")]
+    /// Requests that may wait; beyond that the reply is 'busy' [range: 1..=65536]
+    #[arg(long, env = "OFFLOAD_SERVE_QUEUE", value_name = "N", default_value = "64",
+          value_parser = ranged(1, QUEUE_MAX))]
     pub queue: Option<usize>,
-    /// Cross-request batching: queries per batch (0 = one request at a time)
-    #[arg(long, env = "OFFLOAD_SERVE_BATCH_MAX_QUERIES", value_name = "N", default_value = "0")]
+    /// Cross-request batching: queries per batch (0 = one request at a time) [range: 0..=1048576]
+    #[arg(long, env = "OFFLOAD_SERVE_BATCH_MAX_QUERIES", value_name = "N", default_value = "0",
+          value_parser = clap::value_parser!(u64).range(0..=BATCH_MAX_QUERIES_MAX))]
     pub batch_max_queries: Option<u64>,
-    /// Cross-request batching: wait for more, from the first request's arrival
-    #[arg(long, env = "OFFLOAD_SERVE_BATCH_TIMEOUT_US", value_name = "US", default_value = "200")]
+    /// Cross-request batching: wait for more, from the first request's arrival (a change by
+    /// `set` applies to the batch already waiting) [range: 0..=1000000, 1 s]
+    #[arg(long, env = "OFFLOAD_SERVE_BATCH_TIMEOUT_US", value_name = "US", default_value = "200",
+          value_parser = clap::value_parser!(u64).range(0..=BATCH_TIMEOUT_US_MAX))]
     pub batch_timeout_us: Option<u64>,
+    /// Largest request frame a data endpoint takes (ZeroMQ's ZMQ_MAXMSGSIZE): a larger one
+    /// closes the sender's connection unread [range: 4096..=1073741824]
+    #[arg(long, env = "OFFLOAD_SERVE_MAX_REQUEST_BYTES", value_name = "BYTES", default_value = "67108864",
+          value_parser = clap::value_parser!(u64).range(MAX_REQUEST_BYTES_MIN..=MAX_REQUEST_BYTES_MAX))]
+    pub max_request_bytes: Option<u64>,
     /// The daemon's key pair (server.key_secret from `offload serve keys`): the control socket
     /// then requires CURVE [default: none]
     #[arg(long, env = "OFFLOAD_SERVE_CURVE_SECRET_KEY", value_name = "FILE")]
@@ -279,6 +355,7 @@ impl Settings {
     /// Parses settings from TOML text, resolving relative rule paths against `base`.
     pub fn from_toml(text: &str, base: &Path) -> Result<Settings, String> {
         let mut s: Settings = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+        s.check_bounds()?;
         let lists = [&mut s.curve_clients, &mut s.curve_data_clients, &mut s.reload_dirs];
         let paths =
             [&mut s.ruletype, &mut s.rules, &mut s.curve_secret_key, &mut s.emulate_profile, &mut s.emulate_queries]
@@ -290,6 +367,19 @@ impl Settings {
             }
         }
         Ok(s)
+    }
+
+    /// Checks every numeric setting given here against [`BOUNDS`] (the file's and code's way
+    /// in; clap checks flags and variables as it parses them, with the same table).
+    pub fn check_bounds(&self) -> Result<(), String> {
+        let keys = self.keys()?;
+        for b in &BOUNDS {
+            if let Some(v) = keys.get(b.key).filter(|v| !v.is_null()) {
+                let v = v.as_u64().ok_or_else(|| format!("{} {v} is not a whole number", b.key))?;
+                check_setting(b.key, v)?;
+            }
+        }
+        Ok(())
     }
 
     /// Fills in defaults and checks what a daemon needs.
@@ -339,25 +429,27 @@ impl Settings {
 
     /// The daemon's configuration from settings with the defaults filled in (see `resolve`).
     fn daemon_config(self, security: Security) -> Result<Config, String> {
-        let at_least_one = |v: Option<usize>, what: &str| match v {
-            Some(0) => Err(format!("{what} must be at least 1")),
-            v => v.ok_or_else(|| format!("{what} has no value")),
-        };
+        self.check_bounds()?;
+        let given = |v: Option<usize>, what: &str| v.ok_or_else(|| format!("{what} has no value"));
         let endpoints = self.endpoints.unwrap_or_default();
         if endpoints.is_empty() {
             return Err("endpoints must name at least one address, e.g. tcp://127.0.0.1:5555".into());
         }
+        for ep in endpoints.iter().chain(&self.control) {
+            auth::check_endpoint(ep)?;
+        }
         Ok(Config {
             security,
             endpoints,
-            workers: at_least_one(self.workers, "workers")?,
-            kernels: self.kernels.ok_or("kernels has no value")?,
-            engine_threads: at_least_one(self.engine_threads, "engine_threads")?,
-            queue: at_least_one(self.queue, "queue")?,
+            workers: given(self.workers, "workers")?,
+            kernels: given(self.kernels, "kernels")?,
+            engine_threads: given(self.engine_threads, "engine_threads")?,
+            queue: given(self.queue, "queue")?,
             control: self.control,
             metrics: self.metrics,
             batch_max_queries: self.batch_max_queries.unwrap_or_default(),
             batch_timeout_us: self.batch_timeout_us.ok_or("batch_timeout_us has no value")?,
+            max_request_bytes: self.max_request_bytes.ok_or("max_request_bytes has no value")?,
             null_matcher: self.matcher.as_deref() == Some(NULL_MATCHER),
         })
     }
@@ -492,11 +584,43 @@ mod tests {
         }
     }
 
+    /// Each bound of [`BOUNDS`] is stated in `--help` and checked from every source: a flag, a
+    /// variable (the same parser), the file and `set` ([`check_setting`]).
+    #[test]
+    fn every_bound_is_stated_in_help_and_checked_from_every_source() {
+        let ArgsError::Show(help) = args(&["--help"]).unwrap_err() else { panic!() };
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        for b in &BOUNDS {
+            let flag = format!("--{}", b.key.replace('_', "-"));
+            let text = help.split(&format!("{flag} <")).nth(1).unwrap_or_else(|| panic!("{flag} not in help"));
+            let text = text.split(" --").next().unwrap();
+            assert!(text.contains(&format!("[range: {}..={}", b.min, b.max)), "{flag}: {text}");
+            let over = (b.max + 1).to_string();
+            let ArgsError::Invalid(e) = args(&[&flag, &over]).unwrap_err() else { panic!() };
+            assert!(e.contains(&flag) && e.contains(&over) && !e.contains('\n'), "{e}");
+            let e = Settings::from_toml(&format!("{} = {over}\n", b.key), Path::new("")).unwrap_err();
+            assert!(e.contains(b.key) && e.contains(&format!("{}..={}", b.min, b.max)), "{e}");
+            assert!(check_setting(b.key, b.max + 1).is_err() && check_setting(b.key, b.max) == Ok(b.max));
+            if b.min > 0 {
+                assert!(check_setting(b.key, b.min - 1).is_err());
+            }
+        }
+        let ArgsError::Invalid(e) = args(&["--batch-timeout-us", "18446744073709551615"]).unwrap_err() else {
+            panic!()
+        };
+        assert!(e.contains("--batch-timeout-us"), "{e}");
+        let base = Settings { ruletype: Some("a".into()), rules: Some("b".into()), ..Settings::default() };
+        let e = Settings { endpoints: Some(vec!["garbage".into()]), ..base.clone() }.resolve().unwrap_err();
+        assert!(e.contains("not a ZeroMQ endpoint"), "{e}");
+        let e = Settings { control: Some("tcp://x".into()), ..base }.resolve().unwrap_err();
+        assert!(e.contains("not a ZeroMQ endpoint"), "{e}");
+    }
+
     #[test]
     fn config_default_is_the_defaults_help_shows() {
         let d = Config::default();
         assert_eq!((d.workers, d.kernels, d.engine_threads, d.queue), (2, 1, 1, 64));
-        assert_eq!((d.batch_max_queries, d.batch_timeout_us), (0, 200));
+        assert_eq!((d.batch_max_queries, d.batch_timeout_us, d.max_request_bytes), (0, 200, 64 << 20));
         assert_eq!(d.endpoints, vec!["tcp://127.0.0.1:5555".to_string()]);
         assert!(d.control.is_none() && d.metrics.is_none());
     }
@@ -568,7 +692,7 @@ mod tests {
         assert!(Settings::default().resolve().unwrap_err().contains("--ruletype"));
         let base = Settings { ruletype: Some("a".into()), rules: Some("b".into()), ..Settings::default() };
         let e = Settings { workers: Some(0), ..base.clone() }.resolve().unwrap_err();
-        assert_eq!(e, "workers must be at least 1");
+        assert_eq!(e, "workers 0 is out of range: 1..=256 (worker threads)");
         assert_eq!(Settings { kernels: Some(0), ..base.clone() }.resolve().unwrap().config.kernels, 0, "inline");
         let e = Settings { matcher: Some("quick".into()), ..base.clone() }.resolve().unwrap_err();
         assert!(e.contains("quick"), "{e}");

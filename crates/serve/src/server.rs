@@ -20,7 +20,7 @@ use crate::protocol::{self, Payload, Reply, Stage, Status};
 use offload_rules::{
     match_parallel, match_staged, DeviceStages, Engine, MatcherKind, PackedStrings, RawColumn, NO_MATCH,
 };
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -45,6 +45,9 @@ pub struct Config {
     /// Cross-request batching: queries per batch (0 = per request) and the wait for more (µs).
     pub batch_max_queries: u64,
     pub batch_timeout_us: u64,
+    /// Largest frame a data endpoint takes (ZMQ_MAXMSGSIZE on the ROUTER): a larger one closes
+    /// its sender's connection before the daemon holds it.
+    pub max_request_bytes: u64,
     /// Who may reach which socket, and what `reload` may read.
     pub security: Security,
     /// Benchmarks only (`--matcher null`): the executors answer every query "no match" without
@@ -260,19 +263,93 @@ enum RuleSource {
     Sent { rule_type_name: PathBuf, rule_type: Vec<u8>, rules_name: PathBuf, rules: Vec<u8> },
 }
 
-/// Loads and compiles a rule set as the version after `old`'s. The error for files on this
-/// machine names the problem and where it is but quotes nothing of them (the peer may not read
-/// them; the daemon's log has the whole message); for sent files, whose text the peer has, it is
-/// the whole message.
-fn rebuild(old: &Served, source: RuleSource) -> Result<(Served, f64), String> {
+/// What a reload is to check before it loads: the rules file's SHA-256 and the rule count, each
+/// when the control peer gave it (`sha256 HEX` and `rows N` lines after the paths). A file
+/// still being written fails one or the other, and the served set stays.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ReloadCheck {
+    sha256: Option<String>,
+    rows: Option<usize>,
+}
+
+impl ReloadCheck {
+    /// Reads the lines after the two paths: none, `sha256 HEX` (64 hex digits), `rows N`.
+    fn parse<'a>(lines: impl Iterator<Item = &'a str>) -> Result<ReloadCheck, String> {
+        let mut check = ReloadCheck::default();
+        for line in lines.map(str::trim).filter(|l| !l.is_empty()) {
+            match line.split_once(' ') {
+                Some(("sha256", hex)) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                    check.sha256 = Some(hex.to_ascii_lowercase())
+                }
+                Some(("rows", n)) if n.parse::<usize>().is_ok() => check.rows = n.parse().ok(),
+                _ => {
+                    return Err(format!(
+                        "reload: {line:?} is no check: after the two paths come `sha256 HEX` (64 hex digits) and \
+                         `rows N`, each optional"
+                    ))
+                }
+            }
+        }
+        Ok(check)
+    }
+
+    /// Checks the rules file's bytes (before parsing): its digest.
+    fn bytes(&self, name: &Path, rules: &[u8]) -> Result<(), String> {
+        let Some(want) = &self.sha256 else { return Ok(()) };
+        let got = crate::sha256::hex_digest(rules);
+        if &got == want {
+            return Ok(());
+        }
+        Err(format!(
+            "{}: its sha256 is {got}, not the {want} given ({} bytes read): a file still being written, or \
+             another one; the served rule set stays. Write the new file under another name and rename it into \
+             place, then reload",
+            name.display(),
+            rules.len()
+        ))
+    }
+
+    /// Checks the parsed rule set: its rule count.
+    fn rule_set(&self, name: &Path, rs: &offload_rules::RuleSet) -> Result<(), String> {
+        match self.rows {
+            Some(want) if rs.len() != want => Err(format!(
+                "{}: {} rules, not the {want} given: a file still being written, or another one; the served \
+                 rule set stays. Write the new file under another name and rename it into place, then reload",
+                name.display(),
+                rs.len()
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Reads a rule file for a reload; the error names it, quoting nothing.
+fn read_rule_file(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Loads and compiles a rule set as the version after `old`'s, checked as `check` says. The
+/// error for files on this machine names the problem and where it is but quotes nothing of
+/// them (the peer may not read them; the daemon's log has the whole message); for sent files,
+/// whose text the peer has, it is the whole message.
+fn rebuild(old: &Served, source: RuleSource, check: &ReloadCheck) -> Result<(Served, f64), String> {
     let t = Instant::now();
     let rs = match source {
-        RuleSource::Files { rule_type, rules } => offload_rules::load(&rule_type, &rules).map_err(|e| {
-            eprintln!("reload failed: {e}");
-            e.without_content()
-        })?,
+        RuleSource::Files { rule_type, rules } => {
+            let (rt_bytes, rules_bytes) = (read_rule_file(&rule_type)?, read_rule_file(&rules)?);
+            check.bytes(&rules, &rules_bytes)?;
+            let rs = offload_rules::parse(&rule_type, rt_bytes, &rules, rules_bytes).map_err(|e| {
+                eprintln!("reload failed: {e}");
+                e.without_content()
+            })?;
+            check.rule_set(&rules, &rs)?;
+            rs
+        }
         RuleSource::Sent { rule_type_name, rule_type, rules_name, rules } => {
-            offload_rules::parse(&rule_type_name, rule_type, &rules_name, rules).map_err(|e| e.to_string())?
+            check.bytes(&rules_name, &rules)?;
+            let rs = offload_rules::parse(&rule_type_name, rule_type, &rules_name, rules).map_err(|e| e.to_string())?;
+            check.rule_set(&rules_name, &rs)?;
+            rs
         }
     };
     if let Some(why) = criteria_change(&old.engine.rules().rule_type, &rs.rule_type) {
@@ -300,12 +377,12 @@ fn reload_path(dirs: &[PathBuf], given: &str) -> Result<PathBuf, String> {
 }
 
 /// Builds the new version on its own thread and swaps it in; the receiver gets the answer.
-fn spawn_reload(current: &Current, source: RuleSource) -> std::sync::mpsc::Receiver<String> {
+fn spawn_reload(current: &Current, source: RuleSource, check: ReloadCheck) -> std::sync::mpsc::Receiver<String> {
     let current = current.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let old = snapshot(&current);
-        let answer = match rebuild(&old, source) {
+        let answer = match rebuild(&old, source, &check) {
             Ok((new, secs)) => {
                 let (version, n) = (new.version, new.engine.rules().len());
                 *current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(new);
@@ -360,8 +437,9 @@ fn stats(current: &Current, counters: &Counters, policy: &BatchPolicy, security:
 /// Answers one control command, a multipart message: `stats`; `set KEY VALUE`; `reload`,
 /// newline, rule-type path, newline, rules path (files under the reload directories); or
 /// `reload-inline`, newline, rule-type name, newline, rules name, then two frames with the two
-/// files' bytes. A reload runs on another thread: the receiver gets its answer once the new
-/// version is live.
+/// files' bytes. Either reload may add lines `sha256 HEX` and `rows N` (the rules file's digest
+/// and rule count, checked before the swap). A reload runs on another thread: the receiver
+/// gets its answer once the new version is live.
 fn control_command(
     frames: Vec<Vec<u8>>,
     current: &Current,
@@ -381,8 +459,12 @@ fn control_command(
             let (Some(rt), Some(rules)) = (lines.next(), lines.next()) else {
                 return failed("reload needs a rule-type path and a rules path, one per line");
             };
+            let check = match ReloadCheck::parse(lines) {
+                Ok(c) => c,
+                Err(e) => return failed(&e),
+            };
             match (reload_path(&security.reload_dirs, rt), reload_path(&security.reload_dirs, rules)) {
-                (Ok(rule_type), Ok(rules)) => Err(spawn_reload(current, RuleSource::Files { rule_type, rules })),
+                (Ok(rule_type), Ok(rules)) => Err(spawn_reload(current, RuleSource::Files { rule_type, rules }, check)),
                 (Err(e), _) | (_, Err(e)) => failed(&e),
             }
         }
@@ -395,37 +477,46 @@ fn control_command(
                      bytes as two more frames",
                 );
             };
+            let check = match ReloadCheck::parse(lines) {
+                Ok(c) => c,
+                Err(e) => return failed(&e),
+            };
             let source = RuleSource::Sent {
                 rule_type_name: rt.trim().into(),
                 rule_type: rt_bytes,
                 rules_name: rules.trim().into(),
                 rules: rules_bytes,
             };
-            Err(spawn_reload(current, source))
+            Err(spawn_reload(current, source, check))
         }
-        Some(set) if set.starts_with("set ") => {
-            // `set batch_max_queries N` / `set batch_timeout_us N`: takes effect at the next batch.
-            let mut it = set.split_whitespace().skip(1);
-            let (key, value) = (it.next().unwrap_or(""), it.next().and_then(|v| v.parse::<u64>().ok()));
-            let target = match key {
-                "batch_max_queries" => &policy.max_queries,
-                "batch_timeout_us" => &policy.timeout_us,
-                _ => {
-                    return Ok(serde_json::json!({"ok": false, "error": format!("unknown setting {key:?}")}).to_string())
-                }
-            };
-            match value {
-                Some(v) => {
-                    target.store(v, Ordering::Relaxed);
-                    Ok(serde_json::json!({"ok": true, key: v}).to_string())
-                }
-                None => {
-                    Ok(serde_json::json!({"ok": false, "error": "the value must be a non-negative integer"})
-                        .to_string())
-                }
-            }
-        }
+        Some(set) if set.starts_with("set ") => Ok(set_command(set, policy)),
         _ => Ok(r#"{"ok":false,"error":"unknown command; expected stats, reload, reload-inline or set"}"#.into()),
+    }
+}
+
+/// `set batch_max_queries N` / `set batch_timeout_us N`: checked against the settings' bounds
+/// (`config::BOUNDS`, as at start), then applied; the executors re-read the policy while they
+/// gather, so a change applies to the batch already waiting too.
+fn set_command(set: &str, policy: &BatchPolicy) -> String {
+    let mut it = set.split_whitespace().skip(1);
+    let (key, value) = (it.next().unwrap_or(""), it.next().and_then(|v| v.parse::<u64>().ok()));
+    let target = match key {
+        "batch_max_queries" => &policy.max_queries,
+        "batch_timeout_us" => &policy.timeout_us,
+        _ => {
+            let e = format!("unknown setting {key:?}: batch_max_queries or batch_timeout_us may be set while serving");
+            return serde_json::json!({"ok": false, "error": e}).to_string();
+        }
+    };
+    let Some(value) = value else {
+        return serde_json::json!({"ok": false, "error": "the value must be a non-negative integer"}).to_string();
+    };
+    match crate::config::check_setting(key, value) {
+        Ok(v) => {
+            target.store(v, Ordering::Relaxed);
+            serde_json::json!({"ok": true, key: v}).to_string()
+        }
+        Err(e) => serde_json::json!({"ok": false, "error": e}).to_string(),
     }
 }
 
@@ -531,6 +622,10 @@ fn bind(ctx: &zmq::Context, cfg: &Config) -> Result<Sockets, String> {
     let front = ctx.socket(zmq::ROUTER).map_err(|e| zerr("ROUTER socket", e))?;
     front.set_router_mandatory(true).map_err(|e| zerr("ROUTER_MANDATORY", e))?;
     front.set_linger(0).map_err(|e| zerr("linger", e))?;
+    // A frame over the bound is dropped by libzmq's decoder as its size header arrives: the
+    // connection closes and nothing of it is held (the client sees no reply).
+    let max_bytes = i64::try_from(cfg.max_request_bytes).unwrap_or(i64::MAX);
+    front.set_maxmsgsize(max_bytes).map_err(|e| zerr("maxmsgsize", e))?;
     if let (Some(curve), Some(_)) = (&sec.curve, &sec.data_clients) {
         curve.apply(&front, auth::DATA_DOMAIN)?;
     }
@@ -1116,26 +1211,37 @@ fn run_pending(
     }
 }
 
-/// Takes more work from the kernel queue by the policy (see [`BatchPolicy`]).
+/// How often an executor waiting for more requests looks at the policy again: a `set` applies
+/// to the batch already waiting within this.
+const POLICY_RECHECK: Duration = Duration::from_millis(5);
+
+/// Takes more work from the kernel queue by the policy (see [`BatchPolicy`]). The policy is
+/// read again at every request taken and every [`POLICY_RECHECK`] of waiting, so a batch
+/// waiting on a long timeout is released by `set` lowering it (the timeout still counts from
+/// the first request's arrival).
 fn gather(queue: &HandOff<Pending>, policy: &BatchPolicy, pending: &mut Vec<Pending>) {
-    let max = policy.max_queries.load(Ordering::Relaxed) as usize;
-    if max == 0 {
-        return;
-    }
-    let timeout = Duration::from_micros(policy.timeout_us.load(Ordering::Relaxed));
-    // The timer starts at the first queued request's arrival, not at this executor.
-    let until = pending[0].received() + timeout;
     let mut total = pending[0].n_queries();
-    while total < max {
+    loop {
+        let max = policy.max_queries.load(Ordering::Relaxed) as usize;
+        if max == 0 || total >= max {
+            return;
+        }
+        let timeout = Duration::from_micros(policy.timeout_us.load(Ordering::Relaxed));
+        let until = pending[0].received() + timeout;
         let next = if timeout.is_zero() {
             queue.try_pop()
         } else {
-            match queue.pop_until(until) {
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            match queue.pop_until(until.min(now + POLICY_RECHECK)) {
                 Popped::Item(p) => Some(p),
-                Popped::TimedOut | Popped::Closed => None,
+                Popped::TimedOut => continue,
+                Popped::Closed => None,
             }
         };
-        let Some(p) = next else { break };
+        let Some(p) = next else { return };
         total += p.n_queries();
         pending.push(p);
     }
