@@ -18,5 +18,6 @@ def test_percentiles_are_the_simulators_linear_ones() -> None:
     assert got["max"] == pytest.approx(4.0)
 
 
-def test_no_latencies_is_all_zero() -> None:
-    assert latency_us([]) == {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
+def test_no_latencies_is_none_not_zero() -> None:
+    """No answered request has no latency: 0 µs would read as a fast service (issue 39)."""
+    assert latency_us([]) == {"p50": None, "p90": None, "p99": None, "max": None}

@@ -112,15 +112,23 @@ def test_a_daemon_removes_only_its_own_socket_files(data: dict[str, object]) -> 
 
 
 def test_serving_is_printed_only_after_every_bind(data: dict[str, object]) -> None:
+    """The second endpoint's port is held by this test: its bind fails after the first's."""
+    import socket
+
     d = sock_dir()
-    r = subprocess.run(
-        [*OFFLOAD, "serve", *flags(data), "-e", f"ipc://{d}/ok.sock", "-e", "tcp://127.0.0.1:notaport"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        r = subprocess.run(
+            [*OFFLOAD, "serve", *flags(data), "-e", f"ipc://{d}/ok.sock", "-e", f"tcp://127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     assert r.returncode != 0 and "serving" not in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr
+    assert f"bind tcp://127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (d / "ok.sock").exists()
 
 
 def start_with_control(data: dict[str, object]) -> tuple[subprocess.Popen[str], str, str]:

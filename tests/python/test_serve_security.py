@@ -158,8 +158,11 @@ def test_sends_wait_no_longer_than_the_deadline() -> None:
     monitor = req.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     req.connect(endpoint)
     t0 = time.monotonic()
+    h = _Handshake(req, monitor, endpoint, 0.3, curve=False)
     with pytest.raises(TimeoutError, match="no answer from"):
-        _Handshake(req, monitor, endpoint, 0.3, curve=False).wait(zmq.POLLOUT)
+        h.wait(zmq.POLLOUT, h.deadline)
+    with pytest.raises(TimeoutError, match=r"no connection to .* within 0\.2 s"):  # waiting to connect
+        h.wait(zmq.POLLOUT, time.monotonic() + 0.2, 0.2)
     assert time.monotonic() - t0 < 5
     req.disable_monitor()
     monitor.close(linger=0)

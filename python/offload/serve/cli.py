@@ -59,6 +59,19 @@ ServerKeyOpt = Annotated[
         "\\[default: none: no CURVE]",
     ),
 ]
+# Positive seconds and rates: the least a float option that must be above 0 takes (typer states
+# its range in --help; nan and inf are refused for every float option by offload.clitools).
+_TINY = 1e-3
+ConnectTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--connect-timeout",
+        min=_TINY,
+        max=3600.0,
+        help="Seconds to wait for a connection to the control socket: nothing there within it, one line "
+        "and exit 2 (then --timeout bounds the answer).",
+    ),
+]
 ClientKeyOpt = Annotated[
     Path | None,
     typer.Option(
@@ -112,11 +125,17 @@ def curve_keys(server_key: Path | None, client_key: Path | None) -> CurveKeys | 
 
 
 def _command(
-    control: str, message: str | list[bytes], timeout: float, server_key: Path | None, client_key: Path | None
+    control: str,
+    message: str | list[bytes],
+    timeouts: tuple[float, float],
+    server_key: Path | None,
+    client_key: Path | None,
 ) -> None:
-    """Sends a control command, prints the JSON answer, exits 1 if it says not ok."""
+    """Sends a control command within (connect, answer) timeouts, prints the JSON answer, exits
+    1 if it says not ok."""
+    connect, timeout = timeouts
     with failing(TimeoutError, PermissionError, ValueError):
-        answer = control_request(control, message, timeout, curve_keys(server_key, client_key))
+        answer = control_request(control, message, timeout, curve_keys(server_key, client_key), connect)
     print(json.dumps(answer, indent=2))
     if answer.get("ok") is False:
         raise typer.Exit(1)
@@ -125,13 +144,14 @@ def _command(
 @app.command()
 def stats(
     control: ControlOpt,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 5.0,
+    timeout: Annotated[float, typer.Option(min=_TINY, max=3600.0, help="Seconds to wait.")] = 5.0,
+    connect_timeout: ConnectTimeoutOpt = 5.0,
     server_key: ServerKeyOpt = None,
     client_key: ClientKeyOpt = None,
 ) -> None:
     """Print the daemon's counters, latency quantiles, serving version and authentication counts
     as JSON."""
-    _command(control, "stats", timeout, server_key, client_key)
+    _command(control, "stats", (connect_timeout, timeout), server_key, client_key)
 
 
 @app.command()
@@ -148,34 +168,79 @@ def reload(
             show_default=False,
         ),
     ] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for load + compile.")] = 120.0,
+    sha256: Annotated[
+        str | None,
+        typer.Option(
+            "--sha256",
+            help="The rules file's SHA-256 (64 hex digits, as sha256sum prints it): the daemon checks what "
+            "it read against it and keeps the served set if they differ (a file still being written). "
+            "\\[default: none: not checked]",
+        ),
+    ] = None,
+    rows: Annotated[
+        int | None,
+        typer.Option(
+            "--rows",
+            min=0,
+            help="The number of rules the file holds: another count is refused the same way. "
+            "\\[default: none: not checked]",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(min=_TINY, max=86400.0, help="Seconds to wait for load + compile.")
+    ] = 120.0,
+    connect_timeout: ConnectTimeoutOpt = 5.0,
     server_key: ServerKeyOpt = None,
     client_key: ClientKeyOpt = None,
 ) -> None:
     """Load and compile a new rule set off the hot path, then swap it in atomically. Requests in
     flight finish on the old version; every reply names the version that answered. Paths are
-    read by the daemon, only under its reload directories (relative ones under the first)."""
+    read by the daemon, only under its reload directories (relative ones under the first).
+    Write a new rules file under another name and rename it into place: a reload reads what is
+    there, and --sha256 or --rows refuse a file still being written."""
+    checks = reload_checks(sha256, rows)
     message: str | list[bytes]
     if send:
         with failing(OSError):
             contents = [ruletype.read_bytes(), rules.read_bytes()]
-        message = [f"reload-inline\n{ruletype.name}\n{rules.name}".encode(), *contents]
+        message = [f"reload-inline\n{ruletype.name}\n{rules.name}{checks}".encode(), *contents]
     else:
-        message = f"reload\n{ruletype}\n{rules}"
-    _command(control, message, timeout, server_key, client_key)
+        message = f"reload\n{ruletype}\n{rules}{checks}"
+    _command(control, message, (connect_timeout, timeout), server_key, client_key)
+
+
+def reload_checks(sha256: str | None, rows: int | None) -> str:
+    """The lines a reload command carries after its paths for --sha256 and --rows."""
+    lines = ""
+    if sha256 is not None:
+        digest = sha256.strip().lower()
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise _fail(f"--sha256 takes the 64 hex digits `sha256sum RULES` prints, not {sha256!r}")
+        lines += f"\nsha256 {digest}"
+    if rows is not None:
+        lines += f"\nrows {rows}"
+    return lines
 
 
 @app.command("set")
 def set_(
     control: ControlOpt,
     name: Annotated[str, typer.Argument(help="batch_max_queries or batch_timeout_us.")],
-    value: Annotated[int, typer.Argument(help="The new value (takes effect at the next batch).")],
-    timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 5.0,
+    value: Annotated[
+        int,
+        typer.Argument(
+            min=0,
+            help="The new value, within the setting's range (offload serve --help: batch_max_queries "
+            "0..=1048576, batch_timeout_us 0..=1000000); it applies to the batch already waiting too.",
+        ),
+    ],
+    timeout: Annotated[float, typer.Option(min=_TINY, max=3600.0, help="Seconds to wait.")] = 5.0,
+    connect_timeout: ConnectTimeoutOpt = 5.0,
     server_key: ServerKeyOpt = None,
     client_key: ClientKeyOpt = None,
 ) -> None:
     """Change a batching knob while the daemon serves."""
-    _command(control, f"set {name} {value}", timeout, server_key, client_key)
+    _command(control, f"set {name} {value}", (connect_timeout, timeout), server_key, client_key)
 
 
 @app.command()
@@ -184,20 +249,31 @@ def inject(
     ruletype: Annotated[str, typer.Option("--ruletype", help="Rule type of the served set.")],
     rules: Annotated[str, typer.Option("--rules", help="Rules CSV of the served set.")],
     trace: Annotated[str, typer.Option(help="Directory with queries.csv + requests.csv.")],
-    processes: Annotated[int, typer.Option("--processes", "-p", help="Client processes (p).")] = 2,
+    processes: Annotated[
+        int, typer.Option("--processes", "-p", min=1, max=256, help="Client processes (p).")
+    ] = 2,
     mode: Annotated[str, typer.Option(help="closed or open (Poisson arrivals).")] = "closed",
-    rate: Annotated[float, typer.Option(help="Open loop: requests/s over all processes.")] = 1000.0,
-    duration: Annotated[float, typer.Option(help="Seconds to inject (bounded by the trace too).")] = 5.0,
+    rate: Annotated[
+        float, typer.Option(min=_TINY, max=1e9, help="Open loop: requests/s over all processes.")
+    ] = 1000.0,
+    duration: Annotated[
+        float, typer.Option(min=_TINY, max=86400.0, help="Seconds to inject (bounded by the trace too).")
+    ] = 5.0,
     early_stop: Annotated[bool, typer.Option(help="Send each request's WANTED as stop_after.")] = False,
     encoded: Annotated[bool, typer.Option(help="Send queries pre-encoded instead of raw text.")] = False,
     request_size: Annotated[
-        int, typer.Option(help="Cut the trace into requests of this many queries (0 = as traced).")
+        int,
+        typer.Option(
+            min=0, max=1 << 20, help="Cut the trace into requests of this many queries (0 = as traced)."
+        ),
     ] = 0,
     connect_timeout: Annotated[
         float,
         typer.Option(
+            min=_TINY,
+            max=3600.0,
             help="Seconds to wait for the daemon's first reply (nothing there: fail, exit 2), and later for "
-            "any owed reply before the daemon counts as gone (the run then stops)."
+            "any owed reply before the daemon counts as gone (the run then stops).",
         ),
     ] = 5.0,
     out: Annotated[
@@ -216,6 +292,8 @@ def inject(
     from offload.serve import ServeError
     from offload.serve import inject as inj
 
+    if mode not in inj.MODES:
+        raise _fail(f"--mode is one of {', '.join(inj.MODES)}, not {mode!r}")
     rs = rules_api.load(ruletype, rules)
     with failing(inj.TraceError):
         tr = inj.load_trace(Path(trace), rs.criterion_codes)
@@ -224,7 +302,7 @@ def inject(
     if encoded:
         tr = tr.encoded(rules_api.compile(rs, "fast").encode(tr.columns))
     curve = curve_keys(server_key, client_key)
-    with failing(ServeError):
+    with failing(ServeError, ValueError):
         result = inj.run(endpoint, tr, processes, mode, rate, duration, early_stop, curve=curve,
                          connect_timeout_s=connect_timeout)  # fmt: skip
     js, png = inj.write(result, Path(out))
@@ -232,14 +310,11 @@ def inject(
         print(json.dumps(result, indent=2))
     else:
         c = console
-        lat = result["latency_us"]
         c.print(
             f"{result['requests']:,} requests answered in {result['elapsed_s']:.1f} s "
             f"({result['mode']} loop, {processes} process(es)), {result['unanswered']:,} unanswered: "
             f"{result['requests_per_s']:,.0f} req/s, {result['queries_per_s']:,.0f} queries/s; "
-            f"latency p50 {lat['p50']:.0f} µs, p90 {lat['p90']:.0f}, p99 {lat['p99']:.0f}, "
-            f"max {lat['max']:.0f}; "
-            f"status {result['status']}"
+            f"{inj.latency_line(result['latency_us'])}; status {result['status']}"
         )
         c.print(f"stage medians (µs): {result['stage_median_us']}")
         c.print(f"wrote {js} and {png}")
@@ -280,15 +355,22 @@ def sweep(
     ] = "0",
     batch: Annotated[str, typer.Option(help="Batch sizes (0 = per request).")] = "0,4096",
     batch_timeout_us: Annotated[
-        int, typer.Option(help="Cross-request batching wait (µs), from the first request's arrival.")
+        int,
+        typer.Option(
+            min=0, max=1_000_000, help="Cross-request batching wait (µs), from the first request's arrival."
+        ),
     ] = 200,
-    request_size: Annotated[int, typer.Option(help="Requests of N queries (0 = as traced).")] = 0,
-    duration: Annotated[float, typer.Option(help="Seconds per configuration.")] = 3.0,
+    request_size: Annotated[
+        int, typer.Option(min=0, max=1 << 20, help="Requests of N queries (0 = as traced).")
+    ] = 0,
+    duration: Annotated[float, typer.Option(min=_TINY, max=86400.0, help="Seconds per configuration.")] = 3.0,
     matcher: Annotated[
         str, typer.Option(help="The daemon's matcher (gpu: the kernel executors run on the CUDA device).")
     ] = "fast",
-    p99_us: Annotated[float, typer.Option(help="Q1: best throughput with p99 under (µs).")] = 5000.0,
-    target_qps: Annotated[float, typer.Option(help="Q2: lowest p99 with at least q/s.")] = 1e6,
+    p99_us: Annotated[
+        float, typer.Option(min=_TINY, help="Q1: best throughput with p99 under (µs).")
+    ] = 5000.0,
+    target_qps: Annotated[float, typer.Option(min=0.0, help="Q2: lowest p99 with at least q/s.")] = 1e6,
     out: Annotated[str, typer.Option(help="JSON to write, with --json too (+ .csv, .png).")] = "sweep.json",
     as_json: JsonOpt = False,
 ) -> None:
@@ -296,6 +378,7 @@ def sweep(
     from rich.table import Table
 
     from offload import rules as rules_api
+    from offload.serve import ServeError
     from offload.serve import inject as inj
     from offload.serve import sweep as sw
 
@@ -316,9 +399,10 @@ def sweep(
     else:
         configs = sw.grid(ints(p), ints(w), ints(k), ints(e), ints(batch), batch_timeout_us, floats(rates))
     c = err if as_json else console  # with --json, stdout holds only the JSON
-    rows = sw.sweep(
-        ruletype, rules, tr, configs, duration, matcher, progress=lambda m: c.print(m, style="dim")
-    )
+    with failing(ServeError):
+        rows = sw.sweep(
+            ruletype, rules, tr, configs, duration, matcher, progress=lambda m: c.print(m, style="dim")
+        )
     summary = sw.write(rows, Path(out), p99_us, target_qps)
     if as_json:
         print(json.dumps(summary, indent=2))
@@ -350,7 +434,7 @@ def bench(
         Path,
         typer.Option(help="Queries CSV (as `offload rules synth` writes), repeated to fill the requests."),
     ],
-    request_size: Annotated[int, typer.Option(help="Queries per request.")] = 256,
+    request_size: Annotated[int, typer.Option(min=1, max=1 << 20, help="Queries per request.")] = 256,
     encoded: Annotated[
         bool,
         typer.Option(
@@ -360,7 +444,11 @@ def bench(
     ] = False,
     code_bits: Annotated[
         int,
-        typer.Option(help="With --encoded: 16 = 16-bit codes where every code fits (else 32); 32 = always."),
+        typer.Option(
+            min=16,
+            max=32,
+            help="With --encoded: 16 = 16-bit codes where every code fits (else 32); 32 = always.",
+        ),
     ] = 16,
     mode: Annotated[
         str,
@@ -372,23 +460,49 @@ def bench(
     ] = "open",
     rate: Annotated[
         float,
-        typer.Option(help="Requests/s over all connections (knee: the first rate; 0 = from a closed loop)."),
+        typer.Option(
+            min=0.0,
+            max=1e9,
+            help="Requests/s over all connections (knee: the first rate; 0 = from a closed loop).",
+        ),
     ] = 1000.0,
-    connections: Annotated[int, typer.Option(help="DEALER connections.")] = 4,
-    threads: Annotated[int, typer.Option(help="Sending threads (connection c on thread c mod threads).")] = 1,
-    in_flight: Annotated[int, typer.Option(help="Closed loop: requests out per connection.")] = 1,
+    connections: Annotated[int, typer.Option(min=1, max=4096, help="DEALER connections.")] = 4,
+    threads: Annotated[
+        int, typer.Option(min=1, max=256, help="Sending threads (connection c on thread c mod threads).")
+    ] = 1,
+    in_flight: Annotated[
+        int, typer.Option(min=1, max=1 << 20, help="Closed loop: requests out per connection.")
+    ] = 1,
     max_in_flight: Annotated[
-        int, typer.Option(help="Open loop: requests one connection holds out at most (then due ones wait).")
+        int,
+        typer.Option(
+            min=1,
+            max=1 << 20,
+            help="Open loop: requests one connection holds out at most (then due ones wait).",
+        ),
     ] = 1024,
-    duration: Annotated[float, typer.Option(help="Seconds of sending (per run).")] = 5.0,
+    duration: Annotated[
+        float, typer.Option(min=_TINY, max=86400.0, help="Seconds of sending (per run).")
+    ] = 5.0,
     drain: Annotated[
         float,
-        typer.Option(help="Seconds replies are still taken after; those still owed count as unanswered."),
+        typer.Option(
+            min=0.0,
+            max=3600.0,
+            help="Seconds replies are still taken after; those still owed count as unanswered.",
+        ),
     ] = 2.0,
-    sla_p99_us: Annotated[float, typer.Option(help="Knee: the p99 bound (µs, from due time).")] = 5000.0,
-    steps: Annotated[int, typer.Option(help="Knee: bisections on the rate.")] = 6,
+    sla_p99_us: Annotated[
+        float, typer.Option(min=_TINY, help="Knee: the p99 bound (µs, from due time).")
+    ] = 5000.0,
+    steps: Annotated[int, typer.Option(min=0, max=64, help="Knee: bisections on the rate.")] = 6,
     connect_timeout: Annotated[
-        float, typer.Option(help="Seconds each connection waits for its first reply (nothing there: exit 2).")
+        float,
+        typer.Option(
+            min=_TINY,
+            max=3600.0,
+            help="Seconds each connection waits for its first reply (nothing there: exit 2).",
+        ),
     ] = 5.0,
     control: Annotated[
         str | None,

@@ -5,7 +5,8 @@ the per-stage breakdown.
 
 Frames are built before the clock starts, so the measured time is the service's, not the
 trace reader's. Each process replays its share of the trace in a loop until the duration is
-over (and sends at most MAX_REQUESTS).
+over (and sends at most MAX_REQUESTS). The client processes ignore SIGINT (a terminal's Ctrl-C
+reaches the whole process group): the parent alone stops, ends them and says so in one line.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import csv
 import json
 import multiprocessing as mp
 import os
+import queue
+import signal
 import statistics
 import time
 from collections.abc import Sequence
@@ -31,6 +34,11 @@ from offload.serve import CurveKeys, ServeError
 
 # Requests one client process sends at most in a run.
 MAX_REQUESTS = 1_000_000
+# Closed loop (each process sends its next request when the previous is answered) or open loop
+# (Poisson arrivals at a rate).
+MODES = ("closed", "open")
+# Client processes one run may start.
+MAX_PROCESSES = 256
 # The server-side stages of a reply, in pipeline order (docs/serve-protocol.md).
 STAGES = ("queue", "encode", "kernel_queue", "match", "reply")
 # Parts of `match` on a device matcher (CUDA event times of the batch): shown, never added up.
@@ -203,6 +211,8 @@ class _Replies:
 
 
 def _client(a: _ClientArgs) -> None:
+    # Ctrl-C is the parent's to handle (it ends this process): no traceback from here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if a.cpus:
         os.sched_setaffinity(0, a.cpus)
 
@@ -324,8 +334,7 @@ def run(
     (`stopped`), with the requests it never answered counted as `unanswered`."""
     from offload import _native
 
-    if mode not in ("closed", "open"):
-        raise ValueError("mode is closed or open")
+    _check_load(processes, mode, rate, duration)
     names = list(criteria if criteria is not None else trace.criteria)
     if not names:
         raise ValueError("the criterion codes the trace's columns follow are needed (criteria=...)")
@@ -333,7 +342,7 @@ def run(
         raise ValueError("the trace holds no requests")
     fingerprint = int(_native.criteria_fingerprint(names))
     probe(endpoint, _frames(trace, [0], False, fingerprint)[0][1], curve, connect_timeout_s)
-    p = max(1, processes)
+    p = processes
     order = list(range(len(trace.requests)))
     shares = [order[i::p] for i in range(p)]
     # Each process's share, queue and start event are set by _run_clients.
@@ -345,24 +354,73 @@ def run(
     )
 
 
+def _check_load(processes: int, mode: str, rate: float, duration: float) -> None:
+    """Refuses a load that cannot run (ValueError naming the value): the CLI states the same
+    domains on its options."""
+    if mode not in MODES:
+        raise ValueError(f"mode is one of {', '.join(MODES)}, not {mode!r}")
+    if not 1 <= processes <= MAX_PROCESSES:
+        raise ValueError(f"processes is 1 to {MAX_PROCESSES}, not {processes}")
+    if mode == "open" and not 0 < rate < float("inf"):
+        raise ValueError(f"the open loop's rate is a number of requests/s above 0, not {rate}")
+    if not 0 < duration < float("inf"):
+        raise ValueError(f"the duration is a number of seconds above 0, not {duration}")
+
+
 def _run_clients(each: _ClientArgs, shares: list[list[int]], result_timeout_s: float) -> list[dict[str, Any]]:
     """Starts one client process per share of the trace (`each` with that share), starts them
     sending at once when all are ready, and returns what each sent back (within
-    `result_timeout_s`)."""
+    `result_timeout_s`). A process that dies without its result is an error at once, not a
+    wait; whatever ends this (Ctrl-C too), no client process outlives it."""
     ctx = mp.get_context("spawn")
     q, go = ctx.Queue(), ctx.Event()
     args = [replace(each, which=share, queue=q, go=go) for share in shares]
     procs = [ctx.Process(target=_client, args=(a,)) for a in args]
+    # Started with SIGINT ignored, which a child inherits until it runs `_client`: a Ctrl-C
+    # while Python starts in it makes no traceback there either.
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for pr in procs:
+            pr.start()
+    finally:
+        signal.signal(signal.SIGINT, old)
+    try:
+        for _ in procs:
+            if _take(q, procs, 300) != "ready":
+                raise ServeError("a client process failed to start")
+        go.set()
+        parts = [_take(q, procs, result_timeout_s) for _ in procs]
+        for pr in procs:
+            pr.join(timeout=30)
+        return parts
+    finally:
+        _end(procs)
+
+
+def _take(q: Any, procs: list[Any], timeout_s: float) -> Any:
+    """The next message of the client processes, waiting `timeout_s` at most; ServeError when
+    a process died before sending what it owed, or nothing came in time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            return q.get(timeout=0.2)
+        except queue.Empty:
+            dead = [pr for pr in procs if pr.exitcode not in (None, 0)]
+            if dead:
+                raise ServeError(f"a client process ended with exit code {dead[0].exitcode}") from None
+    raise ServeError(f"the client processes sent nothing within {timeout_s:g} s")
+
+
+def _end(procs: list[Any]) -> None:
+    """Ends the client processes still running (SIGTERM, then SIGKILL after 5 s)."""
     for pr in procs:
-        pr.start()
-    for _ in procs:
-        if q.get(timeout=300) != "ready":
-            raise RuntimeError("a client process failed to start")
-    go.set()
-    parts = [q.get(timeout=result_timeout_s) for _ in procs]
+        if pr.is_alive():
+            pr.terminate()
     for pr in procs:
-        pr.join(timeout=30)
-    return parts
+        pr.join(timeout=5)
+        if pr.is_alive():
+            pr.kill()
+            pr.join(timeout=5)
 
 
 def _result(
@@ -415,14 +473,24 @@ def _result(
     }
 
 
-def latency_us(latencies_s: Sequence[float]) -> dict[str, float]:
-    """p50, p90, p99 and max in µs (0 when there are none). Percentiles are the simulator's
-    (offload.plan.simulate: np.percentile, linear between the two nearest ranks), so calibration
-    compares like with like."""
+def latency_us(latencies_s: Sequence[float]) -> dict[str, float | None]:
+    """p50, p90, p99 and max in µs; None each when no request was answered (a latency of 0 µs
+    would read as a fast service). Percentiles are the simulator's (offload.plan.simulate:
+    np.percentile, linear between the two nearest ranks), so calibration compares like with
+    like."""
     if not len(latencies_s):
-        return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
+        return {"p50": None, "p90": None, "p99": None, "max": None}
     us = np.asarray(latencies_s, dtype=float) * 1e6
     return {**{f"p{q}": float(np.percentile(us, q)) for q in (50, 90, 99)}, "max": float(us.max())}
+
+
+def latency_line(lat: dict[str, float | None]) -> str:
+    """The latency percentiles as the CLI prints them, or that there are none."""
+    if lat["p50"] is None:
+        return "latency: none (no request was answered Ok)"
+    return (
+        f"latency p50 {lat['p50']:.0f} µs, p90 {lat['p90']:.0f}, p99 {lat['p99']:.0f}, max {lat['max']:.0f}"
+    )
 
 
 def failures(result: dict[str, Any]) -> str | None:

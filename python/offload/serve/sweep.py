@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from offload.files import atomic_write, save_figure, write_text
-from offload.serve import daemon
+from offload.serve import ServeError, daemon
 from offload.serve.inject import Trace, run
 
 
@@ -116,6 +116,10 @@ def sweep(
                 daemon.stop(proc)
             if i < 0:
                 continue
+            if r["latency_us"]["p50"] is None:  # nothing was answered: no point to place
+                raise ServeError(
+                    f"{cfg.label()}: no request was answered Ok ({r['status']}, {r['messages']})"
+                )
             answered = max(1, r["status"].get("Ok", 0))
             rows.append(
                 {
