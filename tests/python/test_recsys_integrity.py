@@ -124,11 +124,12 @@ def test_create_refuses_an_existing_model_unless_forced(model: Path, tmp_path: P
     before = (d / "tables" / "t000.emb").read_bytes()
     one_line_error(cli("create", "--out", str(d), "--rows", "300"), str(d), "--force")
     assert (d / "tables" / "t000.emb").read_bytes() == before
+    (d / "trace.npz").unlink()  # --force replaces only what create made (issue 39), not a trace
     r = cli("create", "--out", str(d), "--rows", "300", "--force")
     assert r.returncode == 0, r.stderr
     assert E.ModelDir.open(d).rows == [300] * 8 and not half_written(tmp_path)
     # too small for one row per table: refused with the minimum
-    one_line_error(cli("create", "--out", str(tmp_path / "z"), "--size", "0"), "at least", "1024")
+    one_line_error(cli("create", "--out", str(tmp_path / "z"), "--size", "1000"), "at least", "1024")
     assert not (tmp_path / "z").exists()
 
 

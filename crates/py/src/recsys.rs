@@ -239,8 +239,10 @@ fn flash_from(params: Option<&Bound<'_, PyDict>>) -> PyResult<FlashModel> {
             obj.insert(k, v);
         }
     }
-    serde_json::from_value(serde_json::Value::Object(obj))
-        .map_err(|e| PyValueError::new_err(format!("flash model: {e}")))
+    let m: FlashModel = serde_json::from_value(serde_json::Value::Object(obj))
+        .map_err(|e| PyValueError::new_err(format!("flash model: {e}")))?;
+    m.check().map_err(|e| PyValueError::new_err(format!("flash model: {e}")))?;
+    Ok(m)
 }
 
 type Layer<'py> = (PyReadonlyArray2<'py, f32>, PyReadonlyArray1<'py, f32>);

@@ -12,6 +12,9 @@ pub enum Error {
     /// An input batch is malformed: `table` is the table's position in the model, `position` the
     /// offending element of `offsets` or `indices`.
     BadInput { table: usize, what: &'static str, position: usize, problem: String },
+    /// A dense feature is NaN or infinite: `sample` is its row in the batch, `feature` its column.
+    /// Refused, as the MLPs would turn it into a confident prediction (a sigmoid of inf is 1).
+    NonFiniteDense { sample: usize, feature: usize, value: String },
     /// Shapes disagree (model vs tables, dense width, weights).
     Shape(String),
     /// The machine lacks what a strategy needs (O_DIRECT, io_uring, FIEMAP, cgroups).
@@ -32,7 +35,7 @@ impl Error {
         match self {
             Error::Io { .. } => "io",
             Error::BadTable { .. } => "bad-table",
-            Error::BadInput { .. } => "bad-input",
+            Error::BadInput { .. } | Error::NonFiniteDense { .. } => "bad-input",
             Error::Shape(_) => "shape",
             Error::Unsupported(_) => "unsupported",
             Error::Device(_) => "device",
@@ -50,6 +53,10 @@ impl fmt::Display for Error {
             Error::BadInput { table, what, position, problem } => {
                 write!(f, "table {table}: {what}[{position}]: {problem}")
             }
+            Error::NonFiniteDense { sample, feature, value } => write!(
+                f,
+                "dense features: sample {sample}, feature {feature} is {value}; dense features must be finite numbers"
+            ),
             Error::Shape(m) | Error::Unsupported(m) | Error::Device(m) => f.write_str(m),
         }
     }

@@ -57,6 +57,36 @@ pub enum ReadKind {
 }
 
 impl FlashModel {
+    /// Every parameter inside its domain (finite, positive where it divides or counts), or what
+    /// is not: a parameter given by hand (`--flash key=value`, the API) is checked once, here, so
+    /// no figure is computed from a NaN, a zero or a negative time.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let positive = [
+            ("t_page_us", self.t_page_us),
+            ("host_iops_4k", self.host_iops_4k),
+            ("clock_mhz", self.clock_mhz),
+            ("link_bytes_per_s", self.link_bytes_per_s),
+        ];
+        for (name, v) in positive {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!("{name} = {v}: must be a finite number > 0"));
+            }
+        }
+        if !(self.doorbell_us.is_finite() && self.doorbell_us >= 0.0) {
+            return Err(format!("doorbell_us = {}: must be a finite number >= 0", self.doorbell_us));
+        }
+        if !(0.0..=1.0).contains(&self.flush_fraction) {
+            return Err(format!("flush_fraction = {}: must be in [0, 1]", self.flush_fraction));
+        }
+        if !(1..=1024).contains(&self.channels) {
+            return Err(format!("channels = {}: must be in [1, 1024]", self.channels));
+        }
+        if !(512..=1 << 20).contains(&self.page_bytes) {
+            return Err(format!("page_bytes = {}: must be in [512, 1048576]", self.page_bytes));
+        }
+        Ok(())
+    }
+
     /// C_page: cycles of one page read (4000 in Table II).
     pub fn page_cycles(&self) -> u64 {
         (self.t_page_us * self.clock_mhz).round() as u64
@@ -141,6 +171,32 @@ mod tests {
         let v = [0u64, 4 * 4096, 8 * 4096, 12 * 4096, 16 * 4096, 4096].map(|a| (a, ReadKind::Vector(128)));
         assert_eq!(m.device_read_cycles(v), 5 * 2838);
         assert_eq!(m.device_read_cycles(std::iter::empty()), 0);
+    }
+
+    #[test]
+    fn parameters_outside_their_domain_are_named() {
+        assert_eq!(FlashModel::default().check(), Ok(()));
+        let bad = [
+            FlashModel { t_page_us: f64::NAN, ..FlashModel::default() },
+            FlashModel { host_iops_4k: 0.0, ..FlashModel::default() },
+            FlashModel { link_bytes_per_s: f64::INFINITY, ..FlashModel::default() },
+            FlashModel { doorbell_us: -1.0, ..FlashModel::default() },
+            FlashModel { flush_fraction: 1.5, ..FlashModel::default() },
+            FlashModel { channels: 0, ..FlashModel::default() },
+            FlashModel { page_bytes: 0, ..FlashModel::default() },
+        ];
+        let names = [
+            "t_page_us",
+            "host_iops_4k",
+            "link_bytes_per_s",
+            "doorbell_us",
+            "flush_fraction",
+            "channels",
+            "page_bytes",
+        ];
+        for (m, name) in bad.iter().zip(names) {
+            assert!(m.check().unwrap_err().starts_with(name), "{name}");
+        }
     }
 
     #[test]

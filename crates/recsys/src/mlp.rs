@@ -71,6 +71,19 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
+/// The first NaN or infinite value of `dense` (rows × `width`), named by sample and feature:
+/// the MLPs would carry it to a finite, confident prediction, so it is refused at the door.
+pub fn check_finite_dense(dense: &[f32], width: usize) -> Result<()> {
+    match dense.iter().position(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(at) => Err(Error::NonFiniteDense {
+            sample: at / width.max(1),
+            feature: at % width.max(1),
+            value: if dense[at].is_nan() { "NaN".into() } else { format!("{}", dense[at]) },
+        }),
+    }
+}
+
 /// A stack of layers.
 #[derive(Debug, Clone, Default)]
 pub struct Mlp {
@@ -205,7 +218,7 @@ impl Dlrm {
                 rows * self.tables * self.dim
             )));
         }
-        Ok(())
+        check_finite_dense(dense, self.dense_width)
     }
 
     /// Intra-layer decomposition (§IV-C2): top layer 0 as W_b·b + W_e·e, so the bottom MLP and
@@ -296,6 +309,12 @@ mod tests {
             assert!((x - y).abs() < 1e-6 && *x > 0.0 && *x < 1.0);
         }
         assert!(m.forward(&dense[1..], &pooled, rows).is_err());
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut d = dense.clone();
+            d[2 * 6 + 5] = bad;
+            let e = m.forward(&d, &pooled, rows).unwrap_err().to_string();
+            assert!(e.contains("sample 2, feature 5"), "{e}");
+        }
         let bad_top = Mlp::new(vec![lin(10, 1, 1)]).unwrap();
         let e = Dlrm::new(6, Mlp::new(vec![lin(6, dim, 1)]).unwrap(), bad_top, tables, dim).unwrap_err();
         assert!(e.to_string().contains("gives 16"), "{e}");

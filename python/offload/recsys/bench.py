@@ -318,6 +318,7 @@ def _result(
     return _header("offload.recsys.bench", model_dir) | {
         "model_dir": str(model_dir.path),
         "rows_per_table": model_dir.rows,
+        "weights": model_dir.weights_status,
         "trace": {"batches": len(trace), "batch_size": trace.batches[0].batch_size if len(trace) else 0}
         | (trace.config.to_dict() if trace.config else {}),
         "mode": mode,

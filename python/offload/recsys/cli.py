@@ -16,7 +16,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from offload.clitools import JsonOpt, OutOpt, console, emit, fail, failing, progress, size_bytes
+from offload.clitools import JsonOpt, OutOpt, console, emit, err, fail, failing, progress, size_bytes
 from offload.files import WriteError, atomic_write, write_text
 from offload.recsys import engine as E
 from offload.recsys import traces as T
@@ -39,10 +39,31 @@ def _spec(name: str) -> Any:
     return SPECS[name]
 
 
-def _size(text: str) -> int:
-    """'8G', '512M', '64k' or a plain byte count; a clear exit otherwise."""
-    with failing(ValueError):
-        return size_bytes(text)
+# The domains of the numeric options (shown in --help as ranges; typer refuses the rest, and
+# clitools refuses nan and inf for every float option).
+SEED_MAX = 2**32 - 1
+ROWS_MAX = 2**32
+BATCHES_MAX = 1_000_000
+BATCH_SIZE_MAX = 65_536
+LOOKUPS_MAX = 10_000
+TRACE_LOOKUPS_MAX = 2**31
+"""Lookups in one trace (16 GiB of int64 row ids): more is refused before anything is drawn."""
+QUEUE_DEPTH_MAX = 4096
+"""The device reader's ring (crates/recsys uring.rs takes at most this many reads in flight)."""
+HOST_CACHE_MAX = 2**22
+II_MAX = 1024
+
+
+def _size(text: str, option: str = "--size") -> int:
+    """'8G', '512M', '64k' or a plain byte count, more than 0; a clear exit otherwise (0, a
+    negative number, nan and inf are refused, naming the option)."""
+    try:
+        n = size_bytes(text)
+    except (ValueError, OverflowError):  # inf overflows int()
+        n = None
+    if n is None or n <= 0:
+        raise fail(f"{option} {text}: write a size above 0: bytes, or a number with K, M, G or T (e.g. 8G)")
+    return n
 
 
 def _write_error(e: Exception) -> typer.Exit:
@@ -54,12 +75,13 @@ def create(
     out: Annotated[Path, typer.Option("--out", "-o", help="Model directory to write.")],
     model: Annotated[str, typer.Option(help="Model: rmc1, rmc2, rmc3, ncf, wnd.")] = "rmc1",
     size: Annotated[
-        str, typer.Option(help="Total size of the embedding tables (K/M/G suffixes), split evenly.")
+        str, typer.Option(help="Total size of the embedding tables (K/M/G suffixes; above 0), split evenly.")
     ] = "64M",
     rows: Annotated[
-        int | None, typer.Option(help="Rows per table instead of --size. \\[default: from --size]")
+        int | None,
+        typer.Option(help="Rows per table instead of --size. \\[default: from --size]", min=1, max=ROWS_MAX),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the weights and table values.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the weights and table values.", min=0, max=SEED_MAX)] = 0,
     force: Annotated[
         bool,
         typer.Option("--force", help="Replace an existing model at --out (once the new one is complete)."),
@@ -69,8 +91,6 @@ def create(
     """Write a random model (DLRM's initialisation) and its table files (RM_create_table). The
     directory appears whole or not at all; an existing one is kept unless --force."""
     spec = _spec(model)
-    if rows is not None and rows < 1:
-        raise fail(f"--rows {rows}: every table needs at least one row")
     try:
         per = [rows] * spec.tables if rows else E.rows_for_bytes(spec, _size(size))
     except ValueError as e:
@@ -107,24 +127,32 @@ def create(
 def synth(
     out: Annotated[Path, typer.Option("--out", "-o", help="Trace file to write (.npz).")],
     model_dir: ModelDirOpt,
-    batches: Annotated[int, typer.Option(help="Batches in the trace.")] = 16,
-    batch_size: Annotated[int, typer.Option(help="Samples per batch.")] = 16,
+    batches: Annotated[int, typer.Option(help="Batches in the trace.", min=1, max=BATCHES_MAX)] = 16,
+    batch_size: Annotated[int, typer.Option(help="Samples per batch.", min=1, max=BATCH_SIZE_MAX)] = 16,
     kind: Annotated[
         str,
         typer.Option(
             help="Distribution: hotset (the seed's statistics), recssd (locality K), zipf, uniform."
         ),
     ] = "hotset",
-    k: Annotated[float, typer.Option("--k", help="RecSSD locality knob K (kind recssd).")] = 0.3,
-    alpha: Annotated[float, typer.Option(help="Zipf exponent (kind zipf).")] = 1.09,
+    k: Annotated[float, typer.Option("--k", help="RecSSD locality knob K (kind recssd).", min=0)] = 0.3,
+    alpha: Annotated[float, typer.Option(help="Zipf exponent (kind zipf).", min=0)] = 1.09,
     lookups: Annotated[
-        int | None, typer.Option(help="Lookups per table per sample. \\[default: the model's]")
+        int | None,
+        typer.Option(help="Lookups per table per sample. \\[default: the model's]", min=0, max=LOOKUPS_MAX),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed.", min=0, max=SEED_MAX)] = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Generate a seeded trace of dense features and EmbeddingBag inputs for a model directory."""
+    """Generate a seeded trace of dense features and EmbeddingBag inputs for a model directory
+    (at most 2^31 lookups in all)."""
     d = _open(model_dir)
+    total = batches * batch_size * (lookups if lookups is not None else d.spec.lookups) * d.spec.tables
+    if total > TRACE_LOOKUPS_MAX:
+        raise fail(
+            f"a trace of {total:,} lookups is more than {TRACE_LOOKUPS_MAX:,} ({TRACE_LOOKUPS_MAX * 8 >> 30} "
+            "GiB of row ids); ask for fewer --batches, --batch-size or --lookups"
+        )
     try:
         cfg = T.TraceConfig(
             rows=d.rows,
@@ -153,9 +181,21 @@ def synth(
     )
 
 
-def _open(model_dir: Path) -> E.ModelDir:
+def _open(model_dir: Path, *, check_weights: bool = True) -> E.ModelDir:
+    """The model directory, checked (its weights too unless `check_weights` is False: `info`
+    reports them); a model made before weights had a checksum is used with a warning."""
     with failing(OSError, ValueError):  # RecsysError is a ValueError
-        return E.ModelDir.open(model_dir)
+        d = E.ModelDir.open(model_dir, check_weights=check_weights)
+    if d.weights_status == E.NOT_VERIFIABLE and check_weights:
+        err.print(f"warning: {_unverifiable(d)}", highlight=False, soft_wrap=True, markup=False)
+    return d
+
+
+def _unverifiable(d: E.ModelDir) -> str:
+    return (
+        f"{d.path / E.WEIGHTS_FILE}: weights not verifiable (the manifest, made before weights had a "
+        f"checksum, has none); recreate the model to add one: offload recsys create --out {d.path} --force"
+    )
 
 
 # The predictions file of `infer --out`, by suffix.
@@ -238,6 +278,7 @@ def infer(
         "mode": mode,
         "device": device,
         "samples": int(allp.size),
+        "weights": d.weights_status,
         "mean_prediction": float(allp.mean()) if allp.size else None,
         "stages_s": stages,
         "io": io,
@@ -259,18 +300,28 @@ def infer(
 
 
 def _flash_params(pairs: list[str] | None) -> dict[str, float] | None:
-    """`--flash key=value` pairs for the Table II model (e.g. t_page_us=60 host_iops_4k=30000)."""
+    """`--flash key=value` pairs for the Table II model (e.g. t_page_us=60 host_iops_4k=30000),
+    each checked against its domain by the model itself (crates/recsys `FlashModel::check`:
+    finite, positive where it counts or divides) before anything runs."""
+    from offload import _native
+
     if not pairs:
         return None
     out: dict[str, float] = {}
     for p in pairs:
         key, sep, val = p.partition("=")
         try:
-            out[key.strip()] = float(val)
+            x = float(val)
         except ValueError:
             raise fail(f"--flash {p!r}: write key=number, e.g. t_page_us=20") from None
         if not sep:
             raise fail(f"--flash {p!r}: write key=number, e.g. t_page_us=20")
+        out[key.strip()] = int(x) if x.is_integer() else x  # channels and page_bytes are counts
+    with failing(ValueError):
+        try:
+            _native.recsys_flash_model(out)
+        except ValueError as e:
+            raise ValueError(f"--flash {' '.join(pairs)}: {e}") from None
     return out
 
 
@@ -289,11 +340,22 @@ def bench(
         str, typer.Option("--strategies", "-s", help="Comma list, first = the reference for the answers.")
     ] = ",".join(E.STRATEGIES),
     mode: ModeOpt = MODE_DEFAULT,
-    batches: Annotated[int, typer.Option(help="Batches of the trace made here (without --trace).")] = 8,
-    batch_size: Annotated[int, typer.Option(help="Samples per batch (without --trace).")] = 16,
-    warmup: Annotated[int, typer.Option(help="First batches of each strategy run but not recorded.")] = 1,
-    queue_depth: Annotated[int, typer.Option(help="io_uring queue depth of device reads (disk mode).")] = 64,
-    host_cache: Annotated[int, typer.Option(help="RecSSD's host LRU cache, in vectors.")] = 8192,
+    batches: Annotated[
+        int, typer.Option(help="Batches of the trace made here (without --trace).", min=1, max=BATCHES_MAX)
+    ] = 8,
+    batch_size: Annotated[
+        int, typer.Option(help="Samples per batch (without --trace).", min=1, max=BATCH_SIZE_MAX)
+    ] = 16,
+    warmup: Annotated[
+        int, typer.Option(help="First batches of each strategy run but not recorded.", min=0, max=BATCHES_MAX)
+    ] = 1,
+    queue_depth: Annotated[
+        int,
+        typer.Option(help="io_uring queue depth of device reads (disk mode).", min=1, max=QUEUE_DEPTH_MAX),
+    ] = 64,
+    host_cache: Annotated[
+        int, typer.Option(help="RecSSD's host LRU cache, in vectors.", min=1, max=HOST_CACHE_MAX)
+    ] = 8192,
     flash: Annotated[
         list[str] | None,
         typer.Option(
@@ -321,11 +383,12 @@ def bench(
 
     d = _open(model_dir)
     names = [s.strip() for s in strategies.split(",") if s.strip()]
+    flash_params = _flash_params(flash)
     try:
         with progress("reading the trace" if trace is not None else f"making a trace of {batches} batches"):
             tr = B.trace_of(d, trace, batches, batch_size)
         with progress(names[0] if names else "", total=len(tr) * len(names)) as bar:
-            opts = B.RunOptions(warmup, _flash_params(flash), queue_depth, host_cache, device)
+            opts = B.RunOptions(warmup, flash_params, queue_depth, host_cache, device)
             res = B.run(
                 d,
                 tr,
@@ -410,10 +473,17 @@ def info(
     out: OutOpt = None,
 ) -> None:
     """What a model directory holds: spec, tables, extents (as RM_open_table sees them), and
-    whether every row matches its checksum."""
+    whether the weights and every row match their checksums. Damaged weights are reported, then
+    the command ends with the error (exit 2)."""
     from offload import _native
 
-    d = _open(model_dir)
+    d = _open(model_dir, check_weights=False)
+    weights = {
+        "file": str(d.path / E.WEIGHTS_FILE),
+        "status": d.weights_status,
+        "sha256": d.weights_sha256,
+        "problem": d.weights_problem or (_unverifiable(d) if d.weights_sha256 is None else None),
+    }
     with failing(OSError, ValueError):  # RecsysError is a ValueError
         tables = [_native.recsys_table_info(str(p)) for p in d.table_paths]
         t0 = time.perf_counter()
@@ -430,25 +500,37 @@ def info(
         "table_bytes": d.table_bytes,
         "rows_checked": verify,
         "check_seconds": time.perf_counter() - t0 if verify else None,
+        "weights": weights,
         "tables": tables,
     }
-    if emit(res, as_json, out):
-        return
-    checked = (
-        f"every row matches its checksum ({res['check_seconds']:.2f} s)"
-        if verify
-        else "rows not checked (--no-verify)"
-    )
-    console.print(
-        f"{d.spec.name}: {len(tables)} tables, {d.table_bytes / 2**20:.1f} MiB; extents: "
-        f"{sum(t['extents'] for t in tables)} ({tables[0]['extents_source'] if tables else '-'}); {checked}"
-    )
+    if not emit(res, as_json, out):
+        checked = (
+            f"every row matches its checksum ({res['check_seconds']:.2f} s)"
+            if verify
+            else "rows not checked (--no-verify)"
+        )
+        console.print(
+            f"{d.spec.name}: {len(tables)} tables, {d.table_bytes / 2**20:.1f} MiB; extents: "
+            f"{sum(t['extents'] for t in tables)} ({tables[0]['extents_source'] if tables else '-'}); "
+            f"{checked}; weights: {_weights_words(d)}"
+        )
+    if d.weights_problem:
+        raise fail(d.weights_problem)
+
+
+def _weights_words(d: E.ModelDir) -> str:
+    """How `info` says what it found of the weights."""
+    if d.weights_status == E.NOT_VERIFIABLE:
+        return "not verifiable (no checksum in the manifest; recreate the model to add one)"
+    return "DAMAGED (below)" if d.weights_problem else "match their checksum"
 
 
 CompositionOpt = Annotated[
     str, typer.Option(help="How eq. 1b/1c combine paired layers: sum (as printed) or pipelined (max).")
 ]
-IIOpt = Annotated[int, typer.Option("--ii", help="Initiation interval of the MLP kernels.")]
+IIOpt = Annotated[
+    int, typer.Option("--ii", help="Initiation interval of the MLP kernels.", min=1, max=II_MAX)
+]
 
 
 @app.command()
@@ -540,9 +622,9 @@ def _count(x: float) -> str:
 def composition(
     models: Annotated[str, typer.Option(help="Comma list of Table III models.")] = "RMC1,RMC2,RMC3",
     samples: Annotated[
-        int, typer.Option(help="Samples streamed through each chain (≥ 2 for an interval).")
+        int, typer.Option(help="Samples streamed through each chain (≥ 2 for an interval).", min=1, max=1000)
     ] = 3,
-    ii: Annotated[int, typer.Option("--ii", help="Initiation interval of the MLP kernels.")] = 8,
+    ii: IIOpt = 8,
     as_json: JsonOpt = False,
     out: OutOpt = None,
 ) -> None:

@@ -5,6 +5,11 @@ engine's memfd, ``/proc/<pid>/fd/<n>``) until the host closes it or is gone. The
 memory controller is writable, the device first joins a child memory cgroup NAME of its own
 (the host's) cgroup, made by ``offload.host.cgroups`` with a limit of N bytes. The work itself
 is ``crates/recsys/src/device/`` (``offload._native.recsys_device_serve``).
+
+The device ends when its host closes the channel or dies (``PR_SET_PDEATHSIG``), never on its
+own at Ctrl-C: the host starts it in a process group of its own, so a terminal's SIGINT reaches
+only the host (which ends the run with one line, "interrupted", and closes the device), and it
+ignores SIGINT sent to it directly, so it never prints a ``KeyboardInterrupt`` traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,6 +65,7 @@ def release(cgroup: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host decides when the device ends
     p = argparse.ArgumentParser(prog="python -m offload.recsys.device")
     p.add_argument("--memory-cgroup", help="a child memory cgroup (of this process's) to join")
     p.add_argument("--memory-bytes", type=int, help="its memory.limit_in_bytes")

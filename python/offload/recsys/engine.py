@@ -5,13 +5,19 @@ Layout of a model directory::
 
     DIR/model.safetensors     MLP weights with DLRM's tensor names, the spec in the metadata
     DIR/tables/t000.emb ...   one table file per embedding table (crates/recsys/src/table.rs)
-    DIR/manifest.json         spec name, rows per table, seed, bytes, and what each table's header
-                              says (compared with the headers on open)
+    DIR/manifest.json         spec name, rows per table, seed, bytes, the SHA-256 of the weights
+                              file and what each table's header says (both checked on open)
+
+The weights are checked as the tables are: a damaged `model.safetensors` (a flipped byte turns a
+weight into 1e38 and every prediction into 1.0) is refused on open, naming the file. A manifest
+made before weights had a checksum opens, and says "weights not verifiable" (the tables, the
+bulk of a model, are still checked); recreating the model adds the checksum.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import re
@@ -45,14 +51,22 @@ STRATEGY_HELP = {
 }
 
 
+WEIGHTS_FILE = "model.safetensors"
+NOT_VERIFIABLE = "not verifiable"
+
+
 @dataclass(frozen=True)
 class ModelDir:
-    """A model directory on disk."""
+    """A model directory on disk. `weights_sha256` is the manifest's checksum of the weights
+    (None for a model made before weights had one: "not verifiable"); `weights_problem` says why
+    the weights file does not match it, where `open(check_weights=False)` let that through."""
 
     path: Path
     spec: ModelSpec
     rows: list[int]
     seed: int
+    weights_sha256: str | None = None
+    weights_problem: str | None = None
 
     @property
     def table_paths(self) -> list[Path]:
@@ -62,29 +76,80 @@ class ModelDir:
     def table_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.table_paths)
 
+    @property
+    def weights_status(self) -> str:
+        """ "verified", "damaged" or "not verifiable" (no checksum in the manifest)."""
+        if self.weights_sha256 is None:
+            return NOT_VERIFIABLE
+        return "damaged" if self.weights_problem else "verified"
+
     def model(self) -> Model:
-        return Model.load(self.path / "model.safetensors")
+        """The weights, checked against the manifest's checksum as they are read (a ValueError
+        naming the file if they do not match)."""
+        problem = weights_problem(self.path, self.weights_sha256)
+        if problem:
+            raise ValueError(problem)
+        return Model.load(self.path / WEIGHTS_FILE)
 
     @staticmethod
-    def open(path: Path | str) -> ModelDir:
+    def open(path: Path | str, *, check_weights: bool = True) -> ModelDir:
         """Opens a model directory and checks that its parts belong together: the manifest, the
-        model's spec, and every table's header (version, rows, dim, dtype, the fingerprint of its
-        row checksums) against the manifest. Every disagreement is a ValueError naming the file."""
+        weights against its checksum, the model's spec, and every table's header (version, rows,
+        dim, dtype, the fingerprint of its row checksums) against the manifest. Every
+        disagreement is a ValueError naming the file. `check_weights=False` (`recsys info`, which
+        reports it) records damaged weights in `weights_problem` instead of refusing them."""
         path = Path(path)
         man = path / "manifest.json"
         if not man.exists():
             raise FileNotFoundError(f"{man}: no manifest: make one with `offload recsys create --out {path}`")
         m = read_manifest(man)
-        model = Model.load(path / "model.safetensors")
+        problem = weights_problem(path, m.get("weights_sha256"))
+        if problem and check_weights:
+            raise ValueError(problem)
+        try:
+            model = Model.load(path / WEIGHTS_FILE)
+        except ValueError:  # a damaged header: the checksum's words say more
+            if problem:
+                raise ValueError(problem) from None
+            raise
         if m["spec"] != model.spec.name or len(m["tables"]) != model.spec.tables:
             raise ValueError(
                 f"{man}: describes {m['spec']!r} with {len(m['tables'])} tables, but "
-                f"{path / 'model.safetensors'} is {model.spec.name!r} with {model.spec.tables}"
+                f"{path / WEIGHTS_FILE} is {model.spec.name!r} with {model.spec.tables}"
             )
-        d = ModelDir(path, model.spec, [int(t["rows"]) for t in m["tables"]], int(m["seed"]))
+        rows = [int(t["rows"]) for t in m["tables"]]
+        d = ModelDir(path, model.spec, rows, int(m["seed"]), m.get("weights_sha256"), problem)
         for want, p in zip(m["tables"], d.table_paths, strict=True):
             check_table(p, want | {"dim": model.spec.dim})
         return d
+
+
+def weights_sha256(path: Path) -> str:
+    """The SHA-256 of a weights file, hex (12 MiB for RMC3's MLPs: ~10 ms)."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def weights_problem(model_dir: Path, want: str | None) -> str | None:
+    """Why the weights file of `model_dir` does not match the manifest's checksum `want`, in one
+    line naming the file and what to do; None when it matches or there is no checksum."""
+    if want is None:
+        return None
+    path = model_dir / WEIGHTS_FILE
+    if not path.exists():
+        return f"{path}: no such weights file; put it back or recreate the model"
+    got = weights_sha256(path)
+    if got == want:
+        return None
+    return (
+        f"{path}: the weights do not match their checksum in manifest.json (sha256 {got[:16]}…, "
+        f"expected {want[:16]}…): the file is damaged or was replaced; restore it, or recreate the "
+        f"model: offload recsys create --out {model_dir} --force with the model, rows and seed of "
+        "manifest.json"
+    )
 
 
 MANIFEST_VERSION = 2
@@ -113,6 +178,9 @@ def read_manifest(man: Path) -> dict[str, Any]:
                 t[k]
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{man}: the manifest lacks {e}; {redo}") from None
+    sha = m.get("weights_sha256")  # absent in manifests made before weights had a checksum
+    if sha is not None and not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
+        raise ValueError(f"{man}: weights_sha256 is not a SHA-256 (64 hex digits); {redo}")
     return m
 
 
@@ -175,7 +243,7 @@ def create(
             _write_model(tmp, spec, rows, seed, progress)
         except (RecsysError, OSError) as e:  # name the file where it would be, not the temporary
             raise _located(e, tmp, out) from None
-    return ModelDir(out, spec, list(rows), seed)
+    return ModelDir.open(out)
 
 
 def _located(e: Exception, tmp: Path, out: Path) -> WriteError:
@@ -195,7 +263,7 @@ def _write_model(
 ) -> None:
     (out / "tables").mkdir(parents=True, exist_ok=True)
     model = Model.random(spec, rows=[1] * spec.tables, seed=seed, with_tables=False)
-    model.save(out / "model.safetensors")
+    model.save(out / WEIGHTS_FILE)
     done = 0
     d = ModelDir(out, spec, list(rows), seed)
     tables = []
@@ -216,6 +284,7 @@ def _write_model(
         "rows": list(rows),
         "seed": seed,
         "table_bytes": d.table_bytes,
+        "weights_sha256": weights_sha256(out / WEIGHTS_FILE),
         "tables": tables,
     }
     write_text(out / "manifest.json", json.dumps(manifest, indent=2))

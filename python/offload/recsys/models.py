@@ -413,7 +413,8 @@ def _check_weights(
     where: str = "",
     shown: Mapping[str, str] | None = None,
 ) -> None:
-    """Raises ModelError naming the first tensor that is missing, extra, not fp32 or misshapen."""
+    """Raises ModelError naming the first tensor that is missing, extra, not fp32, misshapen or
+    holding a NaN or infinite MLP weight (named with its position)."""
     shown = shown or {}
 
     def nm(k: str) -> str:
@@ -436,6 +437,9 @@ def _check_weights(
                 if a.shape[1] in _dot_widths(spec):
                     msg += f"; {a.shape[1]} is DLRM's `dot` interaction width, offload runs `cat` only"
             raise ModelError(msg)
+        if not np.isfinite(a).all():  # a NaN weight makes every prediction NaN, an inf one 0 or 1
+            at = tuple(int(x) for x in np.argwhere(~np.isfinite(a))[0])
+            raise ModelError(f"{where}{nm(name)}{list(at)} is {a[at]}; weights must be finite numbers")
     present = [t for t in range(spec.tables) if f"emb_l.{t}.weight" in weights]
     if present and len(present) != spec.tables:
         gone = next(t for t in range(spec.tables) if t not in present)

@@ -94,7 +94,9 @@ fn spawn_process(command: &[String], cpu: Option<usize>, path: &str, info: &mut 
     info.command = command.to_vec();
     let (prog, args) = command.split_first().ok_or_else(|| Error::Device("empty device command".into()))?;
     let mut cmd = Command::new(prog);
-    cmd.args(args).arg(path).stdin(Stdio::null());
+    // A process group of its own: a terminal's Ctrl-C (SIGINT to the foreground group) reaches
+    // the host only, which ends the run and then closes the device; the device never sees it.
+    cmd.args(args).arg(path).stdin(Stdio::null()).process_group(0);
     let host_pid = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the child between fork and exec; it allocates
     // nothing and only calls prctl, getppid and _exit, which are async-signal-safe.

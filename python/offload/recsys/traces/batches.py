@@ -73,13 +73,28 @@ def _check_indices(idx: np.ndarray, rows: int, where: str, base: int = 0) -> Non
         raise ValueError(f"{where}: indices[{j + base}] = {int(idx[j])} not in [0, {rows})")
 
 
-def validate_batch(batch: Batch, rows: Sequence[int]) -> None:
-    """Check the offsets/indices contract of ``batch`` against ``rows`` (one count per table).
+def check_finite_dense(dense: np.ndarray, where: str = "") -> None:
+    """A ``ValueError`` naming the sample and feature of the first NaN or ±inf in ``dense``
+    (B, dense_width): the MLPs would turn it into a finite, confident prediction."""
+    bad = ~np.isfinite(dense)
+    if bad.any():
+        sample, feature = (int(x) for x in np.argwhere(bad)[0])
+        raise ValueError(
+            f"{where}dense features: sample {sample}, feature {feature} is {dense[sample, feature]}; "
+            "dense features must be finite numbers"
+        )
 
-    Raises ``ValueError`` naming the table and the position of the first bad value.
+
+def validate_batch(batch: Batch, rows: Sequence[int]) -> None:
+    """Check the offsets/indices contract of ``batch`` against ``rows`` (one count per table),
+    and that its dense features are finite.
+
+    Raises ``ValueError`` naming the table and the position of the first bad value (the sample
+    and feature of a NaN or infinite dense feature).
     """
     if batch.dense.ndim != 2:
         raise ValueError(f"dense must be 2-D (B, dense_width), got shape {batch.dense.shape}")
+    check_finite_dense(batch.dense)
     b = batch.dense.shape[0]
     if len(batch.offsets) != len(rows) or len(batch.indices) != len(rows):
         raise ValueError(

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from offload.recsys.traces.batches import Batch, _check_offsets, _first_bad, validate_batch
+from offload.recsys.traces.batches import (
+    Batch,
+    _check_offsets,
+    _first_bad,
+    check_finite_dense,
+    validate_batch,
+)
 from offload.recsys.traces.config import TraceConfig
 
 TRACE_FORMAT = "offload.recsys.trace"
@@ -127,7 +133,8 @@ def load_trace(path: str | Path, rows: Sequence[int] | None = None) -> Embedding
     Raises:
         ValueError: bad metadata, missing arrays, wrong shapes or dtypes, offsets that do not
             start at 0, decrease or do not end at the number of indices, or an index outside
-            ``[0, rows_t)`` — naming the table, the batch and the position of the first bad value.
+            ``[0, rows_t)`` — naming the table, the batch and the position of the first bad value;
+            a NaN or infinite dense feature, naming the batch, sample and feature.
     """
     data = _read_npz(Path(path))
     (nb, b, w, nt), check_rows, config = _read_meta(path, data, rows)
@@ -138,6 +145,10 @@ def load_trace(path: str | Path, rows: Sequence[int] | None = None) -> Embedding
         raise ValueError(f"{path}: dense has shape {dense.shape}, expected {(nb, b, w)}")
     if dense.dtype != np.float32:
         raise ValueError(f"{path}: dense has dtype {dense.dtype}, expected float32")
+    finite = np.isfinite(dense)
+    if not finite.all():  # NaN or inf: refused, naming the batch, sample and feature
+        i = int(np.argmin(finite.reshape(nb, -1).all(axis=1)))
+        check_finite_dense(dense[i], f"{path}: batch {i}: ")
     tables = [_read_table(path, data, t, (nb, b), check_rows[t]) for t in range(nt)]
     offsets = [off for off, _ in tables]
     indices = [idx for _, idx in tables]
