@@ -212,3 +212,15 @@ def test_numeric_options_refuse_values_outside_their_domain(
              "create": ["--out", str(tmp_path / "new")]}[args[0]]  # fmt: skip
     one_line_error(cli(*args, *where), *words)
     assert not (tmp_path / "t.npz").exists() and not (tmp_path / "new").exists()
+
+
+def test_a_weights_file_holding_nan_is_refused_naming_the_tensor(tmp_path: Path) -> None:
+    """A foreign weights file (no manifest to check it against) is still read with its numbers
+    checked: a NaN weight would make every prediction NaN."""
+    from offload.recsys.models import SPECS, Model, ModelError
+
+    m = Model.random(SPECS["rmc1"], rows=[1] * 8, seed=0, with_tables=False)
+    m.weights["top_l.0.weight"][1, 2] = np.nan
+    m.save(tmp_path / "w.safetensors")
+    with pytest.raises(ModelError, match=r"top_l\.0\.weight\[1, 2\] is nan"):
+        Model.load(tmp_path / "w.safetensors")

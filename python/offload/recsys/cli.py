@@ -7,6 +7,7 @@ kernel-size search, resources for Table VI beside the seed's, composition for Fi
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -316,6 +317,8 @@ def _flash_params(pairs: list[str] | None) -> dict[str, float] | None:
             raise fail(f"--flash {p!r}: write key=number, e.g. t_page_us=20") from None
         if not sep:
             raise fail(f"--flash {p!r}: write key=number, e.g. t_page_us=20")
+        if not math.isfinite(x):
+            raise fail(f"--flash {p}: {val.strip()} is not a finite number")
         out[key.strip()] = int(x) if x.is_integer() else x  # channels and page_bytes are counts
     with failing(ValueError):
         try:

@@ -147,8 +147,8 @@ def weights_problem(model_dir: Path, want: str | None) -> str | None:
     return (
         f"{path}: the weights do not match their checksum in manifest.json (sha256 {got[:16]}…, "
         f"expected {want[:16]}…): the file is damaged or was replaced; restore it, or recreate the "
-        f"model: offload recsys create --out {model_dir} --force with the model, rows and seed of "
-        "manifest.json"
+        f"model (offload recsys create --out {model_dir} --force, with the --model, --rows and --seed "
+        "of manifest.json)"
     )
 
 
