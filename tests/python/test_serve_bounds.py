@@ -300,6 +300,18 @@ def test_an_inject_where_every_request_failed_reports_no_percentiles(
     assert result["processes"] == 1
 
 
+def test_a_sweep_refuses_settings_the_daemon_would_not_take(tmp_path: Path) -> None:
+    """Checked against the daemon's own table of ranges before any daemon starts."""
+    rt, rules = str(EXAMPLE / "ruletype.toml"), str(EXAMPLE / "rules.csv")
+    given = ["serve", "sweep", "--ruletype", rt, "--rules", rules, "--trace", str(mini_trace(tmp_path)),
+             "--out", str(tmp_path / "s.json")]  # fmt: skip
+    line = one_error_line(run(*given, "--batch", "0,4000000000"))
+    assert "batch_max_queries 4000000000" in line and "1048576" in line, line
+    line = one_error_line(run(*given, "--w", "0"))
+    assert "workers 0" in line, line
+    assert not (tmp_path / "s.json").exists()
+
+
 # -- item 17: Ctrl-C under inject -p 2: one line, exit 130
 
 

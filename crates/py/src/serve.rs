@@ -50,6 +50,14 @@ fn serve_help(name: &str) -> String {
     offload_serve::config::Settings::help(name)
 }
 
+/// Checks a value of the daemon's numeric setting `key` against its range (the one table,
+/// `offload_serve::config::BOUNDS`): the value, or a ValueError of one line naming the range. For
+/// tools that start daemons with settings of their own (`offload serve sweep`).
+#[pyfunction]
+fn serve_check_setting(key: &str, value: u64) -> PyResult<u64> {
+    offload_serve::config::check_setting(key, value).map_err(PyValueError::new_err)
+}
+
 /// Makes a CURVE key pair: `DIR/NAME.key` (public) and `DIR/NAME.key_secret` (mode 0600);
 /// returns their paths (`offload serve keys`).
 #[pyfunction]
@@ -298,6 +306,7 @@ fn serve_bench(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(serve, m)?)?;
     m.add_function(wrap_pyfunction!(serve_help, m)?)?;
+    m.add_function(wrap_pyfunction!(serve_check_setting, m)?)?;
     m.add_function(wrap_pyfunction!(curve_key_pair, m)?)?;
     m.add_function(wrap_pyfunction!(read_curve_key, m)?)?;
     m.add_function(wrap_pyfunction!(criteria_fingerprint, m)?)?;

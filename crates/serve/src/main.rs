@@ -46,10 +46,7 @@ fn keys(argv: &[std::ffi::OsString]) {
             Ok((public, secret)) => {
                 println!("{} (share it)  {} (keep it, mode 600)", public.display(), secret.display())
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                std::process::exit(1)
-            }
+            Err(e) => fail(&e),
         }
     }
 }

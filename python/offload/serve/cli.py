@@ -398,6 +398,8 @@ def sweep(
         configs = sw.together(ints(together), ints(e), ints(batch), batch_timeout_us, floats(rates))
     else:
         configs = sw.grid(ints(p), ints(w), ints(k), ints(e), ints(batch), batch_timeout_us, floats(rates))
+    with failing(ValueError):
+        sw.check(configs)
     c = err if as_json else console  # with --json, stdout holds only the JSON
     with failing(ServeError):
         rows = sw.sweep(

@@ -75,6 +75,31 @@ def together(
     ]
 
 
+def check(configs: Sequence[Config]) -> None:
+    """Refuses, before any daemon starts, a configuration the daemon or the injector would not
+    take (ValueError naming the value and its range): the daemon's settings against its one
+    table of ranges (offload_serve::config::BOUNDS), p and the rate as `inject` takes them."""
+    from offload import _native
+    from offload.serve.inject import MAX_PROCESSES
+
+    for c in configs:
+        settings = {
+            "workers": c.w,
+            "kernels": c.k,
+            "engine_threads": c.e,
+            "batch_max_queries": c.batch_max_queries,
+            "batch_timeout_us": c.batch_timeout_us,
+        }
+        for key, value in settings.items():
+            if value < 0:
+                raise ValueError(f"{key} {value} is out of range: a count of 0 or more")
+            _native.serve_check_setting(key, value)
+        if not 1 <= c.p <= MAX_PROCESSES:
+            raise ValueError(f"processes {c.p} is out of range: 1..={MAX_PROCESSES}")
+        if not 0 <= c.rate_rps < float("inf"):
+            raise ValueError(f"rate {c.rate_rps} is out of range: 0 (closed loop) or requests/s above 0")
+
+
 def is_together(rows: Sequence[dict[str, Any]]) -> bool:
     """Whether the rows are a p = w = k series of more than one step (drawn as a scaling plot)."""
     return len({r["p"] for r in rows}) > 1 and all(r["p"] == r["w"] == r["k"] for r in rows)
