@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -148,7 +149,7 @@ def test_a_node_killed_mid_query_is_named_in_one_line(tmp_path: Path) -> None:
         with s.client() as c:
             c.upload("p", P.generate(3_000, seed=4))
         q = _query(CROSS, *s.at, "--way", "offload")
-        time.sleep(3)  # the query is running on the node
+        _started(s, 1)
         s.proc.kill()
         out, errs = q.communicate(timeout=30)
     finally:
@@ -156,3 +157,103 @@ def test_a_node_killed_mid_query_is_named_in_one_line(tmp_path: Path) -> None:
     r = subprocess.CompletedProcess(q.args, q.returncode, out, errs)
     _one_line_error(r, f"127.0.0.1:{s.port}", "went away", "check that it is running")
     assert "Stream removed" not in errs or "UNAVAILABLE" not in errs.split("(")[0]
+
+
+def _started(s: Served, queries: int, timeout_s: float = 30) -> None:
+    """Until the node has started ``queries`` queries in all (a client's start is slow on a busy
+    machine), then a moment for the engine to be at work."""
+    deadline = time.monotonic() + timeout_s
+    with s.client() as c:
+        while c.status()["counters"]["queries"] < queries:
+            assert time.monotonic() < deadline, "the query did not reach the node"
+            time.sleep(0.1)
+    time.sleep(0.5)
+
+
+def _stopped(s: Served, timeout_s: float = 10) -> int:
+    """The node's count of queries it stopped, once it is at least one (at most ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    with s.client() as c:
+        while (n := c.status()["counters"]["queries_stopped"]) == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    return n
+
+
+def test_a_runaway_query_is_stopped_and_does_not_hold_the_node(tmp_path: Path) -> None:
+    """A cross join whose client is killed is stopped; one that runs past --query-timeout is
+    stopped and its client told so in one line; meanwhile a count(*) from another client is
+    answered at once; SIGTERM ends the node within its drain time, telling the client."""
+    s = _serve(tmp_path, "--query-timeout", "4", "--drain-time", "1")
+    try:
+        with s.client() as c:
+            c.upload("p", P.generate(3_000, seed=4))
+        gone = _query(CROSS, *s.at, "--way", "offload")
+        _started(s, 1)
+        gone.kill()
+        gone.wait(10)
+        assert _stopped(s) == 1  # its engine killed, not left computing
+        limited = _query(CROSS, *s.at, "--way", "offload")
+        _started(s, 2)
+        with s.client() as c:
+            t0 = time.monotonic()
+            table, _ = c.query("select count(*) as n from p", "offload")
+            assert table.column("n")[0].as_py() == 3_000 and time.monotonic() - t0 < 3
+        out, errs = limited.communicate(timeout=20)
+        _one_line_error(subprocess.CompletedProcess([], limited.returncode, out, errs), "time limit of 4 s",
+                        "--query-timeout")  # fmt: skip
+        last = _query(CROSS, *s.at, "--way", "offload")
+        _started(s, 4)  # the count(*) was the third
+        t0 = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(15) == 0 and time.monotonic() - t0 < 6
+        out, errs = last.communicate(timeout=20)
+        _one_line_error(subprocess.CompletedProcess([], last.returncode, out, errs), "shutting down")
+    finally:
+        _stop(s)
+
+
+def test_a_file_without_page_checksums_is_said_unverifiable(node: Served, tmp_path: Path) -> None:
+    """pyarrow's default Parquet has no page checksums: `load` and `describe` say the node
+    cannot verify it, --verified-only refuses it, --rewrite-checksummed rewrites it with them."""
+    import pyarrow.parquet as pq
+
+    from offload.dataservices import tablefiles
+
+    pq.write_table(P.generate(1_000, seed=6), node.data / "plain.parquet")
+    r = _offload("load", "d4", *node.at, "--path", "plain.parquet")
+    assert r.returncode == 0 and "not verifiable: no page checksums" in r.stdout, r.stdout + r.stderr
+    r = _offload("describe", "d4", *node.at)
+    assert r.returncode == 0 and "not verifiable: no page checksums" in r.stdout.replace("\n", " "), r.stdout
+    r = _offload("load", "d4v", *node.at, "--path", "plain.parquet", "--verified-only")
+    _one_line_error(r, "plain.parquet", "not verifiable: no page checksums", "--rewrite-checksummed")
+    local = tmp_path / "local.parquet"
+    pq.write_table(P.generate(500, seed=7), local)
+    r = _offload("load", "d4r", *node.at, "--file", str(local), "--rewrite-checksummed", "--verified-only")
+    assert r.returncode == 0 and "verified: page checksums" in r.stdout, r.stdout + r.stderr
+    assert tablefiles.integrity(local) == tablefiles.VERIFIED
+
+
+NODE_COMMANDS = ("serve", "particles", "load", "list", "describe", "drop", "query", "explain", "train",
+                 "case-study", "cluster-load", "cluster-query", "netns list", "netns rm")  # fmt: skip
+
+
+def test_node_help_reads_whole_in_80_columns() -> None:
+    """No cell of any `offload node` command's help is cut short at 80 columns (`serve` from a
+    real process; rich cuts a word wider than its column with an ellipsis), and every numeric
+    option states its range."""
+    from typer.testing import CliRunner
+
+    from offload.cli import app
+
+    r = subprocess.run([sys.executable, "-m", "offload.cli", "node", "serve", "--help"], env=ENV,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0 and "$OFFLOAD_NODE_TOKEN" in r.stdout and "--query-timeout" in r.stdout
+    texts = {"serve": r.stdout}
+    for command in NODE_COMMANDS[1:]:
+        got = CliRunner().invoke(app, ["node", *command.split(), "--help"], env={"COLUMNS": "80"})
+        assert got.exit_code == 0, got.output
+        texts[command] = got.stdout
+    for command, text in texts.items():
+        assert "…" not in text and max(map(len, text.splitlines())) <= 80, (command, text)
+        for kind in ("<int>", "<float>"):
+            assert kind not in text, (command, f"a numeric option without its range: {kind}")

@@ -49,8 +49,8 @@ TokenFileOpt = Annotated[
     Path | None,
     typer.Option(
         "--token-file",
-        help="File holding the node's token. \\[default: $OFFLOAD_NODE_TOKEN, else "
-        "~/.offload/node-PORT.token, which `serve` writes]",
+        help="File holding the node's token. \\[default: $OFFLOAD_NODE_TOKEN, else node-PORT.token in "
+        "~/.offload, which `serve` writes]",
     ),
 ]
 
@@ -121,7 +121,9 @@ def _enter_existing(netns: str | None) -> None:
 
 @app.command()
 def serve(
-    port: Annotated[int, typer.Option(help="Port to listen on (0: any free one).")] = DEFAULT_PORT,
+    port: Annotated[
+        int, typer.Option(min=0, max=65_535, help="Port to listen on (0: any free one).")
+    ] = DEFAULT_PORT,
     host: Annotated[str, typer.Option(help="Address to bind; off loopback needs --allow-remote.")] = (
         "127.0.0.1"
     ),
@@ -129,10 +131,11 @@ def serve(
         str, typer.Option(help="Resource budget: host (no limits), core (one core) or bluefield2 (seed 003).")
     ] = "host",
     threads: Annotated[
-        int | None, typer.Option(help="Query engine threads. \\[default: the profile's]")
+        int | None, typer.Option(min=1, max=1024, help="Query engine threads. \\[default: the profile's]")
     ] = None,
     cpu_per_thread: Annotated[
-        float | None, typer.Option(help="Share of a core per thread, 0-1. \\[default: the profile's]")
+        float | None,
+        typer.Option(min=0.001, max=1.0, help="Share of a core per thread. \\[default: the profile's]"),
     ] = None,
     memory: Annotated[
         str | None, typer.Option(help="Memory limit, e.g. 2G (none: no limit). \\[default: the profile's]")
@@ -156,24 +159,31 @@ def serve(
     ] = None,
     name: Annotated[str, typer.Option(help="The node's name in answers and errors.")] = "node",
     allow_remote: Annotated[
-        bool, typer.Option(help="Allow a non-loopback --host (the token then travels in clear text).")
+        bool,
+        typer.Option(
+            "--allow-remote", help="Allow a non-loopback --host (the token then travels in clear text)."
+        ),
     ] = False,
     max_seconds: Annotated[
-        float, typer.Option(help="Stop after this many seconds (0: run until Ctrl-C / SIGTERM).")
+        float,
+        typer.Option(
+            min=0.0, max=31_536_000.0, help="Stop after this many seconds (0: run until Ctrl-C / SIGTERM)."
+        ),
     ] = 0.0,
     batch_rows: Annotated[
-        int, typer.Option(min=1, help="The most rows in one record batch the node sends.")
+        int, typer.Option(min=1, max=1 << 24, help="The most rows in one record batch the node sends.")
     ] = 65_536,
     batch_size: Annotated[
         str, typer.Option(help="The most Arrow bytes in one record batch the node sends, e.g. 4M.")
     ] = "4M",
-    learn: Annotated[
+    no_learn: Annotated[
         bool,
         typer.Option(
-            help="Learn online: every query served becomes a sample, and the time models are refitted "
-            "in the background (docs/dataservices.md, Online adaptation)."
+            "--no-learn",
+            help="Do not learn online (by default every query served becomes a sample, and the time models "
+            "are refitted in the background: docs/dataservices.md, Online adaptation).",
         ),
-    ] = True,
+    ] = False,
     learn_cpu_share: Annotated[
         float,
         typer.Option(
@@ -190,6 +200,38 @@ def serve(
             "rewritten after each refit; a training file, so --models takes it too. \\[default: not kept]"
         ),
     ] = None,
+    query_timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1,
+            max=86_400.0,
+            help="Seconds an offloaded query may run before the node stops it and says so. "
+            "\\[default: 120 s over the profile's cores where under one: bluefield2 480 s]",
+        ),
+    ] = None,
+    drain_time: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=3_600.0,
+            help="At SIGTERM or Ctrl-C, seconds running queries may go on before they are stopped.",
+        ),
+    ] = 10.0,
+    verified_only: Annotated[
+        bool,
+        typer.Option(
+            "--verified-only", help="Refuse every file (registered or uploaded) without page checksums."
+        ),
+    ] = False,
+    engines: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Engine processes running offloaded queries: a runaway query holds one, the others "
+            "serve other clients.",
+        ),
+    ] = 2,
 ) -> None:
     """Serve a node: an Arrow Flight server that owns data sets and runs Substrait plans sent to
     it, or ships the columns they read back to the host, under a resource budget (CPU quota,
@@ -211,7 +253,9 @@ def serve(
     with failing(ValueError):
         cfg = S.config(prof, B.profile(profile), host, port, data_dir, allow_remote, name, models)
         cfg.batch_rows, cfg.batch_bytes = batch_rows, size_bytes(batch_size)
-        cfg.adapt, cfg.adapt_cpu_share, cfg.learn_file = learn, learn_cpu_share, learn_file
+        cfg.adapt, cfg.adapt_cpu_share, cfg.learn_file = not no_learn, learn_cpu_share, learn_file
+        cfg.query_timeout_s = query_timeout or S.default_query_timeout(prof)
+        cfg.drain_s, cfg.engines, cfg.verified_only = drain_time, engines, verified_only
         if learn_file is not None and learn_file.exists():
             from offload.dataservices import timemodel as TM
 
@@ -223,16 +267,24 @@ def serve(
     console.print(f"{name} serving on {served.where}")
     console.print(S.budget_line(served.applied))
     S.wait(max_seconds)
-    served.stop()
+    err.print(f"{name} stopping: running queries get {drain_time:g} s")
+    if not served.stop():
+        console.print(f"{name} stopped (calls still open past the drain time were cut)")
+        console.file.flush()
+        os._exit(0)  # gRPC would wait on them for good
     console.print(f"{name} stopped")
 
 
 @app.command()
 def particles(
     out: Annotated[Path, typer.Option("--out", "-o", help="Parquet file to write.")],
-    rows: Annotated[int, typer.Option(help="Particles (the seed's case studies: 6,177,731).")] = 6_177_731,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
-    correlation: Annotated[float, typer.Option(help="How much y follows x, 0 (independent) to 1.")] = 0.0,
+    rows: Annotated[
+        int, typer.Option(min=1, max=10**9, help="Particles (the seed's case studies: 6,177,731).")
+    ] = 6_177_731,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Random seed.")] = 0,
+    correlation: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="How much y follows x, 0 (independent) to 1.")
+    ] = 0.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Generate a particle table (id, x, y, z, vx, vy, vz, t; positions uniform in [0, 1)),
@@ -261,7 +313,22 @@ def load(
         str | None, typer.Option(help="File in the node's --data-dir to register. \\[default: none]")
     ] = None,
     replace: Annotated[
-        bool, typer.Option(help="Replace a data set of that name on the node (without: refused).")
+        bool,
+        typer.Option("--replace", help="Replace a data set of that name on the node (without: refused)."),
+    ] = False,
+    verified_only: Annotated[
+        bool,
+        typer.Option(
+            "--verified-only", help="Refuse a file without page checksums (its damage could not be found)."
+        ),
+    ] = False,
+    rewrite_checksummed: Annotated[
+        bool,
+        typer.Option(
+            "--rewrite-checksummed",
+            help="Rewrite a Parquet file without page checksums in place with them, then load it (its "
+            "values as they read now).",
+        ),
     ] = False,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
@@ -271,16 +338,16 @@ def load(
     """Give a node a data set: upload a local file (--file) or register one of its own (--path:
     relative to the node's --data-dir; a relative path that exists here is sent absolute, and the
     node takes it if it lies inside its data directory). A name the node has is refused unless
-    --replace."""
-    from offload.dataservices import tablefiles
+    --replace. A Parquet file with page checksums is verified as it is read; one without is
+    loaded and said to be not verifiable, refused with --verified-only, or rewritten with them
+    by --rewrite-checksummed."""
     from offload.dataservices.client import NodeError
 
     if (file is None) == (path is None):
         raise fail("give exactly one of --file (upload) or --path (a file on the node)")
     table = None
     if file is not None:
-        with failing(tablefiles.DamagedFile):
-            table = tablefiles.read(file.absolute())
+        table = _read_checked(file.absolute(), verified_only, rewrite_checksummed)
     elif not Path(path).is_absolute() and Path(path).exists():  # type: ignore[arg-type]
         path = str(Path(path).absolute())  # type: ignore[arg-type]
     with _client(node, token_file, netns, timeout_s=900) as c:  # loading sketches every column
@@ -288,12 +355,40 @@ def load(
             if table is not None:
                 d = c.upload(name, table, replace=replace)
             else:
-                d = c.register(name, str(path), replace=replace)
+                checks = {"verified_only": verified_only, "rewrite": rewrite_checksummed}
+                d = c.register(name, str(path), replace=replace, **checks)
     if emit(d, as_json, out):
         return
     was = f" (replaced: {d['replaced']:,} rows before)" if d.get("replaced") is not None else ""
     mib, columns = d["bytes"] / 2**20, ", ".join(d["columns"])
     console.print(f"{d['name']}: {d['rows']:,} rows{was}, {mib:.1f} MiB, columns {columns}")
+    console.print(f"{d['name']}: {_integrity_line(d.get('integrity', 'uploaded'))}")
+
+
+def _integrity_line(kind: str) -> str:
+    """What loading the data set's file could check, with what to do where it could not."""
+    if kind.startswith("not verifiable"):
+        return f"{kind} (rewrite it with --rewrite-checksummed, or refuse such files with --verified-only)"
+    return kind
+
+
+def _read_checked(path: Path, verified_only: bool, rewrite: bool) -> Any:
+    """A local file's table for an upload, its integrity in the schema's metadata (the node keeps
+    it): rewritten with page checksums first where ``rewrite``, refused (one line) where it has
+    none and ``verified_only``."""
+    from offload.dataservices import tablefiles
+    from offload.dataservices.node import unverifiable
+
+    with failing(ValueError, OSError):  # DamagedFile is a ValueError
+        kind = tablefiles.integrity(path)
+        if kind != tablefiles.VERIFIED and rewrite:
+            tablefiles.rewrite_checksummed(path)
+            kind = tablefiles.integrity(path)
+        if kind != tablefiles.VERIFIED and verified_only:
+            raise fail(f"{path}: {unverifiable(kind)}")
+        table = tablefiles.read(path)
+    meta = {**(table.schema.metadata or {}), tablefiles.INTEGRITY_KEY: kind.encode()}
+    return table.replace_schema_metadata(meta)
 
 
 @app.command(name="list")
@@ -361,9 +456,10 @@ def describe(
         cs.update({k: _typed(cs[k], types.get(col)) for k in ("min", "max") if k in cs})
     if emit(d, as_json, out, default=_json_value):
         return
+    checked = escape(_integrity_line(d.get("integrity", "uploaded")))
     console.print(f"{d['name']}: {d['rows']:,} rows, {d['bytes'] / 2**20:.2f} MiB, "
-                  f"from {escape(d['source'])}; statistics over a sample of {st.get('sample_rows', 0):,} "
-                  f"rows, built in {d.get('stats_s', 0):.2f} s")  # fmt: skip
+                  f"from {escape(d['source'])} ({checked}); statistics over a sample of "
+                  f"{st.get('sample_rows', 0):,} rows, built in {d.get('stats_s', 0):.2f} s")  # fmt: skip
     _columns_table(d["name"], types, st.get("columns") or {})
 
 
@@ -463,11 +559,13 @@ def query(
         ),
     ] = "both",
     compression: Annotated[str, typer.Option(help="IPC compression on the wire: none, lz4, zstd.")] = "none",
-    show: Annotated[int, typer.Option(help="Result rows to print (text output).")] = 5,
+    show: Annotated[int, typer.Option(min=0, max=10**6, help="Result rows to print (text output).")] = 5,
     rows: Annotated[
         int,
         typer.Option(
-            min=0, help="Result rows in --json/--out (the first N; `truncated` says if there were more)."
+            min=0,
+            max=10**9,
+            help="Result rows in --json/--out (the first N; `truncated` says if there were more).",
         ),
     ] = 1000,
     save: Annotated[
@@ -480,8 +578,9 @@ def query(
     force: Annotated[
         bool,
         typer.Option(
+            "--force",
             help="Let --save replace a file that exists, if it is a result --save wrote (Parquet or "
-            "Arrow marked so); any other file is refused."
+            "Arrow marked so); any other file is refused.",
         ),
     ] = False,
     token_file: TokenFileOpt = None,
@@ -621,7 +720,7 @@ def explain(
     sql: Annotated[str, typer.Argument(help="SQL over the node's data sets.")],
     node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
     run: Annotated[
-        bool, typer.Option(help="Also run the query both ways and set the measured times beside.")
+        bool, typer.Option("--run", help="Also run the query both ways and set the measured times beside.")
     ] = False,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
@@ -760,12 +859,18 @@ def train(
     sizes: Annotated[str, typer.Option(help="Particle table sizes to train on, comma-separated.")] = (
         "100000,400000,1600000"
     ),
-    queries: Annotated[int, typer.Option(help="Queries per table size (random thresholds).")] = 30,
+    queries: Annotated[
+        int, typer.Option(min=1, max=10_000, help="Queries per table size (random thresholds).")
+    ] = 30,
     repeat: Annotated[
         int,
-        typer.Option(help="Runs of each query each way; the medians are kept (a quota-held node jitters)."),
+        typer.Option(
+            min=1,
+            max=1_000,
+            help="Runs of each query each way; the medians are kept (a quota-held node jitters).",
+        ),
     ] = 3,
-    seed: Annotated[int, typer.Option(help="Seed of the tables and thresholds.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of the tables and thresholds.")] = 0,
     suite: Annotated[
         str,
         typer.Option(
@@ -774,7 +879,7 @@ def train(
         ),
     ] = "all",
     schemas: Annotated[
-        int, typer.Option(min=1, help="Generated schemas to train on (--suite generated or all).")
+        int, typer.Option(min=1, max=1_000, help="Generated schemas to train on (--suite generated or all).")
     ] = 6,
     schema_sizes: Annotated[
         str,
@@ -855,8 +960,10 @@ def _row_counts(text: str, flag: str) -> list[int]:
 @app.command(name="case-study")
 def case_study(
     node: NodeOpt = f"127.0.0.1:{DEFAULT_PORT}",
-    rows: Annotated[int, typer.Option(help="Particles to load when the node has none.")] = 6_177_731,
-    repeat: Annotated[int, typer.Option(help="Runs of each way (medians are shown).")] = 3,
+    rows: Annotated[
+        int, typer.Option(min=1, max=10**9, help="Particles to load when the node has none.")
+    ] = 6_177_731,
+    repeat: Annotated[int, typer.Option(min=1, max=1_000, help="Runs of each way (medians are shown).")] = 3,
     out: OutOpt = None,
     token_file: TokenFileOpt = None,
     netns: NetnsOpt = None,
@@ -900,7 +1007,9 @@ def cluster_load(
     file: Annotated[
         Path | None, typer.Option(help="Parquet/Arrow file to partition. \\[default: particles]")
     ] = None,
-    rows: Annotated[int, typer.Option(help="Particles to generate when no --file is given.")] = 6_177_731,
+    rows: Annotated[
+        int, typer.Option(min=1, max=10**9, help="Particles to generate when no --file is given.")
+    ] = 6_177_731,
     by: Annotated[
         str | None,
         typer.Option(help="Integer column to partition by (modulo); a missing one: contiguous slices."),
@@ -931,7 +1040,7 @@ def cluster_query(
     way: Annotated[
         str, typer.Option(help="offload, pushback, or auto (each node decides for its partition).")
     ] = "auto",
-    show: Annotated[int, typer.Option(help="Result rows to print.")] = 5,
+    show: Annotated[int, typer.Option(min=0, max=10**6, help="Result rows to print.")] = 5,
     netns: NetnsOpt = None,
     as_json: JsonOpt = False,
     out: OutOpt = None,
@@ -1001,10 +1110,11 @@ def netns_rm(
         str | None, typer.Argument(help="NAME or offload-NAME (only this tool's). \\[default: none]")
     ] = None,
     all_idle: Annotated[
-        bool, typer.Option(help="Remove every namespace of this tool with no process inside.")
+        bool, typer.Option("--all-idle", help="Remove every namespace of this tool with no process inside.")
     ] = False,
     force: Annotated[
-        bool, typer.Option(help="Remove NAME even with processes inside (they keep it until they end).")
+        bool,
+        typer.Option("--force", help="Remove NAME even with processes inside (they keep it until they end)."),
     ] = False,
     as_json: JsonOpt = False,
     out: OutOpt = None,

@@ -129,10 +129,20 @@ class NodeClient:
             writer.close()
         return json.loads(ack.to_pybytes()) if ack is not None else {}
 
-    def register(self, name: str, path: str, replace: bool = True) -> dict[str, Any]:
+    def register(
+        self, name: str, path: str, replace: bool = True, verified_only: bool = False, rewrite: bool = False
+    ) -> dict[str, Any]:
         """Loads a file of the node's data directory as data set ``name`` (not ``replace``: a name
-        taken is refused)."""
-        return self._action("register", json.dumps({"name": name, "path": path, "replace": replace}).encode())
+        taken is refused; ``verified_only``: a file without page checksums is refused; ``rewrite``:
+        such a file is rewritten with them first)."""
+        body = {
+            "name": name,
+            "path": path,
+            "replace": replace,
+            "verified_only": verified_only,
+            "rewrite": rewrite,
+        }
+        return self._action("register", json.dumps(body).encode())
 
     def drop(self, name: str) -> bool:
         return bool(self._action("drop", name.encode())["dropped"])

@@ -37,6 +37,7 @@ import ipaddress
 import itertools
 import json
 import math
+import os
 import queue
 import threading
 import time
@@ -49,7 +50,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from offload.dataservices import plans, wire
+from offload.dataservices import engines, plans, wire
 from offload.dataservices import timemodel as TM
 from offload.dataservices.estimate import estimate, native_estimate, prepare
 from offload.dataservices.stats import TableStats
@@ -79,6 +80,11 @@ class Dataset:
     no longer."""
     replaced: int | None = None
     """The rows of the data set of that name this one replaced (None: it replaced none)."""
+    path: Path | None = None
+    """Its file in the node's spool, which engines memory-map (:class:`engines.Spool`)."""
+    integrity: str = "uploaded"
+    """What reading its file could check (``tablefiles.integrity``: "verified: page checksums"
+    or "not verifiable: ..."), or "uploaded" for rows that came from no file."""
     schema: pa.Schema = field(init=False, repr=False)
     """The table's schema, one object (``table.schema`` makes a new one each time: what is kept
     per schema, as the features' column kinds, is kept per data set)."""
@@ -96,6 +102,7 @@ class Dataset:
             "bytes": self.table.nbytes,
             "columns": self.table.schema.names,
             "source": self.source,
+            "integrity": self.integrity,
             "stats_s": round(self.stats.seconds, 4),
         }
         if self.replaced is not None:
@@ -151,6 +158,21 @@ class NodeConfig:
     share of the time on refits."""
     seed: int = 0
     """The refits' seed: the same samples give the same models."""
+    query_timeout_s: float = 120.0
+    """The longest an offloaded query may run on the node (waiting for an engine included); it
+    is then stopped and its client told so (``serve --query-timeout``; its default follows the
+    node's CPU budget: :func:`serving.default_query_timeout`)."""
+    drain_s: float = 10.0
+    """At shutdown, how long queries running may go on before they are stopped."""
+    engines: int = 2
+    """Engine processes that run offloaded queries (:mod:`.engines`): a runaway query holds one,
+    the others serve other clients."""
+    verified_only: bool = False
+    """Refuse a file whose pages carry no checksums (``serve --verified-only``), as a ``register``
+    asking ``"verified_only": true`` does."""
+    warm_engines: bool = True
+    """Start an engine with the node (serving starts it once the budget holds the process, so
+    that the engine is held to it too)."""
     learn_file: Path | None = None
     """Where the online samples are kept across restarts: read when the node starts (then
     refitted on), rewritten (temp file and rename) after each refit. A training file: it can be
@@ -270,19 +292,30 @@ class Node(flight.FlightServerBase):
         self._versions = itertools.count(1)
         self._decisions = _Recent(DECISIONS_KEPT)
         """Decisions by plan, data sets' versions and link, each with the models it was made with."""
+        self._spool = engines.Spool(f"{config.name}-{os.getpid()}")
+        self.engines = engines.Pool(config.engines, config.threads)
+        self._draining: float | None = None
+        """Once shutting down: when the queries still running are stopped (monotonic)."""
         super().__init__(  # serving from here on: every handler is in place
             f"grpc://{config.host}:{config.port}", middleware={"auth": _TokenCheck(config.token)}
         )
+        if config.warm_engines:
+            self.engines.warm()
         self.learner = _Learner(self) if config.adapt else None
         if config.models is not None:
             TM.warm(config.models, config.system)
         _warm_estimator()
 
     def shutdown(self) -> None:
-        """Stops serving, and the learner's thread."""
+        """Stops serving: no new calls; queries running may go on for the drain time
+        (``NodeConfig.drain_s``), then are stopped (their engines killed); then the learner's
+        thread, the engines and the spool go."""
+        self._draining = time.monotonic() + max(0.0, self.config.drain_s)
         super().shutdown()
         if self.learner is not None:
             self.learner.stop()
+        self.engines.close()
+        self._spool.close()
 
     # ------------------------------------------------------------------------------ handlers
 
@@ -308,17 +341,21 @@ class Node(flight.FlightServerBase):
         def register(body: bytes) -> dict[str, Any]:
             args = wire.json_object(body, "register")
             replace = args.get("replace", True) is not False  # absent: replace, as a put to [name]
-            return self.register_file(
-                str(args.get("name", "")), str(args.get("path", "")), replace
-            ).describe()
+            checks = {k: args.get(k) is True for k in ("verified_only", "rewrite")}
+            name, path = str(args.get("name", "")), str(args.get("path", ""))
+            return self.register_file(name, path, replace, **checks).describe()
 
         def drop(body: bytes) -> dict[str, Any]:
             with self._lock:
-                return {"dropped": self._datasets.pop(body.decode(), None) is not None}
+                ds = self._datasets.pop(body.decode(), None)
+            if ds is not None:
+                self._spool.drop(ds.path)
+            return {"dropped": ds is not None}
 
         own: list[tuple[str, str, ActionHandler]] = [
             ("register", 'load a file of the data directory: {"name": ..., "path": ..., "replace": '
-             'true (the default) or false (refuse a name taken)}', register),
+             'true (the default) or false (refuse a name taken), "verified_only": refuse a file without '
+             'page checksums, "rewrite": rewrite such a file with them first}', register),
             ("drop", "drop a data set: its name", drop),
             ("describe", "a data set's rows, bytes, columns, source and statistics: its name",
              lambda body: self.dataset(body.decode()).describe(with_stats=True)),
@@ -347,13 +384,29 @@ class Node(flight.FlightServerBase):
             self._refuse_existing(name)
         ds = Dataset(name, table.combine_chunks(), source, TableStats.of(table), next(self._versions))
         prepare(name, ds.stats)  # what the first decision over it would make
+        ds.path = self._keep(ds)
         with self._lock:
             old = self._datasets.get(name)
-            if old is not None and not replace:
-                raise self._exists(old)
-            ds.replaced = old.table.num_rows if old is not None else None
-            self._datasets[name] = ds
+            if old is None or replace:
+                self._datasets[name] = ds
+        if old is not None and not replace:
+            self._spool.drop(ds.path)
+            raise self._exists(old)
+        ds.replaced = old.table.num_rows if old is not None else None
+        if old is not None:
+            self._spool.drop(old.path)
         return ds
+
+    def _keep(self, ds: Dataset) -> Path:
+        """``ds``'s table written to the spool, for the engines; a disk that cannot take it is a
+        Flight error saying so."""
+        try:
+            return self._spool.put(ds.name, ds.version, ds.table)
+        except (OSError, pa.ArrowException) as e:
+            raise flight.FlightServerError(
+                f"{self.config.name} cannot keep data set {ds.name!r} for its engines in "
+                f"{self._spool.path}: {plans.first_line(e)}"
+            ) from None
 
     def _refuse_existing(self, name: str) -> None:
         with self._lock:
@@ -379,6 +432,8 @@ class Node(flight.FlightServerBase):
             ds.table = pa.concat_tables([ds.table, table]).combine_chunks()
             ds.schema = ds.table.schema
             ds.version = next(self._versions)
+            old, ds.path = ds.path, self._keep(ds)
+        self._spool.drop(old)
         prepare(name, ds.stats)  # the statistics grew: what decisions kept is made again
         return ds
 
@@ -516,11 +571,20 @@ class Node(flight.FlightServerBase):
         with self._lock:
             return list(self._datasets.values())
 
-    def register_file(self, name: str, relative: str, replace: bool = True) -> Dataset:
+    def register_file(
+        self,
+        name: str,
+        relative: str,
+        replace: bool = True,
+        verified_only: bool = False,
+        rewrite: bool = False,
+    ) -> Dataset:
         """Loads a Parquet or Arrow IPC file under the data directory as data set ``name``:
         ``relative`` to it, or absolute and inside it (a client makes its own relative paths
         absolute). Pages are checksum-verified (:mod:`.tablefiles`); errors name the file as
-        given and carry none of its contents. A name taken is refused unless ``replace``."""
+        given and carry none of its contents. A name taken is refused unless ``replace``. A
+        file without page checksums is rewritten with them where ``rewrite``, else refused where
+        ``verified_only`` (or the node's own), else loaded and said to be not verifiable."""
         from offload.dataservices import tablefiles
 
         check_name(name)
@@ -534,11 +598,21 @@ class Node(flight.FlightServerBase):
             raise flight.FlightServerError(f"{relative!r} is outside the node's data directory")
         if not path.is_file():
             raise flight.FlightServerError(f"{relative!r}: no such file in the node's data directory")
+        shown = repr(relative)
         try:
-            table = tablefiles.read(path, name=repr(relative))
-        except tablefiles.DamagedFile as e:
-            raise flight.FlightServerError(str(e)) from None
-        return self.add(name, table, source=str(relative), replace=replace)
+            kind = tablefiles.integrity(path)
+            if kind != tablefiles.VERIFIED and rewrite:
+                tablefiles.rewrite_checksummed(path)
+                kind = tablefiles.integrity(path)
+            refused = kind != tablefiles.VERIFIED and (verified_only or self.config.verified_only)
+            table = None if refused else tablefiles.read(path, name=shown)
+        except (ValueError, OSError) as e:  # DamagedFile too; none carries the file's contents
+            raise flight.FlightServerError(str(e).replace(str(path), shown)) from None
+        if table is None:
+            raise flight.FlightServerError(f"{shown}: {unverifiable(kind)}")
+        ds = self.add(name, table, source=str(relative), replace=replace)
+        ds.integrity = kind
+        return ds
 
     # ------------------------------------------------------------------------------- Flight
 
@@ -610,13 +684,16 @@ class Node(flight.FlightServerBase):
         self.config.stats["queries"] += 1
         self._activity(+1)
         try:
-            return self._query_stream(req, opts)
+            return self._query_stream(req, opts, context)
         except BaseException:
             self._activity(-1)
             raise
 
-    def _query_stream(self, req: dict[str, Any], opts: pa.ipc.IpcWriteOptions) -> flight.FlightDataStream:
-        """A query's stream (offload) or a scan's (pushback); its end counts the activity down."""
+    def _query_stream(
+        self, req: dict[str, Any], opts: pa.ipc.IpcWriteOptions, context: flight.ServerCallContext
+    ) -> flight.FlightDataStream:
+        """A query's stream (offload: run by an engine, :meth:`_run`) or a scan's (pushback);
+        its end counts the activity down."""
         if "scan" in req:
             table = self.dataset(req["scan"]).table
             missing = [c for c in req["columns"] if c not in table.schema.names]
@@ -629,16 +706,53 @@ class Node(flight.FlightServerBase):
                 scanned.schema, iter(scanned.to_batches()), t0, opts, "pushback", self._bounds(), done=done
             )
         info = self._check_plan(req["plan"])
-        tables = {t: self.dataset(t).table for t in info.reads}
         t0 = time.perf_counter()
-        try:
-            schema, batches = plans.execute_batches(req["plan"], tables, self.config.threads)
-        except plans.PlanError as e:
-            self.config.stats["errors"] += 1
-            raise flight.FlightServerError(str(e)) from None
+        schema, batches = self._run(req["plan"], info, context)
         # planning and starting the engine are engine time too
         done = self._learn(str(req.get("q") or wire.plan_key(req["plan"])), req["plan"])
         return _stream(schema, batches, t0, opts, "offload", self._bounds(), time.perf_counter() - t0, done)
+
+    def _run(
+        self, plan: bytes, info: plans.PlanInfo, context: flight.ServerCallContext
+    ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+        """``plan`` run by one of the node's engines: stopped at the query's time limit, when its
+        client goes away (the call cancelled) or when the node's drain time is over; each is a
+        Flight error saying so and what to do."""
+        tables = {t: str(self.dataset(t).path) for t in info.reads}
+        limit = self.config.query_timeout_s
+        deadline = time.monotonic() + limit
+
+        def stop() -> str | None:
+            if context.is_cancelled():
+                return "its client went away"
+            if self._draining is not None and time.monotonic() >= self._draining:
+                return "the node is shutting down"
+            return None
+
+        try:
+            schema, batches = self.engines.execute(plan, tables, stop, deadline)
+        except (engines.EngineError, engines.Stopped) as e:
+            raise self._stopped(e, limit) from None
+        return schema, self._stoppable(batches, limit)
+
+    def _stoppable(self, batches: Iterator[pa.RecordBatch], limit: float) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from batches
+        except (engines.EngineError, engines.Stopped) as e:
+            raise self._stopped(e, limit) from None
+
+    def _stopped(self, e: Exception, limit: float) -> flight.FlightError:
+        """A query's end before its result, in words for its client (counted as an error)."""
+        self.config.stats["errors"] += 1
+        name = self.config.name
+        if isinstance(e, engines.EngineError):
+            return flight.FlightServerError(str(e))
+        if str(e) == "its time limit":
+            return flight.FlightServerError(
+                f"{name} stopped the query at its time limit of {limit:g} s (node serve --query-timeout): "
+                "narrow the query (a filter, a limit), or give the node a longer limit"
+            )
+        return flight.FlightServerError(f"{name} stopped the query: {e}; run it again once the node is back")
 
     def _learn(self, key: str, plan: bytes | None) -> Callable[[dict[str, Any] | None], None]:
         """What a stream calls at its end (None: it did not finish): its timings go to the
@@ -678,11 +792,11 @@ class Node(flight.FlightServerBase):
             self._puts[path[0]](path, reader, writer)
             return
         if len(path) == 1:
-            ds = self.add(path[0], reader.read_all())
+            ds = self._add_upload(path[0], reader.read_all())
         elif len(path) == 2 and path[1] == "new":  # refused before the rows are read
             check_name(path[0])
             self._refuse_existing(path[0])
-            ds = self.add(path[0], reader.read_all(), replace=False)
+            ds = self._add_upload(path[0], reader.read_all(), replace=False)
         elif len(path) == 2 and path[1] == "append":
             ds = self.append(path[0], reader.read_all())
         else:
@@ -692,6 +806,19 @@ class Node(flight.FlightServerBase):
             )
         writer.write(json.dumps(ds.describe()).encode())
 
+    def _add_upload(self, name: str, table: pa.Table, replace: bool = True) -> Dataset:
+        """An uploaded data set: its file's integrity, where the client sent it in the schema's
+        metadata, is taken off the table and kept with it (refused under ``verified_only``)."""
+        from offload.dataservices import tablefiles
+
+        meta = dict(table.schema.metadata or {})
+        kind = meta.pop(tablefiles.INTEGRITY_KEY, b"uploaded").decode(errors="replace")[:200]
+        if self.config.verified_only and kind.startswith("not verifiable"):
+            raise flight.FlightServerError(f"the uploaded file is {unverifiable(kind)}")
+        ds = self.add(name, table.replace_schema_metadata(meta or None), replace=replace)
+        ds.integrity = kind
+        return ds
+
     def status(self) -> dict[str, Any]:
         out = {
             "name": self.config.name,
@@ -700,7 +827,9 @@ class Node(flight.FlightServerBase):
             "threads": self.config.threads,
             "budget": self.config.budget,
             "datasets": [d.describe() for d in self.datasets()],
-            "counters": dict(self.config.stats),
+            "counters": dict(self.config.stats) | {"queries_stopped": self.engines.killed},
+            "query_timeout_s": self.config.query_timeout_s,
+            "engines": self.engines.size,
         }
         if self.learner is not None:
             out["adaptation"] = self.learner.status()
@@ -858,6 +987,12 @@ the host's receiving, which is its fetch beyond the node's stream: where the nod
 buffers took the stream's tail faster than the link carried it, that is the link draining them
 (learned as the host's own, it made adapted models price offload 1.1-1.9x too slow on links of
 100 Mbit/s and 1 Gbit/s, the link counted twice)."""
+
+
+def unverifiable(kind: str) -> str:
+    """Why a file without page checksums is refused, and what to do, after its name."""
+    return (f"{kind} (changed bytes in a page would load as wrong values): rewrite it with them "
+            "(`offload node load --rewrite-checksummed`), or load it without --verified-only")  # fmt: skip
 
 
 def _is_name(name: str) -> bool:

@@ -61,12 +61,22 @@ class Served:
         ns = f" in {L.namespace_name(self.netns)}" if self.netns else ""
         return f"grpc://{self.node.config.host}:{self.node.port}{ns}"
 
-    def stop(self) -> None:
-        """Stops serving, unshapes the link and releases the budget."""
-        self.node.shutdown()
+    def stop(self) -> bool:
+        """Stops serving (queries running get the node's drain time, then are stopped), unshapes
+        the link and releases the budget. False where calls were still open a few seconds past
+        the drain time (a stream its client does not read holds gRPC's shutdown): the caller
+        then ends the process rather than wait on them."""
+        t = threading.Thread(target=self.node.shutdown, name="shutdown", daemon=True)
+        t.start()
+        t.join(self.node.config.drain_s + SHUTDOWN_GRACE_S)
         if self.netns is not None:
             L.unshape(L.namespace_name(self.netns), self.node.port)
         B.release(self.applied)
+        return not t.is_alive()
+
+
+SHUTDOWN_GRACE_S = 5.0
+"""How long past its drain time a node's shutdown may take before its process ends anyway."""
 
 
 def start(cfg: NodeConfig, prof: B.Profile, netns: str | None, token_file: Path | None,
@@ -76,6 +86,7 @@ def start(cfg: NodeConfig, prof: B.Profile, netns: str | None, token_file: Path 
     says in one line why it could not."""
     if cfg.port and (busy := port_in_use(cfg.host, cfg.port)):  # before gRPC logs its own lines
         raise CannotServe(busy)
+    cfg.warm_engines = False  # started below, once the budget holds this process
     try:
         node = Node(cfg, services)
     except ValueError as e:
@@ -88,10 +99,22 @@ def start(cfg: NodeConfig, prof: B.Profile, netns: str | None, token_file: Path 
         node.shutdown()
         raise CannotServe(str(e)) from None
     applied = B.apply(prof, f"{cfg.name}-{node.port}")
+    node.engines.warm()  # after the budget: engine processes are held to it too
     if netns is not None:
         applied["link"] = L.shape(L.namespace_name(netns), node.port, prof.link)
     cfg.budget = applied
     return Served(node, applied, netns, written)
+
+
+QUERY_TIMEOUT_S = 120.0
+"""A query's time limit on a node of one whole core (or no quota); a slower budget gets more."""
+
+
+def default_query_timeout(prof: B.Profile) -> float:
+    """The time limit that fits ``prof``'s CPU: QUERY_TIMEOUT_S over its cores where it has
+    less than one (a quarter-core bluefield2 node: 480 s), at most 600 s."""
+    cores = prof.threads * prof.cpu_per_thread if prof.cpu_per_thread is not None else float(prof.threads)
+    return min(600.0, QUERY_TIMEOUT_S / min(1.0, max(cores, 0.01)))
 
 
 def wait(max_seconds: float = 0.0) -> None:

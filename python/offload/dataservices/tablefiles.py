@@ -8,6 +8,9 @@ wrong numbers (64 flipped bytes in a page of ``x`` in [0, 1) once summed to -5.1
 written without page checksums (by other tools, or by this one before) carry nothing to verify:
 they load as their pages decode, and only damage the decoder itself trips on is caught.
 DataFusion never opens these files: the nodes read them here and hand it the tables.
+:func:`integrity` says which kind a file is (the page headers hold a CRC or not), so a node says
+"not verifiable: no page checksums" of the second kind, refuses it where asked to, and
+:func:`rewrite_checksummed` rewrites one with them.
 """
 
 from __future__ import annotations
@@ -90,6 +93,72 @@ def marked(path: str | Path) -> bool:
     except (pa.ArrowException, OSError, ValueError):
         return False
     return RESULT_KEY in (schema.metadata or {})
+
+
+VERIFIED = "verified: page checksums"
+NOT_VERIFIABLE = "not verifiable: no page checksums"
+NOT_VERIFIABLE_IPC = "not verifiable: Arrow IPC has no checksums"
+INTEGRITY_KEY = b"offload.integrity"
+"""The schema metadata key an upload carries its file's :func:`integrity` under (the node takes
+it off the table and keeps it with the data set)."""
+
+
+def integrity(path: str | Path) -> str:
+    """What reading ``path`` can check: :data:`VERIFIED` where every column chunk's first page
+    carries a CRC (a changed byte is then refused), else :data:`NOT_VERIFIABLE` (pyarrow's
+    default, and most writers': changed values load silently), or for Arrow IPC
+    :data:`NOT_VERIFIABLE_IPC`. DamagedFile where the file cannot be read as Parquet."""
+    path = Path(path)
+    if format_of(path) != "parquet":
+        return NOT_VERIFIABLE_IPC
+    try:
+        meta = pq.ParquetFile(path).metadata
+        with open(path, "rb") as f:
+            for rg in range(meta.num_row_groups):
+                for c in range(meta.num_columns):
+                    col = meta.row_group(rg).column(c)
+                    offset = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+                    f.seek(offset or col.data_page_offset)
+                    if not _has_crc(f.read(64)):
+                        return NOT_VERIFIABLE
+    except (pa.ArrowException, OSError) as e:
+        raise DamagedFile(f"{path}: {_why(e, 'parquet')}") from None
+    return VERIFIED
+
+
+def _has_crc(header: bytes) -> bool:
+    """Whether a Parquet page header (Thrift compact protocol) holds its ``crc`` (field 4): the
+    fields come in order, 1-3 (type, sizes) are i32 varints."""
+    pos, fid = 0, 0
+    while pos < len(header):
+        b = header[pos]
+        pos += 1
+        if b == 0:  # the struct's end: no crc
+            return False
+        delta, kind = b >> 4, b & 0x0F
+        if delta == 0:
+            return False  # a long-form field id: not one of the first four
+        fid += delta
+        if fid == 4:
+            return kind == 5
+        if fid > 4 or kind != 5:
+            return False
+        while pos < len(header) and header[pos] & 0x80:  # skip the varint
+            pos += 1
+        pos += 1
+    return False
+
+
+def rewrite_checksummed(path: str | Path) -> Path:
+    """Rewrites the Parquet file ``path`` in place with page checksums, whole or not at all: the
+    values as they read now (damage already in them stays: rewrite a file known good).
+    ValueError for an Arrow IPC file (write it as Parquet instead), DamagedFile where it cannot
+    be read."""
+    path = Path(path)
+    if format_of(path) != "parquet":
+        raise ValueError(f"{path}: only a Parquet file is rewritten with page checksums; write it as Parquet")
+    table = read(path)
+    return write_parquet(table.replace_schema_metadata(table.schema.metadata), path)
 
 
 def parquet_format() -> pads.ParquetFileFormat:
