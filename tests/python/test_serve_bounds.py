@@ -119,6 +119,8 @@ def test_set_refuses_what_would_stall_and_a_change_applies_to_the_waiting_batch(
         for key, value in (("batch_max_queries", 4_000_000_000), ("batch_timeout_us", 3_600_000_000)):
             answer = control_request(ctl, f"set {key} {value}", 5)
             assert answer["ok"] is False and key in answer["error"] and "range" in answer["error"], answer
+        line = one_error_line(run("serve", "set", "-c", ctl, "batch_timeout_us", "3600000000"))
+        assert "batch_timeout_us 3600000000 is out of range: 0..=1000000" in line, line
         assert control_request(ctl, "stats", 5)["batch_timeout_us"] == 1_000_000  # unchanged
         with Client(ep, criteria=CRITERIA, timeout_s=5) as c:
             assert c.match(QUERY).ok  # warm: the connection is made

@@ -240,6 +240,11 @@ def set_(
     client_key: ClientKeyOpt = None,
 ) -> None:
     """Change a batching knob while the daemon serves."""
+    from offload import _native
+
+    if name in ("batch_max_queries", "batch_timeout_us"):
+        with failing(ValueError):  # the daemon's own range, checked here too: one line, exit 2
+            _native.serve_check_setting(name, value)
     _command(control, f"set {name} {value}", (connect_timeout, timeout), server_key, client_key)
 
 
