@@ -188,7 +188,8 @@ def measure(a: argparse.Namespace, series: Series, k: int, profile: Path, frames
             wall = now[3] - clocks[3]
             others = max(0.0, (now[0] - clocks[0]) - (now[1] - clocks[1]) - (now[2] - clocks[2])) / wall
             runs.append(run_row(series, k, batch, rate, r, s0, s1, dev1 - dev0, others))
-            said_run = f"{r['requests_per_s']:,.0f}/s p50 {r['latency_us']['p50']:,.0f} µs"
+            p50 = r["latency_us"]["p50"]  # None when no request was answered
+            said_run = f"{r['requests_per_s']:,.0f}/s p50 " + ("none" if p50 is None else f"{p50:,.0f} µs")
             said_run += f", other processes {others:.2f} cores"
             print(f"  measured {series.name} {k}k batch {batch} {rate:g}/s: {said_run}", file=sys.stderr)
     finally:

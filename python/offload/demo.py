@@ -84,7 +84,7 @@ def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[
         lat = r["latency_us"]
         t.add_row(
             name, f"{r['requests_per_s']:,.0f}", bench.rate(r["queries_per_s"]),
-            *(f"{lat[k] / 1e3:.2f} ms" for k in ("p50", "p90", "p99", "max")),
+            *("none" if lat[k] is None else f"{lat[k] / 1e3:.2f} ms" for k in ("p50", "p90", "p99", "max")),
             ", ".join(f"{k} {v}" for k, v in r["status"].items()),
         )  # fmt: skip
     console.print(t)
@@ -92,7 +92,8 @@ def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[
     console.print(
         "median per request inside the server: "
         + ", ".join(f"{k} {stages.get(k, 0):.0f} µs" for k in inject.STAGES)
-        + f"; round trip {replay['latency_us']['p50']:.0f} µs"
+        + "; round trip "
+        + ("none" if replay["latency_us"]["p50"] is None else f"{replay['latency_us']['p50']:.0f} µs")
     )
     _, breakdown = inject.write(replay, out / "serve-inject.json")
     with console.status("a small sweep: p in 1,2 x w in 1,2 per request, and 4096-query batching"):

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from offload.cli import app
+from offload.cli import app, command
 
 DEADLINE_S = 60
 
@@ -30,7 +29,7 @@ def _leaves(command: Any, path: list[str]) -> list[tuple[list[str], Any]]:
     return [(path, command)]
 
 
-COMMANDS = _leaves(typer.main.get_command(app), [])
+COMMANDS = _leaves(command(), [])  # as `offload` runs them: every float option finite
 
 
 def _texty(param: Any) -> bool:
@@ -134,3 +133,119 @@ def test_the_cli_starts_without_the_data_service_stack() -> None:
     code = f"import sys, offload.cli; print(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy}))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "[]", (done.stdout, done.stderr)
+
+
+# --------------------------------------------------------------------------------------------
+# Numbers: every numeric option states its domain (in --help), and 0, -1, nan and inf are each
+# taken or refused by it, in one line (issue 39)
+# --------------------------------------------------------------------------------------------
+
+EXTREMES = ("0", "-1", "nan", "inf")
+
+
+def _numeric(param: Any) -> bool:
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    return annotation in (int, float) and not getattr(param, "is_flag", False) and not param.hidden
+
+
+NUMERIC = [(path, p) for path, c in COMMANDS for p in c.params if _numeric(p)]
+
+
+def test_every_numeric_option_states_its_domain() -> None:
+    """A bound on each side or one, as typer's min=/max= (shown in --help as a range)."""
+    assert len(NUMERIC) > 100
+    unbounded = [f"{' '.join(path)} {p.opts[0]}" for path, p in NUMERIC if p.min is None and p.max is None]
+    assert not unbounded, unbounded
+
+
+def _inside(param: Any, text: str) -> bool:
+    import math
+
+    value = float(text)
+    annotation = param.type_descriptor.annotation
+    if not math.isfinite(value) or (annotation is int and text not in ("0", "-1")):
+        return False
+    return (param.min is None or value >= param.min) and (param.max is None or value <= param.max)
+
+
+def _argv(command: Any, param: Any, text: str, tmp_path: Path) -> list[str]:
+    """``param`` given ``text`` first, then values for the command's other required parameters
+    (so that parsing reaches the end): arguments in their order, then options."""
+    existing = tmp_path / "a-file"
+    existing.write_text("x\n")
+    positional: list[str] = []
+    options = [] if param.param_type_name == "argument" else [param.opts[0], text]
+    for p in command.params:
+        if p is param and p.param_type_name == "argument":
+            positional.append(text)
+        elif p is not param and p.required:
+            value = "1" if _numeric(p) else str(existing)
+            if p.param_type_name == "argument":
+                positional.append(value)
+            else:
+                options += [p.opts[0], value]
+    return options + (["--", *positional] if text.startswith("-") and positional else positional)
+
+
+@pytest.mark.parametrize(("path", "command"), COMMANDS, ids=_ids())
+def test_each_numeric_option_takes_or_refuses_0_minus1_nan_inf(path: list[str], command: Any,
+                                                                tmp_path: Path) -> None:  # fmt: skip
+    """Parsed as `offload` parses them (in process: parsing runs nothing): a value outside the
+    option's domain is refused naming the option, one inside is taken."""
+    import click
+
+    for param in [p for p in command.params if _numeric(p)]:
+        for text in EXTREMES:
+            argv = _argv(command, param, text, tmp_path)
+            try:
+                command.make_context(" ".join(["offload", *path]), argv, resilient_parsing=False)
+                refused_by = None
+            except click.exceptions.ClickException as e:
+                refused_by = getattr(e, "param", None)
+            except Exception as e:  # typer's vendored click raises its own classes
+                refused_by = getattr(e, "param", None) if hasattr(e, "format_message") else e
+            where = f"{' '.join(path)} {param.opts[0]} {text}"
+            if _inside(param, text):
+                assert refused_by is not param, f"{where}: refused though inside its domain"
+            else:
+                assert refused_by is param, f"{where}: taken though outside its domain ({refused_by!r})"
+
+
+def test_a_number_outside_its_domain_is_one_line_naming_it(tmp_path: Path) -> None:
+    for argv, option in [(["plan", "simulate", "--preset", "erbium-fpga", "--rate", "nan"], "--rate"),
+                         (["probe", "ctc", "--queries-per-s", "inf"], "--queries-per-s"),
+                         (["plan", "simulate", "--preset", "erbium-fpga", "--cpus", "-1"], "--cpus"),
+                         (["plan", "simulate", "--preset", "erbium-fpga", "--duration", "inf"], "--duration"),
+                         (["plan", "simulate", "--preset", "erbium-fpga", "--queue", "0"], "--queue"),
+                         (["rules", "eval", "--threads", "-1"], "--threads")]:  # fmt: skip
+        r = _run(argv, tmp_path)
+        assert r.returncode == 2, (argv, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and option in lines[0], (argv, r.stderr)
+        assert "--help" in lines[0], lines[0]
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    """SIGINT in the middle of a long command: `interrupted`, exit 130, no traceback."""
+    import signal
+    import time
+
+    argv = [
+        "plan",
+        "simulate",
+        "--preset",
+        "erbium-fpga",
+        "--duration",
+        "1000",
+        "--max-requests",
+        "100000000",
+    ]
+    env = {**os.environ, "OFFLOAD_PROGRESS_AFTER_S": "60"}
+    with subprocess.Popen([sys.executable, "-m", "offload.cli", *argv], cwd=tmp_path, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as p:  # fmt: skip
+        time.sleep(3)  # inside the simulation
+        p.send_signal(signal.SIGINT)
+        _, stderr = p.communicate(timeout=30)
+    assert p.returncode == 130, stderr
+    assert stderr.strip().splitlines() == ["interrupted"], stderr
