@@ -173,6 +173,38 @@ def test_ctrl_c_during_rm_ssd_infer_is_one_line_and_leaves_no_device(model: Path
     assert not any(Path(f"/proc/{pid}").exists() for pid in devices), "the device process outlived the host"
 
 
+def test_ctrl_c_during_create_stops_it_and_leaves_nothing(tmp_path: Path) -> None:
+    """The table writer runs in Rust: Ctrl-C is seen at its next chunk (it was lost, and the
+    model finished as if nothing had been pressed)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "offload.cli",
+        "recsys",
+        "create",
+        "--out",
+        str(tmp_path / "big"),
+        "--size",
+        "4G",
+    ]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                         start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and p.poll() is None:
+            if any(t.stat().st_size > 1 << 20 for t in tmp_path.glob(".big.*/tables/*")):
+                break  # tables being written
+            time.sleep(0.02)
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, err
+    assert [ln for ln in err.splitlines() if ln.strip()] == ["interrupted"], err
+    assert list(tmp_path.iterdir()) == []  # neither the model nor its temporary
+
+
 # ----------------------------------------------------------------- item 19 and every numeric option
 def test_every_numeric_option_states_its_domain() -> None:
     from offload.cli import command

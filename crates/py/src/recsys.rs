@@ -38,17 +38,33 @@ fn recsys_create_table(
     seed: u64,
     progress: Option<PyObject>,
 ) -> PyResult<()> {
-    py.allow_threads(|| {
-        table::create_random(&path, rows, dim, seed, |done| {
-            if let Some(cb) = &progress {
-                Python::with_gil(|py| {
-                    let _ = cb.call1(py, (done,));
-                });
-            }
-        })
+    let mut raised = None;
+    let made = py.allow_threads(|| {
+        table::create_random(&path, rows, dim, seed, |done| call_progress(progress.as_ref(), done, &mut raised))
+    });
+    stopped_or(made.map(|_| ()), raised)
+}
+
+/// Runs Python's signal handlers and the progress callback, with the GIL; an exception either
+/// raises (KeyboardInterrupt at Ctrl-C) is kept in `raised` and stops the work, which otherwise
+/// would run on to its end with the interrupt lost.
+fn call_progress(progress: Option<&PyObject>, done: u64, raised: &mut Option<PyErr>) -> recsys::Result<()> {
+    Python::with_gil(|py| {
+        py.check_signals()?;
+        progress.map_or(Ok(()), |cb| cb.call1(py, (done,)).map(|_| ()))
     })
-    .map(|_| ())
-    .map_err(err)
+    .map_err(|e| {
+        *raised = Some(e);
+        recsys::Error::Stopped
+    })
+}
+
+/// The exception a progress callback raised (the work stopped for it), else the work's result.
+fn stopped_or(result: recsys::Result<()>, raised: Option<PyErr>) -> PyResult<()> {
+    match (result, raised) {
+        (Err(recsys::Error::Stopped), Some(e)) => Err(e),
+        (r, _) => r.map_err(err),
+    }
 }
 
 /// Writes a table from a (rows, dim) float32 array (e.g. a trained model's `emb_l.K.weight`).
@@ -97,17 +113,12 @@ fn recsys_table_header<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'p
 #[pyfunction]
 #[pyo3(signature = (path, progress=None))]
 fn recsys_verify_table(py: Python<'_>, path: PathBuf, progress: Option<PyObject>) -> PyResult<()> {
-    py.allow_threads(|| {
+    let mut raised = None;
+    let checked = py.allow_threads(|| {
         let t = table::Table::open(&path)?;
-        t.verify(|done| {
-            if let Some(cb) = &progress {
-                Python::with_gil(|py| {
-                    let _ = cb.call1(py, (done,));
-                });
-            }
-        })
-    })
-    .map_err(err)
+        t.verify(|done| call_progress(progress.as_ref(), done, &mut raised))
+    });
+    stopped_or(checked, raised)
 }
 
 /// The header (as `recsys_table_header`) and the extents of a table file, opened as

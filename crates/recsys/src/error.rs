@@ -21,6 +21,8 @@ pub enum Error {
     Unsupported(String),
     /// The device process (or its channel) failed: it died, did not answer, or refused a request.
     Device(String),
+    /// The caller asked a long operation to stop (its progress callback said so: Ctrl-C).
+    Stopped,
 }
 
 impl Error {
@@ -39,6 +41,7 @@ impl Error {
             Error::Shape(_) => "shape",
             Error::Unsupported(_) => "unsupported",
             Error::Device(_) => "device",
+            Error::Stopped => "stopped",
         }
     }
 }
@@ -58,6 +61,7 @@ impl fmt::Display for Error {
                 "dense features: sample {sample}, feature {feature} is {value}; dense features must be finite numbers"
             ),
             Error::Shape(m) | Error::Unsupported(m) | Error::Device(m) => f.write_str(m),
+            Error::Stopped => f.write_str("stopped by the caller"),
         }
     }
 }

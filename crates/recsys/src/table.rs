@@ -401,8 +401,15 @@ fn splitmix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Writes a table of `rows` × `dim` filled by [`init_row`] (`progress` gets rows written so far).
-pub fn create_random(path: &Path, rows: u64, dim: u32, seed: u64, mut progress: impl FnMut(u64)) -> Result<TableMeta> {
+/// Writes a table of `rows` × `dim` filled by [`init_row`] (`progress` gets rows written so far;
+/// an error it returns, e.g. [`Error::Stopped`] at Ctrl-C, stops the write and leaves no file).
+pub fn create_random(
+    path: &Path,
+    rows: u64,
+    dim: u32,
+    seed: u64,
+    mut progress: impl FnMut(u64) -> Result<()>,
+) -> Result<TableMeta> {
     let mut w = TableWriter::create(path, rows, dim)?;
     let chunk_rows = (1u64 << 16).min(rows.max(1));
     let mut buf = vec![0f32; (chunk_rows * u64::from(dim)) as usize];
@@ -415,7 +422,7 @@ pub fn create_random(path: &Path, rows: u64, dim: u32, seed: u64, mut progress: 
         }
         w.write_rows(part)?;
         row += n;
-        progress(row);
+        progress(row)?;
     }
     w.finish()
 }
@@ -557,9 +564,9 @@ impl Table {
         Ok(())
     }
 
-    /// Checks every row's checksum (`progress(bytes checked)`); the error names the first
-    /// damaged block and counts them all.
-    pub fn verify(&self, mut progress: impl FnMut(u64)) -> Result<()> {
+    /// Checks every row's checksum (`progress(bytes checked)`; an error it returns stops the
+    /// check); the error names the first damaged block and counts them all.
+    pub fn verify(&self, mut progress: impl FnMut(u64) -> Result<()>) -> Result<()> {
         let bb = self.meta.block_bytes() as usize;
         let (mut first, mut bad) = (None, 0u64);
         self.for_each_chunk(|b0, bytes| {
@@ -569,8 +576,7 @@ impl Table {
                     bad += 1;
                 }
             }
-            progress((b0 * bb as u64) + bytes.len() as u64);
-            Ok(())
+            progress((b0 * bb as u64) + bytes.len() as u64)
         })?;
         match first {
             None => Ok(()),

@@ -16,7 +16,7 @@ fn make_tables(dir: &Path, rows: &[u64], dim: u32) -> Vec<PathBuf> {
         .enumerate()
         .map(|(t, &n)| {
             let p = dir.join(format!("t{t}.emb"));
-            table::create_random(&p, n, dim, 5 + t as u64, |_| {}).unwrap();
+            table::create_random(&p, n, dim, 5 + t as u64, |_| Ok(())).unwrap();
             p
         })
         .collect()

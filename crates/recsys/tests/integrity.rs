@@ -22,7 +22,7 @@ fn tables(dir: &Path, rows: u64, dim: u32) -> Vec<PathBuf> {
     (0..2)
         .map(|t| {
             let p = dir.join(format!("t{t}.emb"));
-            table::create_random(&p, rows, dim, 7 + t, |_| {}).unwrap();
+            table::create_random(&p, rows, dim, 7 + t, |_| Ok(())).unwrap();
             p
         })
         .collect()
@@ -69,10 +69,10 @@ fn verify_finds_every_damaged_block_and_the_reads_name_the_row() {
     let dir = tempfile::tempdir().unwrap();
     let paths = tables(dir.path(), 1000, 32);
     let t = Table::open(&paths[0]).unwrap();
-    t.verify(|_| {}).unwrap();
+    t.verify(|_| Ok(())).unwrap();
     overwrite(&paths[0], t.meta.row_offset(900) + 4, &[1, 2, 3, 4, 5, 6, 7, 8]);
     overwrite(&paths[0], t.meta.row_offset(10), &[9]);
-    let e = t.verify(|_| {}).unwrap_err();
+    let e = t.verify(|_| Ok(())).unwrap_err();
     assert!(matches!(e, Error::BadTable { .. }), "{e}");
     let msg = e.to_string();
     assert!(msg.contains("t0.emb") && msg.contains("block 2 (rows 8-11)") && msg.contains("2 damaged blocks"), "{msg}");
@@ -109,8 +109,8 @@ fn the_writer_leaves_nothing_when_it_does_not_finish() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
     // A finished table replaces an older one whole.
-    table::create_random(&p, 10, 4, 1, |_| {}).unwrap();
-    table::create_random(&p, 20, 4, 1, |_| {}).unwrap();
+    table::create_random(&p, 10, 4, 1, |_| Ok(())).unwrap();
+    table::create_random(&p, 20, 4, 1, |_| Ok(())).unwrap();
     assert_eq!(Table::open(&p).unwrap().meta.rows, 20);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
@@ -126,7 +126,7 @@ fn checksum_cost() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("t.emb");
     let rows = 1u64 << 18; // 32 MiB of dim-32 rows, in the page cache after writing
-    table::create_random(&p, rows, 32, 1, |_| {}).unwrap();
+    table::create_random(&p, rows, 32, 1, |_| Ok(())).unwrap();
     let t = Table::open(&p).unwrap();
     let block = vec![7u8; 512];
     let n = 2_000_000;
@@ -137,7 +137,7 @@ fn checksum_cost() {
     }
     let crc_ns = t0.elapsed().as_secs_f64() * 1e9 / n as f64;
     let t0 = Instant::now();
-    t.verify(|_| {}).unwrap();
+    t.verify(|_| Ok(())).unwrap();
     let verify_gbs = t.meta.file_bytes() as f64 / t0.elapsed().as_secs_f64() / 1e9;
     let lookups: Vec<u64> = (0..200_000u64).map(|i| (i * 2_654_435_761) % rows).collect();
     let (mut row, mut blk) = (vec![0u8; 128], vec![0u8; 512]);

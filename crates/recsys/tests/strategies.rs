@@ -72,7 +72,7 @@ fn make_tables(dir: &Path, rows: &[u64], dim: u32, seed: u64) -> Vec<PathBuf> {
         .enumerate()
         .map(|(t, &n)| {
             let p = dir.join(format!("t{t}.emb"));
-            table::create_random(&p, n, dim, seed + t as u64, |_| {}).unwrap();
+            table::create_random(&p, n, dim, seed + t as u64, |_| Ok(())).unwrap();
             p
         })
         .collect()
