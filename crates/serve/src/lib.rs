@@ -9,7 +9,6 @@ pub mod loadgen;
 pub mod metrics;
 pub mod protocol;
 pub mod server;
-pub mod sha256;
 
 use offload_rules::{Engine, MatcherKind};
 use std::path::Path;

@@ -20,6 +20,7 @@ use crate::protocol::{self, Payload, Reply, Stage, Status};
 use offload_rules::{
     match_parallel, match_staged, DeviceStages, Engine, MatcherKind, PackedStrings, RawColumn, NO_MATCH,
 };
+use sha2::Digest;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -296,7 +297,7 @@ impl ReloadCheck {
     /// Checks the rules file's bytes (before parsing): its digest.
     fn bytes(&self, name: &Path, rules: &[u8]) -> Result<(), String> {
         let Some(want) = &self.sha256 else { return Ok(()) };
-        let got = crate::sha256::hex_digest(rules);
+        let got: String = sha2::Sha256::digest(rules).iter().map(|b| format!("{b:02x}")).collect();
         if &got == want {
             return Ok(());
         }
