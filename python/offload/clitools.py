@@ -304,13 +304,19 @@ def names_arg(known: tuple[str, ...] | list[str], what: str) -> Callable[[str], 
 
 
 def size_bytes(text: str) -> int:
-    """'8G', '512M', '64k' or a plain byte count (binary multiples); ValueError if neither."""
+    """'8G', '512M', '64k' or a plain byte count (binary multiples), at least 1 byte and finite;
+    ValueError if not."""
+    import math
+
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
     try:
-        return int(float(t[:-1] if mult > 1 else t) * mult)
+        number = float(t[:-1] if mult > 1 else t)
     except ValueError:
         raise ValueError(f"size {text!r}: write bytes or a number with K, M, G or T (e.g. 8G)") from None
+    if not math.isfinite(number) or number * mult < 1:
+        raise ValueError(f"size {text!r}: expected a finite size of at least 1 byte (e.g. 8G)")
+    return int(number * mult)
 
 
 def seconds(s: float | None) -> str:

@@ -86,6 +86,7 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w", **open_kw: Any) 
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
     _fsync_dir(directory)
+    _note_made(target)
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -159,6 +160,26 @@ def _list_made(directory: Path) -> None:
     write_text(
         directory / MADE, json.dumps({"made_by": "offload", "files": _made_files(directory)}, indent=1)
     )
+
+
+def _note_made(path: Path) -> None:
+    """A file the product wrote into one of its directory outputs (a trace beside a model, say)
+    is the product's too: added to the nearest `MADE` list above it, so --force may replace it."""
+    import json
+
+    if path.name == MADE:
+        return
+    for directory in list(path.absolute().parents)[:8]:
+        made = directory / MADE
+        if made.is_file():
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                doc = json.loads(made.read_text())
+                name = path.absolute().relative_to(directory).as_posix()
+                parents = [p.as_posix() for p in Path(name).parents if p != Path(".")]
+                if not {name, *parents} <= set(doc["files"]):
+                    doc["files"] = sorted({*doc["files"], name, *parents})
+                    write_text(made, json.dumps(doc, indent=1))
+            return
 
 
 def refuse_foreign(target: Path) -> None:

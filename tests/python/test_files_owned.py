@@ -63,3 +63,14 @@ def test_force_replaces_its_own_output_but_not_a_file_added_to_it(argv: list[str
 def test_the_current_directory_is_refused_in_one_line(tmp_path: Path) -> None:
     one_line(offload(*SYNTH, "--out", ".", cwd=tmp_path), "current directory")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_offload_writes_into_its_own_output_is_its_own(tmp_path: Path) -> None:
+    """A trace written beside a model (the docs' way: `recsys synth -o MODEL/trace.npz`) is
+    offload's: `recsys create --force` replaces the model, trace and all."""
+    model = tmp_path / "rmc1"
+    assert offload(*CREATE, "--out", str(model)).returncode == 0
+    made = offload("recsys", "synth", "-m", str(model), "-o", str(model / "trace.npz"), "--batches", "1")
+    assert made.returncode == 0, made.stderr
+    assert offload(*CREATE, "--out", str(model), "--force").returncode == 0
+    assert not (model / "trace.npz").exists()
