@@ -409,6 +409,9 @@ def list_(
     if emit(st, as_json, out):
         return
     console.print(f"{st['name']}: {budget_line(st.get('budget') or {}, st['threads'])}")
+    if "query_timeout_s" in st:
+        console.print(f"{st['name']}: {st['engines']} engine processes; a query is stopped after "
+                      f"{st['query_timeout_s']:g} s")  # fmt: skip
     if (a := st.get("adaptation")) is not None:
         console.print(f"{st['name']}: {_learning_line(a)}")
     t = compact_table(f"{st['name']}: data sets")
@@ -575,6 +578,15 @@ def query(
             ".feather) or CSV (.csv), whole or not at all. \\[default: none]"
         ),
     ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            max=86_400.0,
+            help="Seconds to wait for the node's answer (a node stops a query at its own --query-timeout, "
+            "120-600 s by default, and says so).",
+        ),
+    ] = 660.0,
     force: Annotated[
         bool,
         typer.Option(
@@ -603,7 +615,7 @@ def query(
     if save is not None:
         _may_replace(save, force)
     runs = {}
-    with _client(node, token_file, netns) as c:
+    with _client(node, token_file, netns, timeout) as c:
         with failing(NodeError, PlanError, ValueError):
             plan = c.plan(sql)
             for w in ways:

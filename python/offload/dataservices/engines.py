@@ -64,10 +64,16 @@ class EngineError(Exception):
 
 class Spool:
     """A node's directory of data set files (Arrow IPC, one per data set version), removed when
-    the node stops; engines memory-map them."""
+    the node stops; engines memory-map them. It names its owner (``owner``: the node's pid), so
+    that the directory of a node killed before it could remove its own is removed by the next
+    node that starts (:func:`sweep`)."""
+
+    PREFIX = "offload-node-"
 
     def __init__(self, tag: str) -> None:
-        self.path = Path(tempfile.mkdtemp(prefix=f"offload-node-{tag}-"))
+        sweep()
+        self.path = Path(tempfile.mkdtemp(prefix=f"{self.PREFIX}{tag}-"))
+        (self.path / "owner").write_text(f"{os.getpid()}\n")
 
     def put(self, name: str, version: int, table: pa.Table) -> Path:
         """Writes ``table`` as the file of ``name`` at ``version`` (temp name, then renamed: an
@@ -85,6 +91,31 @@ class Spool:
 
     def close(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def sweep() -> list[Path]:
+    """Removes the spool directories (of this user's temporary directory) whose owner is no
+    longer running; returns them. A directory without an owner file, or whose owner runs, stays."""
+    gone = []
+    for d in Path(tempfile.gettempdir()).glob(f"{Spool.PREFIX}*"):
+        try:
+            pid = int((d / "owner").read_text())
+        except (OSError, ValueError):
+            continue
+        if not _running(pid):
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d)
+    return gone
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 class Engine:
@@ -228,7 +259,7 @@ class Pool:
             e.send(plan, tables)
         except OSError:
             self.release(e, False)
-            raise EngineError("the engine process died") from None
+            raise EngineError("its engine process died (out of memory, or killed)") from None
         threading.Thread(target=_pump, args=(e, q), name="engine-reader", daemon=True).start()
         try:
             kind, schema = _next(q, stop, deadline)
@@ -288,7 +319,7 @@ def _pump(e: Engine, q: queue.Queue[tuple[str, Any]]) -> None:
             q.put(("error", f.read(n).decode(errors="replace")))
             return
         if head != b"S":
-            q.put(("error", "the engine process died"))
+            q.put(("error", "its engine process died (out of memory, or killed)"))
             return
         reader = pa.ipc.open_stream(f)
         q.put(("schema", reader.schema))
@@ -298,7 +329,7 @@ def _pump(e: Engine, q: queue.Queue[tuple[str, Any]]) -> None:
         _put(q, ("end", None), e)
     except (OSError, ValueError, pa.ArrowException):
         with contextlib.suppress(queue.Full):
-            q.put_nowait(("error", "the engine process died"))
+            q.put_nowait(("error", "its engine process died (out of memory, or killed)"))
 
 
 def _put(q: queue.Queue[tuple[str, Any]], item: tuple[str, Any], e: Engine) -> bool:
@@ -353,38 +384,48 @@ def _serve(out: IO[bytes]) -> None:
     out.flush()
     mapped: dict[str, pa.Table] = {}
     for line in sys.stdin.buffer:
-        req = json.loads(line)
-        tables = {}
-        for name, path in req["tables"].items():
-            if path not in mapped:
-                with pa.memory_map(path) as src:
-                    mapped[path] = pa.ipc.open_file(src).read_all()
-            tables[name] = mapped[path]
-        for path in [p for p in mapped if not Path(p).exists()]:
-            del mapped[path]
-        _answer(out, base64.b64decode(req["plan"]), tables, threads)
+        _answer(out, json.loads(line), mapped, threads)
 
 
-def _answer(out: IO[bytes], plan: bytes, tables: dict[str, pa.Table], threads: int) -> None:
+def _tables(req: dict[str, Any], mapped: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """The request's data sets, memory-mapped (kept by path while their files exist)."""
+    for path in [p for p in mapped if not Path(p).exists()]:
+        del mapped[path]
+    tables = {}
+    for name, path in req["tables"].items():
+        if path not in mapped:
+            with pa.memory_map(path) as src:
+                mapped[path] = pa.ipc.open_file(src).read_all()
+        tables[name] = mapped[path]
+    return tables
+
+
+def _answer(out: IO[bytes], req: dict[str, Any], mapped: dict[str, pa.Table], threads: int) -> None:
+    """One request's answer: ``S`` and the result's stream, or ``E`` and why. An error once the
+    stream has begun ends the process (the node sees the engine die; nothing half-sent is taken)."""
     from offload.dataservices import plans
 
     try:
-        schema, batches = plans.execute_batches(plan, tables, threads)
+        tables = _tables(req, mapped)
+        schema, batches = plans.execute_batches(base64.b64decode(req["plan"]), tables, threads)
         first = next(batches, None)
-    except Exception as e:  # the plan cannot be run: its first line goes back
+    except Exception as e:  # the plan cannot be run (or a data set's file went): its first line goes back
         msg = (str(e) if isinstance(e, plans.PlanError) else plans.first_line(e)).encode()
         out.write(b"E" + struct.pack("<I", len(msg)) + msg)
         out.flush()
         return
     out.write(b"S")
-    with pa.ipc.new_stream(out, schema) as w:
-        for b in [first] if first is not None else []:
-            w.write_batch(b)
-            out.flush()
-        for b in batches:
-            w.write_batch(b)
-            out.flush()
-    out.flush()
+    try:
+        with pa.ipc.new_stream(out, schema) as w:
+            for b in [first] if first is not None else []:
+                w.write_batch(b)
+                out.flush()
+            for b in batches:
+                w.write_batch(b)
+                out.flush()
+        out.flush()
+    except Exception:  # mid-stream: the node reads a broken stream and says the engine died
+        os._exit(1)
 
 
 if __name__ == "__main__":

@@ -745,6 +745,8 @@ class Node(flight.FlightServerBase):
         """A query's end before its result, in words for its client (counted as an error)."""
         self.config.stats["errors"] += 1
         name = self.config.name
+        if isinstance(e, engines.EngineError) and "died" in str(e):
+            return flight.FlightServerError(f"{name} could not finish the query: {e}; run it again")
         if isinstance(e, engines.EngineError):
             return flight.FlightServerError(str(e))
         if str(e) == "its time limit":
