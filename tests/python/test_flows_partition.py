@@ -160,4 +160,4 @@ def test_the_sift_cli_reads_every_row_back(tmp_path: Path) -> None:
     table = CliRunner().invoke(app, args)
     assert table.exit_code == 0 and "partition and sift: 2 partitions" in table.output
     bad = CliRunner().invoke(app, [*args, "--fanout", "1"])
-    assert bad.exit_code != 0 and "fanout >= 2" in bad.output
+    assert bad.exit_code == 2 and "--fanout" in bad.output and "greater than or equal to 2" in bad.output

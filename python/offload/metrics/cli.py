@@ -82,14 +82,14 @@ def headroom(
         float | None, typer.Option(hidden=True, help="Old spelling of --link, Mbit/s.")
     ] = None,
     packet_bytes: Annotated[
-        int, typer.Option(help="UDP payload per packet (seed's top: 10 KiB).", min=1, max=65507)
+        int, typer.Option(help="UDP payload per packet (seed's top: 10 KiB).", min=64, max=65000)
     ] = 8192,
     burst: Annotated[int, typer.Option(help="Packets per burst.", min=1, max=100_000)] = 32,
     max_threads: Annotated[
         int, typer.Option(help="Most sender threads (processes) tried in step 1.", min=1, max=256)
     ] = 4,
     tolerance: Annotated[
-        float, typer.Option(help="Kept: within this share (< 0.5) of saturation.", min=0, max=0.49)
+        float, typer.Option(help="Kept: within this share (< 0.5) of saturation.", min=0, max=0.5)
     ] = 0.05,
     iterations: Annotated[int, typer.Option(help="Bisection steps for the delay.", min=1, max=64)] = 8,
     repeats: Annotated[int, typer.Option(help="Trials per point; the median is taken.", min=1, max=1000)] = 5,
