@@ -129,13 +129,14 @@ def test_bad_settings_and_nothing_there_are_one_line(tmp_path: Path) -> None:
               "--connect-timeout", "0.3"]  # fmt: skip
     for extra, words in (
         (["--mode", "fast"], "--mode is one of"),
-        (["--connections", "0"], "at least 1"),
-        (["--rate", "-5"], "positive"),
+        (["--connections", "0"], "greater than or equal to 1"),  # the option's range
+        (["--rate", "-5"], "greater than or equal to"),
         ([], "no reply from"),
     ):
         r = CliRunner().invoke(app, ["serve", "bench", "-e", _ep(tmp_path, "nobody"), *common, *extra])
         assert r.exit_code == 2, (extra, r.output)
-        assert words in r.output and "Traceback" not in r.output, (extra, r.output)
+        said = " ".join(r.output.replace("│", " ").split())  # as one line, out of typer's box
+        assert words in said and "Traceback" not in r.output, (extra, r.output)
     assert "serve_bench" in dir(_native)
 
 

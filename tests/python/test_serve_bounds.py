@@ -317,7 +317,19 @@ def test_a_sweep_refuses_settings_the_daemon_would_not_take(tmp_path: Path) -> N
 # -- item 17: Ctrl-C under inject -p 2: one line, exit 130
 
 
-def test_ctrl_c_under_inject_is_one_line_and_130(rules_dir: Path, sock: Path, tmp_path: Path) -> None:
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.parametrize("when", ["sending", "starting its clients"])
+def test_ctrl_c_under_inject_is_one_line_and_130(
+    rules_dir: Path, sock: Path, tmp_path: Path, when: str
+) -> None:
+    """Whenever it comes: while the clients send, or while they start (a Ctrl-C then was lost:
+    the injector ran its whole duration)."""
     proc, ep, ctl = start(rules_dir, sock)
     cmd = [*OFFLOAD, "serve", "inject", "-e", ep, "--ruletype", str(rules_dir / "ruletype.toml"),
            "--rules", str(rules_dir / "rules.csv"), "--trace", str(mini_trace(tmp_path)), "-p", "2",
@@ -327,8 +339,12 @@ def test_ctrl_c_under_inject_is_one_line_and_130(rules_dir: Path, sock: Path, tm
     )
     try:
         deadline = time.monotonic() + 30
-        while control_request(ctl, "stats", 5)["ok"] < 200 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        if when == "sending":
+            while control_request(ctl, "stats", 5)["ok"] < 200 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        else:
+            while not _children(inj.pid) and time.monotonic() < deadline:
+                time.sleep(0.005)
         os.killpg(inj.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
         _, err = inj.communicate(timeout=20)
     finally:

@@ -126,7 +126,7 @@ def simulate(
         int, typer.Option("--processes", "-p", help="Client processes (closed loop).", min=1, max=100_000)
     ] = 1,
     p_old: Annotated[int | None, typer.Option("--p", hidden=True, help=OLD_P, min=1, max=100_000)] = None,
-    w: Annotated[int, typer.Option("--w", help="Workers.", min=0, max=4096)] = 1,
+    w: Annotated[int, typer.Option("--w", help="Workers.", min=1, max=4096)] = 1,
     k: Annotated[
         int,
         typer.Option(
@@ -502,7 +502,7 @@ def fleet(
         int, typer.Option("--processes", "-p", help="Client processes per node.", min=1, max=100_000)
     ] = 48,
     p_old: Annotated[int | None, typer.Option("--p", hidden=True, help=OLD_P, min=1, max=100_000)] = None,
-    w: Annotated[int, typer.Option("--w", help="Workers per node.", min=0, max=4096)] = 8,
+    w: Annotated[int, typer.Option("--w", help="Workers per node.", min=1, max=4096)] = 8,
     k: Annotated[int, typer.Option("--k", help="Kernel executors per node.", min=0, max=4096)] = 4,
     e: Annotated[int, typer.Option("--e", help="Engines per executor.", min=1, max=1024)] = 1,
     cpus: Annotated[int, typer.Option(help="Cores per node (0: the item's vCPUs).", min=0, max=4096)] = 0,

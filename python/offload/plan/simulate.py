@@ -101,11 +101,14 @@ class Pipeline:
     devices: int = 1  # devices the k executors share (executor i uses device i mod devices)
 
     def __post_init__(self) -> None:
-        _at_least(p=(self.p, 1), w=(self.w, 0), k=(self.k, 0), e=(self.e, 1),
-                  batch_queries=(self.batch_queries, 0), batch_timeout_s=(self.batch_timeout_s, 0.0),
-                  queue_capacity=(self.queue_capacity, 1), devices=(self.devices, 1))  # fmt: skip
-        if self.cpus is not None:
-            _at_least(cpus=(self.cpus, 1e-3))
+        """Numbers out of their domain are refused here, where a pipeline is made (a model of
+        absurd numbers gives confident figures, or never ends)."""
+        if min(self.p, self.w, self.e, self.devices) < 1 or self.k < 0:
+            raise ValueError(f"p, w, e and devices must be at least 1, k at least 0 (inline): {self.label()}")
+        if self.batch_queries < 0 or not 0 <= self.batch_timeout_s < math.inf:
+            raise ValueError("batch_queries and batch_timeout_s must be finite and ≥ 0")
+        if self.cpus is not None and not 0 < self.cpus < math.inf:
+            raise ValueError(f"cpus must be a finite number above 0 (or none), not {self.cpus}")
 
     def label(self) -> str:
         b = ""
@@ -137,19 +140,18 @@ class Load:
     arrivals: str = "poisson"  # open loop: poisson, or fixed (evenly spaced, as `offload serve bench`)
 
     def __post_init__(self) -> None:
-        smallest = min(self.queries_per_request, default=0)
-        _at_least(duration_s=(self.duration_s, 1e-9), warmup_s=(self.warmup_s, 0.0),
-                  max_requests=(self.max_requests, 1), queries_per_request=(smallest, 0))  # fmt: skip
-        if self.mode == "open":
-            _at_least(rate_rps=(self.rate_rps, 1e-9))
-
-
-def _at_least(**bounds: tuple[float, float]) -> None:
-    """ValueError naming the first field whose value is not a finite number at least its bound:
-    a model of absurd numbers would give confident figures, or never end."""
-    for name, (value, least) in bounds.items():
-        if not math.isfinite(value) or value < least:
-            raise ValueError(f"{name} {value}: expected a finite number >= {least:g}")
+        """As `Pipeline`'s: refused where a load is made."""
+        sizes = self.queries_per_request
+        if not sizes or min(sizes) < 0 or max(sizes) < 1:
+            raise ValueError("queries_per_request needs sizes ≥ 0 queries, at least one of them > 0")
+        if self.mode not in ("closed", "open") or (self.mode == "open" and not 0 < self.rate_rps < math.inf):
+            raise ValueError("mode must be closed, or open with a positive, finite rate_rps")
+        if self.arrivals not in ("poisson", "fixed"):
+            raise ValueError(f"arrivals are poisson or fixed, not {self.arrivals!r}")
+        if not 0 < self.duration_s < math.inf or not 0 <= self.warmup_s < math.inf:
+            raise ValueError(f"the simulated duration must be positive and finite, not {self.duration_s:g} s")
+        if self.max_requests < 1:
+            raise ValueError(f"max_requests must be at least 1, not {self.max_requests}")
 
 
 class SimulationLimit(ValueError):
@@ -401,7 +403,7 @@ class Lanes:
 
 def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
     """Runs the pipeline under ``load`` for its warm-up and duration (deterministic per seed)."""
-    _check(pipe, costs, load)
+    _check(costs, load)
     model = _Model(pipe, costs, load)
     done = model.run()
     end = model.end
@@ -412,26 +414,13 @@ def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
     return Result(pipe, len(done), queries, model.busy, load.duration_s, lat, util, *model.batches)
 
 
-def _check(pipe: Pipeline, costs: Costs, load: Load) -> None:
-    if min(pipe.p, pipe.w, pipe.e, pipe.devices) < 1 or pipe.k < 0:
-        raise ValueError(f"p, w, e and devices must be at least 1, k at least 0 (inline): {pipe.label()}")
-    if pipe.batch_queries < 0 or pipe.batch_timeout_s < 0:
-        raise ValueError("batch_queries and batch_timeout_s must be ≥ 0")
-    if not load.queries_per_request or min(load.queries_per_request) < 0 or max(load.queries_per_request) < 1:
-        raise ValueError("queries_per_request needs sizes ≥ 0 queries, at least one of them > 0")
-    if load.mode not in ("closed", "open") or (load.mode == "open" and load.rate_rps <= 0):
-        raise ValueError("mode must be closed, or open with a positive rate_rps")
-    if load.arrivals not in ("poisson", "fixed"):
-        raise ValueError(f"arrivals are poisson or fixed, not {load.arrivals!r}")
+def _check(costs: Costs, load: Load) -> None:
+    """What only the pair of costs and load can tell (each number was checked where it was made)."""
     if request_time(costs, max(load.queries_per_request)) <= 0:
         raise ValueError(
             "every stage cost is zero: a request takes no time, so any throughput would be "
             "meaningless; give stage costs (--costs, --calibration or --preset)"
         )
-    if not load.duration_s > 0 or load.warmup_s < 0:
-        raise ValueError(f"the simulated duration must be positive, not {load.duration_s:g} s")
-    if load.max_requests < 1:
-        raise ValueError(f"max_requests must be at least 1, not {load.max_requests}")
 
 
 @dataclass

@@ -376,15 +376,8 @@ def _run_clients(each: _ClientArgs, shares: list[list[int]], result_timeout_s: f
     q, go = ctx.Queue(), ctx.Event()
     args = [replace(each, which=share, queue=q, go=go) for share in shares]
     procs = [ctx.Process(target=_client, args=(a,)) for a in args]
-    # Started with SIGINT ignored, which a child inherits until it runs `_client`: a Ctrl-C
-    # while Python starts in it makes no traceback there either.
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        for pr in procs:
-            pr.start()
-    finally:
-        signal.signal(signal.SIGINT, old)
-    try:
+        _start(procs)
         for _ in procs:
             if _take(q, procs, 300) != "ready":
                 raise ServeError("a client process failed to start")
@@ -395,6 +388,26 @@ def _run_clients(each: _ClientArgs, shares: list[list[int]], result_timeout_s: f
         return parts
     finally:
         _end(procs)
+
+
+def _start(procs: list[Any]) -> None:
+    """Starts the client processes; a Ctrl-C meanwhile is kept and raised once all are started
+    (raised inside a start, it left a child reading its set-up from a closed pipe: a traceback),
+    and the caller ends them. SIGINT is blocked in this thread meanwhile, a mask each child keeps
+    across its exec: a Ctrl-C while Python starts in a child waits there, unseen, until `_client`
+    ignores SIGINT (which drops it). The handler here records rather than ignores: the kernel may
+    hand the signal to another of this process's threads (OpenBLAS's), and an ignored one is lost."""
+    caught: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        for pr in procs:
+            pr.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, old)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def _take(q: Any, procs: list[Any], timeout_s: float) -> Any:
@@ -413,6 +426,7 @@ def _take(q: Any, procs: list[Any], timeout_s: float) -> Any:
 
 def _end(procs: list[Any]) -> None:
     """Ends the client processes still running (SIGTERM, then SIGKILL after 5 s)."""
+    procs = [pr for pr in procs if pr.pid is not None]  # those started
     for pr in procs:
         if pr.is_alive():
             pr.terminate()
