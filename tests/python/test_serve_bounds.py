@@ -7,6 +7,7 @@ Real daemons and real `python -m offload.cli` processes; every wait is bounded."
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -334,9 +335,10 @@ def test_ctrl_c_under_inject_is_one_line_and_130(
     cmd = [*OFFLOAD, "serve", "inject", "-e", ep, "--ruletype", str(rules_dir / "ruletype.toml"),
            "--rules", str(rules_dir / "rules.csv"), "--trace", str(mini_trace(tmp_path)), "-p", "2",
            "--duration", "30", "--out", str(tmp_path / "i.json")]  # fmt: skip
-    inj = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    said = (tmp_path / "stderr").open(
+        "w+"
+    )  # a file, not a pipe: what the command itself says and when it ends
+    inj = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=said, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         if when == "sending":
@@ -346,11 +348,19 @@ def test_ctrl_c_under_inject_is_one_line_and_130(
             while not _children(inj.pid) and time.monotonic() < deadline:
                 time.sleep(0.005)
         os.killpg(inj.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
-        _, err = inj.communicate(timeout=20)
+        try:
+            inj.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            group = subprocess.run(["ps", "-s", str(inj.pid), "-o", "pid,stat,wchan:20,args"],
+                                   capture_output=True, text=True).stdout  # fmt: skip
+            raise AssertionError(f"still running 20 s after Ctrl-C:\n{group}") from None
     finally:
-        if inj.poll() is None:
+        with contextlib.suppress(ProcessLookupError):  # whatever is left of its session
             os.killpg(inj.pid, signal.SIGKILL)
         daemon.stop(proc)
+    said.seek(0)
+    err = said.read()
+    said.close()
     assert inj.returncode == 130, err
     lines = [x for x in err.splitlines() if x.strip()]
     assert len(lines) == 1 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
