@@ -318,6 +318,14 @@ def test_a_sweep_refuses_settings_the_daemon_would_not_take(tmp_path: Path) -> N
 # -- item 17: Ctrl-C under inject -p 2: one line, exit 130
 
 
+def _as_a_terminal_starts_it() -> None:
+    """SIGINT as a shell's foreground job has it: handled and unblocked. The test's own process
+    may ignore it (a background job of a non-interactive shell does: `make test &`), and a
+    command keeps an ignored SIGINT ignored, as `nohup` asks."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _children(pid: int) -> list[int]:
     try:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -338,7 +346,8 @@ def test_ctrl_c_under_inject_is_one_line_and_130(
     said = (tmp_path / "stderr").open(
         "w+"
     )  # a file, not a pipe: what the command itself says and when it ends
-    inj = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=said, text=True, start_new_session=True)
+    inj = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=said, text=True, start_new_session=True,
+                           preexec_fn=_as_a_terminal_starts_it)  # fmt: skip
     try:
         deadline = time.monotonic() + 30
         if when == "sending":

@@ -398,7 +398,9 @@ def _start(procs: list[Any]) -> None:
     ignores SIGINT (which drops it). The handler here records rather than ignores: the kernel may
     hand the signal to another of this process's threads (OpenBLAS's), and an ignored one is lost."""
     caught: list[int] = []
-    old = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
+    old = signal.getsignal(signal.SIGINT)
+    if old is not signal.SIG_IGN:  # ignored by whoever started us (`nohup`, a background job): stays so
+        signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         for pr in procs:
