@@ -345,6 +345,16 @@ def _to_column(values: Any, name: str) -> Column:
                 if not packed.null_count:
                     return _packed(packed, name)
         values = values.tolist()
+    if len(values) and isinstance(values[0], bytes):  # bytes: decoded by Arrow (C++), not one by one
+        import pyarrow as pa
+
+        try:
+            raw = pa.array(values, type=pa.binary())
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass  # not all bytes: each value as it is, below
+        else:
+            if not raw.null_count:
+                return _packed(_decoded(raw, name), name)
     out = [v if isinstance(v, str) else _text(v, name, i) for i, v in enumerate(values)]
     if not _MISSING_TEXTS.isdisjoint(out):  # a C loop; the slow check only where one may hide
         _check_list(values, name)
