@@ -19,9 +19,10 @@
 //!   kernel, then D2H ([`Lanes`]). The host's launch (`invoke_s`) comes first and takes no lane.
 //!   So a batch's H2D may overlap the previous batch's kernel (with k ≥ 2 executors; with k = 1
 //!   one batch is out at a time and each is held for exactly the planner's time). A batch is
-//!   due when its D2H ends. The device thread sleeps until then less a margin it measures at
-//!   start (the sleep's overshoot: 65-90 µs on the 2-vCPU benchmark VM, whatever was asked) and
-//!   spins for the rest (a `sched_yield` loop would give the core away for a whole time slice on
+//!   due when its D2H ends. The device thread asks for a timer slack of 1 ns
+//!   ([`tight_timer_slack`]: Linux's default lets a sleep run 50 µs late) and sleeps until then
+//!   less a margin it measures at start on its own thread (the sleep's overshoot; BENCHMARKS.md
+//!   has it with either slack) and spins for the rest (a `sched_yield` loop would give the core away for a whole time slice on
 //!   a busy machine); it answers one executor wake-up early (measured at start too,
 //!   its 10th percentile), and the executor holds until the due instant itself, so a batch is
 //!   never answered before it is due. A batch whose lookups end after its due instant is counted
@@ -196,6 +197,25 @@ pub fn hold_until(due: Instant, margin: Duration) -> u64 {
         }
     }
     spun.map_or(0, |t| t.elapsed().as_nanos() as u64)
+}
+
+/// Asks the kernel to wake this thread's timed sleeps on time: Linux lets a sleep of a normal
+/// thread run late by up to its timer slack, 50 µs by default (most of the sleep's overshoot the
+/// device measured), so that it may merge wake-ups; at 1 ns the device sleeps closer to each due
+/// instant and spins less. Best effort: where it is refused, the slack stays and the measured
+/// margin says so.
+pub fn tight_timer_slack() {
+    // SAFETY: PR_SET_TIMERSLACK takes one integer (the slack in ns) and changes only the calling
+    // thread's timer slack; no pointer is passed and no memory is read or written.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_TIMERSLACK,
+            1 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        );
+    }
 }
 
 /// How long a thread blocked on a hand-off queue takes to run again after a push, on this
@@ -420,13 +440,21 @@ impl EmulatedDevice {
     pub fn with_table(inner: Arc<dyn Matcher>, table: AnswerTable, spec: Spec) -> Result<Self, String> {
         let (rx, jobs) = HandOff::new(JOB_QUEUE);
         let counters = Arc::new(Counters::default());
-        let margins = Margins { sleep: sleep_overshoot(), wake: wake_latency() };
         let (rows, width) = (table.len(), table.width);
         let (m, c, costs) = (inner.clone(), counters.clone(), spec.costs);
+        let (measured, margins) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("emulated-device".into())
-            .spawn(move || device_thread(&rx, &*m, &table, costs, &c, margins))
+            .spawn(move || {
+                // The margins are the device thread's own: measured after its timer slack is set.
+                tight_timer_slack();
+                let margins = Margins { sleep: sleep_overshoot(), wake: wake_latency() };
+                if measured.send(margins).is_ok() {
+                    device_thread(&rx, &*m, &table, costs, &c, margins)
+                }
+            })
             .map_err(|e| format!("emulated device: its thread: {e}"))?;
+        let margins = margins.recv().map_err(|_| "emulated device: its thread ended at start".to_string())?;
         let table_bytes = rows * (width * 4 + 24);
         Ok(EmulatedDevice { inner, jobs, counters, spec, rows, table_bytes, margins })
     }
@@ -551,6 +579,45 @@ impl Matcher for EmulatedDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn timer_slack_ns() -> i64 {
+        // SAFETY: PR_GET_TIMERSLACK takes no argument and returns the calling thread's slack.
+        i64::from(unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) })
+    }
+
+    #[test]
+    fn the_device_thread_asks_for_tight_timers_and_only_it() {
+        let (before, after) = std::thread::spawn(|| {
+            let before = timer_slack_ns();
+            tight_timer_slack();
+            (before, timer_slack_ns())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(after, 1, "the slack is 1 ns after the call");
+        assert!(before > 1, "a thread starts with the default slack ({before} ns)");
+        assert!(timer_slack_ns() > 1, "another thread's slack is its own");
+    }
+
+    /// The sleep's overshoot with the default slack and a tight one, side by side:
+    /// `cargo test -p offload-serve --lib -- --ignored --nocapture overshoot`.
+    #[test]
+    #[ignore]
+    fn overshoot_with_the_default_and_a_tight_timer_slack() {
+        let medians: Vec<(f64, f64)> = (0..5)
+            .map(|_| {
+                let default = std::thread::spawn(sleep_overshoot).join().unwrap();
+                let tight = std::thread::spawn(|| {
+                    tight_timer_slack();
+                    sleep_overshoot()
+                })
+                .join()
+                .unwrap();
+                (default.as_secs_f64() * 1e6, tight.as_secs_f64() * 1e6)
+            })
+            .collect();
+        println!("sleep overshoot (90th percentile of 20 sleeps of 50 us), default slack vs 1 ns, us: {medians:?}");
+    }
 
     fn round() -> DeviceCosts {
         DeviceCosts {
