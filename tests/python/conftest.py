@@ -40,3 +40,19 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
 def half_written(directory: Path) -> list[Path]:
     """Temporary files a writer left under ``directory`` (the names `offload.files` uses)."""
     return [p for p in directory.rglob("*") if p.name.endswith(".tmp") or ".tmp" in p.suffixes]
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "data" / "examples" / "mct-mini"
+
+
+def mini_trace(tmp: Path) -> Path:
+    """The shipped example's queries as a trace of one-query requests (a rule type of 6 criteria)."""
+    t = tmp / "mini-trace"
+    t.mkdir()
+    queries = (EXAMPLE / "queries.csv").read_text()
+    (t / "queries.csv").write_text(queries)
+    n = len(queries.strip().splitlines()) - 1
+    (t / "requests.csv").write_text(
+        "REQUEST_ID,FIRST_QUERY,N_QUERIES,WANTED\n" + "".join(f"r{i},{i},1,1\n" for i in range(n))
+    )
+    return t

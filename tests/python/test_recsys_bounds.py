@@ -38,6 +38,14 @@ def one_line_error(r: subprocess.CompletedProcess[str], *words: str) -> str:
     return lines[0]
 
 
+def ctrl_c(p: subprocess.Popen[str]) -> None:
+    """A terminal's Ctrl-C to the command's whole process group: it says `interrupted`, exit 130."""
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    assert [ln for ln in err.splitlines() if ln.strip()] == ["interrupted"], err
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bounds") / "m"
@@ -160,13 +168,10 @@ def test_ctrl_c_during_rm_ssd_infer_is_one_line_and_leaves_no_device(model: Path
             time.sleep(0.05)
         assert devices, "no device process started"
         time.sleep(0.5)  # batches running
-        os.killpg(p.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the whole foreground group
-        _, err = p.communicate(timeout=30)
+        ctrl_c(p)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
-    assert p.returncode == 130, err
-    assert [ln for ln in err.splitlines() if ln.strip()] == ["interrupted"], err
     deadline = time.monotonic() + 5
     while any(Path(f"/proc/{pid}").exists() for pid in devices) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -195,13 +200,10 @@ def test_ctrl_c_during_create_stops_it_and_leaves_nothing(tmp_path: Path) -> Non
             if any(t.stat().st_size > 1 << 20 for t in tmp_path.glob(".big.*/tables/*")):
                 break  # tables being written
             time.sleep(0.02)
-        os.killpg(p.pid, signal.SIGINT)
-        _, err = p.communicate(timeout=30)
+        ctrl_c(p)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
-    assert p.returncode == 130, err
-    assert [ln for ln in err.splitlines() if ln.strip()] == ["interrupted"], err
     assert list(tmp_path.iterdir()) == []  # neither the model nor its temporary
 
 

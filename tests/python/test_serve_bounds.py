@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from conftest import half_written
+from conftest import half_written, mini_trace
 from offload.serve import Client, daemon
 from offload.serve.control import control_request
 
@@ -264,18 +264,6 @@ def test_inject_refuses_numbers_and_names_outside_their_domain(
             "--rules", str(EXAMPLE / "rules.csv"), "--trace", str(sock), *extra, timeout=30)  # fmt: skip
     assert r.returncode == 2, r.stdout + r.stderr
     assert says in r.stderr and "Traceback" not in r.stderr and "ValueError" not in r.stderr, r.stderr
-
-
-def mini_trace(tmp: Path) -> Path:
-    t = tmp / "trace"
-    t.mkdir()
-    queries = (EXAMPLE / "queries.csv").read_text()
-    (t / "queries.csv").write_text(queries)
-    n = len(queries.strip().splitlines()) - 1
-    (t / "requests.csv").write_text(
-        "REQUEST_ID,FIRST_QUERY,N_QUERIES,WANTED\n" + "".join(f"r{i},{i},1,1\n" for i in range(n))
-    )
-    return t
 
 
 def test_an_inject_where_every_request_failed_reports_no_percentiles(

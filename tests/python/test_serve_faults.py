@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import mini_trace
 from offload import rules
 from offload.rules.bench import load_query_columns
 from offload.rules.synth import synth
@@ -159,19 +160,6 @@ def test_a_reload_that_changes_the_criteria_is_refused(data: dict[str, object]) 
             assert reply.ok and reply.version == 1, reply.message
     finally:
         stop(proc)
-
-
-def mini_trace(tmp: Path) -> Path:
-    """The example's queries as a trace of one-query requests (another rule type: 6 criteria)."""
-    t = tmp / "mini-trace"
-    t.mkdir()
-    queries = (EXAMPLE / "queries.csv").read_text()
-    (t / "queries.csv").write_text(queries)
-    n = len(queries.strip().splitlines()) - 1
-    (t / "requests.csv").write_text(
-        "REQUEST_ID,FIRST_QUERY,N_QUERIES,WANTED\n" + "".join(f"r{i},{i},1,1\n" for i in range(n))
-    )
-    return t
 
 
 def inject_cmd(ep: str, ruletype: Path, rules_csv: Path, trace: Path, out: Path, *extra: str) -> list[str]:
