@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -57,7 +59,13 @@ def main() -> None:
             engine.encode(queries)
             times[name].append(time.perf_counter() - t0)
     median = {name: statistics.median(t) for name, t in times.items()}
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=EXAMPLE
+    ).stdout.strip()
     res = {
+        "command": " ".join(["python", *sys.argv]),
+        "commit": commit or None,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
         "queries": a.queries,
         "rounds": a.rounds,
@@ -68,7 +76,7 @@ def main() -> None:
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=2))
-    print(json.dumps({k: v for k, v in res.items() if k != "machine"}, indent=2))
+    print(json.dumps({k: v for k, v in res.items() if k not in ("machine", "command")}, indent=2))
 
 
 if __name__ == "__main__":
