@@ -23,6 +23,7 @@ use crate::protocol::{self, Status};
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 /// How the load is offered.
@@ -174,12 +175,117 @@ struct Slot {
     sent_ns: u64,
 }
 
-/// One DEALER connection and the requests it holds out. A request id is (generation << 32) |
-/// slot, so a reply finds its slot without a map, and a stale id (a reused slot) is no match.
-struct Conn {
+/// What a connection says before the generator sleeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    /// A reply is ready now: take it instead of sleeping.
+    Ready,
+    /// None is ready; this fd turns readable (poll(2)) when one may have come.
+    Fd(RawFd),
+    /// None is ready, and there is no fd to wait on: the generator wakes at its next tick, or the
+    /// connection's own [`Connection::wait`] blocks.
+    NoFd,
+}
+
+/// A client connection the generator drives: a ZeroMQ DEALER ([`ZmqConnection`]) or, for
+/// `shm://` endpoints, shared memory. It carries request and reply frames of the protocol as
+/// they are; the generator owns the ids, slots, schedule and clocks. Nothing but
+/// [`Connection::wait`] blocks.
+pub trait Connection: Send {
+    /// Sends one request frame without blocking: `Ok(true)` sent, `Ok(false)` full (try later).
+    fn send(&mut self, frame: &[u8]) -> Result<bool, String>;
+    /// Calls `on_reply` with every reply frame ready now, without blocking; returns how many.
+    fn take_replies(&mut self, on_reply: &mut dyn FnMut(&[u8])) -> Result<usize, String>;
+    /// Whether a reply is ready now, or else what to poll for one (asked before every sleep).
+    fn readiness(&mut self) -> Result<Readiness, String>;
+    /// Blocks until a reply may be ready or `until` passes (early returns are allowed). The
+    /// default polls the connection's fd; a connection without one sleeps 50 µs at a time.
+    fn wait(&mut self, until: Instant) -> Result<(), String> {
+        match self.readiness()? {
+            Readiness::Ready => Ok(()),
+            Readiness::Fd(fd) => {
+                poll_fds(&mut [libc::pollfd { fd, events: libc::POLLIN, revents: 0 }], until);
+                Ok(())
+            }
+            Readiness::NoFd => {
+                sleep_until(until.min(Instant::now() + Duration::from_micros(50)));
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Opens a generator's connection to `spec.endpoint`: `tcp://` and `ipc://` endpoints are a
+/// ZeroMQ DEALER in `ctx` (with CURVE where the spec has keys).
+pub fn open(spec: &Spec, ctx: &zmq::Context) -> Result<Box<dyn Connection>, String> {
+    if spec.endpoint.starts_with("shm://") {
+        return Err(format!("{}: shared-memory endpoints are not in this build yet", spec.endpoint));
+    }
+    Ok(Box::new(ZmqConnection::connect(spec, ctx)?))
+}
+
+/// A ZeroMQ DEALER connection.
+pub struct ZmqConnection {
     sock: zmq::Socket,
     /// ZMQ_FD: readable when the socket's events may have changed (asked once).
-    fd: std::os::fd::RawFd,
+    fd: RawFd,
+}
+
+impl ZmqConnection {
+    /// A DEALER connected to `spec.endpoint`, its high-water marks above the in-flight bound.
+    pub fn connect(spec: &Spec, ctx: &zmq::Context) -> Result<ZmqConnection, String> {
+        let sock = ctx.socket(zmq::DEALER).map_err(zerr("socket"))?;
+        sock.set_linger(0).map_err(zerr("linger"))?;
+        // The in-flight bound, not ZeroMQ's high-water marks, holds requests back.
+        let hwm = (spec.max_in_flight.saturating_mul(2)).min(i32::MAX as usize) as i32;
+        sock.set_sndhwm(hwm).map_err(zerr("sndhwm"))?;
+        sock.set_rcvhwm(hwm).map_err(zerr("rcvhwm"))?;
+        if let Some(c) = &spec.curve {
+            c.apply(&sock)?;
+        }
+        sock.connect(&spec.endpoint).map_err(|e| format!("connect {}: {e}", spec.endpoint))?;
+        Ok(ZmqConnection { fd: sock.get_fd().map_err(zerr("fd"))?, sock })
+    }
+}
+
+impl Connection for ZmqConnection {
+    fn send(&mut self, frame: &[u8]) -> Result<bool, String> {
+        match self.sock.send(zmq::Message::from(frame), zmq::DONTWAIT) {
+            Ok(()) => Ok(true),
+            Err(zmq::Error::EAGAIN) => Ok(false),
+            Err(e) => Err(format!("send: {e}")),
+        }
+    }
+
+    fn take_replies(&mut self, on_reply: &mut dyn FnMut(&[u8])) -> Result<usize, String> {
+        let mut n = 0;
+        loop {
+            match self.sock.recv_msg(zmq::DONTWAIT) {
+                Ok(m) => {
+                    on_reply(&m);
+                    n += 1;
+                }
+                Err(zmq::Error::EAGAIN) => return Ok(n),
+                Err(e) => return Err(format!("recv: {e}")),
+            }
+        }
+    }
+
+    /// ZMQ_FD only signals a change, so ZMQ_EVENTS is asked first (then a message that
+    /// arrives later does signal the fd).
+    fn readiness(&mut self) -> Result<Readiness, String> {
+        if self.sock.get_events().map_err(zerr("events"))?.contains(zmq::POLLIN) {
+            return Ok(Readiness::Ready);
+        }
+        Ok(Readiness::Fd(self.fd))
+    }
+}
+
+/// One connection of the generator and the requests it holds out. A request id is
+/// (generation << 32) | slot, so a reply finds its slot without a map, and a stale id (a
+/// reused slot) is no match.
+struct Conn {
+    link: Box<dyn Connection>,
     /// Its place in the open-loop schedule (0..connections).
     index: u64,
     slots: Vec<Slot>,
@@ -201,17 +307,10 @@ fn zerr(what: &str) -> impl Fn(zmq::Error) -> String + '_ {
 /// The id of the unmeasured first request each connection sends to see that a server is there.
 const PROBE_ID: u64 = u64::MAX;
 
-fn connect(ctx: &zmq::Context, spec: &Spec, index: usize) -> Result<Conn, String> {
-    let sock = ctx.socket(zmq::DEALER).map_err(zerr("socket"))?;
-    sock.set_linger(0).map_err(zerr("linger"))?;
-    // The in-flight bound, not ZeroMQ's high-water marks, holds requests back.
-    let hwm = (spec.max_in_flight.saturating_mul(2)).min(i32::MAX as usize) as i32;
-    sock.set_sndhwm(hwm).map_err(zerr("sndhwm"))?;
-    sock.set_rcvhwm(hwm).map_err(zerr("rcvhwm"))?;
-    if let Some(c) = &spec.curve {
-        c.apply(&sock)?;
-    }
-    sock.connect(&spec.endpoint).map_err(|e| format!("connect {}: {e}", spec.endpoint))?;
+/// Opens connection `index` and has its first (unmeasured) request answered within the
+/// connect timeout.
+fn connect(spec: &Spec, ctx: &zmq::Context, index: usize) -> Result<Conn, String> {
+    let mut link = open(spec, ctx)?;
     let mut probe = spec.frames[0].clone();
     probe[4..12].copy_from_slice(&PROBE_ID.to_le_bytes());
     let until = Instant::now() + spec.connect_timeout;
@@ -222,29 +321,51 @@ fn connect(ctx: &zmq::Context, spec: &Spec, index: usize) -> Result<Conn, String
             spec.connect_timeout.as_secs_f64()
         )
     };
-    match crate::client::send_within(&sock, &[&probe], until, spec.connect_timeout) {
-        Err(crate::client::ClientError::Timeout(_)) => return Err(silent()),
-        sent => sent.map_err(|e| format!("send: {e}"))?,
-    }
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        if sock.poll(zmq::POLLIN, left.as_millis() as i64).map_err(zerr("poll"))? == 0 {
+    while !link.send(&probe)? {
+        if Instant::now() >= until {
             return Err(silent());
         }
-        let f = sock.recv_bytes(0).map_err(zerr("recv"))?;
-        if protocol::decode_reply(&f).is_ok_and(|r| r.request_id == PROBE_ID) {
-            break;
+        sleep_until(Instant::now() + Duration::from_micros(200));
+    }
+    let mut answered = false;
+    while !answered {
+        if Instant::now() >= until {
+            return Err(silent());
         }
+        link.wait(until)?;
+        link.take_replies(&mut |f| {
+            answered |= protocol::decode_reply(f).is_ok_and(|r| r.request_id == PROBE_ID);
+        })?;
     }
     let cap = spec.max_in_flight;
     Ok(Conn {
-        fd: sock.get_fd().map_err(zerr("fd"))?,
-        sock,
+        link,
         index: index as u64,
         slots: vec![Slot::default(); cap],
         free: (0..cap as u32).rev().collect(),
         next: 0,
     })
+}
+
+/// Sleeps until `until` (at the thread's timer slack).
+fn sleep_until(until: Instant) {
+    let left = until.saturating_duration_since(Instant::now());
+    if !left.is_zero() {
+        std::thread::sleep(left);
+    }
+}
+
+/// Polls `fds` for readability until `until`, at µs precision (ZeroMQ's own poll counts in ms).
+fn poll_fds(fds: &mut [libc::pollfd], until: Instant) {
+    let left = until.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return;
+    }
+    let ts = libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos() as libc::c_long };
+    // SAFETY: `fds` is a live slice of fds.len() pollfds that ppoll may write revents into; `ts`
+    // is a live timespec; a null signal mask means none is changed. An error (EINTR) returns
+    // early, which every caller treats like a wake-up.
+    unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
 }
 
 /// When request `j` of connection `c` is due in the open loop (ns from the start): one schedule
@@ -270,49 +391,42 @@ pub fn process_cpu_s() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// Waits until a socket of `conns` has a reply or `until` (an Instant) passes, at µs precision:
-/// ZeroMQ's own poll counts in ms. A socket's ZMQ_FD only signals a change, so ZMQ_EVENTS is
-/// asked first (then a message that arrives later does signal the fd).
-fn wait(conns: &[Conn], until: Instant) -> Result<(), String> {
+/// Waits until a connection of `conns` may have a reply or `until` passes. One connection waits
+/// its own way ([`Connection::wait`]); several poll their fds together, and where one has none,
+/// the wait is at most 50 µs.
+fn wait(conns: &mut [Conn], until: Instant) -> Result<(), String> {
+    if let [one] = conns {
+        return one.link.wait(until);
+    }
     let mut fds = Vec::with_capacity(conns.len());
-    for c in conns {
-        if c.sock.get_events().map_err(zerr("events"))?.contains(zmq::POLLIN) {
-            return Ok(());
+    let mut until = until;
+    for c in conns.iter_mut() {
+        match c.link.readiness()? {
+            Readiness::Ready => return Ok(()),
+            Readiness::Fd(fd) => fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 }),
+            Readiness::NoFd => until = until.min(Instant::now() + Duration::from_micros(50)),
         }
-        fds.push(libc::pollfd { fd: c.fd, events: libc::POLLIN, revents: 0 });
     }
-    let left = until.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Ok(());
-    }
-    let ts = libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos() as libc::c_long };
-    // SAFETY: `fds` is a live Vec of fds.len() pollfds that ppoll may write revents into; `ts`
-    // is a live timespec; a null signal mask means none is changed. An error (EINTR) returns
-    // early, which the caller's loop treats like a wake-up.
-    unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    poll_fds(&mut fds, until);
     Ok(())
 }
 
-/// Takes the replies ready on `c` into `t`. `now` is refreshed per reply.
+/// Takes the replies ready on `c` into `t`, each timed when it is taken.
 fn take_replies(c: &mut Conn, t: &mut Tally, start: Instant) -> Result<(), String> {
-    loop {
-        let msg = match c.sock.recv_msg(zmq::DONTWAIT) {
-            Ok(m) => m,
-            Err(zmq::Error::EAGAIN) => return Ok(()),
-            Err(e) => return Err(format!("recv: {e}")),
-        };
+    let Conn { link, slots, free, .. } = c;
+    link.take_replies(&mut |frame| {
         let now = start.elapsed().as_nanos() as u64;
-        let Ok(r) = protocol::decode_reply(&msg) else {
+        let Ok(r) = protocol::decode_reply(frame) else {
             t.stray += 1;
-            continue;
+            return;
         };
         let (slot, generation) = ((r.request_id & 0xffff_ffff) as usize, (r.request_id >> 32) as u32);
-        let Some(s) = c.slots.get_mut(slot).filter(|s| s.busy && s.generation == generation) else {
+        let Some(s) = slots.get_mut(slot).filter(|s| s.busy && s.generation == generation) else {
             t.stray += 1; // the probe's reply, or a late one for a slot since reused
-            continue;
+            return;
         };
         s.busy = false;
-        c.free.push(slot as u32);
+        free.push(slot as u32);
         t.last_reply_ns = now;
         let name = status_name(r.status);
         *t.statuses.entry(name).or_default() += 1;
@@ -323,7 +437,8 @@ fn take_replies(c: &mut Conn, t: &mut Tally, start: Instant) -> Result<(), Strin
         } else {
             t.messages.entry(name).or_insert(r.message);
         }
-    }
+    })?;
+    Ok(())
 }
 
 fn status_name(s: Status) -> &'static str {
@@ -338,17 +453,15 @@ fn status_name(s: Status) -> &'static str {
 }
 
 /// Sends request number `c.next` (due at `due`) if the connection has room; false if not.
-fn send_one(c: &mut Conn, spec: &Spec, due: u64, start: Instant, t: &mut Tally) -> Result<bool, String> {
+/// `frames` are this thread's copies of the spec's, whose ids are written in place.
+fn send_one(c: &mut Conn, frames: &mut [Vec<u8>], due: u64, start: Instant, t: &mut Tally) -> Result<bool, String> {
     let Some(&slot) = c.free.last() else { return Ok(false) };
-    let frame = &spec.frames[((c.next + c.index) % spec.frames.len() as u64) as usize];
+    let frame = &mut frames[((c.next + c.index) % frames.len() as u64) as usize];
     let generation = c.slots[slot as usize].generation.wrapping_add(1).max(1);
     let id = ((generation as u64) << 32) | slot as u64;
-    let mut msg = zmq::Message::from(&frame[..]);
-    msg[4..12].copy_from_slice(&id.to_le_bytes());
-    match c.sock.send(msg, zmq::DONTWAIT) {
-        Ok(()) => {}
-        Err(zmq::Error::EAGAIN) => return Ok(false),
-        Err(e) => return Err(format!("send: {e}")),
+    frame[4..12].copy_from_slice(&id.to_le_bytes());
+    if !c.link.send(frame)? {
+        return Ok(false);
     }
     let now = start.elapsed().as_nanos() as u64;
     c.free.pop();
@@ -364,6 +477,7 @@ fn send_one(c: &mut Conn, spec: &Spec, due: u64, start: Instant, t: &mut Tally) 
 fn drive(spec: &Spec, conns: &mut [Conn], start: Instant) -> Result<Tally, String> {
     let cpu0 = crate::metrics::this_thread_cpu_ns();
     let mut t = Tally::new();
+    let mut frames = spec.frames.clone();
     let end_send = spec.duration.as_nanos() as u64;
     let hard_end = start + spec.duration + spec.drain;
     let n_conns = spec.connections as u64;
@@ -390,7 +504,7 @@ fn drive(spec: &Spec, conns: &mut [Conn], start: Instant) -> Result<Tally, Strin
                         next_wake = next_wake.min(start + Duration::from_nanos(due));
                         break;
                     }
-                    if !send_one(c, spec, due, start, &mut t)? {
+                    if !send_one(c, &mut frames, due, start, &mut t)? {
                         t.stalls += 1;
                         blocked = true;
                         break;
@@ -399,7 +513,7 @@ fn drive(spec: &Spec, conns: &mut [Conn], start: Instant) -> Result<Tally, Strin
                 Load::Closed { in_flight } => {
                     while c.in_flight() < in_flight {
                         let now = start.elapsed().as_nanos() as u64;
-                        if !send_one(c, spec, now, start, &mut t)? {
+                        if !send_one(c, &mut frames, now, start, &mut t)? {
                             blocked = true;
                             break;
                         }
@@ -441,7 +555,7 @@ pub fn run(spec: &Spec) -> Result<Outcome, String> {
     let ctxs: Vec<zmq::Context> = (0..threads).map(|_| zmq::Context::new()).collect();
     let mut groups: Vec<Vec<Conn>> = (0..threads).map(|_| Vec::new()).collect();
     for c in 0..spec.connections {
-        groups[c % threads].push(connect(&ctxs[c % threads], spec, c)?);
+        groups[c % threads].push(connect(spec, &ctxs[c % threads], c)?);
     }
     let cpu0 = process_cpu_s();
     let start = Instant::now() + Duration::from_millis(1); // every thread begins at one instant
