@@ -54,7 +54,7 @@ fn the_emulated_device_answers_exactly_holds_each_batch_and_reports_its_stages()
         // One query of the example (its last) was not in the trace: once per repetition.
         assert_eq!(counters.misses.load(Ordering::Relaxed) - misses_before, times as u64);
 
-        let batch = spec.costs.batch(n);
+        let batch = spec.costs.batch(n, offload_serve::emulated::ENGINES);
         let stage = |id: Stage| r.stages_ns.iter().find(|s| s.0 == id as u8).map(|s| s.1);
         let ns = |s: f64| (s * 1e9) as u64;
         assert_eq!(stage(Stage::H2d), Some(ns(batch.h2d_s)), "{:?}", r.stages_ns);
@@ -67,6 +67,9 @@ fn the_emulated_device_answers_exactly_holds_each_batch_and_reports_its_stages()
         assert!(round_trip >= total, "{round_trip:?} < {total:?}");
     }
     assert_eq!(counters.batches.load(Ordering::Relaxed), 2);
+    // Each batch came back at or after its due instant, by an error the counters keep.
+    assert_eq!(counters.timing_error.count(), 2);
+    assert!(counters.timing_error.quantile_ns(0.5) <= counters.timing_error.max_ns());
     assert_eq!(counters.fallbacks.load(Ordering::Relaxed), 0);
     daemon.stop();
 }
