@@ -38,7 +38,7 @@ pub enum Reach {
 pub fn endpoint_reach(endpoint: &str) -> Reach {
     let Some((transport, rest)) = endpoint.split_once("://") else { return Reach::Network };
     match transport {
-        "ipc" | "inproc" => Reach::Local,
+        "ipc" | "inproc" | "shm" => Reach::Local,
         "tcp" | "ws" => {
             let host_port = rest.split('/').next().unwrap_or("");
             let host = match host_port.rsplit_once(':') {
@@ -51,8 +51,8 @@ pub fn endpoint_reach(endpoint: &str) -> Reach {
     }
 }
 
-/// Transports a daemon may bind.
-const TRANSPORTS: [&str; 4] = ["tcp", "ipc", "inproc", "ws"];
+/// Transports a daemon may bind (`shm`: shared memory for clients on this host, not ZeroMQ).
+const TRANSPORTS: [&str; 5] = ["tcp", "ipc", "inproc", "ws", "shm"];
 
 /// Checks that `endpoint` reads as a ZeroMQ endpoint, `TRANSPORT://ADDRESS` (for TCP and
 /// WebSocket `HOST:PORT`), before anything judges its reach: a text that is no endpoint at all
@@ -70,6 +70,9 @@ pub fn check_endpoint(endpoint: &str) -> Result<(), String> {
     }
     if rest.is_empty() {
         return bad("no address after `://`");
+    }
+    if transport == "shm" {
+        return crate::shm::parse_endpoint(endpoint).map(|_| ());
     }
     if matches!(transport, "tcp" | "ws") {
         let host_port = rest.split('/').next().unwrap_or("");

@@ -42,6 +42,9 @@ pub enum ClientError {
     BadReply(String),
     /// The request cannot be expressed (e.g. a column over 4 GiB, ragged columns).
     BadRequest(String),
+    /// The shared-memory transport (`shm://`) failed: no daemon there, no permission, the
+    /// daemon closed the connection, a frame too large for the ring.
+    Shm(String),
 }
 
 impl fmt::Display for ClientError {
@@ -51,6 +54,7 @@ impl fmt::Display for ClientError {
             ClientError::Timeout(d) => write!(f, "no reply within {:.3} s", d.as_secs_f64()),
             ClientError::BadReply(e) => write!(f, "unreadable reply: {e}"),
             ClientError::BadRequest(e) => write!(f, "cannot build the request: {e}"),
+            ClientError::Shm(e) => write!(f, "shared memory: {e}"),
         }
     }
 }
@@ -164,15 +168,21 @@ fn check_rows(width: u16, n_codes: usize) -> Result<(), ClientError> {
 }
 
 pub struct Client {
-    _ctx: zmq::Context,
-    sock: zmq::Socket,
+    transport: Transport,
     next_id: u64,
     /// How long [`Client::call`] waits for a reply.
     pub timeout: Duration,
 }
 
+/// How a client reaches the daemon: a DEALER socket, or shared memory (`shm://`).
+enum Transport {
+    Zmq { _ctx: zmq::Context, sock: zmq::Socket },
+    Shm(crate::shm::Connection),
+}
+
 impl Client {
-    /// Connects a DEALER socket to `endpoint` (tcp://, ipc://); the daemon need not be up yet.
+    /// Connects to `endpoint`: tcp:// or ipc:// (a DEALER socket; the daemon need not be up
+    /// yet), or shm://NAME (shared memory with a daemon on this host; it must be serving).
     pub fn connect(endpoint: &str) -> Result<Client, ClientError> {
         Client::connect_with(endpoint, None)
     }
@@ -180,9 +190,25 @@ impl Client {
     /// Connects with CURVE when the daemon's data endpoints require it (`curve_data_clients`):
     /// `curve` holds the server's public key and this client's key pair
     /// ([`CurveClient::from_files`]). A key the daemon does not admit shows as a timeout.
+    /// (`shm://` takes no keys: the socket file's mode decides who may connect.)
     pub fn connect_with(endpoint: &str, curve: Option<&CurveClient>) -> Result<Client, ClientError> {
-        let (ctx, sock) = socket(zmq::DEALER, endpoint, curve)?;
-        Ok(Client { _ctx: ctx, sock, next_id: 1, timeout: Duration::from_secs(10) })
+        let timeout = Duration::from_secs(10);
+        let transport = if endpoint.starts_with("shm://") {
+            let c = crate::shm::Connection::connect(endpoint, timeout).map_err(|e| shm_error(e, timeout))?;
+            Transport::Shm(c)
+        } else {
+            let (ctx, sock) = socket(zmq::DEALER, endpoint, curve)?;
+            Transport::Zmq { _ctx: ctx, sock }
+        };
+        Ok(Client { transport, next_id: 1, timeout })
+    }
+
+    /// Sends one frame by `until`.
+    fn send(&mut self, frame: &[u8], until: Instant) -> Result<(), ClientError> {
+        match &mut self.transport {
+            Transport::Zmq { sock, .. } => send_within(sock, &[frame], until, self.timeout),
+            Transport::Shm(c) => c.send(frame, until).map_err(|e| shm_error(e, self.timeout)),
+        }
     }
 
     /// Asks the daemon for the encoding dictionary of the rule-set version it serves now
@@ -192,7 +218,7 @@ impl Client {
         let id = self.next_id;
         self.next_id += 1;
         let until = Instant::now() + self.timeout;
-        send_within(&self.sock, &[&protocol::encode_dictionary_request(id)], until, self.timeout)?;
+        self.send(&protocol::encode_dictionary_request(id), until)?;
         self.receive(until, |frame| {
             // A late reply to an earlier query is skipped, as any late reply.
             if frame.starts_with(protocol::REPLY_MAGIC) {
@@ -221,7 +247,7 @@ impl Client {
             payload: query.payload,
         };
         let until = Instant::now() + self.timeout;
-        send_within(&self.sock, &[&protocol::encode_request(&req)], until, self.timeout)?;
+        self.send(&protocol::encode_request(&req), until)?;
         self.receive(until, |frame| {
             if frame.starts_with(protocol::DICTIONARY_REPLY_MAGIC) {
                 return Ok(None); // a late dictionary reply
@@ -239,17 +265,37 @@ impl Client {
         mut read: impl FnMut(&[u8]) -> Result<Option<T>, ClientError>,
     ) -> Result<T, ClientError> {
         loop {
-            let left = until.saturating_duration_since(Instant::now());
-            let ready =
-                self.sock.poll(zmq::POLLIN, left.as_millis() as i64).map_err(|e| ClientError::Zmq(e.to_string()))?;
-            if ready == 0 {
-                return Err(ClientError::Timeout(self.timeout));
-            }
-            let frame = self.sock.recv_bytes(0).map_err(|e| ClientError::Zmq(e.to_string()))?;
+            let frame = match &mut self.transport {
+                Transport::Shm(c) => {
+                    // Read in place in the reply ring.
+                    let t = c.recv(until, &mut read).map_err(|e| shm_error(e, self.timeout))?;
+                    match t? {
+                        Some(t) => return Ok(t),
+                        None => continue,
+                    }
+                }
+                Transport::Zmq { sock, .. } => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    let ready =
+                        sock.poll(zmq::POLLIN, left.as_millis() as i64).map_err(|e| ClientError::Zmq(e.to_string()))?;
+                    if ready == 0 {
+                        return Err(ClientError::Timeout(self.timeout));
+                    }
+                    sock.recv_bytes(0).map_err(|e| ClientError::Zmq(e.to_string()))?
+                }
+            };
             if let Some(t) = read(&frame)? {
                 return Ok(t);
             }
         }
+    }
+}
+
+/// A shared-memory failure as a client error (a timeout is a timeout, as with ZeroMQ).
+fn shm_error(e: crate::shm::ShmError, timeout: Duration) -> ClientError {
+    match e {
+        crate::shm::ShmError::Timeout => ClientError::Timeout(timeout),
+        e => ClientError::Shm(e.to_string()),
     }
 }
 

@@ -9,6 +9,7 @@ pub mod loadgen;
 pub mod metrics;
 pub mod protocol;
 pub mod server;
+pub mod shm;
 
 use offload_rules::{Engine, MatcherKind};
 use std::path::Path;

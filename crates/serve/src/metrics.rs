@@ -117,16 +117,20 @@ pub enum Role {
     Executor,
     /// libzmq's I/O thread(s) of the daemon's context: the socket reads and writes.
     ZmqIo,
+    /// The shared-memory front end (`shm://`): the thread that reads the clients' request
+    /// rings (and in inline mode matches and replies), and the one that accepts clients.
+    Shm,
 }
 
 impl Role {
-    pub const ALL: [Role; 4] = [Role::Broker, Role::Worker, Role::Executor, Role::ZmqIo];
+    pub const ALL: [Role; 5] = [Role::Broker, Role::Worker, Role::Executor, Role::ZmqIo, Role::Shm];
     pub fn name(self) -> &'static str {
         match self {
             Role::Broker => "broker",
             Role::Worker => "worker",
             Role::Executor => "executor",
             Role::ZmqIo => "zmq_io",
+            Role::Shm => "shm",
         }
     }
 }
@@ -203,7 +207,7 @@ pub struct CpuSnapshot {
 }
 
 impl CpuSnapshot {
-    /// broker + worker + executor + zmq_io.
+    /// broker + worker + executor + zmq_io + shm.
     pub fn daemon_ns(&self) -> u64 {
         self.roles.iter().map(|r| r.2).sum()
     }

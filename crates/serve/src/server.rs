@@ -522,14 +522,14 @@ fn set_command(set: &str, policy: &BatchPolicy) -> String {
 }
 
 struct Job {
-    envelope: Frames,
-    body: zmq::Message,
+    envelope: Envelope,
+    body: Body,
     received: Instant,
 }
 
 impl Job {
     /// Where a refusal goes, and the request id it names.
-    fn refusal(self) -> (Frames, u64) {
+    fn refusal(self) -> (Envelope, u64) {
         let id = protocol::peek_request_id(&self.body);
         (self.envelope, id)
     }
@@ -583,7 +583,10 @@ pub fn run_with(
         }
         None => None,
     };
+    let shm_bound = bind_shm(cfg)?;
     let (queues, threads) = start_pipeline(cfg, &ctx, &current, &counters, &policy)?;
+    let shm_done = Arc::new(AtomicBool::new(false));
+    let shm_threads = start_shm(shm_bound, cfg, &current, &counters, &policy, &queues, (&stop, &shm_done))?;
     ready(&snapshot(&current)); // every endpoint is bound: now the daemon may say it serves
     let broker = Broker {
         sockets,
@@ -596,11 +599,12 @@ pub fn run_with(
         engine_threads: cfg.engine_threads.max(1),
         pending_reload: None,
     };
-    broker.run(&stop, &threads)?;
-    for t in threads.into_iter().chain(metrics_thread) {
+    let brokered = broker.run(&stop, &threads);
+    shm_done.store(true, Ordering::Relaxed); // the shm front end and acceptor close their clients
+    for t in threads.into_iter().chain(metrics_thread).chain(shm_threads) {
         let _ = t.join();
     }
-    Ok(counters)
+    brokered.map(|()| counters)
 }
 
 /// The daemon's sockets. Fields drop in order: the sockets close before their IPC files go.
@@ -630,7 +634,7 @@ fn bind(ctx: &zmq::Context, cfg: &Config) -> Result<Sockets, String> {
     if let (Some(curve), Some(_)) = (&sec.curve, &sec.data_clients) {
         curve.apply(&front, auth::DATA_DOMAIN)?;
     }
-    for ep in &cfg.endpoints {
+    for ep in cfg.endpoints.iter().filter(|ep| !is_shm(ep)) {
         files.push(bind_endpoint(&front, ep)?);
     }
     let back = ctx.socket(zmq::PULL).map_err(|e| zerr("PULL socket", e))?;
@@ -649,9 +653,115 @@ fn bind(ctx: &zmq::Context, cfg: &Config) -> Result<Sockets, String> {
 /// straight to the kernel executors (nothing to encode: one thread hand-off fewer). In inline
 /// mode (`kernels == 0`) there are no executors: the broker matches pre-encoded requests on its
 /// own thread and the workers match what they encode.
+#[derive(Clone)]
 struct Queues {
     requests: Producer<Job>,
     kernels: Option<Producer<Pending>>,
+}
+
+fn is_shm(endpoint: &str) -> bool {
+    endpoint.starts_with("shm://")
+}
+
+/// Binds the `shm://` endpoints (their socket files, claimed as IPC files are); all their
+/// clients ring the first one's doorbell.
+fn bind_shm(cfg: &Config) -> Result<Vec<crate::shm::Bound>, String> {
+    let mut bound: Vec<crate::shm::Bound> = Vec::new();
+    for ep in cfg.endpoints.iter().filter(|ep| is_shm(ep)) {
+        let first = bound.first().map(|b| b.hub.clone());
+        bound.push(crate::shm::bind(ep, first.as_ref())?);
+    }
+    Ok(bound)
+}
+
+/// Starts the shared-memory front end (the thread that reads the clients' rings) and the
+/// acceptor, if any `shm://` endpoint is bound; both count as the `shm` role. They run until
+/// `done` (set once the broker has drained): after `stop` new requests get "shutting down".
+fn start_shm(
+    bound: Vec<crate::shm::Bound>,
+    cfg: &Config,
+    current: &Current,
+    counters: &Arc<Counters>,
+    policy: &Arc<BatchPolicy>,
+    queues: &Queues,
+    (stop, done): (&Arc<AtomicBool>, &Arc<AtomicBool>),
+) -> Result<Vec<std::thread::JoinHandle<()>>, String> {
+    if bound.is_empty() {
+        return Ok(Vec::new());
+    }
+    let front = ShmFront {
+        clients: crate::shm::Clients::new(bound.iter().map(|b| b.hub.clone()).collect()),
+        current: current.clone(),
+        counters: counters.clone(),
+        policy: policy.clone(),
+        queues: Some(queues.clone()),
+        engine_threads: cfg.engine_threads.max(1),
+        scratch: Scratch::default(),
+    };
+    let role = crate::metrics::Role::Shm;
+    let (c1, c2, stop, d1, d2) = (counters.clone(), counters.clone(), stop.clone(), done.clone(), done.clone());
+    let spawn = |name: &str, body: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new().name(name.into()).spawn(body).map_err(|e| format!("spawn {name}: {e}"))
+    };
+    let reader = spawn(
+        "offload-shm",
+        Box::new(move || {
+            c1.cpu.register_me(role);
+            front.run(&stop, &d1)
+        }),
+    )?;
+    let acceptor = spawn(
+        "offload-shm-accept",
+        Box::new(move || {
+            c2.cpu.register_me(role);
+            crate::shm::acceptor(bound, &d2)
+        }),
+    )?;
+    Ok(vec![reader, acceptor])
+}
+
+/// The front end of the shared-memory clients, on its own thread: it reads every client's
+/// request ring, admits each request as the broker does (dictionary, busy, shutting down, the
+/// queues), and in inline mode matches the pre-encoded ones in place and writes the replies
+/// into the clients' reply rings. Workers and executors write their replies there directly.
+struct ShmFront {
+    clients: crate::shm::Clients,
+    current: Current,
+    counters: Arc<Counters>,
+    policy: Arc<BatchPolicy>,
+    queues: Option<Queues>,
+    engine_threads: usize,
+    scratch: Scratch,
+}
+
+/// Frames the shm thread reads in one round before it answers them.
+const SHM_ROUND_MAX: usize = 4096;
+
+impl ShmFront {
+    fn run(mut self, stop: &AtomicBool, done: &AtomicBool) {
+        while !done.load(Ordering::Relaxed) {
+            if stop.load(Ordering::Relaxed) {
+                self.queues = None; // the workers and executors may then drain and exit
+            }
+            self.clients.refresh();
+            let (current, counters, queues) = (&self.current, &*self.counters, self.queues.as_ref());
+            let mut served: Option<Arc<Served>> = None;
+            let mut inline: Vec<Pending> = Vec::new();
+            let n = self.clients.read(SHM_ROUND_MAX, |crate::shm::Incoming::Frame(peer, frame)| {
+                let served = served.get_or_insert_with(|| snapshot(current));
+                let job = Job { envelope: Envelope::Shm(peer), body: Body::Ring(frame), received: Instant::now() };
+                inline.extend(admit_one(job, served, queues, counters, Out::ShmOnly));
+            });
+            if n == 0 {
+                self.clients.idle_wait();
+                continue;
+            }
+            let out = Out::ShmOnly;
+            run_inline(inline, current, counters, &self.policy, self.engine_threads, &mut self.scratch, out);
+            self.clients.release(); // every frame read is answered or owned by now
+        }
+        self.clients.close_all();
+    }
 }
 
 /// Starts k kernel executors and w workers; returns the queues' sending ends and the threads.
@@ -815,61 +925,75 @@ impl Broker<'_> {
         let mut inline: Vec<Pending> = Vec::new();
         while let Ok(mut parts) = recv_frames(front) {
             let received = Instant::now();
-            let body = parts.pop().unwrap_or_else(zmq::Message::new);
-            let envelope = parts;
+            let body = Body::Msg(parts.pop().unwrap_or_else(zmq::Message::new));
             let served = served.get_or_insert_with(|| snapshot(&self.current));
-            if protocol::is_dictionary_request(&body) {
-                let mut frames = envelope;
-                frames.push(dictionary_reply(served, &body).into());
-                send_frames(front, frames, counters);
-                continue;
-            }
-            counters.requests.fetch_add(1, Ordering::Relaxed);
-            let refuse = |status: Status, msg: &str, (envelope, id): (Frames, u64)| {
-                counters.count(status);
-                let mut frames = envelope;
-                frames.push(protocol::encode_reply(&Reply::status_only(id, status, served.version, msg)).into());
-                send_frames(front, frames, counters);
-            };
-            let job = Job { envelope, body, received };
-            let Some(queues) = &self.queues else {
-                refuse(Status::ShuttingDown, "the server is shutting down", job.refusal());
-                continue;
-            };
-            let refused = if protocol::peek_layout(&job.body).is_some_and(|l| l != protocol::LAYOUT_RAW) {
-                let Some(kernels) = &queues.kernels else {
-                    inline.push(Pending::Encoded(job));
-                    continue;
-                };
-                kernels.try_push(Pending::Encoded(job)).map_err(|r| r.map(Pending::refusal))
-            } else {
-                queues.requests.try_push(job).map_err(|r| r.map(Job::refusal))
-            };
-            match refused {
-                Ok(()) => {}
-                Err(Refused::Full(to)) => refuse(Status::Busy, "queue full: retry later or elsewhere", to),
-                Err(Refused::Closed(to)) => refuse(Status::ShuttingDown, "the server is shutting down", to),
+            let job = Job { envelope: Envelope::Zmq(parts), body, received };
+            if let Some(p) = admit_one(job, served, self.queues.as_ref(), counters, Out::Front(front)) {
+                inline.push(p);
             }
         }
-        self.run_inline(inline);
+        let out = Out::Front(&self.sockets.front);
+        run_inline(inline, &self.current, &self.counters, &self.policy, self.engine_threads, &mut self.scratch, out);
     }
+}
 
-    /// Inline mode: matches the pre-encoded requests the broker just read, on its own thread,
-    /// in batches of up to `batch_max_queries` (0: one request at a time). What was readable at
-    /// once forms the batches (self-filling); replies go straight out through the ROUTER.
-    fn run_inline(&mut self, mut inline: Vec<Pending>) {
-        let max = self.policy.max_queries.load(Ordering::Relaxed) as usize;
-        while !inline.is_empty() {
-            let (mut take, mut total) = (0, 0);
-            while take < inline.len() && (take == 0 || (max > 0 && total < max)) {
-                total += inline[take].n_queries();
-                take += 1;
-            }
-            let rest = inline.split_off(take);
-            let out = Out::Front(&self.sockets.front);
-            run_pending(inline, &self.current, &self.counters, self.engine_threads, &mut self.scratch, out);
-            inline = rest;
+/// Admits one request a front end (the broker, the shm thread) received: answers a dictionary
+/// request, refuses (busy, shutting down) or puts it in its queue: raw ones to the workers,
+/// pre-encoded ones to the executors, or, in inline mode, returns them to be matched on the
+/// calling thread. A frame that must outlive the front end's read (queued) is owned by then.
+fn admit_one(job: Job, served: &Served, queues: Option<&Queues>, counters: &Counters, out: Out<'_>) -> Option<Pending> {
+    if protocol::is_dictionary_request(&job.body) {
+        out.send(job.envelope, dictionary_reply(served, &job.body), counters);
+        return None;
+    }
+    counters.requests.fetch_add(1, Ordering::Relaxed);
+    let refuse = |status: Status, msg: &str, (envelope, id): (Envelope, u64)| {
+        let reply = Reply::status_only(id, status, served.version, msg);
+        counters.count(status);
+        out.send(envelope, protocol::encode_reply(&reply), counters);
+    };
+    let Some(queues) = queues else {
+        refuse(Status::ShuttingDown, "the server is shutting down", job.refusal());
+        return None;
+    };
+    let refused = if protocol::peek_layout(&job.body).is_some_and(|l| l != protocol::LAYOUT_RAW) {
+        let Some(kernels) = &queues.kernels else {
+            return Some(Pending::Encoded(job)); // inline: read in place by the caller's thread
+        };
+        kernels.try_push(Pending::Encoded(job.owned())).map_err(|r| r.map(Pending::refusal))
+    } else {
+        queues.requests.try_push(job.owned()).map_err(|r| r.map(Job::refusal))
+    };
+    match refused {
+        Ok(()) => {}
+        Err(Refused::Full(to)) => refuse(Status::Busy, "queue full: retry later or elsewhere", to),
+        Err(Refused::Closed(to)) => refuse(Status::ShuttingDown, "the server is shutting down", to),
+    }
+    None
+}
+
+/// Inline mode: matches the pre-encoded requests a front end just read, on its own thread,
+/// in batches of up to `batch_max_queries` (0: one request at a time). What was readable at
+/// once forms the batches (self-filling); replies go straight out through `out`.
+fn run_inline(
+    mut inline: Vec<Pending>,
+    current: &Current,
+    counters: &Counters,
+    policy: &BatchPolicy,
+    engine_threads: usize,
+    scratch: &mut Scratch,
+    out: Out<'_>,
+) {
+    let max = policy.max_queries.load(Ordering::Relaxed) as usize;
+    while !inline.is_empty() {
+        let (mut take, mut total) = (0, 0);
+        while take < inline.len() && (take == 0 || (max > 0 && total < max)) {
+            total += inline[take].n_queries();
+            take += 1;
         }
+        let rest = inline.split_off(take);
+        run_pending(inline, current, counters, engine_threads, scratch, out);
+        inline = rest;
     }
 }
 
@@ -1042,35 +1166,90 @@ pub struct BatchPolicy {
     pub timeout_us: AtomicU64,
 }
 
-/// Where replies leave a thread: to the broker over inproc (workers, executors), or, on the
-/// broker's own thread in inline mode, out through the ROUTER.
+/// Where replies leave a thread: to the broker over inproc (workers, executors), out through
+/// the ROUTER (the broker's own thread in inline mode), or nowhere but shared memory (the shm
+/// thread). A reply to a shared-memory client goes straight into its reply ring whatever `Out`.
 #[derive(Clone, Copy)]
 enum Out<'a> {
     Broker(&'a zmq::Socket),
     Front(&'a zmq::Socket),
+    ShmOnly,
 }
 
 impl Out<'_> {
-    fn send(self, frames: Frames, counters: &Counters) {
+    /// Sends one reply frame `body` to where `envelope` says.
+    fn send(self, envelope: Envelope, body: Vec<u8>, counters: &Counters) {
+        let mut frames = match envelope {
+            Envelope::Shm(peer) => {
+                if !peer.reply(&body) {
+                    counters.unroutable.fetch_add(1, Ordering::Relaxed);
+                }
+                return;
+            }
+            Envelope::Zmq(frames) => frames,
+        };
+        frames.push(body.into()); // Vec -> Message takes the buffer, no copy
         match self {
             Out::Broker(push) => {
                 let _ = push.send_multipart(frames, 0);
             }
             Out::Front(front) => send_frames(front, frames, counters),
+            Out::ShmOnly => {
+                counters.unroutable.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Who a reply goes to: a ZeroMQ client (the ROUTER envelope: its identity, and the empty
+/// delimiter of a REQ client) or a shared-memory client (its reply ring).
+enum Envelope {
+    Zmq(Frames),
+    Shm(Arc<crate::shm::Peer>),
+}
+
+impl Default for Envelope {
+    fn default() -> Envelope {
+        Envelope::Zmq(Vec::new())
+    }
+}
+
+/// A request frame: a ZeroMQ message, or, in inline mode, read in place in a shared-memory
+/// client's request ring (released once the request is answered).
+enum Body {
+    Msg(zmq::Message),
+    Ring(crate::shm::InPlace),
+}
+
+impl std::ops::Deref for Body {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Body::Msg(m) => m,
+            Body::Ring(r) => r,
+        }
+    }
+}
+
+impl Job {
+    /// The job with a frame of its own (a ring frame copied once), to hand to another thread:
+    /// the ring's space is released as soon as the shm thread has read it.
+    fn owned(self) -> Job {
+        match self.body {
+            Body::Ring(r) => Job { body: Body::Msg(zmq::Message::from(&r[..])), ..self },
+            Body::Msg(_) => self,
         }
     }
 }
 
 /// Sends one reply, counting it and recording its stage timings.
-fn send_reply(out: Out<'_>, counters: &Counters, envelope: Frames, received: Instant, reply: &Reply) {
+fn send_reply(out: Out<'_>, counters: &Counters, envelope: Envelope, received: Instant, reply: &Reply) {
     counters.count(reply.status);
     counters.queries.fetch_add(reply.rule.len() as u64, Ordering::Relaxed);
     if reply.status == Status::Ok {
         record_stages(counters, &reply.stages_ns, received);
     }
-    let mut frames = envelope;
-    frames.push(protocol::encode_reply(reply).into()); // Vec -> Message takes the buffer, no copy
-    out.send(frames, counters);
+    out.send(envelope, protocol::encode_reply(reply), counters);
 }
 
 fn record_stages(counters: &Counters, stages_ns: &[(u8, u64)], received: Instant) {
@@ -1109,7 +1288,7 @@ impl Pending {
             Pending::Prepared(p) => p.received,
         }
     }
-    fn refusal(self) -> (Frames, u64) {
+    fn refusal(self) -> (Envelope, u64) {
         match self {
             Pending::Encoded(job) => job.refusal(),
             Pending::Prepared(p) => (p.envelope, p.request.id),
@@ -1119,7 +1298,7 @@ impl Pending {
 
 /// A raw request a worker has decoded and encoded against `served`, on its way to an executor.
 struct Prepared {
-    envelope: Frames,
+    envelope: Envelope,
     received: Instant,
     served: Arc<Served>,
     request: Encoded,
@@ -1276,7 +1455,7 @@ struct Group {
 
 /// One request of a [`Group`], ready to match.
 struct Ready {
-    envelope: Frames,
+    envelope: Envelope,
     received: Instant,
     id: u64,
     stop_after: usize,
@@ -1297,7 +1476,7 @@ fn admit(
     pending: Vec<Pending>,
     taken: Instant,
     scratch: &mut Scratch,
-    mut refuse: impl FnMut(Frames, Instant, Reply),
+    mut refuse: impl FnMut(Envelope, Instant, Reply),
 ) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::with_capacity(1);
     let now_us = now_unix_us();
@@ -1322,7 +1501,7 @@ fn admit(
                 }
                 let g = group_of(&mut groups, served, scratch);
                 let mut ready = Ready {
-                    envelope: Vec::new(),
+                    envelope: Envelope::default(),
                     received: job.received,
                     id: h.request_id,
                     stop_after: h.stop_after as usize,
@@ -1499,7 +1678,7 @@ struct Answer<'a> {
 
 /// Encodes and sends one Ok reply (no intermediate vectors: the contents are looked up as the
 /// frame is written), counting it and recording its stage timings.
-fn send_ok(out: Out<'_>, counters: &Counters, envelope: Frames, received: Instant, a: Answer<'_>) {
+fn send_ok(out: Out<'_>, counters: &Counters, envelope: Envelope, received: Instant, a: Answer<'_>) {
     let t = Instant::now();
     let r = a.ready;
     let mut stages_ns = [(0u8, 0u64); 8];
@@ -1526,9 +1705,7 @@ fn send_ok(out: Out<'_>, counters: &Counters, envelope: Frames, received: Instan
     counters.ok.fetch_add(1, Ordering::Relaxed);
     counters.queries.fetch_add(a.rule.len() as u64, Ordering::Relaxed);
     record_stages(counters, &stages_ns[..n], received);
-    let mut frames = envelope;
-    frames.push(body.into());
-    out.send(frames, counters);
+    out.send(envelope, body, counters);
 }
 
 /// Matches one group: the requests without early stop in one matcher call over their
@@ -1542,7 +1719,7 @@ fn execute_group(
     null: bool,
     scratch: &mut Scratch,
     match_cpu: Option<&Counters>,
-    mut answer: impl FnMut(Frames, Instant, Answer<'_>),
+    mut answer: impl FnMut(Envelope, Instant, Answer<'_>),
 ) -> u64 {
     let served = &*group.served.clone();
     let w = served.engine.encoder.width().max(1);
