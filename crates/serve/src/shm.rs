@@ -993,6 +993,52 @@ impl Connection {
     }
 }
 
+/// The load generator's connection to a `shm://` endpoint (`offload serve bench -e shm://…`).
+/// `max_in_flight` needs no room of its own: the rings hold far more requests in flight than a
+/// generator keeps (a full ring answers `send` with "try later").
+pub fn loadgen_connection(
+    endpoint: &str,
+    max_in_flight: usize,
+    connect_timeout: Duration,
+) -> Result<Box<dyn crate::loadgen::Connection>, String> {
+    let _ = max_in_flight;
+    Ok(Box::new(Connection::connect(endpoint, connect_timeout).map_err(|e| e.to_string())?))
+}
+
+impl crate::loadgen::Connection for Connection {
+    fn send(&mut self, frame: &[u8]) -> Result<bool, String> {
+        self.try_send(frame).map_err(|e| e.to_string())
+    }
+
+    fn take_replies(&mut self, on_reply: &mut dyn FnMut(&[u8])) -> Result<usize, String> {
+        let mut n = 0;
+        while self.try_recv(&mut *on_reply).map_err(|e| e.to_string())?.is_some() {
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn readiness(&mut self) -> Result<crate::loadgen::Readiness, String> {
+        Ok(if self.has_reply() { crate::loadgen::Readiness::Ready } else { crate::loadgen::Readiness::NoFd })
+    }
+
+    /// Parks on the reply futex until a reply or `until`, without spinning first: the
+    /// generator's CPU per request is what it measures itself by.
+    fn wait(&mut self, until: Instant) -> Result<(), String> {
+        if self.closed() {
+            return Err(ShmError::Closed.to_string());
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if !left.is_zero() {
+            let m = &self.map;
+            park(m.u32_at(C_CLIENT_SLEEPING), m.u32_at(C_CLIENT_SEQ), left.min(PARK_MAX), || {
+                self.has_reply() || self.closed()
+            });
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
