@@ -19,6 +19,7 @@
 //! batch_max_queries = 0
 //! batch_timeout_us = 200
 //! max_request_bytes = 67108864   # a larger frame on a data endpoint closes its connection
+//! cpus = "0,2-3"       # run every thread of the daemon on these CPUs only (default: any)
 //! # security (docs/serve-protocol.md, "Security"); key files come from `offload serve keys`
 //! curve_secret_key = "keys/server.key_secret"   # the daemon's key pair: CURVE on the control socket
 //! curve_clients = ["keys/ops.key"]              # public keys (files or directories) admitted there
@@ -225,6 +226,66 @@ pub struct Settings {
     /// as misses [default: none; needed then]
     #[arg(long, env = "OFFLOAD_SERVE_EMULATE_QUERIES", value_name = "FILE")]
     pub emulate_queries: Option<PathBuf>,
+    /// Run every thread of the daemon on these CPUs only (sched_setaffinity at start), e.g.
+    /// 0 or 0,2-3; each must exist and be allowed to this process [default: none: any]
+    #[arg(long, env = "OFFLOAD_SERVE_CPUS", value_name = "LIST")]
+    pub cpus: Option<String>,
+}
+
+/// The CPUs a list names (`0`, `0,2-3`), each one this process may run on; else one line
+/// saying which is not and which are.
+pub fn parse_cpus(list: &str) -> Result<Vec<usize>, String> {
+    let allowed = allowed_cpus();
+    let mut cpus = Vec::new();
+    for part in list.split(',').map(str::trim) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (Ok(lo), Ok(hi)) = (lo.trim().parse::<usize>(), hi.trim().parse::<usize>()) else {
+            return Err(format!("cpus {list:?}: write CPU numbers and ranges like 0,2-3"));
+        };
+        if lo > hi || hi >= libc::CPU_SETSIZE as usize {
+            return Err(format!("cpus {list:?}: {part} is not a range of CPUs"));
+        }
+        cpus.extend(lo..=hi);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    if let Some(c) = cpus.iter().find(|c| !allowed.contains(c)) {
+        return Err(format!("cpus {list:?}: CPU {c} is not one this process may run on ({allowed:?})"));
+    }
+    Ok(cpus)
+}
+
+/// The CPUs this process may run on now (sched_getaffinity); empty where that cannot be read.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: an all-zero cpu_set_t is the empty set; sched_getaffinity writes at most
+    // size_of::<cpu_set_t>() bytes into the live local, and CPU_ISSET reads it in bounds.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+    }
+}
+
+/// Pins every thread of this process (those running now, and so those they start) to `cpus`.
+pub fn pin_cpus(cpus: &[usize]) -> Result<(), String> {
+    // SAFETY: an all-zero cpu_set_t is the empty set (plain integers).
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+        // SAFETY: CPU_SET writes one bit, below CPU_SETSIZE, of the live local set.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    let tasks = std::fs::read_dir("/proc/self/task").map_err(|e| format!("cpus: /proc/self/task: {e}"))?;
+    for tid in tasks.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok()) {
+        // SAFETY: sched_setaffinity reads size_of::<cpu_set_t>() bytes of the live local set; a
+        // thread that ended meanwhile is an ESRCH error, skipped.
+        let r = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+        if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) {
+            return Err(format!("cpus {cpus:?}: sched_setaffinity: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
 }
 
 /// `--matcher null`: the service's benchmark-only matcher (`Config::null_matcher`); it is no
@@ -382,7 +443,8 @@ impl Settings {
         Ok(())
     }
 
-    /// Fills in defaults and checks what a daemon needs.
+    /// Fills in defaults and checks what a daemon needs; with `cpus`, pins the process to them
+    /// (the daemon starts right after).
     pub fn resolve(self) -> Result<Resolved, String> {
         let s = Settings::layered(&[Settings::defaults(), self])?;
         let (Some(ruletype), Some(rules)) = (s.ruletype.clone(), s.rules.clone()) else {
@@ -400,7 +462,11 @@ impl Settings {
         };
         let emulate = s.emulate()?;
         let security = s.security(&ruletype, &rules)?;
+        let cpus = s.cpus.as_deref().map(parse_cpus).transpose()?;
         let config = s.daemon_config(security)?;
+        if let Some(cpus) = &cpus {
+            pin_cpus(cpus)?; // before any thread of the daemon starts: they inherit it
+        }
         Ok(Resolved { ruletype, rules, matcher, config, emulate })
     }
 
@@ -698,5 +764,16 @@ mod tests {
         assert!(e.contains("quick"), "{e}");
         let e = Settings { endpoints: Some(vec![]), ..base }.resolve().unwrap_err();
         assert!(e.contains("at least one"), "{e}");
+    }
+
+    #[test]
+    fn cpus_are_a_list_of_allowed_cpus_or_one_line_saying_which_is_not() {
+        let first = allowed_cpus()[0];
+        assert_eq!(parse_cpus(&format!("{first},{first}-{first}")).unwrap(), vec![first]);
+        for bad in ["", "x", "3-1", "0,,1", "99999"] {
+            let e = parse_cpus(bad).unwrap_err();
+            assert!(e.starts_with("cpus ") && !e.contains('\n'), "{bad}: {e}");
+        }
+        assert!(parse_cpus("1023").unwrap_err().contains("not one this process may run on"));
     }
 }
