@@ -4,7 +4,7 @@
 //! not JSON text.
 //!
 //! - `rules`: rule sets, compiled matchers, query files, `offload rules eval`, the GPU device
-//! - `serve`: the daemon, CURVE keys, request and reply frames
+//! - `serve`: the daemon, CURVE keys, request and reply frames, the device-time formula
 //! - `probe`: channel measurements and their fit
 //! - `recsys`: embedding tables, the engine, the flash model, the device process
 //! - `dataservices`: the near-data node's decision core (its time models' forest)

@@ -1,6 +1,7 @@
 //! `offload._native` bindings of `crates/serve`: the daemon (its arguments parsed by
 //! `offload_serve::config::Settings`), CURVE keys, request and reply frames, the echo baseline,
-//! the load generator (`offload_serve::loadgen`).
+//! the load generator (`offload_serve::loadgen`), the device-time formula and lanes
+//! (`offload_serve::emulated`, for the planner).
 //! Conversions only; loops run with the GIL released.
 
 use crate::rules::{extract_columns, OwnedColumn};
@@ -244,11 +245,15 @@ fn zmq_echo(py: Python<'_>, endpoint: String, seconds: f64) -> PyResult<u64> {
 /// `frames`: `mode` is "open" (`rate` requests/s), "closed" (`in_flight` out per connection) or
 /// "knee" (bisection on the rate for the most requests/s with p99 within `sla_p99_us`, `steps`
 /// bisections, from `rate`, or from a closed-loop run when `rate` is 0). `curve`: (server public
-/// key file, client secret key file). Returns the result as a dict; a bad setting, or no reply
-/// within `connect_timeout_s`, is a ValueError.
+/// key file, client secret key file). `arrivals` "fixed" or "poisson" (from `seed`); `pacing`
+/// "ticks" (at most one wake-up per tick of at most `max_tick_us`; `wake_on_replies`) or
+/// "per-request" (the loop before issue 40). Returns the result as a dict; a bad setting, or no
+/// reply within `connect_timeout_s`, is a ValueError.
 #[pyfunction]
 #[pyo3(signature = (endpoint, frames, mode, rate, connections, threads, max_in_flight, in_flight,
-                    duration_s, drain_s, connect_timeout_s, sla_p99_us = 5000.0, steps = 6, curve = None))]
+                    duration_s, drain_s, connect_timeout_s, sla_p99_us = 5000.0, steps = 6, curve = None,
+                    arrivals = "fixed", seed = 1, pacing = "ticks", max_tick_us = 200.0,
+                    wake_on_replies = false))]
 #[allow(clippy::too_many_arguments)]
 fn serve_bench(
     py: Python<'_>,
@@ -266,8 +271,13 @@ fn serve_bench(
     sla_p99_us: f64,
     steps: u32,
     curve: Option<(PathBuf, PathBuf)>,
+    arrivals: &str,
+    seed: u64,
+    pacing: &str,
+    max_tick_us: f64,
+    wake_on_replies: bool,
 ) -> PyResult<PyObject> {
-    use offload_serve::loadgen::{self, Load, Spec};
+    use offload_serve::loadgen::{self, Arrivals, Load, Pacing, Spec};
     use std::time::Duration;
     let secs = |what: &str, s: f64| {
         Duration::try_from_secs_f64(s)
@@ -277,6 +287,16 @@ fn serve_bench(
         "open" | "knee" => Load::Open { rate: if mode == "knee" && rate == 0.0 { 1.0 } else { rate } },
         "closed" => Load::Closed { in_flight },
         other => return Err(PyValueError::new_err(format!("mode is open, closed or knee, not {other:?}"))),
+    };
+    let arrivals = match arrivals {
+        "fixed" => Arrivals::Fixed,
+        "poisson" => Arrivals::Poisson { seed },
+        other => return Err(PyValueError::new_err(format!("arrivals are fixed or poisson, not {other:?}"))),
+    };
+    let pacing = match pacing {
+        "ticks" => Pacing::Ticks { max_tick: secs("the longest tick", max_tick_us / 1e6)?, wake_on_replies },
+        "per-request" => Pacing::PerRequest,
+        other => return Err(PyValueError::new_err(format!("pacing is ticks or per-request, not {other:?}"))),
     };
     let curve = match curve {
         Some((server, client)) => {
@@ -292,6 +312,8 @@ fn serve_bench(
         drain: secs("the drain", drain_s)?,
         connect_timeout: secs("the connect timeout", connect_timeout_s)?,
         curve,
+        arrivals,
+        pacing,
         ..Spec::new(&endpoint, frames, load)
     };
     let sla = secs("the SLA", sla_p99_us / 1e6)?;
@@ -301,6 +323,54 @@ fn serve_bench(
     });
     let value = result.map_err(PyValueError::new_err)?;
     Ok(pythonize::pythonize(py, &value)?.unbind())
+}
+
+/// The device-time formula, the emulated device's (`offload_serve::emulated::DeviceCosts::batch`,
+/// its one home): a batch of `n` queries, the kernel's spread over `engines`, on a device of
+/// these `[costs]` (s, B, B/s; `transfer_bps` None or 0: unbounded) → (invoke_s, h2d_s,
+/// kernel_s, d2h_s). For the planner (python/offload/plan/simulate.py).
+#[pyfunction]
+#[pyo3(signature = (n, engines, *, invoke_s, transfer_latency_s, transfer_bps, transfer_bytes_per_query,
+                    kernel_query_s, kernel_fixed_s))]
+#[allow(clippy::too_many_arguments)]
+fn device_batch_time(
+    n: usize,
+    engines: usize,
+    invoke_s: f64,
+    transfer_latency_s: f64,
+    transfer_bps: Option<f64>,
+    transfer_bytes_per_query: f64,
+    kernel_query_s: f64,
+    kernel_fixed_s: f64,
+) -> (f64, f64, f64, f64) {
+    let costs = offload_serve::emulated::DeviceCosts {
+        invoke_s,
+        transfer_latency_s,
+        transfer_bps: transfer_bps.unwrap_or(0.0),
+        transfer_bytes_per_query,
+        kernel_query_s,
+        kernel_fixed_s,
+    };
+    let t = costs.batch(n, engines);
+    (t.invoke_s, t.h2d_s, t.kernel_s, t.d2h_s)
+}
+
+/// A device's three one-at-a-time lanes (copy in, kernel, copy out), the emulated device's
+/// (`offload_serve::emulated::Lanes`): `book` a batch handed over at `sent_s` → when it is due.
+#[pyclass(module = "offload._native", name = "DeviceLanes")]
+#[derive(Default)]
+struct DeviceLanes(offload_serve::emulated::Lanes);
+
+#[pymethods]
+impl DeviceLanes {
+    #[new]
+    fn new() -> Self {
+        DeviceLanes::default()
+    }
+    /// Books a batch of these lane times (device_batch_time's) handed over at `sent_s`.
+    fn book(&mut self, sent_s: f64, invoke_s: f64, h2d_s: f64, kernel_s: f64, d2h_s: f64) -> f64 {
+        self.0.book(sent_s, &offload_serve::emulated::BatchTime { invoke_s, h2d_s, kernel_s, d2h_s })
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -317,5 +387,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_dictionary_reply, m)?)?;
     m.add_function(wrap_pyfunction!(zmq_echo, m)?)?;
     m.add_function(wrap_pyfunction!(serve_bench, m)?)?;
+    m.add_function(wrap_pyfunction!(device_batch_time, m)?)?;
+    m.add_class::<DeviceLanes>()?;
     Ok(())
 }

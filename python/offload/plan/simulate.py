@@ -25,8 +25,9 @@ The model follows the daemon (docs/serve-protocol.md), stage by stage:
   replies. k = 0 is the daemon's inline mode: the broker matches pre-encoded requests itself, in
   batches of what was readable at once (raw ones: the worker that encoded them).
 - **The device** (`kernel_on_host = False`): ONE device (or `devices`, the executors taking them
-  in turn) shared by the k executors, as the emulated device (crates/serve/src/emulated.rs,
-  `DeviceCosts::batch` and `Lanes`) models it: the launch (invoke) takes no lane, then the batch
+  in turn) shared by the k executors, modelled by the emulated device's own functions
+  (crates/serve/src/emulated.rs, `DeviceCosts::batch` and `Lanes`, called through
+  `offload._native`): the launch (invoke) takes no lane, then the batch
   goes through three one-at-a-time lanes in the order the batches were handed over: H2D (half
   the transfer latency + the query bytes), kernel (⌈n/e⌉ queries + the floor), D2H (half the
   latency + 4 B per query). So k executors overlap only what one device overlaps (the next
@@ -54,6 +55,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from offload import _native
 from offload.datafiles import data_path
 
 
@@ -333,25 +335,21 @@ def _costs_table(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def request_time(costs: Costs, n: int) -> float:
-    """A lone request of n queries through every stage, nothing queued (a lower bound)."""
+    """A lone request of n queries through every stage, nothing queued, the kernel on one engine
+    (a lower bound for e = 1). Its launch, transfer and kernel are `device_batch`'s sum, whether
+    the kernel runs on the host or on a device."""
     channel = _transfer(costs.channel_latency_s, costs.channel_bps, n * costs.request_bytes_per_query)
     channel += _transfer(costs.channel_latency_s, costs.channel_bps, n * costs.reply_bytes_per_query)
-    xfer = _transfer(costs.transfer_latency_s, costs.transfer_bps, n * costs.transfer_bytes_per_query)
     return (
         costs.client_request_s + n * costs.client_query_s + channel + 2 * costs.broker_s
         + costs.queue_wakeup_s + costs.worker_request_s + n * costs.worker_query_s + costs.kernel_wakeup_s
-        + costs.invoke_s + xfer + n * costs.kernel_query_s + costs.kernel_fixed_s
+        + device_batch(costs, n).total_s  # invoke + transfer (L + bytes/B) + kernel, one engine
         + costs.reply_request_s + n * costs.reply_query_s
     )  # fmt: skip
 
 
 def _transfer(latency: float, bps: float | None, nbytes: float) -> float:
     return latency + (nbytes / bps if bps else 0.0)
-
-
-# Bytes of one answer on the way back (emulated.rs's ANSWER_BYTES; measured.py folds them into
-# the profile's bytes per query).
-ANSWER_BYTES = 4.0
 
 
 @dataclass(frozen=True)
@@ -369,36 +367,28 @@ class DeviceBatch:
 
 
 def device_batch(costs: Costs, n: int, e: int = 1) -> DeviceBatch:
-    """The emulated device's `DeviceCosts::batch` (crates/serve/src/emulated.rs): the profile's
-    one transfer (both ways) split as half its latency each way, ANSWER_BYTES per query out and
-    the rest in; the kernel's n queries over e engines (the slowest gets ⌈n/e⌉; e = 1 there).
-    The sum is `request_time`'s device part."""
-    per_byte = 1.0 / costs.transfer_bps if costs.transfer_bps else 0.0
-    out = min(ANSWER_BYTES, costs.transfer_bytes_per_query)
-    half = costs.transfer_latency_s / 2
+    """A batch of n queries on the device, its kernel over e engines: the device-time formula,
+    whose one home is the emulated device's `DeviceCosts::batch` (crates/serve/src/emulated.rs,
+    documented there and in docs/serve-protocol.md), called through the bindings."""
     return DeviceBatch(
-        invoke_s=costs.invoke_s,
-        h2d_s=half + n * (costs.transfer_bytes_per_query - out) * per_byte,
-        kernel_s=-(-n // max(e, 1)) * costs.kernel_query_s + costs.kernel_fixed_s,
-        d2h_s=half + n * out * per_byte,
-    )
+        *_native.device_batch_time(
+            n, max(e, 1), invoke_s=costs.invoke_s, transfer_latency_s=costs.transfer_latency_s,
+            transfer_bps=costs.transfer_bps, transfer_bytes_per_query=costs.transfer_bytes_per_query,
+            kernel_query_s=costs.kernel_query_s, kernel_fixed_s=costs.kernel_fixed_s,
+        )
+    )  # fmt: skip
 
 
-@dataclass
 class Lanes:
-    """A device's three one-at-a-time lanes (copy in, compute, copy out): when each is next free.
-    `book` is the emulated device's `Lanes::book`, line for line."""
+    """A device's three one-at-a-time lanes (copy in, compute, copy out): the emulated device's
+    `Lanes` (crates/serve/src/emulated.rs), through the bindings."""
 
-    h2d_free_s: float = 0.0
-    kernel_free_s: float = 0.0
-    d2h_free_s: float = 0.0
+    def __init__(self) -> None:
+        self._lanes = _native.DeviceLanes()
 
     def book(self, sent_s: float, t: DeviceBatch) -> float:
         """Books a batch handed over at `sent_s`; returns when it is done (its D2H ends)."""
-        self.h2d_free_s = max(sent_s + t.invoke_s, self.h2d_free_s) + t.h2d_s
-        self.kernel_free_s = max(self.h2d_free_s, self.kernel_free_s) + t.kernel_s
-        self.d2h_free_s = max(self.kernel_free_s, self.d2h_free_s) + t.d2h_s
-        return self.d2h_free_s
+        return float(self._lanes.book(sent_s, t.invoke_s, t.h2d_s, t.kernel_s, t.d2h_s))
 
 
 def simulate(pipe: Pipeline, costs: Costs, load: Load) -> Result:
