@@ -34,9 +34,47 @@ use std::time::{Duration, Instant};
 pub const RING_BYTES: usize = 8 << 20;
 /// The largest frame a ring carries (a larger one: use ipc:// or tcp://).
 pub const MAX_FRAME: usize = RING_BYTES / 2 - RECORD_HEADER;
-/// How long a consumer spins on an empty ring before it parks on its futex (~ a few µs: on few
-/// cores a longer spin takes the CPU the producer needs).
-const SPINS: u32 = 2_000;
+/// How long a consumer looks again at an empty ring before it parks on its futex, ns: a wake-up
+/// costs both sides a few µs of syscalls and scheduling, a spin costs its whole length, and on few
+/// cores a long spin takes the CPU the producer needs. `OFFLOAD_SHM_SPIN_NS` overrides it (read
+/// once; for measurements).
+const SPIN_NS: u64 = 2_000;
+
+fn spin_for() -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let ns = std::env::var("OFFLOAD_SHM_SPIN_NS").ok().and_then(|v| v.parse().ok()).unwrap_or(SPIN_NS);
+        Duration::from_nanos(ns)
+    })
+}
+
+/// A consumer's spin before it parks, timed (what one look costs varies; the clock is read
+/// every 16 looks).
+#[derive(Default)]
+struct Spin {
+    since: Option<Instant>,
+    looks: u32,
+}
+
+impl Spin {
+    /// Starts over (something was found).
+    fn reset(&mut self) {
+        self.since = None;
+        self.looks = 0;
+    }
+    /// `true` while the spin lasts (after a pause instruction), `false` once it is time to park.
+    fn again(&mut self) -> bool {
+        self.looks = self.looks.wrapping_add(1);
+        if self.looks % 16 == 1 {
+            let now = Instant::now();
+            if now.duration_since(*self.since.get_or_insert(now)) >= spin_for() {
+                return false;
+            }
+        }
+        std::hint::spin_loop();
+        true
+    }
+}
 /// The longest single futex wait: a parked side looks at its other duties (stop, new clients,
 /// a hung-up peer) at least this often.
 const PARK_MAX: Duration = Duration::from_millis(10);
@@ -561,13 +599,13 @@ pub(crate) struct Hub {
 pub(crate) struct Clients {
     hubs: Vec<Arc<Hub>>,
     peers: Vec<(Arc<Peer>, u64)>,
-    /// Consecutive empty rounds (spins before parking).
-    idle: u32,
+    /// The spin after empty rounds, before parking.
+    spin: Spin,
 }
 
 impl Clients {
     pub(crate) fn new(hubs: Vec<Arc<Hub>>) -> Clients {
-        Clients { hubs, peers: Vec::new(), idle: 0 }
+        Clients { hubs, peers: Vec::new(), spin: Spin::default() }
     }
 
     /// Takes clients the acceptors connected; drops those that hung up (their rings and
@@ -610,10 +648,8 @@ impl Clients {
                 }
             }
         }
-        if n == 0 {
-            self.idle = self.idle.saturating_add(1);
-        } else {
-            self.idle = 0;
+        if n > 0 {
+            self.spin.reset();
         }
         n
     }
@@ -630,11 +666,11 @@ impl Clients {
 
     /// After empty rounds: spins a little, then parks on the doorbells until a client rings,
     /// a client connects or leaves, or `PARK_MAX` passes.
-    pub(crate) fn idle_wait(&self) {
-        if self.idle < SPINS {
-            std::hint::spin_loop();
+    pub(crate) fn idle_wait(&mut self) {
+        if self.spin.again() {
             return;
         }
+        self.spin.reset();
         let Some(hub) = self.hubs.first() else {
             std::thread::sleep(PARK_MAX);
             return;
@@ -917,15 +953,12 @@ impl Connection {
 
     /// Writes one frame, waiting for room until `until`.
     pub fn send(&mut self, frame: &[u8], until: Instant) -> Result<(), ShmError> {
-        let mut spins = 0u32;
+        let mut spin = Spin::default();
         while !self.try_send(frame)? {
             if Instant::now() >= until {
                 return Err(ShmError::Timeout);
             }
-            spins += 1;
-            if spins < SPINS {
-                std::hint::spin_loop();
-            } else {
+            if !spin.again() {
                 std::thread::sleep(Duration::from_micros(50)); // the daemon frees room as it reads
             }
         }
@@ -957,11 +990,11 @@ impl Connection {
     /// Waits until a reply may be there or `until`: spins briefly, then parks on the futex the
     /// daemon bumps after writing a reply.
     pub fn wait(&mut self, until: Instant) -> Result<(), ShmError> {
-        for _ in 0..SPINS {
+        let mut spin = Spin::default();
+        while spin.again() {
             if self.has_reply() {
                 return Ok(());
             }
-            std::hint::spin_loop();
         }
         loop {
             if self.has_reply() {
@@ -1037,6 +1070,66 @@ impl crate::loadgen::Connection for Connection {
         }
         Ok(())
     }
+}
+
+/// The rings alone, for the transport comparison (`examples/shm_transports.rs`; not part of
+/// the service): a closed loop of `request_bytes` frames echoed as `reply_bytes` frames between
+/// two threads over one channel, for `secs`. `busy_poll`: both sides only spin (iceoryx2's
+/// fastest mode, one core each); else each spins for [`spin_for`], then parks on its futex, as
+/// the daemon and the client do. Returns the round-trip times, ns.
+#[doc(hidden)]
+pub fn ring_echo(secs: f64, request_bytes: usize, reply_bytes: usize, busy_poll: bool) -> io::Result<Vec<u64>> {
+    let len = CONTROL + 2 * RING_BYTES;
+    let fd = sealed_memfd("offload-shm-echo", len)?;
+    let (map, bell_fd) = (Arc::new(Mapping::new(&fd, len)?), sealed_memfd("offload-shm-echo-bell", CONTROL)?);
+    let bell = Arc::new(Mapping::new(&bell_fd, CONTROL)?);
+    let done = Arc::new(AtomicBool::new(false));
+    let (m, b, d) = (map.clone(), bell.clone(), done.clone());
+    let server = std::thread::spawn(move || {
+        let (requests, replies, reply) = (Ring::requests(&m), Ring::replies(&m), vec![3u8; reply_bytes]);
+        let mut spin = Spin::default();
+        while !d.load(Ordering::Relaxed) {
+            let Peeked::Frame { next, .. } = requests.peek(requests.tail()) else {
+                if !spin.again() && !busy_poll {
+                    spin.reset();
+                    park(b.u32_at(D_SLEEPING), b.u32_at(D_SEQ), PARK_MAX, || {
+                        requests.peek(requests.tail()) != Peeked::Empty
+                    });
+                }
+                continue;
+            };
+            spin.reset();
+            requests.release(next);
+            while !replies.push(&reply) {}
+            wake_if_sleeping(m.u32_at(C_CLIENT_SLEEPING), m.u32_at(C_CLIENT_SEQ));
+        }
+    });
+    let (requests, replies, frame) = (Ring::requests(&map), Ring::replies(&map), vec![7u8; request_bytes]);
+    let (t0, mut times) = (Instant::now(), Vec::new());
+    while t0.elapsed().as_secs_f64() < secs {
+        let t = Instant::now();
+        while !requests.push(&frame) {}
+        wake_if_sleeping(bell.u32_at(D_SLEEPING), bell.u32_at(D_SEQ));
+        let mut spin = Spin::default();
+        loop {
+            if let Peeked::Frame { len, next, .. } = replies.peek(replies.tail()) {
+                assert_eq!(len, reply_bytes);
+                replies.release(next);
+                break;
+            }
+            if !spin.again() && !busy_poll {
+                spin.reset();
+                park(map.u32_at(C_CLIENT_SLEEPING), map.u32_at(C_CLIENT_SEQ), PARK_MAX, || {
+                    replies.peek(replies.tail()) != Peeked::Empty
+                });
+            }
+        }
+        times.push(t.elapsed().as_nanos() as u64);
+    }
+    done.store(true, Ordering::Relaxed);
+    ring_doorbell(&bell);
+    let _ = server.join();
+    Ok(times)
 }
 
 #[cfg(test)]
