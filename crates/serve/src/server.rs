@@ -690,7 +690,7 @@ fn start_shm(
         return Ok(Vec::new());
     }
     let front = ShmFront {
-        clients: crate::shm::Clients::new(bound.iter().map(|b| b.hub.clone()).collect()),
+        clients: crate::shm::Clients::new(bound.iter().map(|b| b.hub.clone()).collect(), cfg.max_request_bytes),
         current: current.clone(),
         counters: counters.clone(),
         policy: policy.clone(),

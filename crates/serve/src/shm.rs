@@ -601,11 +601,15 @@ pub(crate) struct Clients {
     peers: Vec<(Arc<Peer>, u64)>,
     /// The spin after empty rounds, before parking.
     spin: Spin,
+    /// The largest request frame taken (`max_request_bytes`): a client sending a larger one is
+    /// disconnected, as ZeroMQ closes the connection of a sender over `ZMQ_MAXMSGSIZE`.
+    max_request_bytes: usize,
 }
 
 impl Clients {
-    pub(crate) fn new(hubs: Vec<Arc<Hub>>) -> Clients {
-        Clients { hubs, peers: Vec::new(), spin: Spin::default() }
+    pub(crate) fn new(hubs: Vec<Arc<Hub>>, max_request_bytes: u64) -> Clients {
+        let max_request_bytes = usize::try_from(max_request_bytes).unwrap_or(usize::MAX);
+        Clients { hubs, peers: Vec::new(), spin: Spin::default(), max_request_bytes }
     }
 
     /// Takes clients the acceptors connected; drops those that hung up (their rings and
@@ -634,6 +638,11 @@ impl Clients {
                     Peeked::Empty => break,
                     Peeked::Corrupt => {
                         eprintln!("shm: a client broke the ring format; disconnecting it");
+                        peer.close();
+                        break;
+                    }
+                    Peeked::Frame { len, .. } if len > self.max_request_bytes => {
+                        eprintln!("shm: a client sent a frame over max_request_bytes; disconnecting it");
                         peer.close();
                         break;
                     }

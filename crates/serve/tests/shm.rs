@@ -215,3 +215,19 @@ fn a_stopped_daemon_is_a_clear_error_not_a_timeout() {
     assert!(t.elapsed() < Duration::from_secs(5));
     assert!(matches!(Client::connect(&ep), Err(ClientError::Shm(_))));
 }
+
+#[test]
+fn a_frame_over_max_request_bytes_disconnects_its_client_only() {
+    let dir = scratch("shm-max");
+    let ep = shm_endpoint(&dir, "max");
+    let d = Daemon::start(engine(), Config { max_request_bytes: 4096, ..config(vec![ep.clone()], 0) });
+    let eng = engine();
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut big = Connection::connect(&ep, Duration::from_secs(5)).unwrap();
+    big.send(&encoded_frame(1, &queries(&eng, 200), 0), until).unwrap();
+    let r = big.recv(until, |f| f.len());
+    assert!(matches!(r, Err(offload_serve::shm::ShmError::Closed)), "{r:?}");
+    let cols = queries(&eng, 1);
+    assert_eq!(Client::connect(&ep).unwrap().call(Query::raw(&names(), &cols)).unwrap().status, Status::Ok);
+    d.stop();
+}
