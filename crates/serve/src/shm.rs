@@ -409,9 +409,11 @@ impl Ring {
 /// Wakes whoever is parked on (`sleeping`, `seq`) after a publish: the publish (a release
 /// store of the head) is ordered before the flag's load, as the sleeper's flag store is before
 /// its last look at the head, so one of the two sees the other.
+/// The waker lowers the flag itself, so of several producers publishing while the consumer
+/// sleeps only the first pays the syscall.
 fn wake_if_sleeping(sleeping: &AtomicU32, seq: &AtomicU32) {
     fence(Ordering::SeqCst);
-    if sleeping.load(Ordering::Relaxed) != 0 {
+    if sleeping.load(Ordering::Relaxed) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
         seq.fetch_add(1, Ordering::SeqCst);
         futex_wake(seq);
     }

@@ -86,11 +86,12 @@ fn a_full_queue_answers_busy_and_a_past_deadline_is_refused() {
     let ep = shm_endpoint(&dir, "busy");
     let d = Daemon::start(engine(), Config { queue: 1, ..config(vec![ep.clone()], 1) });
     let eng = engine();
-    let big = queries(&eng, 400);
+    let big = queries(&eng, 1000);
+    let frames: Vec<Vec<u8>> = (1..=20).map(|id| encoded_frame(id, &big, 0)).collect(); // before any send
     let mut c = Connection::connect(&ep, Duration::from_secs(5)).unwrap();
     let until = Instant::now() + Duration::from_secs(20);
-    for id in 1..=20 {
-        c.send(&encoded_frame(id, &big, 0), until).unwrap();
+    for f in &frames {
+        c.send(f, until).unwrap(); // back to back: one matches, one waits, the next is refused
     }
     let mut statuses = Vec::new();
     for _ in 0..20 {
