@@ -245,11 +245,15 @@ fn zmq_echo(py: Python<'_>, endpoint: String, seconds: f64) -> PyResult<u64> {
 /// `frames`: `mode` is "open" (`rate` requests/s), "closed" (`in_flight` out per connection) or
 /// "knee" (bisection on the rate for the most requests/s with p99 within `sla_p99_us`, `steps`
 /// bisections, from `rate`, or from a closed-loop run when `rate` is 0). `curve`: (server public
-/// key file, client secret key file). Returns the result as a dict; a bad setting, or no reply
-/// within `connect_timeout_s`, is a ValueError.
+/// key file, client secret key file). `arrivals` "fixed" or "poisson" (from `seed`); `pacing`
+/// "ticks" (at most one wake-up per tick of at most `max_tick_us`; `wake_on_replies`) or
+/// "per-request" (the loop before issue 40). Returns the result as a dict; a bad setting, or no
+/// reply within `connect_timeout_s`, is a ValueError.
 #[pyfunction]
 #[pyo3(signature = (endpoint, frames, mode, rate, connections, threads, max_in_flight, in_flight,
-                    duration_s, drain_s, connect_timeout_s, sla_p99_us = 5000.0, steps = 6, curve = None))]
+                    duration_s, drain_s, connect_timeout_s, sla_p99_us = 5000.0, steps = 6, curve = None,
+                    arrivals = "fixed", seed = 1, pacing = "ticks", max_tick_us = 200.0,
+                    wake_on_replies = false))]
 #[allow(clippy::too_many_arguments)]
 fn serve_bench(
     py: Python<'_>,
@@ -267,8 +271,13 @@ fn serve_bench(
     sla_p99_us: f64,
     steps: u32,
     curve: Option<(PathBuf, PathBuf)>,
+    arrivals: &str,
+    seed: u64,
+    pacing: &str,
+    max_tick_us: f64,
+    wake_on_replies: bool,
 ) -> PyResult<PyObject> {
-    use offload_serve::loadgen::{self, Load, Spec};
+    use offload_serve::loadgen::{self, Arrivals, Load, Pacing, Spec};
     use std::time::Duration;
     let secs = |what: &str, s: f64| {
         Duration::try_from_secs_f64(s)
@@ -278,6 +287,16 @@ fn serve_bench(
         "open" | "knee" => Load::Open { rate: if mode == "knee" && rate == 0.0 { 1.0 } else { rate } },
         "closed" => Load::Closed { in_flight },
         other => return Err(PyValueError::new_err(format!("mode is open, closed or knee, not {other:?}"))),
+    };
+    let arrivals = match arrivals {
+        "fixed" => Arrivals::Fixed,
+        "poisson" => Arrivals::Poisson { seed },
+        other => return Err(PyValueError::new_err(format!("arrivals are fixed or poisson, not {other:?}"))),
+    };
+    let pacing = match pacing {
+        "ticks" => Pacing::Ticks { max_tick: secs("the longest tick", max_tick_us / 1e6)?, wake_on_replies },
+        "per-request" => Pacing::PerRequest,
+        other => return Err(PyValueError::new_err(format!("pacing is ticks or per-request, not {other:?}"))),
     };
     let curve = match curve {
         Some((server, client)) => {
@@ -293,6 +312,8 @@ fn serve_bench(
         drain: secs("the drain", drain_s)?,
         connect_timeout: secs("the connect timeout", connect_timeout_s)?,
         curve,
+        arrivals,
+        pacing,
         ..Spec::new(&endpoint, frames, load)
     };
     let sla = secs("the SLA", sla_p99_us / 1e6)?;

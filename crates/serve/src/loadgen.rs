@@ -35,6 +35,49 @@ pub enum Load {
     Closed { in_flight: usize },
 }
 
+/// When the requests of an open loop are due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrivals {
+    /// One fixed schedule at the rate, interleaved over the connections.
+    Fixed,
+    /// Poisson: each connection an independent Poisson stream at rate / connections (their sum
+    /// is a Poisson stream at the rate), drawn from `seed` (the same seed, the same schedule).
+    Poisson { seed: u64 },
+}
+
+/// How the sending threads wake (open loop; a closed loop wakes on every reply).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pacing {
+    /// A wake-up per due request and per reply, at µs precision: the generator before issue 40,
+    /// kept to compare with (each wake-up costs a scheduler round trip; at tens of thousands of
+    /// requests/s they were most of the generator's CPU).
+    PerRequest,
+    /// At most one wake-up per tick: every request due by then sent in a burst, every ready
+    /// reply taken. The tick is 8 requests' worth of the thread's rate, within 10 µs ..
+    /// `max_tick`. Sends are up to a tick late, which their latency (from due time) includes.
+    /// Replies are taken at the ticks (`wake_on_replies` false: their receive time has the
+    /// tick's resolution), or also when one comes while nothing is due (true; still at most one
+    /// reply wake-up per tick).
+    Ticks { max_tick: Duration, wake_on_replies: bool },
+}
+
+/// The fewest and the most requests a tick is sized for, and its least length.
+const TICK_REQUESTS: f64 = 8.0;
+const MIN_TICK: Duration = Duration::from_micros(10);
+
+impl Pacing {
+    /// The tick of a thread that sends `rate` requests/s (None: a wake-up per request).
+    pub fn tick(&self, rate: f64) -> Option<Duration> {
+        match *self {
+            Pacing::PerRequest => None,
+            Pacing::Ticks { max_tick, .. } => {
+                let t = Duration::try_from_secs_f64(TICK_REQUESTS / rate).unwrap_or(max_tick);
+                Some(t.clamp(MIN_TICK.min(max_tick), max_tick))
+            }
+        }
+    }
+}
+
 /// One run of the generator.
 #[derive(Clone)]
 pub struct Spec {
@@ -54,6 +97,10 @@ pub struct Spec {
     /// How long each connection waits for the reply to its first (unmeasured) request.
     pub connect_timeout: Duration,
     pub curve: Option<CurveClient>,
+    /// When open-loop requests are due.
+    pub arrivals: Arrivals,
+    /// How the sending threads wake.
+    pub pacing: Pacing,
 }
 
 impl Spec {
@@ -70,6 +117,8 @@ impl Spec {
             drain: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(5),
             curve: None,
+            arrivals: Arrivals::Fixed,
+            pacing: Pacing::Ticks { max_tick: Duration::from_micros(200), wake_on_replies: false },
         }
     }
 
@@ -89,6 +138,11 @@ impl Spec {
         if self.connections > 4096 || self.threads > 256 || self.max_in_flight > 1 << 20 {
             return Err("at most 4096 connections, 256 threads and 2^20 requests in flight per connection".into());
         }
+        if let Pacing::Ticks { max_tick, .. } = self.pacing {
+            if max_tick < Duration::from_micros(1) || max_tick > Duration::from_secs(1) {
+                return Err(format!("the longest tick must be 1 µs .. 1 s, not {max_tick:?}"));
+            }
+        }
         match self.load {
             Load::Open { rate } if !(rate > 0.0 && rate.is_finite()) => {
                 Err(format!("the rate must be a positive number of requests/s, not {rate}"))
@@ -107,6 +161,8 @@ struct Tally {
     service: Histogram<u64>,
     send_lag: Histogram<u64>,
     sent: u64,
+    /// Queries in the requests sent.
+    queries_sent: u64,
     due: u64,
     queries_ok: u64,
     unanswered: u64,
@@ -132,6 +188,7 @@ impl Tally {
             service: histogram(),
             send_lag: histogram(),
             sent: 0,
+            queries_sent: 0,
             due: 0,
             queries_ok: 0,
             unanswered: 0,
@@ -149,6 +206,7 @@ impl Tally {
         self.service.add(&o.service).expect("same bounds");
         self.send_lag.add(&o.send_lag).expect("same bounds");
         self.sent += o.sent;
+        self.queries_sent += o.queries_sent;
         self.due += o.due;
         self.queries_ok += o.queries_ok;
         self.unanswered += o.unanswered;
@@ -292,12 +350,45 @@ struct Conn {
     free: Vec<u32>,
     /// Requests this connection has sent (the next one's number in its schedule).
     next: u64,
+    /// When request `next` is due (ns from the start; open loop).
+    due_ns: u64,
+    /// Poisson arrivals: the random state, and the exact due time of request `next`.
+    rng: u64,
+    at_ns: f64,
 }
 
 impl Conn {
     fn in_flight(&self) -> usize {
         self.slots.len() - self.free.len()
     }
+
+    /// Sets `due_ns` to when request `next` is due: on the fixed schedule, or one exponential
+    /// gap (mean connections / rate) after the one before.
+    fn schedule_next(&mut self, arrivals: Arrivals, rate: f64, n_conns: u64) {
+        self.due_ns = match arrivals {
+            Arrivals::Fixed => due_ns(self.next, self.index, n_conns, rate),
+            Arrivals::Poisson { .. } => {
+                self.at_ns += exponential_gap_ns(&mut self.rng, rate / n_conns as f64);
+                self.at_ns as u64
+            }
+        };
+    }
+}
+
+/// SplitMix64: a small, fast generator whose every seed is good (Vigna), enough for arrivals.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// One exponential gap in ns of a Poisson stream at `rate` per second (inverse transform of a
+/// uniform in (0, 1)).
+fn exponential_gap_ns(state: &mut u64, rate: f64) -> f64 {
+    let u = ((splitmix64(state) >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64);
+    -u.ln() * 1e9 / rate
 }
 
 fn zerr(what: &str) -> impl Fn(zmq::Error) -> String + '_ {
@@ -338,13 +429,24 @@ fn connect(spec: &Spec, ctx: &zmq::Context, index: usize) -> Result<Conn, String
         })?;
     }
     let cap = spec.max_in_flight;
-    Ok(Conn {
+    let seed = match spec.arrivals {
+        Arrivals::Poisson { seed } => seed ^ (index as u64).wrapping_mul(0xd1b5_4a32_d192_ed03),
+        Arrivals::Fixed => 0,
+    };
+    let mut c = Conn {
         link,
         index: index as u64,
         slots: vec![Slot::default(); cap],
         free: (0..cap as u32).rev().collect(),
         next: 0,
-    })
+        due_ns: 0,
+        rng: seed,
+        at_ns: 0.0,
+    };
+    if let Load::Open { rate } = spec.load {
+        c.schedule_next(spec.arrivals, rate, spec.connections as u64);
+    }
+    Ok(c)
 }
 
 /// Sleeps until `until` (at the thread's timer slack).
@@ -468,6 +570,7 @@ fn send_one(c: &mut Conn, frames: &mut [Vec<u8>], due: u64, start: Instant, t: &
     c.slots[slot as usize] = Slot { generation, busy: true, due_ns: due, sent_ns: now };
     c.next += 1;
     t.sent += 1;
+    t.queries_sent += protocol::peek_n_queries(frame) as u64;
     t.send_lag.saturating_record(now.saturating_sub(due).max(1));
     Ok(true)
 }
@@ -478,14 +581,133 @@ fn drive(spec: &Spec, conns: &mut [Conn], start: Instant) -> Result<Tally, Strin
     let cpu0 = crate::metrics::this_thread_cpu_ns();
     let mut t = Tally::new();
     let mut frames = spec.frames.clone();
+    let n_conns = spec.connections as u64;
+    match spec.load {
+        Load::Open { rate } => {
+            let thread_rate = rate * conns.len() as f64 / n_conns as f64;
+            match (spec.pacing.tick(thread_rate), spec.pacing) {
+                (Some(tick), Pacing::Ticks { wake_on_replies, .. }) => {
+                    drive_ticks(spec, conns, start, rate, tick, wake_on_replies, &mut frames, &mut t)?
+                }
+                _ => drive_per_request(spec, conns, start, &mut frames, &mut t)?,
+            }
+        }
+        Load::Closed { .. } => drive_per_request(spec, conns, start, &mut frames, &mut t)?,
+    }
+    let end_send = spec.duration.as_nanos() as u64;
+    for c in conns.iter_mut() {
+        t.unanswered += c.in_flight() as u64;
+        t.due += match spec.load {
+            Load::Open { rate } => c.next + unsent_before(c, end_send, spec.arrivals, rate, n_conns),
+            Load::Closed { .. } => c.next,
+        };
+    }
+    t.thread_cpu_ns = crate::metrics::this_thread_cpu_ns().saturating_sub(cpu0);
+    Ok(t)
+}
+
+/// How many more requests of `c` were due before `end_ns` than it sent (the schedule walked
+/// on from its next request: at most the run's requests).
+fn unsent_before(c: &mut Conn, end_ns: u64, arrivals: Arrivals, rate: f64, n_conns: u64) -> u64 {
+    match arrivals {
+        Arrivals::Fixed => due_before(end_ns, c.index, n_conns, rate).saturating_sub(c.next),
+        Arrivals::Poisson { .. } => {
+            let mut n = 0;
+            while c.due_ns < end_ns {
+                n += 1;
+                c.schedule_next(arrivals, rate, n_conns);
+            }
+            n
+        }
+    }
+}
+
+/// Sends every request of `c` due by `now` (open loop); false when the connection was full.
+fn send_due(
+    c: &mut Conn,
+    spec: &Spec,
+    frames: &mut [Vec<u8>],
+    now: u64,
+    start: Instant,
+    t: &mut Tally,
+    rate: f64,
+) -> Result<bool, String> {
+    while c.due_ns <= now {
+        if !send_one(c, frames, c.due_ns, start, t)? {
+            t.stalls += 1;
+            return Ok(false);
+        }
+        c.schedule_next(spec.arrivals, rate, spec.connections as u64);
+    }
+    Ok(true)
+}
+
+/// The open loop woken at most once per `tick` (see [`Pacing::Ticks`]): each pass takes the
+/// ready replies, sends every request due by then, and sleeps to the next tick (or, with
+/// nothing out, to the next due request).
+#[allow(clippy::too_many_arguments)]
+fn drive_ticks(
+    spec: &Spec,
+    conns: &mut [Conn],
+    start: Instant,
+    rate: f64,
+    tick: Duration,
+    wake_on_replies: bool,
+    frames: &mut [Vec<u8>],
+    t: &mut Tally,
+) -> Result<(), String> {
     let end_send = spec.duration.as_nanos() as u64;
     let hard_end = start + spec.duration + spec.drain;
-    let n_conns = spec.connections as u64;
+    // Bounded: every pass ends in a sleep of a tick or more, and the hard end is a fixed instant.
+    loop {
+        let pass = Instant::now();
+        if pass >= hard_end {
+            return Ok(());
+        }
+        let now = pass.duration_since(start).as_nanos() as u64;
+        t.passes += 1;
+        let sending = now < end_send;
+        let (mut blocked, mut next_due) = (false, end_send);
+        for c in conns.iter_mut() {
+            take_replies(c, t, start)?;
+            if sending {
+                blocked |= !send_due(c, spec, frames, now, start, t, rate)?;
+                next_due = next_due.min(c.due_ns);
+            }
+        }
+        let in_flight = conns.iter().any(|c| c.in_flight() > 0);
+        if !sending && !in_flight {
+            return Ok(());
+        }
+        let tick_end = (pass + tick).min(hard_end);
+        let due_at = if sending { start + Duration::from_nanos(next_due) } else { hard_end };
+        if !in_flight {
+            sleep_until(due_at.max(tick_end).min(hard_end)); // nothing to take: the next due request
+        } else if wake_on_replies && !blocked {
+            sleep_until(tick_end);
+            wait(conns, due_at.max(tick_end).min(hard_end))?;
+        } else {
+            sleep_until(tick_end);
+        }
+    }
+}
+
+/// The loop before issue 40 (and every closed loop): a wake-up for each due request and each
+/// reply, the sockets polled at µs precision.
+fn drive_per_request(
+    spec: &Spec,
+    conns: &mut [Conn],
+    start: Instant,
+    frames: &mut [Vec<u8>],
+    t: &mut Tally,
+) -> Result<(), String> {
+    let end_send = spec.duration.as_nanos() as u64;
+    let hard_end = start + spec.duration + spec.drain;
     // Bounded: every pass sends, takes or waits, and the hard end is a fixed instant.
     loop {
         let now_i = Instant::now();
         if now_i >= hard_end {
-            break;
+            return Ok(());
         }
         let now = now_i.duration_since(start).as_nanos() as u64;
         t.passes += 1;
@@ -493,27 +715,19 @@ fn drive(spec: &Spec, conns: &mut [Conn], start: Instant) -> Result<Tally, Strin
         let mut next_wake = if sending { start + spec.duration } else { hard_end };
         let mut blocked = false;
         for c in conns.iter_mut() {
-            take_replies(c, &mut t, start)?;
+            take_replies(c, t, start)?;
             if !sending {
                 continue;
             }
             match spec.load {
-                Load::Open { rate } => loop {
-                    let due = due_ns(c.next, c.index, n_conns, rate);
-                    if due > now {
-                        next_wake = next_wake.min(start + Duration::from_nanos(due));
-                        break;
-                    }
-                    if !send_one(c, &mut frames, due, start, &mut t)? {
-                        t.stalls += 1;
-                        blocked = true;
-                        break;
-                    }
-                },
+                Load::Open { rate } => {
+                    blocked |= !send_due(c, spec, frames, now, start, t, rate)?;
+                    next_wake = next_wake.min(start + Duration::from_nanos(c.due_ns));
+                }
                 Load::Closed { in_flight } => {
                     while c.in_flight() < in_flight {
                         let now = start.elapsed().as_nanos() as u64;
-                        if !send_one(c, &mut frames, now, start, &mut t)? {
+                        if !send_one(c, frames, now, start, t)? {
                             blocked = true;
                             break;
                         }
@@ -522,7 +736,7 @@ fn drive(spec: &Spec, conns: &mut [Conn], start: Instant) -> Result<Tally, Strin
             }
         }
         if !sending && conns.iter().all(|c| c.in_flight() == 0) {
-            break;
+            return Ok(());
         }
         if blocked {
             // A full connection waits for a reply; a full ZeroMQ pipe is retried soon.
@@ -530,15 +744,6 @@ fn drive(spec: &Spec, conns: &mut [Conn], start: Instant) -> Result<Tally, Strin
         }
         wait(conns, next_wake.min(hard_end))?;
     }
-    for c in conns.iter() {
-        t.unanswered += c.in_flight() as u64;
-        t.due += match spec.load {
-            Load::Open { rate } => due_before(end_send, c.index, n_conns, rate).max(c.next),
-            Load::Closed { .. } => c.next,
-        };
-    }
-    t.thread_cpu_ns = crate::metrics::this_thread_cpu_ns().saturating_sub(cpu0);
-    Ok(t)
 }
 
 fn set_timer_slack() {
@@ -647,6 +852,27 @@ impl Outcome {
             format!("send lag p99 {lag_p99_us:.0} µs: sends were late (CPU contention?); latencies include it")
         });
         let generator_bound = (!why.is_empty()).then(|| why.join("; "));
+        let per_thread = spec.connections.div_ceil(threads) as f64 / spec.connections as f64;
+        let tick = match spec.load {
+            Load::Open { rate } => spec.pacing.tick(rate * per_thread),
+            Load::Closed { .. } => None,
+        };
+        let tick_us = tick.map(|d| d.as_secs_f64() * 1e6);
+        let pacing = match (spec.load, spec.pacing) {
+            (Load::Closed { .. }, _) => json!({"mode": "per-reply", "tick_us": null, "replies": "woken"}),
+            (_, Pacing::PerRequest) => json!({"mode": "per-request", "tick_us": null, "replies": "woken"}),
+            (_, Pacing::Ticks { max_tick, wake_on_replies }) => json!({
+                "mode": "ticks", "tick_us": tick_us, "max_tick_us": max_tick.as_secs_f64() * 1e6,
+                "replies": if wake_on_replies { "woken" } else { "at ticks" },
+                // Sends are up to a tick late (in their latency); replies taken at a tick are
+                // timed then, up to a tick after they came.
+                "resolution_us": tick_us,
+            }),
+        };
+        let arrivals = match spec.arrivals {
+            Arrivals::Fixed => json!({"kind": "fixed"}),
+            Arrivals::Poisson { seed } => json!({"kind": "poisson", "seed": seed}),
+        };
         let (mode, target, in_flight) = match spec.load {
             Load::Open { rate } => ("open", Some(rate), spec.max_in_flight),
             Load::Closed { in_flight } => ("closed", None, in_flight),
@@ -662,6 +888,8 @@ impl Outcome {
             "threads": threads,
             "in_flight_per_connection": in_flight,
             "frames": spec.frames.len(),
+            "arrivals": arrivals,
+            "pacing": pacing,
             "duration_s": dur,
             "drain_s": spec.drain.as_secs_f64(),
             "elapsed_s": elapsed,
@@ -687,6 +915,8 @@ impl Outcome {
                 "thread_cpu_s": thread_cpu_s,
                 "cores": cores,
                 "cpu_us_per_request": if t.sent > 0 { cpu_s * 1e6 / t.sent as f64 } else { 0.0 },
+                "cpu_ns_per_query": if t.queries_sent > 0 { cpu_s * 1e9 / t.queries_sent as f64 } else { 0.0 },
+                "queries_sent": t.queries_sent,
                 "thread_busy": busy,
                 "bound": generator_bound.is_some(),
                 "why": generator_bound,
@@ -740,9 +970,17 @@ impl Outcome {
 /// from the throughput of a closed-loop run (`spec.max_in_flight` out per connection, capped at
 /// 64) when none is given; doubles the rate while it passes (4 times at most), then bisects
 /// `steps` times. Stops, saying so, at a rate where the generator was the bound. Every run is
-/// in the result.
+/// in the result. The longest tick is at most 1/25 of the SLA.
 pub fn knee(spec: &Spec, sla: Duration, steps: u32, start_rate: Option<f64>) -> Result<Value, String> {
     let sla_us = sla.as_secs_f64() * 1e6;
+    // The tick (the sends' lateness and the replies' resolution) is a small part of the SLA.
+    let pacing = match spec.pacing {
+        Pacing::Ticks { max_tick, wake_on_replies } => {
+            Pacing::Ticks { max_tick: max_tick.min(sla / 25).max(MIN_TICK), wake_on_replies }
+        }
+        p => p,
+    };
+    let spec = &Spec { pacing, ..spec.clone() };
     let mut runs = Vec::new();
     let first = match start_rate {
         Some(r) => r,

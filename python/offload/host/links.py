@@ -219,3 +219,66 @@ def reexec_inside(name: str) -> None:
         os.environ[MADE_ENV] = ns
     argv = ["nsenter", f"--net=/run/netns/{ns}", sys.executable, "-m", "offload.cli", *sys.argv[1:]]
     os.execvp("nsenter", argv)
+
+
+VETH_NET = "127.77"
+"""The veth pairs of :func:`veth` take /30 blocks of 127.77.0.0/16: loopback addresses only."""
+
+
+def veth(name: str) -> dict[str, str]:
+    """Joins namespace ``name`` (made if missing: ``offload-NAME``) to this process's namespace by
+    a veth pair, so that a client inside reaches this namespace's 127.0.0.1 through a network
+    device, as a remote client would (the loopback device skips most of the stack). Loopback
+    addresses only: this side ``127.77.X.Y+1``, the other ``+2`` (a /30 from the name), with
+    ``route_localnet`` on both ends; inside, the loopback has no address and 127.0.0.1/32 is
+    routed over the pair, and here the other end's address is routed back over it (its entry in
+    the ``local`` table, which holds 127.0.0.0/8). Neighbours are fixed entries (no ARP for
+    127/8). Idempotent; the pair goes when the namespace is removed. Returns the device names
+    and addresses; OSError where a step fails."""
+    ns = namespace_name(name)
+    made = not exists(ns)
+    if made:
+        _check("ip", "netns", "add", ns)
+    tag = veth_tag(ns)
+    here, there = f"ofh{tag}", f"ofc{tag}"
+    block = int(tag, 16) % (1 << 14) * 4  # /30 blocks of 127.77.0.0/16
+    base = f"{VETH_NET}.{block >> 8}.{block & 255}"
+    mine, theirs = (
+        f"{VETH_NET}.{block >> 8}.{(block & 255) + 1}",
+        f"{VETH_NET}.{block >> 8}.{(block & 255) + 2}",
+    )
+    if _run("ip", "link", "show", "dev", here).returncode != 0:  # (not /sys: another namespace's)
+        _check("ip", "link", "add", here, "type", "veth", "peer", "name", there, "netns", ns)
+    # Up first: a loopback that comes up without an address is given 127.0.0.1/8 again.
+    _check("ip", "-n", ns, "link", "set", "lo", "up")
+    _check("ip", "-n", ns, "addr", "flush", "dev", "lo")
+    _check("ip", "addr", "replace", f"{mine}/30", "dev", here)
+    _check("ip", "-n", ns, "addr", "replace", f"{theirs}/30", "dev", there)
+    _check("ip", "link", "set", here, "up")
+    _check("ip", "-n", ns, "link", "set", there, "up")
+    for where, dev in ((None, here), (ns, there)):
+        for conf in ("all", dev):
+            _sysctl(where, f"net/ipv4/conf/{conf}/route_localnet", "1")
+    mac_here = _run("ip", "-br", "link", "show", here).stdout.split()[2]
+    mac_there = _run("ip", "-n", ns, "-br", "link", "show", there).stdout.split()[2]
+    _check("ip", "route", "replace", "table", "local", f"{theirs}/32", "dev", here, "src", "127.0.0.1")
+    _check("ip", "neigh", "replace", theirs, "lladdr", mac_there, "dev", here, "nud", "permanent")
+    _check("ip", "-n", ns, "route", "replace", "127.0.0.1/32", "dev", there, "src", theirs)
+    _check(
+        "ip", "-n", ns, "neigh", "replace", "127.0.0.1", "lladdr", mac_here, "dev", there, "nud", "permanent"
+    )
+    return {"namespace": ns, "made": str(made), "device": here, "peer": there, "address": mine,
+            "peer_address": theirs, "block": f"{base}/30"}  # fmt: skip
+
+
+def veth_tag(ns: str) -> str:
+    """The 8 hex digits that name namespace ``ns``'s veth pair (``ofhTAG`` here, ``ofcTAG`` there)."""
+    import hashlib
+
+    return hashlib.sha256(ns.encode()).hexdigest()[:8]
+
+
+def _sysctl(ns: str | None, key: str, value: str) -> None:
+    """Writes /proc/sys/KEY in namespace ``ns`` (None: here); net.* keys are per namespace."""
+    cmd = ["sh", "-c", f"echo {value} > /proc/sys/{key}"]
+    _check(*(["nsenter", f"--net=/run/netns/{ns}", *cmd] if ns else cmd))

@@ -12,6 +12,9 @@ whether the generator, not the server, was the bound (docs/serve-protocol.md, "L
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +28,8 @@ from offload.serve.inject import Trace, _frames
 # Distinct frames a run cycles through at most (each is sent many times, with a fresh id).
 MAX_FRAMES = 64
 MODES = ("open", "closed", "knee")
+ARRIVALS = ("fixed", "poisson")
+PACINGS = ("ticks", "per-request")
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,11 @@ class Load:
     connect_timeout_s: float = 5.0
     sla_p99_us: float = 5000.0  # knee
     steps: int = 6  # knee: bisections
+    arrivals: str = "fixed"  # or poisson (open loop)
+    seed: int = 1  # poisson
+    pacing: str = "ticks"  # at most one wake-up per tick; per-request: the loop before issue 40
+    max_tick_us: float = 200.0  # the longest tick (the knee: at most 1/25 of the SLA)
+    wake_on_replies: bool = False  # ticks: also wake when a reply comes while nothing is due
 
 
 def _windows(n: int, request_size: int) -> tuple[int, list[tuple[int, int, int]]]:
@@ -111,17 +121,83 @@ def run(endpoint: str, frame_list: list[bytes], load: Load, curve: CurveKeys | N
 
     if load.mode not in MODES:
         raise ValueError(f"mode is one of {', '.join(MODES)}, not {load.mode!r}")
+    if load.arrivals not in ARRIVALS:
+        raise ValueError(f"arrivals are one of {', '.join(ARRIVALS)}, not {load.arrivals!r}")
+    if load.pacing not in PACINGS:
+        raise ValueError(f"pacing is one of {', '.join(PACINGS)}, not {load.pacing!r}")
     keys = (
         (str(Path(curve.server_key).expanduser()), str(Path(curve.client_key).expanduser()))
         if curve
         else None
     )
-    result = _native.serve_bench(
-        endpoint, frame_list, load.mode, load.rate, load.connections, load.threads, load.max_in_flight,
-        load.in_flight, load.duration_s, load.drain_s, load.connect_timeout_s, load.sla_p99_us, load.steps,
-        keys,
-    )  # fmt: skip
+    with single_threaded_blas():
+        result = _native.serve_bench(
+            endpoint, frame_list, load.mode, load.rate, load.connections, load.threads, load.max_in_flight,
+            load.in_flight, load.duration_s, load.drain_s, load.connect_timeout_s, load.sla_p99_us,
+            load.steps, keys, load.arrivals, load.seed, load.pacing, load.max_tick_us, load.wake_on_replies,
+        )  # fmt: skip
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(), **dict(result)}
+
+
+def parse_cpus(text: str) -> set[int]:
+    """The CPUs a list names (`1`, `0,2-3`), each one this process may run on; else a
+    ValueError in one line saying which is not and which are."""
+    allowed = os.sched_getaffinity(0)
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi or lo)
+        except ValueError:
+            raise ValueError(f"--cpus {text!r}: write CPU numbers and ranges like 0,2-3") from None
+        if not 0 <= first <= last < 1024:
+            raise ValueError(f"--cpus {text!r}: {part.strip()} is not a range of CPUs")
+        cpus.update(range(first, last + 1))
+    if cpus - allowed:
+        names = ",".join(map(str, sorted(allowed)))
+        raise ValueError(
+            f"--cpus {text!r}: CPU {min(cpus - allowed)} is not one this process may run on ({names})"
+        )
+    return cpus
+
+
+def _set_threads_affinity(cpus: dict[int, set[int]] | set[int]) -> dict[int, set[int]]:
+    """Sets each thread of this process to `cpus` (one set for all, or a set per thread id);
+    returns what each had. A thread that ended meanwhile is skipped."""
+    before: dict[int, set[int]] = {}
+    for name in os.listdir("/proc/self/task"):
+        tid = int(name)
+        try:
+            before[tid] = os.sched_getaffinity(tid)
+            os.sched_setaffinity(tid, cpus.get(tid, before[tid]) if isinstance(cpus, dict) else cpus)
+        except ProcessLookupError:
+            continue
+    return before
+
+
+@contextlib.contextmanager
+def pinned(cpus: set[int] | None) -> Iterator[None]:
+    """Every thread of this process, and those it starts meanwhile (the generator's, ZeroMQ's),
+    on `cpus` only, then back as they were; None: no change."""
+    if not cpus:
+        yield
+        return
+    before = _set_threads_affinity(cpus)
+    try:
+        yield
+    finally:
+        _set_threads_affinity(before)
+
+
+def single_threaded_blas() -> contextlib.AbstractContextManager[Any]:
+    """numpy's BLAS held to one thread while the generator runs in this process: OpenBLAS's
+    idle threads spin after a call and were 2.6% of a generator's profile (issue 40). With
+    threadpoolctl where it is installed; else nothing is changed."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def measure(
@@ -149,7 +225,29 @@ def measure(
         result["at_knee"] = {k: at_knee[k] for k in kept}
     if before is not None:
         result["daemon_cpu"] = daemon_cpu(before, stats())
+        gen = (result.get("at_knee") or result)["generator"]
+        result["generator_to_host_path"] = generator_to_host_path(gen, result["daemon_cpu"])
+    if load.mode == "knee":
+        result["generator"] = knee_bound(result)
     return result
+
+
+def knee_bound(result: dict[str, Any]) -> dict[str, Any]:
+    """Whether the generator, not the daemon, bounded a knee search: a run of the search it
+    stopped, or the run at the knee's rate."""
+    at_knee = (result.get("at_knee") or {}).get("generator") or {}
+    why = result.get("stopped") or (at_knee.get("why") and f"at the knee's rate: {at_knee['why']}")
+    return {"bound": bool(why), "why": why or None}
+
+
+def generator_to_host_path(gen: dict[str, Any], cpu: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The generator's CPU per query sent beside the daemon's host path per query answered, over
+    the same run, and their ratio (issue 40's aim: at most 0.25 at the knee); None without both."""
+    host = ((cpu or {}).get("ns_per_query") or {}).get("host_path")
+    mine = gen.get("cpu_ns_per_query")
+    if not host or not mine:
+        return None
+    return {"generator_ns_per_query": mine, "host_path_ns_per_query": host, "ratio": mine / host}
 
 
 def daemon_cpu(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
@@ -190,6 +288,37 @@ def failures(result: dict[str, Any]) -> str | None:
     )
     first = next(iter(result.get("messages", {}).items()), None)
     return f"{line}; first {first[0]}: {first[1]}" if first else line
+
+
+def report(result: dict[str, Any]) -> list[str]:
+    """The text report of `offload serve bench`: first, where the generator was the bound, a
+    line saying so (the figures then measure it, not the daemon); the run or the knee; the host
+    path, and the generator's CPU per query beside it."""
+    gen = result["generator"]
+    lines = []
+    if gen["bound"]:
+        lines.append(f"THE GENERATOR WAS THE BOUND, not the daemon: {gen['why']}")
+    if "knee" in result:
+        knee, sla = result["knee"], result["sla_p99_us"]
+        found = "none (the first rate already misses)"
+        if knee:
+            found = (
+                f"{knee['queries_per_s']:,.0f} queries/s at {knee['rate_rps']:,.0f} requests/s, "
+                f"p99 {knee['p99_us']:,.0f} µs"
+            )
+        lines.append(f"knee (p99 <= {sla:,.0f} µs): {found}")
+    else:
+        lines.append(summary(result))
+    if result.get("daemon_cpu"):
+        where = " at the knee" if "knee" in result else ""
+        lines.append(f"{host_path_line(result['daemon_cpu'])}{where}")
+    ratio = result.get("generator_to_host_path")
+    if ratio:
+        lines.append(
+            f"generator {ratio['generator_ns_per_query']:,.1f} ns/query sent beside the host path's "
+            f"{ratio['host_path_ns_per_query']:,.1f}: {ratio['ratio']:.2f}x"
+        )
+    return lines
 
 
 def summary(result: dict[str, Any]) -> str:

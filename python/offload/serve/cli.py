@@ -432,6 +432,31 @@ def sweep(
     c.print(f"wrote {out} (+ .csv, .png)")
 
 
+def _enter_generator_netns(name: str, endpoint: str) -> dict[str, str]:
+    """Re-runs this command inside namespace offload-NAME joined to this one by a veth pair
+    (offload.host.links.veth) unless it runs there already; returns the namespace and how it is
+    joined. Where namespaces are unavailable, or the endpoint is not the daemon's loopback TCP
+    one, a ValueError (one line, exit 2)."""
+    import os
+
+    from offload.host import links as L
+
+    ns = L.namespace_name(name)
+    if os.environ.get(L.ENV) != ns:
+        why = L.unavailable_reason()
+        if why:
+            raise ValueError(f"--netns: {why}")
+        if not endpoint.startswith("tcp://127.0.0.1:"):
+            raise ValueError(
+                f"--netns: the endpoint must be tcp://127.0.0.1:PORT (the daemon's here), not {endpoint}"
+            )
+        if L.veth(name)["made"] == "True":
+            os.environ[L.MADE_ENV] = ns  # removed, with its veth pair, when the command ends
+    L.reexec_inside(name)  # returns only inside
+    tag = L.veth_tag(ns)
+    return {"namespace": ns, "link": "veth", "device": f"ofc{tag}"}
+
+
 @app.command()
 def bench(
     endpoint: Annotated[str, typer.Option("--endpoint", "-e", help="The daemon's endpoint.")],
@@ -522,6 +547,52 @@ def bench(
             "host path]",
         ),
     ] = None,
+    arrivals: Annotated[
+        str,
+        typer.Option(
+            help="Open loop: fixed (one schedule at the rate) or poisson (exponential gaps, from --seed)."
+        ),
+    ] = "fixed",
+    seed: Annotated[int, typer.Option(min=0, max=(1 << 63) - 1, help="Poisson arrivals: the seed.")] = 1,
+    pacing: Annotated[
+        str,
+        typer.Option(
+            help="ticks: wake at most once per tick, sending every due request in a burst (the tick: "
+            "8 requests' worth of the rate, at most --max-tick-us); per-request: a wake-up per request "
+            "and per reply (the generator before issue 40, to compare)."
+        ),
+    ] = "ticks",
+    max_tick_us: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            max=1e6,
+            help="The longest tick (µs; the knee: at most 1/25 of --sla-p99-us): sends are up to a tick "
+            "late, in their latency; replies are timed at the tick they are taken at.",
+        ),
+    ] = 200.0,
+    wake_on_replies: Annotated[
+        bool,
+        typer.Option(
+            help="Ticks: also wake when a reply comes while nothing is due (finer reply times at low "
+            "rates, more wake-ups)."
+        ),
+    ] = False,
+    cpus: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the generator (every thread of this process) on these CPUs only, e.g. 1 or 2-3; "
+            "give the daemon others (offload serve --cpus 0). \\[default: any]"
+        ),
+    ] = None,
+    netns: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the generator in network namespace offload-NAME (made if missing), joined to this "
+            "one by a veth pair on loopback addresses, as a remote client: the endpoint must be "
+            "tcp://127.0.0.1:PORT as the daemon here binds it. Needs root and iproute2. \\[default: here]"
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     out: OutOpt = None,
     server_key: ServerKeyOpt = None,
@@ -538,6 +609,13 @@ def bench(
 
     if mode not in b.MODES:
         raise _fail(f"--mode is one of {', '.join(b.MODES)}, not {mode!r}")
+    if arrivals not in b.ARRIVALS:
+        raise _fail(f"--arrivals is one of {', '.join(b.ARRIVALS)}, not {arrivals!r}")
+    if pacing not in b.PACINGS:
+        raise _fail(f"--pacing is one of {', '.join(b.PACINGS)}, not {pacing!r}")
+    with failing(ValueError, OSError):
+        cpu_set = b.parse_cpus(cpus) if cpus is not None else None
+        client_netns = _enter_generator_netns(netns, endpoint) if netns is not None else None
     curve = curve_keys(server_key, client_key)
     with failing(ValueError, OSError):
         rs = rules_api.load(ruletype, rules)
@@ -550,26 +628,16 @@ def bench(
         else:
             frames, _ = b.frames(cols, list(rs.criterion_codes), request_size)
         load = b.Load(mode, rate, connections, threads, in_flight, max_in_flight, duration, drain,
-                      connect_timeout, sla_p99_us, steps)  # fmt: skip
-        result = b.measure(endpoint, frames, load, curve, control, connect_timeout)
-    result = {"request_size": request_size, "layout": "encoded" if encoded else "raw", **encoding, **result}
+                      connect_timeout, sla_p99_us, steps, arrivals, seed, pacing, max_tick_us,
+                      wake_on_replies)  # fmt: skip
+        with b.pinned(cpu_set):
+            result = b.measure(endpoint, frames, load, curve, control, connect_timeout)
+    placement = {"generator_cpus": sorted(cpu_set) if cpu_set else None, "generator_netns": client_netns}
+    layout = {"request_size": request_size, "layout": "encoded" if encoded else "raw", **encoding}
+    result = {**layout, **placement, **result}
     if not emit(result, as_json, out):
-        if mode == "knee":
-            knee = result["knee"]
-            found = "none (the first rate already misses)"
-            if knee:
-                found = (
-                    f"{knee['queries_per_s']:,.0f} queries/s at {knee['rate_rps']:,.0f} requests/s, "
-                    f"p99 {knee['p99_us']:,.0f} µs"
-                )
-            console.print(f"knee (p99 <= {sla_p99_us:,.0f} µs): {found}", highlight=False)
-            if result["stopped"]:
-                console.print(result["stopped"], highlight=False)
-        else:
-            console.print(b.summary(result), highlight=False)
-        if result.get("daemon_cpu"):
-            where = " at the knee" if mode == "knee" else ""
-            console.print(f"{b.host_path_line(result['daemon_cpu'])}{where}", highlight=False)
+        for line in b.report(result):
+            console.print(line, highlight=False)
         if out is not None:
             console.print(f"wrote {out}", highlight=False)
     failed = b.failures(result) if mode != "knee" else None
