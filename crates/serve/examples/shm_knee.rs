@@ -83,8 +83,15 @@ fn main() {
     spec.drain = Duration::from_secs(1);
     let sla = Duration::from_secs_f64(sla_us * 1e-6);
     let knee = loadgen::knee(&spec, sla, steps, None).expect("knee");
+    let steps: Vec<serde_json::Value> = knee["runs"]
+        .as_array()
+        .map(|runs| {
+            let step = |r: &serde_json::Value| serde_json::json!([r["rate_rps"], r["meets_sla"], r["misses"]]);
+            runs.iter().filter(|r| r.get("rate_rps").is_some()).map(step).collect()
+        })
+        .unwrap_or_default();
     let mut out = serde_json::json!({"endpoint": a[0], "request_size": size, "sla_p99_us": sla_us,
-                                     "knee": knee["knee"], "stopped": knee["stopped"]});
+                                     "knee": knee["knee"], "stopped": knee["stopped"], "steps": steps});
     if let Some(rate) = knee["knee"]["rate_rps"].as_f64() {
         let before = stats(&a[1]);
         let at = loadgen::run(&Spec { load: Load::Open { rate }, ..spec.clone() }).expect("run at the knee");
