@@ -200,6 +200,41 @@ fn a_stale_endpoint_is_claimed_a_live_one_refused() {
 }
 
 #[test]
+fn after_stop_requests_are_answered_shutting_down_until_the_daemon_leaves() {
+    let dir = scratch("shm-shutdown");
+    let (a, b) = (shm_endpoint(&dir, "one"), shm_endpoint(&dir, "two")); // two endpoints, one doorbell
+    let served = std::sync::Arc::new(std::sync::RwLock::new(std::sync::Arc::new(offload_serve::server::Served::new(
+        engine(),
+        1,
+        offload_rules::MatcherKind::Fast,
+    ))));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (s, (tx, rx)) = (stop.clone(), std::sync::mpsc::channel());
+    let cfg = config(vec![a.clone(), b.clone()], 1);
+    let daemon = std::thread::spawn(move || {
+        offload_serve::server::run_with(served, &cfg, s, move |_| tx.send(()).unwrap()).unwrap();
+    });
+    rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let (mut one, mut two) = (
+        Connection::connect(&a, Duration::from_secs(5)).unwrap(),
+        Connection::connect(&b, Duration::from_secs(5)).unwrap(),
+    );
+    let eng = engine();
+    let frame = encoded_frame(1, &queries(&eng, 1), 0);
+    for c in [&mut one, &mut two] {
+        c.send(&frame, until).unwrap();
+        assert_eq!(c.recv(until, |f| protocol::decode_reply(f).unwrap().status).unwrap(), Status::Ok);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(20)); // the daemon drains for 100 ms at least
+    one.send(&frame, until).unwrap();
+    assert_eq!(one.recv(until, |f| protocol::decode_reply(f).unwrap().status).unwrap(), Status::ShuttingDown);
+    daemon.join().unwrap();
+    assert!(matches!(two.recv(until, |_| ()), Err(offload_serve::shm::ShmError::Closed)));
+}
+
+#[test]
 fn a_stopped_daemon_is_a_clear_error_not_a_timeout() {
     let dir = scratch("shm-stop");
     let ep = shm_endpoint(&dir, "stop");
