@@ -5,10 +5,11 @@ by `offload serve bench`'s generator over ipc with 256-query requests encoded by
 (16-bit codes) to its knee (p99 from due time <= 5 ms), then one run at the knee's rate between
 two `stats`: the generator's CPU per query sent beside the daemon's host path per query answered
 (`generator_to_host_path`). Configurations: the null and fast matchers x the generator before
-issue 40 (`--pacing per-request`: a wake-up per request and per reply, the loop as it was) and
-after (`--pacing ticks`) x unpinned and pinned (the daemon on CPU 0, the generator on CPU 1),
-each --runs times, alternated so that drift and other load fall on both alike. The medians are
-printed and written with every run.
+issue 40 (`--pacing per-request --client-socket libzmq`: a wake-up per request and per reply,
+libzmq's DEALER, the loop as it was), in between (`ticks+libzmq`: the ticks alone) and after
+(`--pacing ticks --client-socket zmtp`) x unpinned and pinned (the daemon on CPU 0, the generator
+on CPU 1), each --runs times, alternated so that drift and other load fall on all alike. The
+medians are printed and written with every run.
 
 Usage: python benches/serve_generator.py --ruletype R --rules R --queries Q --out build/bench/generator.json
        [--runs 3] [--only null] [--daemon-bin target/release/offload-serve]
@@ -37,8 +38,16 @@ from offload.serve.control import control_request
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# The generators compared: (pacing, client socket).
+GENERATORS = {
+    "before": ("per-request", "libzmq"),
+    "ticks+libzmq": ("ticks", "libzmq"),
+    "after": ("ticks", "zmtp"),
+}
+
+
 def one(
-    a: argparse.Namespace, rs: Any, cols: list[list[str]], matcher: str, pacing: str, pin: bool
+    a: argparse.Namespace, rs: Any, cols: list[list[str]], matcher: str, generator: str, pin: bool
 ) -> dict[str, Any]:
     """One configuration: its daemon started, the knee found, measured at the knee, stopped."""
     with tempfile.TemporaryDirectory(prefix="gen-") as tmp:
@@ -50,8 +59,9 @@ def one(
         proc = daemon.start(*flags, timeout_s=180, cpus={0} if pin else None, program=program)
         try:
             frames, _ = bench.encoded_frames(ep, cols, list(rs.criterion_codes), a.request_size, 16)
+            pacing, socket = GENERATORS[generator]
             load = bench.Load("knee", 0.0, a.connections, 1, 1, 1024, a.duration, 1.0, 5.0, a.sla_p99_us,
-                              a.steps, pacing=pacing)  # fmt: skip
+                              a.steps, pacing=pacing, client_socket=socket)  # fmt: skip
             with bench.pinned({1} if pin else None):
                 r = bench.measure(ep, frames, load, control=ctl)
             control_request(ctl, "stats", 10)
@@ -60,7 +70,7 @@ def one(
     knee, ratio = r.get("knee") or {}, r.get("generator_to_host_path") or {}
     gen = (r.get("at_knee") or {}).get("generator", {})
     return {
-        "matcher": matcher, "pacing": pacing, "pinned": pin, "knee_qps": knee.get("queries_per_s"),
+        "matcher": matcher, "generator": generator, "pinned": pin, "knee_qps": knee.get("queries_per_s"),
         "knee_rate_rps": knee.get("rate_rps"), "p99_us": knee.get("p99_us"), "stopped": r.get("stopped"),
         "generator_ns_per_query": ratio.get("generator_ns_per_query"),
         "host_path_ns_per_query": ratio.get("host_path_ns_per_query"), "ratio": ratio.get("ratio"),
@@ -87,7 +97,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=1.5, help="seconds per knee step")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--sla-p99-us", type=float, default=5000.0)
-    ap.add_argument("--only", default="", help="matchers, pacings or pinnings to run: e.g. null,ticks")
+    ap.add_argument("--only", default="", help="matchers, generators or pinnings to run: e.g. null,after")
     a = ap.parse_args()
     rs = rules_api.load(a.ruletype, a.rules)
     _, cols = load_query_columns(rs, a.queries)
@@ -96,7 +106,7 @@ def main() -> None:
         (m, p, pin)
         for pin in (False, True)
         for m in ("null", "fast")
-        for p in ("per-request", "ticks")
+        for p in GENERATORS
         if all(w in (m, p, "pinned" if pin else "unpinned") for w in only) or not only
     ]
     rows: list[dict[str, Any]] = []
@@ -119,11 +129,11 @@ def main() -> None:
             )
     medians = []
     for m, p, pin in grid:
-        sel = [r for r in rows if (r["matcher"], r["pacing"], r["pinned"]) == (m, p, pin)]
+        sel = [r for r in rows if (r["matcher"], r["generator"], r["pinned"]) == (m, p, pin)]
         keys = ("knee_qps", "p99_us", "generator_ns_per_query", "host_path_ns_per_query", "ratio",
                 "generator_us_per_request")  # fmt: skip
         bound = sum(1 for r in sel if r["generator_bound"] or r["stopped"])
-        medians.append({"matcher": m, "pacing": p, "pinned": pin, "runs": len(sel),
+        medians.append({"matcher": m, "generator": p, "pinned": pin, "runs": len(sel),
                         **{k: median(sel, k) for k in keys}, "generator_bound_runs": bound})  # fmt: skip
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     result = {

@@ -247,13 +247,15 @@ fn zmq_echo(py: Python<'_>, endpoint: String, seconds: f64) -> PyResult<u64> {
 /// bisections, from `rate`, or from a closed-loop run when `rate` is 0). `curve`: (server public
 /// key file, client secret key file). `arrivals` "fixed" or "poisson" (from `seed`); `pacing`
 /// "ticks" (at most one wake-up per tick of at most `max_tick_us`; `wake_on_replies`) or
-/// "per-request" (the loop before issue 40). Returns the result as a dict; a bad setting, or no
-/// reply within `connect_timeout_s`, is a ValueError.
+/// "per-request" (the loop before issue 40); `client_socket` "zmtp" (ZMTP spoken by the
+/// generator itself) or "libzmq" (libzmq's DEALER, as before issue 40; always with `curve`).
+/// Returns the result as a dict; a bad setting, or no reply within `connect_timeout_s`, is a
+/// ValueError.
 #[pyfunction]
 #[pyo3(signature = (endpoint, frames, mode, rate, connections, threads, max_in_flight, in_flight,
                     duration_s, drain_s, connect_timeout_s, sla_p99_us = 5000.0, steps = 6, curve = None,
                     arrivals = "fixed", seed = 1, pacing = "ticks", max_tick_us = 200.0,
-                    wake_on_replies = false))]
+                    wake_on_replies = false, client_socket = "zmtp"))]
 #[allow(clippy::too_many_arguments)]
 fn serve_bench(
     py: Python<'_>,
@@ -276,8 +278,9 @@ fn serve_bench(
     pacing: &str,
     max_tick_us: f64,
     wake_on_replies: bool,
+    client_socket: &str,
 ) -> PyResult<PyObject> {
-    use offload_serve::loadgen::{self, Arrivals, Load, Pacing, Spec};
+    use offload_serve::loadgen::{self, Arrivals, ClientSocket, Load, Pacing, Spec};
     use std::time::Duration;
     let secs = |what: &str, s: f64| {
         Duration::try_from_secs_f64(s)
@@ -298,6 +301,11 @@ fn serve_bench(
         "per-request" => Pacing::PerRequest,
         other => return Err(PyValueError::new_err(format!("pacing is ticks or per-request, not {other:?}"))),
     };
+    let client_socket = match client_socket {
+        "zmtp" => ClientSocket::Zmtp,
+        "libzmq" => ClientSocket::Libzmq,
+        other => return Err(PyValueError::new_err(format!("client_socket is zmtp or libzmq, not {other:?}"))),
+    };
     let curve = match curve {
         Some((server, client)) => {
             Some(offload_serve::auth::CurveClient::from_files(&server, &client).map_err(PyValueError::new_err)?)
@@ -314,6 +322,7 @@ fn serve_bench(
         curve,
         arrivals,
         pacing,
+        client_socket,
         ..Spec::new(&endpoint, frames, load)
     };
     let sla = secs("the SLA", sla_p99_us / 1e6)?;

@@ -26,6 +26,9 @@ use std::collections::BTreeMap;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
+mod zmtp;
+pub use zmtp::ZmtpConnection;
+
 /// How the load is offered.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Load {
@@ -101,6 +104,8 @@ pub struct Spec {
     pub arrivals: Arrivals,
     /// How the sending threads wake.
     pub pacing: Pacing,
+    /// The DEALER spoken through (libzmq's wherever CURVE keys are given).
+    pub client_socket: ClientSocket,
 }
 
 impl Spec {
@@ -119,6 +124,16 @@ impl Spec {
             curve: None,
             arrivals: Arrivals::Fixed,
             pacing: Pacing::Ticks { max_tick: Duration::from_micros(200), wake_on_replies: false },
+            client_socket: ClientSocket::Zmtp,
+        }
+    }
+
+    /// The DEALER the connections use: libzmq's with CURVE keys, else the one asked for.
+    pub fn socket(&self) -> ClientSocket {
+        if self.curve.is_some() {
+            ClientSocket::Libzmq
+        } else {
+            self.client_socket
         }
     }
 
@@ -250,8 +265,14 @@ pub enum Readiness {
 /// they are; the generator owns the ids, slots, schedule and clocks. Nothing but
 /// [`Connection::wait`] blocks.
 pub trait Connection: Send {
-    /// Sends one request frame without blocking: `Ok(true)` sent, `Ok(false)` full (try later).
+    /// Sends one request frame without blocking: `Ok(true)` sent (or queued until `flush`),
+    /// `Ok(false)` full (try later).
     fn send(&mut self, frame: &[u8]) -> Result<bool, String>;
+    /// Pushes out what `send` queued, without blocking (the generator calls it after each
+    /// burst of sends; what the peer cannot take now goes at the next). Default: nothing queued.
+    fn flush(&mut self) -> Result<(), String> {
+        Ok(())
+    }
     /// Calls `on_reply` with every reply frame ready now, without blocking; returns how many.
     fn take_replies(&mut self, on_reply: &mut dyn FnMut(&[u8])) -> Result<usize, String>;
     /// Whether a reply is ready now, or else what to poll for one (asked before every sleep).
@@ -273,13 +294,30 @@ pub trait Connection: Send {
     }
 }
 
-/// Opens a generator's connection to `spec.endpoint`: `tcp://` and `ipc://` endpoints are a
-/// ZeroMQ DEALER in `ctx` (with CURVE where the spec has keys).
+/// Opens a generator's connection to `spec.endpoint`: shared memory for `shm://` (crate::shm);
+/// for `tcp://` and `ipc://` endpoints our
+/// own ZMTP DEALER ([`ZmtpConnection`]), or libzmq's in `ctx` ([`ZmqConnection`]) when the spec
+/// asks for it or has CURVE keys.
 pub fn open(spec: &Spec, ctx: &zmq::Context) -> Result<Box<dyn Connection>, String> {
     if spec.endpoint.starts_with("shm://") {
-        return Err(format!("{}: shared-memory endpoints are not in this build yet", spec.endpoint));
+        return crate::shm::loadgen_connection(&spec.endpoint, spec.max_in_flight, spec.connect_timeout);
     }
-    Ok(Box::new(ZmqConnection::connect(spec, ctx)?))
+    match spec.socket() {
+        ClientSocket::Zmtp => {
+            let silent = || no_reply(spec);
+            Ok(Box::new(ZmtpConnection::connect(&spec.endpoint, spec.connect_timeout, &silent)?))
+        }
+        ClientSocket::Libzmq => Ok(Box::new(ZmqConnection::connect(spec, ctx)?)),
+    }
+}
+
+/// Which DEALER the generator speaks through (tcp:// and ipc:// endpoints).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientSocket {
+    /// ZMTP spoken here on one socket: a write per tick, a read per pass, no I/O thread.
+    Zmtp,
+    /// libzmq's DEALER (its I/O thread; CURVE): the generator before issue 40.
+    Libzmq,
 }
 
 /// A ZeroMQ DEALER connection.
@@ -398,6 +436,15 @@ fn zerr(what: &str) -> impl Fn(zmq::Error) -> String + '_ {
 /// The id of the unmeasured first request each connection sends to see that a server is there.
 const PROBE_ID: u64 = u64::MAX;
 
+/// The error when nothing answers at the endpoint within the connect timeout.
+fn no_reply(spec: &Spec) -> String {
+    format!(
+        "no reply from {} within {:.3} s: is `offload serve` running there?",
+        spec.endpoint,
+        spec.connect_timeout.as_secs_f64()
+    )
+}
+
 /// Opens connection `index` and has its first (unmeasured) request answered within the
 /// connect timeout.
 fn connect(spec: &Spec, ctx: &zmq::Context, index: usize) -> Result<Conn, String> {
@@ -405,19 +452,14 @@ fn connect(spec: &Spec, ctx: &zmq::Context, index: usize) -> Result<Conn, String
     let mut probe = spec.frames[0].clone();
     probe[4..12].copy_from_slice(&PROBE_ID.to_le_bytes());
     let until = Instant::now() + spec.connect_timeout;
-    let silent = || {
-        format!(
-            "no reply from {} within {:.3} s: is `offload serve` running there?",
-            spec.endpoint,
-            spec.connect_timeout.as_secs_f64()
-        )
-    };
+    let silent = || no_reply(spec);
     while !link.send(&probe)? {
         if Instant::now() >= until {
             return Err(silent());
         }
         sleep_until(Instant::now() + Duration::from_micros(200));
     }
+    link.flush()?;
     let mut answered = false;
     while !answered {
         if Instant::now() >= until {
@@ -518,11 +560,11 @@ fn take_replies(c: &mut Conn, t: &mut Tally, start: Instant) -> Result<(), Strin
     let Conn { link, slots, free, .. } = c;
     link.take_replies(&mut |frame| {
         let now = start.elapsed().as_nanos() as u64;
-        let Ok(r) = protocol::decode_reply(frame) else {
+        let Some((request_id, status, n)) = peek_reply(frame) else {
             t.stray += 1;
             return;
         };
-        let (slot, generation) = ((r.request_id & 0xffff_ffff) as usize, (r.request_id >> 32) as u32);
+        let (slot, generation) = ((request_id & 0xffff_ffff) as usize, (request_id >> 32) as u32);
         let Some(s) = slots.get_mut(slot).filter(|s| s.busy && s.generation == generation) else {
             t.stray += 1; // the probe's reply, or a late one for a slot since reused
             return;
@@ -530,17 +572,37 @@ fn take_replies(c: &mut Conn, t: &mut Tally, start: Instant) -> Result<(), Strin
         s.busy = false;
         free.push(slot as u32);
         t.last_reply_ns = now;
-        let name = status_name(r.status);
+        let name = status_name(status);
         *t.statuses.entry(name).or_default() += 1;
-        if r.status == Status::Ok {
+        if status == Status::Ok {
             t.latency.saturating_record(now.saturating_sub(s.due_ns).max(1));
             t.service.saturating_record(now.saturating_sub(s.sent_ns).max(1));
-            t.queries_ok += r.rule.len() as u64;
-        } else {
-            t.messages.entry(name).or_insert(r.message);
+            t.queries_ok += n as u64;
+        } else if !t.messages.contains_key(name) {
+            let why = protocol::decode_reply(frame).map_or_else(|e| e.to_string(), |r| r.message);
+            t.messages.insert(name, why);
         }
     })?;
     Ok(())
+}
+
+/// A reply's id, status and answer count from its fixed header (magic `OFR1`, id u64, status
+/// u8, version u64, n u32: docs/serve-protocol.md, "Reply"), without decoding the answers.
+fn peek_reply(frame: &[u8]) -> Option<(u64, Status, u32)> {
+    if frame.len() < 25 || &frame[..4] != b"OFR1" {
+        return None;
+    }
+    let id = u64::from_le_bytes(frame[4..12].try_into().expect("8 bytes"));
+    let status = match frame[12] {
+        0 => Status::Ok,
+        1 => Status::Busy,
+        2 => Status::DeadlineExceeded,
+        3 => Status::Malformed,
+        4 => Status::BadRequest,
+        5 => Status::ShuttingDown,
+        _ => return None,
+    };
+    Some((id, status, u32::from_le_bytes(frame[21..25].try_into().expect("4 bytes"))))
 }
 
 fn status_name(s: Status) -> &'static str {
@@ -632,14 +694,17 @@ fn send_due(
     t: &mut Tally,
     rate: f64,
 ) -> Result<bool, String> {
+    let mut room = true;
     while c.due_ns <= now {
         if !send_one(c, frames, c.due_ns, start, t)? {
             t.stalls += 1;
-            return Ok(false);
+            room = false;
+            break;
         }
         c.schedule_next(spec.arrivals, rate, spec.connections as u64);
     }
-    Ok(true)
+    c.link.flush()?;
+    Ok(room)
 }
 
 /// The open loop woken at most once per `tick` (see [`Pacing::Ticks`]): each pass takes the
@@ -732,6 +797,7 @@ fn drive_per_request(
                             break;
                         }
                     }
+                    c.link.flush()?;
                 }
             }
         }
@@ -869,6 +935,11 @@ impl Outcome {
                 "resolution_us": tick_us,
             }),
         };
+        let client_socket = match spec.socket() {
+            _ if spec.endpoint.starts_with("shm://") => "shm",
+            ClientSocket::Zmtp => "zmtp",
+            ClientSocket::Libzmq => "libzmq",
+        };
         let arrivals = match spec.arrivals {
             Arrivals::Fixed => json!({"kind": "fixed"}),
             Arrivals::Poisson { seed } => json!({"kind": "poisson", "seed": seed}),
@@ -879,7 +950,7 @@ impl Outcome {
         };
         let requests_per_s = ok as f64 / elapsed.max(1e-9);
         let queries_per_s = t.queries_ok as f64 / elapsed.max(1e-9);
-        let json = json!({
+        let mut json = json!({
             "benchmark": "serve-bench",
             "endpoint": spec.endpoint,
             "mode": mode,
@@ -888,8 +959,6 @@ impl Outcome {
             "threads": threads,
             "in_flight_per_connection": in_flight,
             "frames": spec.frames.len(),
-            "arrivals": arrivals,
-            "pacing": pacing,
             "duration_s": dur,
             "drain_s": spec.drain.as_secs_f64(),
             "elapsed_s": elapsed,
@@ -923,6 +992,9 @@ impl Outcome {
                 "note": note,
             },
         });
+        json["arrivals"] = arrivals;
+        json["pacing"] = pacing;
+        json["client_socket"] = json!(client_socket);
         Outcome {
             load: spec.load,
             sent: t.sent,

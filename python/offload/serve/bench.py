@@ -30,6 +30,7 @@ MAX_FRAMES = 64
 MODES = ("open", "closed", "knee")
 ARRIVALS = ("fixed", "poisson")
 PACINGS = ("ticks", "per-request")
+CLIENT_SOCKETS = ("zmtp", "libzmq")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Load:
     pacing: str = "ticks"  # at most one wake-up per tick; per-request: the loop before issue 40
     max_tick_us: float = 200.0  # the longest tick (the knee: at most 1/25 of the SLA)
     wake_on_replies: bool = False  # ticks: also wake when a reply comes while nothing is due
+    client_socket: str = "zmtp"  # ZMTP spoken by the generator; libzmq: libzmq's DEALER (as before)
 
 
 def _windows(n: int, request_size: int) -> tuple[int, list[tuple[int, int, int]]]:
@@ -125,6 +127,10 @@ def run(endpoint: str, frame_list: list[bytes], load: Load, curve: CurveKeys | N
         raise ValueError(f"arrivals are one of {', '.join(ARRIVALS)}, not {load.arrivals!r}")
     if load.pacing not in PACINGS:
         raise ValueError(f"pacing is one of {', '.join(PACINGS)}, not {load.pacing!r}")
+    if load.client_socket not in CLIENT_SOCKETS:
+        raise ValueError(
+            f"the client socket is one of {', '.join(CLIENT_SOCKETS)}, not {load.client_socket!r}"
+        )
     keys = (
         (str(Path(curve.server_key).expanduser()), str(Path(curve.client_key).expanduser()))
         if curve
@@ -135,6 +141,7 @@ def run(endpoint: str, frame_list: list[bytes], load: Load, curve: CurveKeys | N
             endpoint, frame_list, load.mode, load.rate, load.connections, load.threads, load.max_in_flight,
             load.in_flight, load.duration_s, load.drain_s, load.connect_timeout_s, load.sla_p99_us,
             load.steps, keys, load.arrivals, load.seed, load.pacing, load.max_tick_us, load.wake_on_replies,
+            load.client_socket,
         )  # fmt: skip
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(), **dict(result)}
 
@@ -221,7 +228,15 @@ def measure(
         before = stats()
         knee_load = replace(load, mode="open", rate=result["knee"]["rate_rps"])
         at_knee = run(endpoint, frame_list, knee_load, curve)
-        kept = ("requests_per_s", "queries_per_s", "latency_us", "generator")
+        kept = (
+            "requests_per_s",
+            "queries_per_s",
+            "latency_us",
+            "generator",
+            "pacing",
+            "client_socket",
+            "loop_passes",
+        )
         result["at_knee"] = {k: at_knee[k] for k in kept}
     if before is not None:
         result["daemon_cpu"] = daemon_cpu(before, stats())

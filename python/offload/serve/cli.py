@@ -578,6 +578,14 @@ def bench(
             "rates, more wake-ups)."
         ),
     ] = False,
+    client_socket: Annotated[
+        str,
+        typer.Option(
+            help="zmtp: the generator speaks ZeroMQ's wire protocol itself (one write per tick, one read "
+            "per pass, no I/O thread); libzmq: libzmq's DEALER (the generator before issue 40; always with "
+            "CURVE keys)."
+        ),
+    ] = "zmtp",
     cpus: Annotated[
         str | None,
         typer.Option(
@@ -613,6 +621,8 @@ def bench(
         raise _fail(f"--arrivals is one of {', '.join(b.ARRIVALS)}, not {arrivals!r}")
     if pacing not in b.PACINGS:
         raise _fail(f"--pacing is one of {', '.join(b.PACINGS)}, not {pacing!r}")
+    if client_socket not in b.CLIENT_SOCKETS:
+        raise _fail(f"--client-socket is one of {', '.join(b.CLIENT_SOCKETS)}, not {client_socket!r}")
     with failing(ValueError, OSError):
         cpu_set = b.parse_cpus(cpus) if cpus is not None else None
         client_netns = _enter_generator_netns(netns, endpoint) if netns is not None else None
@@ -629,7 +639,7 @@ def bench(
             frames, _ = b.frames(cols, list(rs.criterion_codes), request_size)
         load = b.Load(mode, rate, connections, threads, in_flight, max_in_flight, duration, drain,
                       connect_timeout, sla_p99_us, steps, arrivals, seed, pacing, max_tick_us,
-                      wake_on_replies)  # fmt: skip
+                      wake_on_replies, client_socket)  # fmt: skip
         with b.pinned(cpu_set):
             result = b.measure(endpoint, frames, load, curve, control, connect_timeout)
     placement = {"generator_cpus": sorted(cpu_set) if cpu_set else None, "generator_netns": client_netns}
