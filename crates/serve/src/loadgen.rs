@@ -734,7 +734,9 @@ fn drive_ticks(
         let sending = now < end_send;
         let (mut blocked, mut next_due) = (false, end_send);
         for c in conns.iter_mut() {
-            take_replies(c, t, start)?;
+            if c.in_flight() > 0 {
+                take_replies(c, t, start)?; // (a read per connection with something out)
+            }
             if sending {
                 blocked |= !send_due(c, spec, frames, now, start, t, rate)?;
                 next_due = next_due.min(c.due_ns);

@@ -283,7 +283,7 @@ def daemon_cpu(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] 
 def host_path_line(cpu: dict[str, Any]) -> str:
     """The host path in one line: ns per query by part, and the ceiling it implies."""
     per = cpu["ns_per_query"]
-    roles = ("broker", "worker", "executor", "zmq_io", "match")
+    roles = ("broker", "worker", "executor", "zmq_io", "shm", "match")
     parts = ", ".join(f"{k} {per[k]:,.0f}" for k in roles if k in per)
     ceiling = cpu.get("host_path_ceiling_qps")
     cap = f"; ceiling {ceiling / 1e6:,.1f} M queries/s on {cpu['cores']} cores" if ceiling else ""

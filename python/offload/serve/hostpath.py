@@ -83,6 +83,8 @@ class Setup:
     steps: int = 5
     sla_p99_us: float = 5000.0
     start_rate: float = 0.0  # requests/s the knee search starts at (0: a closed loop's throughput)
+    daemon_cpus: frozenset[int] | None = None  # the daemon's threads on these CPUs only
+    generator_cpus: frozenset[int] | None = None  # the generator's (this process's) threads on these
 
 
 def measure_config(
@@ -92,13 +94,14 @@ def measure_config(
     knee, its host path at the knee's rate, stopped (every wait bounded)."""
     ep, ctl = f"ipc://{tmp}/d.sock", f"ipc://{tmp}/c.sock"
     flags = [*daemon.rule_flags(s.ruletype, s.rules), "-e", ep, "-c", ctl, *c.flags(s.profile, s.queries)]
-    proc = daemon.start(*flags, timeout_s=180, program=program)
+    proc = daemon.start(*flags, timeout_s=180, program=program, cpus=set(s.daemon_cpus or ()) or None)
     try:
         frames = frames_for(c, ep, rs, cols, s.request_size)
         load = bench.Load(
             "knee", s.start_rate, s.connections, 1, 1, 1024, s.duration_s, 1.0, 5.0, s.sla_p99_us, s.steps
         )
-        result = bench.measure(ep, frames, load, control=ctl)
+        with bench.pinned(set(s.generator_cpus or ()) or None):
+            result = bench.measure(ep, frames, load, control=ctl)
         stats = control_request(ctl, "stats", 10)
     finally:
         daemon.stop(proc)
@@ -107,6 +110,7 @@ def measure_config(
         "label": c.label, "config": c.__dict__, "knee": knee, "at_knee": result.get("at_knee"),
         "daemon_cpu": result.get("daemon_cpu"), "stopped": result.get("stopped"),
         "matcher": stats.get("matcher"), "emulated": stats.get("emulated"),
+        "generator_to_host_path": result.get("generator_to_host_path"), "generator": result.get("generator"),
     }  # fmt: skip
 
 
@@ -149,9 +153,10 @@ def run(
     }  # fmt: skip
 
 
-# The parts of the host path, as `stats` → `cpu` names them; `executor` less `match` is the
-# executors' own share (the match is not host path).
-PARTS = ("broker", "worker", "executor", "zmq_io")
+# The parts of the host path, as `stats` → `cpu` names them (`shm`: the shared-memory transport's
+# thread, where a daemon has one; 0 elsewhere); `executor` less `match` is the executors' own share
+# (the match is not host path).
+PARTS = ("broker", "worker", "executor", "zmq_io", "shm")
 
 
 def parts(run: dict[str, Any]) -> dict[str, float] | None:
