@@ -618,7 +618,7 @@ impl Clients {
     /// whatever was queued for them go with the last reference).
     pub(crate) fn refresh(&mut self) {
         for hub in &self.hubs {
-            if hub.changed.swap(false, Ordering::Acquire) {
+            if hub.changed.load(Ordering::Relaxed) && hub.changed.swap(false, Ordering::Acquire) {
                 let fresh = std::mem::take(&mut *hub.fresh.lock().unwrap_or_else(|p| p.into_inner()));
                 self.peers.extend(fresh.into_iter().map(|p| {
                     let tail = p.requests.tail();
