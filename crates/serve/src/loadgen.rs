@@ -723,6 +723,9 @@ fn drive_ticks(
 ) -> Result<(), String> {
     let end_send = spec.duration.as_nanos() as u64;
     let hard_end = start + spec.duration + spec.drain;
+    // The first pass at or after the end still sends what fell due before it (the tick delayed
+    // it); later passes only take replies.
+    let mut last_burst = false;
     // Bounded: every pass ends in a sleep of a tick or more, and the hard end is a fixed instant.
     loop {
         let pass = Instant::now();
@@ -731,14 +734,15 @@ fn drive_ticks(
         }
         let now = pass.duration_since(start).as_nanos() as u64;
         t.passes += 1;
-        let sending = now < end_send;
+        let sending = now < end_send || !std::mem::replace(&mut last_burst, true);
+        let due_by = now.min(end_send.saturating_sub(1));
         let (mut blocked, mut next_due) = (false, end_send);
         for c in conns.iter_mut() {
             if c.in_flight() > 0 {
                 take_replies(c, t, start)?; // (a read per connection with something out)
             }
             if sending {
-                blocked |= !send_due(c, spec, frames, now, start, t, rate)?;
+                blocked |= !send_due(c, spec, frames, due_by, start, t, rate)?;
                 next_due = next_due.min(c.due_ns);
             }
         }
@@ -1126,5 +1130,18 @@ mod tests {
         // due before 10 ms: slots 0..=9, so connections 0 and 1 have 3, 2 and 3 have 2
         assert_eq!((0..4).map(|c| due_before(10_000_000, c, 4, 1000.0)).collect::<Vec<_>>(), vec![3, 3, 2, 2]);
         assert_eq!(due_before(0, 0, 4, 1000.0), 0);
+    }
+
+    #[test]
+    fn the_tick_is_eight_requests_within_its_bounds_and_poisson_gaps_average_one_over_the_rate() {
+        let p = Pacing::Ticks { max_tick: Duration::from_micros(200), wake_on_replies: false };
+        assert_eq!(p.tick(20_000.0), Some(Duration::from_micros(200))); // 8 / 20,000 = 400 µs, capped
+        assert_eq!(p.tick(80_000.0), Some(Duration::from_micros(100)));
+        assert_eq!(p.tick(1e9), Some(MIN_TICK));
+        assert_eq!(Pacing::PerRequest.tick(1000.0), None);
+        let mut state = 42;
+        let n = 100_000;
+        let mean_ns = (0..n).map(|_| exponential_gap_ns(&mut state, 1000.0)).sum::<f64>() / n as f64;
+        assert!((mean_ns / 1e6 - 1.0).abs() < 0.02, "mean gap {mean_ns} ns at 1,000/s");
     }
 }
