@@ -81,6 +81,9 @@ pub struct ZmtpConnection {
     parsed: usize,
     /// The handshake's bytes.
     hello: Vec<u8>,
+    /// The daemon closed the connection: nothing more is sent or read (what is owed is then
+    /// counted unanswered at the end of the drain, as with a DEALER that waits to reconnect).
+    closed: bool,
 }
 
 /// The 64-byte greeting of a NULL-security client.
@@ -146,6 +149,7 @@ impl ZmtpConnection {
             filled: 0,
             parsed: 0,
             hello: Vec::new(),
+            closed: false,
         };
         c.handshake(endpoint, until)?;
         // What came after the READY (nothing, as a server speaks only when spoken to).
@@ -249,6 +253,9 @@ impl ZmtpConnection {
 impl Connection for ZmtpConnection {
     /// Queues the frame (a single-frame message); it goes out at the next `flush`.
     fn send(&mut self, frame: &[u8]) -> Result<bool, String> {
+        if self.closed {
+            return Ok(false);
+        }
         if self.out.len() - self.written > MAX_PENDING {
             self.flush()?;
             if self.out.len() - self.written > MAX_PENDING {
@@ -267,12 +274,13 @@ impl Connection for ZmtpConnection {
 
     /// Writes what is queued, as far as the socket takes it now (the rest at the next flush).
     fn flush(&mut self) -> Result<(), String> {
-        while self.written < self.out.len() {
+        while self.written < self.out.len() && !self.closed {
             match self.stream.write(&self.out[self.written..]) {
-                Ok(0) => return Err("send: the daemon closed the connection".into()),
+                Ok(0) => self.closed = true,
                 Ok(n) => self.written += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => self.closed = true,
                 Err(e) => return Err(format!("send: {e}")),
             }
         }
@@ -285,7 +293,7 @@ impl Connection for ZmtpConnection {
 
     fn take_replies(&mut self, on_reply: &mut dyn FnMut(&[u8])) -> Result<usize, String> {
         // Read what is there (non-blocking), then hand over every whole message.
-        loop {
+        while !self.closed {
             if self.inp.len() - self.filled < READ_CHUNK {
                 self.inp.copy_within(self.parsed..self.filled, 0);
                 self.filled -= self.parsed;
@@ -296,7 +304,7 @@ impl Connection for ZmtpConnection {
             }
             let room = self.inp.len() - self.filled;
             match self.stream.read(&mut self.inp[self.filled..]) {
-                Ok(0) => return Err("recv: the daemon closed the connection".into()),
+                Ok(0) => self.closed = true,
                 Ok(got) => {
                     self.filled += got;
                     if got < room {
@@ -305,6 +313,7 @@ impl Connection for ZmtpConnection {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => self.closed = true,
                 Err(e) => return Err(format!("recv: {e}")),
             }
         }
@@ -326,6 +335,10 @@ impl Connection for ZmtpConnection {
     }
 
     fn readiness(&mut self) -> Result<Readiness, String> {
-        Ok(if self.has_message() { Readiness::Ready } else { Readiness::Fd(self.stream.fd()) })
+        Ok(match (self.has_message(), self.closed) {
+            (true, _) => Readiness::Ready,
+            (false, true) => Readiness::NoFd,
+            (false, false) => Readiness::Fd(self.stream.fd()),
+        })
     }
 }
