@@ -31,7 +31,9 @@ fn rings_alone(secs: f64) {
             "{}",
             serde_json::json!({"what": "rings alone", "wait": if busy_poll {"busy-poll"} else {"spin then futex"},
                 "request_bytes": 4096, "reply_bytes": 2304, "round_trips_per_s": t.len() as f64 / secs,
-                "p50_ns": quantile(&t, 0.5), "p99_ns": quantile(&t, 0.99)})
+                "p50_ns": quantile(&t, 0.5), "p99_ns": quantile(&t, 0.99), "max_ns": t.last(),
+                "over_1ms": t.iter().filter(|&&ns| ns > 1_000_000).count(),
+                "longest_us": t.iter().rev().take(8).map(|ns| ns / 1000).collect::<Vec<_>>()})
         );
     }
 }
@@ -177,7 +179,9 @@ fn daemon(secs: f64) {
             serde_json::json!({"what": "daemon, null matcher, inline, one request out",
                 "transport": endpoint.split("://").next(), "queries_per_request": 256,
                 "round_trips_per_s": times.len() as f64 / secs, "p50_ns": quantile(&times, 0.5),
-                "p99_ns": quantile(&times, 0.99), "daemon_cpu_ns_per_query": per_query(&before, &after)})
+                "p99_ns": quantile(&times, 0.99), "max_ns": times.last(),
+                "over_1ms": times.iter().filter(|&&ns| ns > 1_000_000).count(),
+                "daemon_cpu_ns_per_query": per_query(&before, &after)})
         );
         let request = frame(&engine());
         let before = stats();

@@ -13,6 +13,11 @@
 //! a request whose deadline has passed is answered "deadline exceeded" without being executed.
 //! On SIGINT/SIGTERM (or `stop`), new requests get "shutting down", queued ones are finished and
 //! answered, then the threads exit.
+//!
+//! Clients on this host may come over shared memory instead (`shm://`, [`crate::shm`]): the shm
+//! thread reads their request rings and admits each request as the broker does (the same queues,
+//! refusals and, in inline mode, matching in place); whoever answers writes the reply straight
+//! into the client's reply ring (an `Envelope::Shm`), so no reply of theirs passes the broker.
 
 use crate::auth;
 use crate::handoff::{HandOff, Popped, Producer, Refused};

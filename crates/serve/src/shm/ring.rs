@@ -343,6 +343,7 @@ pub(super) fn wake_if_sleeping(sleeping: &AtomicU32, seq: &AtomicU32) {
 pub(super) fn park(sleeping: &AtomicU32, seq: &AtomicU32, timeout: Duration, ready: impl Fn() -> bool) {
     let s = seq.load(Ordering::SeqCst);
     sleeping.store(1, Ordering::SeqCst);
+    fence(Ordering::SeqCst); // the flag's store before `ready`'s loads (the waker's mirror fence)
     if !ready() {
         futex_wait(seq, s, timeout);
     }
