@@ -14,6 +14,9 @@ spin per batch, and the emulated knee over the fast one per build and request si
 
 Usage: python benches/serve_emulated.py --ruletype R --rules R --queries Q --old-bin OLD --new-bin NEW
        --out benches/results/serve-emulated/run.json [--runs 3] [--sizes 256,4096]
+       [--old-commit C --new-commit C]
+Build the two daemons from worktrees: git worktree add --detach /tmp/old COMMIT; cd /tmp/old;
+cargo build --release -p offload-serve --bin offload-serve (target/release/offload-serve).
 """
 
 from __future__ import annotations
@@ -114,11 +117,15 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for (size, label), rs in sorted(groups.items()):
         dev = [r["device"] for r in rs]
         err = [d.get("timing_error_us") or {} for d in dev]
+        # A knee of 0 is a search in which no rate met the SLA (a busy machine): left out of the
+        # median and counted.
+        knees = [(r["knee"] or {}).get("queries_per_s") for r in rs]
         rows[f"{size}: {label}"] = {
             "runs": len(rs),
-            "knee_qps": median_of([r["knee"].get("queries_per_s") for r in rs]),
-            "knee_qps_all": [r["knee"].get("queries_per_s") for r in rs],
-            "p99_us": median_of([r["knee"].get("p99_us") for r in rs]),
+            "knee_qps": median_of([k or None for k in knees]),
+            "knee_qps_all": knees,
+            "knees_failed": sum(1 for k in knees if not k),
+            "p99_us": median_of([(r["knee"] or {}).get("p99_us") or None for r in rs]),
             "device_thread_cpu_us_per_batch": median_of(
                 [d.get("device_thread_cpu_us_per_batch") for d in dev]
             ),
@@ -176,8 +183,8 @@ def at_rate_pass(
             if c.matcher != "emulated":
                 continue
             mode = "inline" if c.kernels == 0 else "1 executor"
-            fast = [r["knee"].get("queries_per_s") for r in runs
-                    if r["request_size"] == size and r["label"] == f"fast, {mode}" and r["knee"]]  # fmt: skip
+            fast = [(r["knee"] or {}).get("queries_per_s") or None for r in runs
+                    if r["request_size"] == size and r["label"] == f"fast, {mode}"]  # fmt: skip
             knee = median_of(fast)
             if not knee:
                 continue
@@ -203,6 +210,8 @@ def main() -> None:
     ap.add_argument("--queries", required=True, type=Path)
     ap.add_argument("--old-bin", required=True, type=Path, help="offload-serve built from the commit before")
     ap.add_argument("--new-bin", type=Path, default=ROOT / "target/release/offload-serve")
+    ap.add_argument("--old-commit", default=None, help="the commit --old-bin was built from (recorded)")
+    ap.add_argument("--new-commit", default=None, help="the commit --new-bin was built from (recorded)")
     ap.add_argument("--profile", type=Path, default=ROOT / "data/plans/whatif/gpu-h200.toml")
     ap.add_argument("--sizes", default="256,4096", help="queries per request, comma-separated")
     ap.add_argument("--runs", type=int, default=3)
@@ -261,6 +270,7 @@ def main() -> None:
         "command": " ".join(["python", *sys.argv]),
         "commit": commit or None,
         "binaries": {b: str(p) for b, p in bins.items()},
+        "binaries_commit": {"old": a.old_commit, "new": a.new_commit},
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
         "rules": a.rules,
