@@ -1,5 +1,7 @@
-//! Latency histograms per pipeline stage, and the Prometheus page: its families written by
-//! `prometheus-client`'s text encoder, served by `tiny_http`.
+//! What the daemon counts ([`Counters`]: requests by outcome, latency histograms per pipeline
+//! stage, CPU time by thread role) and the Prometheus page that shows it: its families written
+//! by `prometheus-client`'s text encoder, served by `tiny_http`. Nothing here knows the server:
+//! the page reads the served version through a function it is given.
 //!
 //! The histograms stay our own (prometheus-client's takes a write lock per observation): 40
 //! power-of-two buckets of nanoseconds (1 ns .. ~9 min, the last one open), one atomic counter
@@ -8,7 +10,8 @@
 //! of the bucket that holds them (within a factor of 2), which is what the page's cumulative
 //! buckets give anyway.
 
-use crate::server::{Counters, Current};
+use crate::auth::AuthCounters;
+use crate::protocol::Status;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -270,10 +273,63 @@ impl CpuAccounts {
     }
 }
 
+/// Counters kept while serving (also returned when the server stops).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub requests: AtomicU64,
+    pub queries: AtomicU64,
+    pub ok: AtomicU64,
+    pub busy: AtomicU64,
+    pub deadline_exceeded: AtomicU64,
+    pub malformed: AtomicU64,
+    pub bad_request: AtomicU64,
+    pub shutting_down: AtomicU64,
+    /// Replies ZeroMQ could not route (the client disconnected).
+    pub unroutable: AtomicU64,
+    /// Latency per stage of answered (Ok) requests.
+    pub latency: StageHistograms,
+    /// CURVE handshakes admitted and refused, per socket.
+    pub auth: Arc<AuthCounters>,
+    /// CPU time of the daemon's threads by role, and the executors' match share.
+    pub cpu: CpuAccounts,
+    /// The daemon runs the null matcher (benchmarks only; set at start): `stats` and the
+    /// metrics page say so.
+    pub null_matcher: bool,
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("requests", l(&self.requests)),
+            ("queries", l(&self.queries)),
+            ("ok", l(&self.ok)),
+            ("busy", l(&self.busy)),
+            ("deadline_exceeded", l(&self.deadline_exceeded)),
+            ("malformed", l(&self.malformed)),
+            ("bad_request", l(&self.bad_request)),
+            ("shutting_down", l(&self.shutting_down)),
+            ("unroutable", l(&self.unroutable)),
+        ]
+    }
+    pub(crate) fn count(&self, s: Status) {
+        let c = match s {
+            Status::Ok => &self.ok,
+            Status::Busy => &self.busy,
+            Status::DeadlineExceeded => &self.deadline_exceeded,
+            Status::Malformed => &self.malformed,
+            Status::BadRequest => &self.bad_request,
+            Status::ShuttingDown => &self.shutting_down,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// The page's families, read from the live counters at each scrape (names and helps: here only).
 pub struct Page {
     pub counters: Arc<Counters>,
-    pub current: Current,
+    /// The rule-set version served now (read at each scrape).
+    pub version: Box<dyn Fn() -> u64 + Send + Sync>,
 }
 
 impl fmt::Debug for Page {
@@ -295,7 +351,7 @@ impl Collector for Page {
         let queries = c.queries.load(Ordering::Relaxed);
         let m = page.encode_descriptor("offload_queries", "Queries answered.", None, MetricType::Counter)?;
         ConstCounter::new(queries).encode(m)?;
-        let version = crate::server::snapshot(&self.current).version;
+        let version = (self.version)();
         let m = page.encode_descriptor(
             "offload_ruleset_version",
             "Rule-set version being served.",

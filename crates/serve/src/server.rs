@@ -21,6 +21,7 @@
 
 use crate::auth;
 use crate::handoff::{HandOff, Popped, Producer, Refused};
+pub use crate::metrics::Counters;
 use crate::protocol::{self, Payload, Reply, Stage, Status};
 use offload_rules::{
     match_parallel, match_staged, DeviceStages, Engine, MatcherKind, PackedStrings, RawColumn, NO_MATCH,
@@ -135,58 +136,6 @@ pub fn check_exposure(cfg: &Config) -> Result<Vec<String>, String> {
         return Err(auth::no_curve());
     }
     Ok(warnings)
-}
-
-/// Counters kept while serving (also returned when the server stops).
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub requests: AtomicU64,
-    pub queries: AtomicU64,
-    pub ok: AtomicU64,
-    pub busy: AtomicU64,
-    pub deadline_exceeded: AtomicU64,
-    pub malformed: AtomicU64,
-    pub bad_request: AtomicU64,
-    pub shutting_down: AtomicU64,
-    /// Replies ZeroMQ could not route (the client disconnected).
-    pub unroutable: AtomicU64,
-    /// Latency per stage of answered (Ok) requests.
-    pub latency: crate::metrics::StageHistograms,
-    /// CURVE handshakes admitted and refused, per socket.
-    pub auth: Arc<auth::AuthCounters>,
-    /// CPU time of the daemon's threads by role, and the executors' match share.
-    pub cpu: crate::metrics::CpuAccounts,
-    /// The daemon runs the null matcher (benchmarks only; set at start): `stats` and the
-    /// metrics page say so.
-    pub null_matcher: bool,
-}
-
-impl Counters {
-    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        vec![
-            ("requests", l(&self.requests)),
-            ("queries", l(&self.queries)),
-            ("ok", l(&self.ok)),
-            ("busy", l(&self.busy)),
-            ("deadline_exceeded", l(&self.deadline_exceeded)),
-            ("malformed", l(&self.malformed)),
-            ("bad_request", l(&self.bad_request)),
-            ("shutting_down", l(&self.shutting_down)),
-            ("unroutable", l(&self.unroutable)),
-        ]
-    }
-    fn count(&self, s: Status) {
-        let c = match s {
-            Status::Ok => &self.ok,
-            Status::Busy => &self.busy,
-            Status::DeadlineExceeded => &self.deadline_exceeded,
-            Status::Malformed => &self.malformed,
-            Status::BadRequest => &self.bad_request,
-            Status::ShuttingDown => &self.shutting_down,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 /// A compiled rule set with the version every reply names.
@@ -582,7 +531,9 @@ pub fn run_with(
     });
     let metrics_thread = match &cfg.metrics {
         Some(addr) => {
-            let page = crate::metrics::Page { counters: counters.clone(), current: current.clone() };
+            let served = current.clone();
+            let version = Box::new(move || snapshot(&served).version);
+            let page = crate::metrics::Page { counters: counters.clone(), version };
             let (addr, _) = auth::metrics_address(addr)?;
             Some(crate::metrics::serve_http(&addr, stop.clone(), page)?)
         }
