@@ -279,6 +279,8 @@ pub fn hold_until(due: Instant, early: Duration) -> u64 {
             std::thread::sleep(at.saturating_duration_since(Instant::now()));
         }
     }
+    // Never before due, whatever the rounds above did: a sleep lasts at least what it is asked.
+    std::thread::sleep(due.saturating_duration_since(Instant::now()));
     spun
 }
 
