@@ -1,0 +1,256 @@
+//! The daemon: a ZeroMQ ROUTER front end (TCP and/or IPC), a bounded request queue, w worker
+//! threads that decode, batch and encode, and k kernel executors that match with e engine
+//! threads each (the seed's `Np Nw Nk Ne`; p is the number of client processes).
+//!
+//! ```text
+//! clients ──DEALER/REQ──▶ ROUTER (broker) ──request queue──▶ w workers ──kernel queue──▶ k executors
+//!                            ▲                                   │ refusals                │ replies
+//!                            └──────── inproc PULL ◀──── PUSH ───┴─────────────────────────┘
+//! ```
+//! ZeroMQ sockets are not thread-safe, so only the broker touches the ROUTER; workers and
+//! executors hand replies back over inproc. ROUTER_MANDATORY is set so a reply to a vanished client is an
+//! error we count, not a silent drop. When the queue is full the broker answers "busy" at once;
+//! a request whose deadline has passed is answered "deadline exceeded" without being executed.
+//! On SIGINT/SIGTERM (or `stop`), new requests get "shutting down", queued ones are finished and
+//! answered, then the threads exit.
+//!
+//! Clients on this host may come over shared memory instead (`shm://`, [`crate::shm`]): the shm
+//! thread reads their request rings and admits each request as the broker does (the same queues,
+//! refusals and, in inline mode, matching in place); whoever answers writes the reply straight
+//! into the client's reply ring (an `Envelope::Shm`), so no reply of theirs passes the broker.
+//!
+//! One file per concern: `settings` (what it runs with), `security` (exposure checks, ZAP),
+//! `control` (stats, set, reload), `broker` (the ROUTER's thread, binding, draining),
+//! `shm_front` (the shared-memory clients' thread), `ipc_files` (socket files claimed and
+//! removed), `job` (a request and where its reply goes), `workers`, `executors`, `batching`;
+//! here: the rule set served, and starting and joining the pipeline. The counters live in
+//! [`crate::metrics`].
+
+use crate::auth;
+use crate::handoff::{HandOff, Popped, Producer, Refused};
+pub use crate::metrics::Counters;
+use crate::protocol::{self, Payload, Reply, Stage, Status};
+use offload_rules::{
+    match_parallel, match_staged, DeviceStages, Engine, MatcherKind, PackedStrings, RawColumn, NO_MATCH,
+};
+use sha2::Digest;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod batching;
+mod broker;
+mod control;
+mod executors;
+mod ipc_files;
+mod job;
+mod security;
+mod settings;
+mod shm_front;
+mod workers;
+
+pub use batching::BatchPolicy;
+pub use control::criteria_change;
+pub use ipc_files::claim_ipc;
+pub use security::check_exposure;
+pub use settings::{Config, Security};
+
+use batching::{gather, run_inline, Pending};
+use broker::{admit_one, bind, Broker};
+use control::{bind_control, control_command};
+use executors::kernel_executor;
+use executors::{fingerprint_refusal, run_pending, Scratch};
+use ipc_files::{bind_endpoint, ipc_path, IpcFile};
+use job::{record_stages, send_frames, send_reply, Body, Envelope, Frames, Job, Out};
+use security::start_zap;
+use shm_front::{bind_shm, is_shm, start_shm};
+use workers::{worker, Prepared};
+
+/// A compiled rule set with the version every reply names.
+pub struct Served {
+    pub engine: Engine,
+    pub version: u64,
+    pub matcher: MatcherKind,
+    /// [`protocol::rule_type_fingerprint`] of the engine's rule type: what requests must carry.
+    pub criteria_fingerprint: u64,
+    /// The encoding dictionary's bytes and code width, built on the first dictionary request.
+    dictionary: std::sync::OnceLock<(Vec<u8>, u8)>,
+}
+
+impl Served {
+    pub fn new(engine: Engine, version: u64, matcher: MatcherKind) -> Served {
+        let criteria_fingerprint = protocol::rule_type_fingerprint(&engine.rules().rule_type);
+        Served { engine, version, matcher, criteria_fingerprint, dictionary: std::sync::OnceLock::new() }
+    }
+
+    /// The encoding dictionary of this version, as a dictionary reply carries it, and the code
+    /// width (16 or 32 bits) every query fits in.
+    pub fn dictionary(&self) -> &(Vec<u8>, u8) {
+        self.dictionary.get_or_init(|| {
+            let d = self.engine.encoder.dictionary();
+            (d.to_bytes(), d.max_code_bits())
+        })
+    }
+
+    /// The criteria, as a person reads them: `CTN_TYPE (equ), APT (equ), ...`.
+    fn criteria_names(&self) -> String {
+        let c = &self.engine.rules().rule_type.criteria;
+        c.iter().map(|c| c.code.as_str()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// The rule set being served. A reload builds a new [`Served`] off the hot path and swaps the
+/// `Arc` under the write lock; a worker takes one `Arc` per request, so every answer of a
+/// request comes from one version and names it.
+pub type Current = Arc<RwLock<Arc<Served>>>;
+
+pub(crate) fn snapshot(current: &Current) -> Arc<Served> {
+    current.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// What the null matcher's daemon says at start and in `stats`.
+pub const NULL_MATCHER_NOTE: &str = "null matcher: benchmark only, no query is matched and every answer is \
+                                     'no match'; the numbers are the service's host path alone";
+
+fn now_unix_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
+fn zerr(what: &str, e: zmq::Error) -> String {
+    format!("{what}: {e}")
+}
+
+/// Serves until `stop` becomes true; returns the final counters.
+pub fn run(current: Current, cfg: &Config, stop: Arc<AtomicBool>) -> Result<Arc<Counters>, String> {
+    run_with(current, cfg, stop, |_| {})
+}
+
+/// [`run`], calling `ready` once every endpoint is bound (and not before: a bind that fails
+/// means the daemon never said it was serving). The steps: bind, start the pipeline, broker
+/// until stopped and drained, join.
+pub fn run_with(
+    current: Current,
+    cfg: &Config,
+    stop: Arc<AtomicBool>,
+    ready: impl FnOnce(&Served),
+) -> Result<Arc<Counters>, String> {
+    check_exposure(cfg)?;
+    let counters = Arc::new(Counters { null_matcher: cfg.null_matcher, ..Counters::default() });
+    if cfg.null_matcher {
+        eprintln!("warning: {NULL_MATCHER_NOTE}");
+    }
+    counters.cpu.register_me(crate::metrics::Role::Broker); // the broker runs on this thread
+    let io_before = crate::metrics::zmq_io_threads();
+    let ctx = zmq::Context::new();
+    // Declared before the sockets, so dropped after them: no CURVE socket outlives its handler.
+    let _zap = start_zap(&ctx, &cfg.security, &counters)?;
+    let sockets = bind(&ctx, cfg)?;
+    for tid in crate::metrics::new_zmq_io_threads(&io_before) {
+        counters.cpu.register(crate::metrics::Role::ZmqIo, tid);
+    }
+    let policy = Arc::new(BatchPolicy {
+        max_queries: AtomicU64::new(cfg.batch_max_queries),
+        timeout_us: AtomicU64::new(cfg.batch_timeout_us),
+    });
+    let metrics_thread = match &cfg.metrics {
+        Some(addr) => {
+            let served = current.clone();
+            let version = Box::new(move || snapshot(&served).version);
+            let page = crate::metrics::Page { counters: counters.clone(), version };
+            let (addr, _) = auth::metrics_address(addr)?;
+            Some(crate::metrics::serve_http(&addr, stop.clone(), page)?)
+        }
+        None => None,
+    };
+    let shm_bound = bind_shm(cfg)?;
+    let (queues, threads) = start_pipeline(cfg, &ctx, &current, &counters, &policy)?;
+    let shm_done = Arc::new(AtomicBool::new(false));
+    let shm_threads = start_shm(shm_bound, cfg, &current, &counters, &policy, &queues, (&stop, &shm_done))?;
+    ready(&snapshot(&current)); // every endpoint is bound: now the daemon may say it serves
+    let broker = Broker {
+        sockets,
+        current,
+        counters: counters.clone(),
+        policy,
+        security: &cfg.security,
+        queues: Some(queues),
+        scratch: Scratch::default(),
+        engine_threads: cfg.engine_threads.max(1),
+        pending_reload: None,
+    };
+    let brokered = broker.run(&stop, &threads);
+    shm_done.store(true, Ordering::Relaxed); // the shm front end and acceptor close their clients
+    for t in threads.into_iter().chain(metrics_thread).chain(shm_threads) {
+        let _ = t.join();
+    }
+    brokered.map(|()| counters)
+}
+
+/// Where the broker puts what it admits: raw requests go to the workers, pre-encoded ones
+/// straight to the kernel executors (nothing to encode: one thread hand-off fewer). In inline
+/// mode (`kernels == 0`) there are no executors: the broker matches pre-encoded requests on its
+/// own thread and the workers match what they encode.
+#[derive(Clone)]
+struct Queues {
+    requests: Producer<Job>,
+    kernels: Option<Producer<Pending>>,
+}
+
+/// Starts k kernel executors and w workers; returns the queues' sending ends and the threads.
+/// Workers and executors exit in turn once the queues they read are closed and drained.
+fn start_pipeline(
+    cfg: &Config,
+    ctx: &zmq::Context,
+    current: &Current,
+    counters: &Arc<Counters>,
+    policy: &Arc<BatchPolicy>,
+) -> Result<(Queues, Vec<std::thread::JoinHandle<()>>), String> {
+    // Both queues hold `queue` requests; the broker answers "busy" when the one a request
+    // goes to is full.
+    let (requests_rx, requests) = HandOff::<Job>::new(cfg.queue.max(1));
+    let (kernels_rx, kernels) = HandOff::<Pending>::new(cfg.queue.max(1));
+    let kernels = (cfg.kernels > 0).then_some(kernels); // dropped in inline mode: nothing reads it
+    let mut threads = Vec::new();
+    // Each thread registers its CPU clock first; the daemon says it serves once all have.
+    let (registered, all_registered) = std::sync::mpsc::channel::<()>();
+    let mut start = |name: String, role, body: Box<dyn FnOnce() + Send>| -> Result<(), String> {
+        let (registered, counters) = (registered.clone(), counters.clone());
+        let thread = std::thread::Builder::new().name(name.clone()).spawn(move || {
+            counters.cpu.register_me(role);
+            let _ = registered.send(());
+            body()
+        });
+        threads.push(thread.map_err(|e| format!("spawn {name}: {e}"))?);
+        Ok(())
+    };
+    let e = cfg.engine_threads.max(1);
+    for i in 0..cfg.kernels {
+        let push = reply_socket(ctx).ok_or("kernel executor: no inproc reply socket")?;
+        let (queue, current, counters, policy) =
+            (kernels_rx.clone(), current.clone(), counters.clone(), policy.clone());
+        let body = move || kernel_executor(queue, push, current, counters, policy, e);
+        start(format!("offload-kernel-{i}"), crate::metrics::Role::Executor, Box::new(body))?;
+    }
+    for i in 0..cfg.workers.max(1) {
+        let push = reply_socket(ctx).ok_or("worker: no inproc reply socket")?;
+        let (requests, kernels, current, counters) =
+            (requests_rx.clone(), kernels.clone(), current.clone(), counters.clone());
+        let body = move || worker(requests, kernels, push, current, counters, e);
+        start(format!("offload-worker-{i}"), crate::metrics::Role::Worker, Box::new(body))?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for _ in 0..threads.len() {
+        // A thread slow to start is counted when it registers (or never, past the deadline).
+        if all_registered.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_err() {
+            break;
+        }
+    }
+    Ok((Queues { requests, kernels }, threads))
+}
+
+fn reply_socket(ctx: &zmq::Context) -> Option<zmq::Socket> {
+    let push = ctx.socket(zmq::PUSH).ok()?;
+    push.connect("inproc://offload-replies").ok()?;
+    Some(push)
+}
