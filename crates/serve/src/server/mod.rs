@@ -19,12 +19,13 @@
 //! refusals and, in inline mode, matching in place); whoever answers writes the reply straight
 //! into the client's reply ring (an `Envelope::Shm`), so no reply of theirs passes the broker.
 //!
-//! One file per concern: `settings` (what it runs with), `security` (exposure checks, ZAP),
+//! One file per concern: `security` (exposure checks, ZAP),
 //! `control` (stats, set, reload), `broker` (the ROUTER's thread, binding, draining),
 //! `shm_front` (the shared-memory clients' thread), `ipc_files` (socket files claimed and
 //! removed), `job` (a request and where its reply goes), `workers`, `executors`, `batching`;
-//! here: the rule set served, and starting and joining the pipeline. The counters live in
-//! [`crate::metrics`].
+//! here: the rule set served, and starting and joining the pipeline. What it runs with
+//! ([`Config`], [`Security`]) lives in [`crate::config`] with the settings that fill it, the
+//! counters in [`crate::metrics`].
 
 use crate::auth;
 use crate::handoff::{HandOff, Popped, Producer, Refused};
@@ -46,15 +47,14 @@ mod executors;
 mod ipc_files;
 mod job;
 mod security;
-mod settings;
 mod shm_front;
 mod workers;
 
+pub use crate::config::{Config, Security};
 pub use batching::BatchPolicy;
 pub use control::criteria_change;
 pub use ipc_files::claim_ipc;
 pub use security::check_exposure;
-pub use settings::{Config, Security};
 
 use batching::{gather, run_inline, Pending};
 use broker::{admit_one, bind, Broker};
