@@ -228,8 +228,9 @@ pub struct Settings {
     #[arg(long, env = "OFFLOAD_SERVE_QUEUE", value_name = "N", default_value = "64",
           value_parser = ranged(1, QUEUE_MAX))]
     pub queue: Option<usize>,
-    /// Cross-request batching: queries per batch (0 = one request at a time) [range: 0..=1048576]
-    #[arg(long, env = "OFFLOAD_SERVE_BATCH_MAX_QUERIES", value_name = "N", default_value = "0",
+    /// Cross-request batching: queries per batch (0 = one request at a time) [default: 0; a device
+    /// matcher (gpu, emulated): 65536 with batch_timeout_us 0, self-filling] [range: 0..=1048576]
+    #[arg(long, env = "OFFLOAD_SERVE_BATCH_MAX_QUERIES", value_name = "N",
           value_parser = clap::value_parser!(u64).range(0..=BATCH_MAX_QUERIES_MAX))]
     pub batch_max_queries: Option<u64>,
     /// Cross-request batching: wait for more, from the first request's arrival (a change by
@@ -348,6 +349,14 @@ pub const NULL_MATCHER: &str = "null";
 /// `--matcher emulated`: the service's benchmark-only emulated device ([`crate::emulated`]); no
 /// [`MatcherKind`] either. The engine compiles as `fast`, which precomputes its answers.
 pub const EMULATED_MATCHER: &str = crate::emulated::NAME;
+
+/// Queries per batch when the matcher is a device (`gpu`, `emulated`) and no `batch_max_queries`
+/// is given: self-filling batches (`batch_timeout_us` 0) of up to 2^16 queries. A device's batch
+/// has a fixed cost (launch, transfer latency, the kernel's floor: ~0.1 ms on the H200 profile)
+/// that only large batches amortise, and self-filling batches grow only while requests queue, so
+/// a lone request is still taken at once. At 2^16 a full batch is ~0.25 ms of that device's time,
+/// far inside a 5 ms p99. Give `batch_max_queries` (0: per request) for another policy.
+pub const DEVICE_BATCH_MAX_QUERIES: u64 = 1 << 16;
 
 /// Settings with every default filled in and checked: what the daemon runs.
 #[derive(Debug, Clone)]
@@ -550,6 +559,11 @@ impl Settings {
     fn daemon_config(self, security: Security) -> Result<Config, String> {
         self.check_bounds()?;
         let given = |v: Option<usize>, what: &str| v.ok_or_else(|| format!("{what} has no value"));
+        let (batch_max_queries, batch_timeout_us) = match self.batch_max_queries {
+            Some(n) => (n, self.batch_timeout_us.ok_or("batch_timeout_us has no value")?),
+            None if self.device_matcher() => (DEVICE_BATCH_MAX_QUERIES, 0),
+            None => (0, self.batch_timeout_us.ok_or("batch_timeout_us has no value")?),
+        };
         let endpoints = self.endpoints.unwrap_or_default();
         if endpoints.is_empty() {
             return Err("endpoints must name at least one address, e.g. tcp://127.0.0.1:5555".into());
@@ -566,11 +580,21 @@ impl Settings {
             queue: given(self.queue, "queue")?,
             control: self.control,
             metrics: self.metrics,
-            batch_max_queries: self.batch_max_queries.unwrap_or_default(),
-            batch_timeout_us: self.batch_timeout_us.ok_or("batch_timeout_us has no value")?,
+            batch_max_queries,
+            batch_timeout_us,
             max_request_bytes: self.max_request_bytes.ok_or("max_request_bytes has no value")?,
             null_matcher: self.matcher.as_deref() == Some(NULL_MATCHER),
         })
+    }
+
+    /// Whether the matcher named is a device's (`gpu`, `emulated`): batching then defaults to
+    /// self-filling ([`DEVICE_BATCH_MAX_QUERIES`]).
+    fn device_matcher(&self) -> bool {
+        match self.matcher.as_deref() {
+            Some(EMULATED_MATCHER) => true,
+            Some(name) => matches!(name.parse::<MatcherKind>(), Ok(MatcherKind::Gpu)),
+            None => false,
+        }
     }
 
     /// Reads the key files and finds the reload directories; `check_exposure` then decides
@@ -773,6 +797,24 @@ mod tests {
         assert!(r.config.null_matcher);
         assert!(!base.resolve().unwrap().config.null_matcher);
         assert!("null".parse::<MatcherKind>().is_err(), "the rule engine has no null matcher");
+    }
+
+    #[test]
+    fn a_device_matcher_batches_self_filling_unless_told_otherwise() {
+        let base = Settings { ruletype: Some("a".into()), rules: Some("b".into()), ..Settings::default() };
+        let with = |args: &[&str]| {
+            let argv = ["offload-serve", "--ruletype", "a", "--rules", "b"].iter().chain(args);
+            Settings::from_args(argv.copied()).unwrap().resolve().unwrap().config
+        };
+        let gpu = with(&["--matcher", "gpu"]);
+        assert_eq!((gpu.batch_max_queries, gpu.batch_timeout_us), (DEVICE_BATCH_MAX_QUERIES, 0));
+        let given = with(&["--matcher", "gpu", "--batch-max-queries", "0"]);
+        assert_eq!((given.batch_max_queries, given.batch_timeout_us), (0, 200), "a given setting stands");
+        let sized = with(&["--matcher", "gpu", "--batch-max-queries", "512", "--batch-timeout-us", "50"]);
+        assert_eq!((sized.batch_max_queries, sized.batch_timeout_us), (512, 50));
+        let cpu = with(&["--matcher", "fast"]);
+        assert_eq!((cpu.batch_max_queries, cpu.batch_timeout_us), (0, 200), "a CPU matcher: per request");
+        assert!(Settings { matcher: Some("emulated".into()), ..base }.device_matcher());
     }
 
     #[test]

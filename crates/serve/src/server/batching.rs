@@ -48,6 +48,18 @@ pub struct BatchPolicy {
     pub timeout_us: AtomicU64,
 }
 
+impl BatchPolicy {
+    /// The policy the knobs make now, as `stats` names it: `per_request`, `self_filling` or
+    /// `size_or_timeout`.
+    pub fn name(&self) -> &'static str {
+        match (self.max_queries.load(Ordering::Relaxed), self.timeout_us.load(Ordering::Relaxed)) {
+            (0, _) => "per_request",
+            (_, 0) => "self_filling",
+            _ => "size_or_timeout",
+        }
+    }
+}
+
 /// What waits in the kernel queue: a pre-encoded request as the broker received it (the
 /// executor reads it in place and copies its codes once, into the batch it matches), or a raw
 /// request a worker has encoded.
@@ -110,5 +122,20 @@ pub(super) fn gather(queue: &HandOff<Pending>, policy: &BatchPolicy, pending: &m
         let Some(p) = next else { return };
         total += p.n_queries();
         pending.push(p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_is_named_from_its_knobs_as_they_are_now() {
+        let policy = BatchPolicy::default();
+        assert_eq!(policy.name(), "per_request");
+        policy.max_queries.store(crate::config::DEVICE_BATCH_MAX_QUERIES, Ordering::Relaxed);
+        assert_eq!(policy.name(), "self_filling");
+        policy.timeout_us.store(200, Ordering::Relaxed);
+        assert_eq!(policy.name(), "size_or_timeout");
     }
 }

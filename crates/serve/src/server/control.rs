@@ -200,6 +200,7 @@ pub(super) fn stats(current: &Current, counters: &Counters, policy: &BatchPolicy
     }
     m.insert("cpu".into(), counters.cpu.snapshot().summary(counters.queries.load(Ordering::Relaxed)));
     m.insert("latency".into(), counters.latency.summary());
+    m.insert("batch_policy".into(), policy.name().into());
     m.insert("batch_max_queries".into(), policy.max_queries.load(Ordering::Relaxed).into());
     m.insert("batch_timeout_us".into(), policy.timeout_us.load(Ordering::Relaxed).into());
     let mut auth: serde_json::Map<String, serde_json::Value> =
