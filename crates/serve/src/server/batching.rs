@@ -2,7 +2,15 @@
 //! while serving), what waits in the kernel queue ([`Pending`]), how an executor gathers a batch
 //! from it, and inline mode's batches of what a front end read at once.
 
-use super::*;
+use super::executors::{run_pending, Scratch};
+use super::job::{Envelope, Job, Out};
+use super::workers::Prepared;
+use super::Current;
+use crate::handoff::{HandOff, Popped};
+use crate::metrics::Counters;
+use crate::protocol;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Inline mode: matches the pre-encoded requests a front end just read, on its own thread,
 /// in batches of up to `batch_max_queries` (0: one request at a time). What was readable at

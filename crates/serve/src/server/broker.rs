@@ -2,7 +2,21 @@
 //! into the queues or refuses them (busy, shutting down), answers dictionary requests, forwards
 //! the workers' and executors' replies, answers the control socket and drains on stop.
 
-use super::*;
+use super::batching::{run_inline, BatchPolicy, Pending};
+use super::control::{bind_control, control_command};
+use super::executors::Scratch;
+use super::ipc_files::{bind_endpoint, IpcFile};
+use super::job::{send_frames, Body, Envelope, Frames, Job, Out};
+use super::shm_front::is_shm;
+use super::{snapshot, zerr, Current, Queues, Served};
+use crate::auth;
+use crate::config::{Config, Security};
+use crate::handoff::Refused;
+use crate::metrics::Counters;
+use crate::protocol::{self, Reply, Status};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The daemon's sockets. Fields drop in order: the sockets close before their IPC files go.
 pub(super) struct Sockets {

@@ -2,7 +2,18 @@
 //! reload directories, or with the files sent; checked by SHA-256 and rule count, built off the
 //! broker's thread and swapped in under the write lock), and binding the socket itself.
 
-use super::*;
+use super::batching::BatchPolicy;
+use super::ipc_files::{bind_endpoint, ipc_path, IpcFile};
+use super::{snapshot, zerr, Current, Served, NULL_MATCHER_NOTE};
+use crate::auth;
+use crate::config::Security;
+use crate::metrics::Counters;
+use offload_rules::Engine;
+use sha2::Digest;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// Why a rule type cannot replace the served one in a reload: its criteria differ in names,
 /// order or kinds (requests would then be read against other columns). `None` when they agree.

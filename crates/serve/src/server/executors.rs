@@ -2,7 +2,16 @@
 //! group in one matcher call (early stop in growing chunks; the null matcher skips the call) and
 //! encode the Ok replies.
 
-use super::*;
+use super::batching::{gather, BatchPolicy, Pending};
+use super::job::{record_stages, send_reply, Envelope, Out};
+use super::{now_unix_us, snapshot, Current, Served};
+use crate::handoff::HandOff;
+use crate::metrics::Counters;
+use crate::protocol::{self, Reply, Stage, Status};
+use offload_rules::{match_parallel, match_staged, DeviceStages, NO_MATCH};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// A kernel executor (k): takes work from the kernel queue by the batching policy, matches it
 /// with `threads` engine threads (e) and sends the replies. With the null matcher it answers

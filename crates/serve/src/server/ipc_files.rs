@@ -1,7 +1,8 @@
 //! IPC socket files: claimed before a bind (refusing one another process serves, removing a
 //! stale one) and removed when the daemon stops, only while still its own.
 
-use super::*;
+use super::zerr;
+use std::path::PathBuf;
 
 /// The socket file of an `ipc://` endpoint (none for abstract `ipc://@name` and other transports).
 pub(super) fn ipc_path(endpoint: &str) -> Option<PathBuf> {

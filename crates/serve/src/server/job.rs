@@ -1,7 +1,11 @@
 //! A request on its way through the daemon ([`Job`], its [`Body`]) and where its reply goes
 //! ([`Envelope`]: a ZeroMQ client or a shared-memory one; [`Out`]: the thread's way out).
 
-use super::*;
+use crate::metrics::Counters;
+use crate::protocol::{self, Reply, Status};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
 
 pub(super) struct Job {
     pub(super) envelope: Envelope,

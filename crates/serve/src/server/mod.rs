@@ -19,23 +19,19 @@
 //! refusals and, in inline mode, matching in place); whoever answers writes the reply straight
 //! into the client's reply ring (an `Envelope::Shm`), so no reply of theirs passes the broker.
 //!
-//! One file per concern: `security` (exposure checks, ZAP),
-//! `control` (stats, set, reload), `broker` (the ROUTER's thread, binding, draining),
-//! `shm_front` (the shared-memory clients' thread), `ipc_files` (socket files claimed and
-//! removed), `job` (a request and where its reply goes), `workers`, `executors`, `batching`;
-//! here: the rule set served, and starting and joining the pipeline. What it runs with
+//! One file per concern: `security` (exposure checks, ZAP), `control` (stats, set, reload),
+//! `broker` (the ROUTER's thread, binding, draining), `shm_front` (the shared-memory clients'
+//! thread), `ipc_files` (socket files claimed and removed), `job` (a request and where its reply
+//! goes), `workers`, `executors`, `batching`; here: the rule set served, and starting and joining
+//! the pipeline. What it runs with
 //! ([`Config`], [`Security`]) lives in [`crate::config`] with the settings that fill it, the
 //! counters in [`crate::metrics`].
 
 use crate::auth;
-use crate::handoff::{HandOff, Popped, Producer, Refused};
+use crate::handoff::{HandOff, Producer};
 pub use crate::metrics::Counters;
-use crate::protocol::{self, Payload, Reply, Stage, Status};
-use offload_rules::{
-    match_parallel, match_staged, DeviceStages, Engine, MatcherKind, PackedStrings, RawColumn, NO_MATCH,
-};
-use sha2::Digest;
-use std::path::{Path, PathBuf};
+use crate::protocol;
+use offload_rules::{Engine, MatcherKind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -56,16 +52,13 @@ pub use control::criteria_change;
 pub use ipc_files::claim_ipc;
 pub use security::check_exposure;
 
-use batching::{gather, run_inline, Pending};
-use broker::{admit_one, bind, Broker};
-use control::{bind_control, control_command};
-use executors::kernel_executor;
-use executors::{fingerprint_refusal, run_pending, Scratch};
-use ipc_files::{bind_endpoint, ipc_path, IpcFile};
-use job::{record_stages, send_frames, send_reply, Body, Envelope, Frames, Job, Out};
+use batching::Pending;
+use broker::{bind, Broker};
+use executors::{kernel_executor, Scratch};
+use job::Job;
 use security::start_zap;
-use shm_front::{bind_shm, is_shm, start_shm};
-use workers::{worker, Prepared};
+use shm_front::{bind_shm, start_shm};
+use workers::worker;
 
 /// A compiled rule set with the version every reply names.
 pub struct Served {

@@ -1,7 +1,9 @@
 //! Whether the endpoints may be bound as the security settings say ([`check_exposure`]), and the
 //! ZAP handler that admits CURVE clients by key (`start_zap`).
 
-use super::*;
+use crate::auth;
+use crate::config::{Config, Security};
+use crate::metrics::Counters;
 
 /// Checks that every endpoint is as reachable as the security settings allow; returns warnings
 /// for what the user allowed explicitly, or the error that says how to do it properly.

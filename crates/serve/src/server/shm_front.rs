@@ -1,7 +1,16 @@
 //! The daemon's front end for shared-memory clients (`shm://`): binds their endpoints, and a
 //! thread reads every client's request ring and admits each request as the broker does.
 
-use super::*;
+use super::batching::{run_inline, BatchPolicy, Pending};
+use super::broker::admit_one;
+use super::executors::Scratch;
+use super::job::{Body, Envelope, Job, Out};
+use super::{snapshot, Current, Queues, Served};
+use crate::config::Config;
+use crate::metrics::Counters;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
 pub(super) fn is_shm(endpoint: &str) -> bool {
     endpoint.starts_with("shm://")

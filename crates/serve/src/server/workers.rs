@@ -1,7 +1,16 @@
 //! The workers (w): decode and encode raw requests and hand them to the kernel queue (or, in
 //! inline mode, match them themselves).
 
-use super::*;
+use super::batching::Pending;
+use super::executors::{fingerprint_refusal, run_pending, Scratch};
+use super::job::{send_reply, Envelope, Job, Out};
+use super::{now_unix_us, snapshot, Current, Served};
+use crate::handoff::{HandOff, Producer};
+use crate::metrics::Counters;
+use crate::protocol::{self, Payload, Reply, Status};
+use offload_rules::{PackedStrings, RawColumn};
+use std::sync::Arc;
+use std::time::Instant;
 
 /// A raw request a worker has decoded and encoded against `served`, on its way to an executor.
 pub(super) struct Prepared {
