@@ -342,9 +342,9 @@ pub fn pin_cpus(cpus: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
-/// `--matcher null`: the service's benchmark-only matcher (`Config::null_matcher`); it is no
+/// `--matcher null`: the service's benchmark-only matcher ([`crate::benchmark_only::null`]); it is no
 /// [`MatcherKind`], so nothing outside the service can pick it.
-pub const NULL_MATCHER: &str = "null";
+pub const NULL_MATCHER: &str = crate::benchmark_only::null::NAME;
 
 /// `--matcher emulated`: the service's benchmark-only emulated device ([`crate::emulated`]); no
 /// [`MatcherKind`] either. The engine compiles as `fast`, which precomputes its answers.

@@ -1,6 +1,7 @@
 //! offload-serve: the rule engine as a ZeroMQ microservice. See docs/serve-protocol.md.
 
 pub mod auth;
+pub mod benchmark_only;
 pub mod client;
 pub mod config;
 pub mod emulated;

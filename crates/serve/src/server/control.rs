@@ -4,8 +4,9 @@
 
 use super::batching::BatchPolicy;
 use super::ipc_files::{bind_endpoint, ipc_path, IpcFile};
-use super::{snapshot, zerr, Current, Served, NULL_MATCHER_NOTE};
+use super::{snapshot, zerr, Current, Served};
 use crate::auth;
+use crate::benchmark_only::null;
 use crate::config::Security;
 use crate::metrics::Counters;
 use offload_rules::Engine;
@@ -196,8 +197,8 @@ pub(super) fn stats(current: &Current, counters: &Counters, policy: &BatchPolicy
     m.insert("version".into(), s.version.into());
     m.insert("rules".into(), s.engine.rules().len().into());
     if counters.null_matcher {
-        m.insert("matcher".into(), "null".into());
-        m.insert("benchmark_only".into(), NULL_MATCHER_NOTE.into());
+        m.insert("matcher".into(), null::NAME.into());
+        m.insert("benchmark_only".into(), null::NOTE.into());
     } else if s.engine.matcher.name() == crate::emulated::NAME {
         // The emulated device (benchmarks only) says so, with its own counters.
         m.insert("matcher".into(), crate::emulated::NAME.into());

@@ -103,8 +103,7 @@ pub(crate) fn snapshot(current: &Current) -> Arc<Served> {
 }
 
 /// What the null matcher's daemon says at start and in `stats`.
-pub const NULL_MATCHER_NOTE: &str = "null matcher: benchmark only, no query is matched and every answer is \
-                                     'no match'; the numbers are the service's host path alone";
+pub use crate::benchmark_only::null::NOTE as NULL_MATCHER_NOTE;
 
 fn now_unix_us() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
