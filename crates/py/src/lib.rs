@@ -16,6 +16,7 @@ mod probe;
 mod recsys;
 mod rules;
 mod serve;
+mod serve_client;
 
 /// A serialisable Rust value as Python objects (a struct becomes a dict), through a JSON value
 /// so that a non-finite float (an infinite bandwidth) is None, as it was when JSON text came
@@ -30,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     rules::register(m)?;
     serve::register(m)?;
+    serve_client::register(m)?;
     probe::register(m)?;
     recsys::register(m)?;
     dataservices::register(m)?;

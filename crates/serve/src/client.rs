@@ -29,10 +29,16 @@
 pub use crate::auth::CurveClient;
 use crate::protocol::{self, DictionaryReply, Payload, RawColumnOwned, Reply, Request, Status};
 use offload_rules::{Encoder, EncoderDictionary, RawColumn};
+use std::collections::HashMap;
 use std::fmt;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum ClientError {
     /// ZeroMQ refused (bad endpoint, closed context).
     Zmq(String),
@@ -257,6 +263,36 @@ impl Client {
         })
     }
 
+    /// A fresh request id: tools that build frames themselves take theirs here, so that the
+    /// client still tells a late reply from the one awaited.
+    pub fn next_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Sends a prebuilt frame (a request or a dictionary request, its id at bytes 4..12, e.g.
+    /// from [`Client::next_id`]) within the timeout; read the answer with [`Client::receive_frame`].
+    pub fn send_frame(&mut self, frame: &[u8]) -> Result<(), ClientError> {
+        self.send(frame, Instant::now() + self.timeout)
+    }
+
+    /// Waits until `until` for the next reply frame of `kind` with request id `id` (any id when
+    /// `None`) and returns its bytes, skipping the others (late replies to requests that timed
+    /// out, the other kind's replies).
+    pub fn receive_frame(&mut self, kind: ReplyKind, id: Option<u64>, until: Instant) -> Result<Vec<u8>, ClientError> {
+        self.receive(until, |frame| Ok(kind.takes(frame, id).then(|| frame.to_vec())))
+    }
+
+    /// Drops the connection to `endpoint` (ZeroMQ only): the DEALER then has nowhere to send,
+    /// the state a connection closed mid-handshake leaves; for tests of the send deadline.
+    pub fn disconnect(&mut self, endpoint: &str) -> Result<(), ClientError> {
+        match &self.transport {
+            Transport::Zmq { sock, .. } => sock.disconnect(endpoint).map_err(|e| ClientError::Zmq(e.to_string())),
+            Transport::Shm(_) => Err(ClientError::Shm("a shm:// connection has no endpoint to drop".into())),
+        }
+    }
+
     /// Waits until `until` (the request's deadline, sending included) for the frame `read` takes
     /// (`Some`), skipping the others: late replies to requests that already timed out.
     fn receive<T>(
@@ -289,6 +325,31 @@ impl Client {
             }
         }
     }
+}
+
+/// Which reply frames [`Client::receive_frame`] waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyKind {
+    /// Replies to requests (`OFR1`).
+    Reply,
+    /// Replies to dictionary requests (`OFDR`).
+    Dictionary,
+}
+
+impl ReplyKind {
+    /// Whether `frame` is of this kind and, when `id` is given, answers that request.
+    fn takes(self, frame: &[u8], id: Option<u64>) -> bool {
+        let magic = match self {
+            ReplyKind::Reply => protocol::REPLY_MAGIC,
+            ReplyKind::Dictionary => protocol::DICTIONARY_REPLY_MAGIC,
+        };
+        frame.starts_with(magic) && id.is_none_or(|id| frame_id(frame) == Some(id))
+    }
+}
+
+/// The request id a reply frame carries (bytes 4..12), if it is long enough to carry one.
+fn frame_id(frame: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(frame.get(4..12)?.try_into().ok()?))
 }
 
 /// A shared-memory failure as a client error (a timeout is a timeout, as with ZeroMQ).
@@ -436,6 +497,264 @@ impl EncodingClient {
             }
         }
     }
+}
+
+/// One request's outcome from [`Multiplexed::take_done`]: its id, and its reply frame or why
+/// none came (a timeout, a failed send, a closed connection).
+pub type Done = (u64, Result<Vec<u8>, ClientError>);
+
+/// How long the thread of a [`Multiplexed`] over `shm://` parks on the reply futex before it
+/// looks at its queue again (shared memory has no fd to poll together with the queue's).
+const SHM_POLL: Duration = Duration::from_micros(200);
+/// How long that thread sleeps at most with nothing to do (it wakes at once on a submission).
+const IDLE: Duration = Duration::from_millis(100);
+
+/// Many requests in flight on one connection, for an event loop (Python's `AsyncClient`):
+///
+/// ```text
+///   submit(id, frame) ──▶ queue ──▶ [thread: Client] ──send──▶ daemon
+///   take_done() ◀── done + ready fd ◀── reply by id, or the request's deadline ──┘
+/// ```
+///
+/// A thread of its own owns a [`Client`]: it sends what [`Multiplexed::submit`] queued and
+/// files every reply by request id, or [`ClientError::Timeout`] once the request's deadline
+/// (the client's timeout from its submission) passed; a reply after that is dropped.
+/// [`Multiplexed::ready_fd`] turns readable when something is filed (what an event loop polls).
+/// The thread waits on the socket and its wake-up fd together (ZeroMQ), or parks on the reply
+/// futex for at most [`SHM_POLL`] between looks at its queue (`shm://`). Dropping it stops the
+/// thread (at most one send's deadline later).
+pub struct Multiplexed {
+    queue: Option<mpsc::Sender<Submitted>>,
+    shared: Arc<Shared>,
+    /// Written to wake the thread (a submission, the stop).
+    wake: UnixStream,
+    /// Readable while something is filed.
+    ready: UnixStream,
+    next_id: AtomicU64,
+    timeout: Duration,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct Submitted {
+    id: u64,
+    frame: Vec<u8>,
+    until: Instant,
+}
+
+struct Shared {
+    done: Mutex<Vec<Done>>,
+    stop: AtomicBool,
+}
+
+impl Multiplexed {
+    /// Starts the thread that drives `client` (its timeout is every request's deadline).
+    pub fn new(client: Client) -> Result<Multiplexed, ClientError> {
+        let io = |e: std::io::Error| ClientError::Zmq(format!("the client's thread: {e}"));
+        let (wake, wake_rx) = UnixStream::pair().map_err(io)?;
+        let (ready_tx, ready) = UnixStream::pair().map_err(io)?;
+        for s in [&wake, &wake_rx, &ready_tx, &ready] {
+            s.set_nonblocking(true).map_err(io)?;
+        }
+        let (queue, submitted) = mpsc::channel();
+        let shared = Arc::new(Shared { done: Mutex::new(Vec::new()), stop: AtomicBool::new(false) });
+        let timeout = client.timeout;
+        let worker = Worker {
+            client,
+            submitted,
+            shared: Arc::clone(&shared),
+            wake: wake_rx,
+            ready: ready_tx,
+            waiting: HashMap::new(),
+        };
+        let thread = std::thread::Builder::new().name("serve-client".into()).spawn(move || worker.run()).map_err(io)?;
+        Ok(Multiplexed {
+            queue: Some(queue),
+            shared,
+            wake,
+            ready,
+            next_id: AtomicU64::new(1),
+            timeout,
+            thread: Some(thread),
+        })
+    }
+
+    /// A fresh request id for a frame to submit.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Queues `frame` (its id `id` at bytes 4..12) to be sent; its outcome comes back through
+    /// [`Multiplexed::take_done`] within the timeout.
+    pub fn submit(&self, id: u64, frame: Vec<u8>) -> Result<(), ClientError> {
+        let until = Instant::now() + self.timeout;
+        let stopped = || ClientError::Zmq("the client's thread has stopped".into());
+        self.queue.as_ref().ok_or_else(stopped)?.send(Submitted { id, frame, until }).map_err(|_| stopped())?;
+        ring(&self.wake);
+        Ok(())
+    }
+
+    /// An fd that polls readable while outcomes wait in [`Multiplexed::take_done`].
+    pub fn ready_fd(&self) -> RawFd {
+        self.ready.as_raw_fd()
+    }
+
+    /// The outcomes filed since the last call, without waiting.
+    pub fn take_done(&self) -> Vec<Done> {
+        drain(&self.ready); // first: an outcome filed after this rings again
+        std::mem::take(&mut *lock(&self.shared.done))
+    }
+
+    /// Waits until an outcome is filed or `until` passes; then [`Multiplexed::take_done`].
+    pub fn wait_done(&self, until: Instant) -> Vec<Done> {
+        let mut item = [zmq::PollItem::from_fd(self.ready.as_raw_fd(), zmq::POLLIN)];
+        let _ = zmq::poll(&mut item, poll_ms(until));
+        self.take_done()
+    }
+}
+
+impl Drop for Multiplexed {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.queue = None;
+        ring(&self.wake);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The thread of a [`Multiplexed`]: the client, the queue it sends from, and the requests sent
+/// and not yet answered (their deadlines).
+struct Worker {
+    client: Client,
+    submitted: mpsc::Receiver<Submitted>,
+    shared: Arc<Shared>,
+    wake: UnixStream,
+    ready: UnixStream,
+    waiting: HashMap<u64, Instant>,
+}
+
+impl Worker {
+    fn run(mut self) {
+        loop {
+            if self.shared.stop.load(Ordering::Acquire) {
+                return;
+            }
+            drain(&self.wake);
+            loop {
+                match self.submitted.try_recv() {
+                    Ok(s) => self.send(s),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => return,
+                }
+            }
+            self.expire(Instant::now());
+            let frames = self.wait_for_replies();
+            let done = frames
+                .into_iter()
+                .filter_map(|f| {
+                    let id = frame_id(&f)?;
+                    self.waiting.remove(&id)?;
+                    Some((id, Ok(f)))
+                })
+                .collect();
+            self.file(done);
+        }
+    }
+
+    fn send(&mut self, s: Submitted) {
+        match self.client.send(&s.frame, s.until) {
+            Ok(()) => {
+                self.waiting.insert(s.id, s.until);
+            }
+            Err(e) => self.file(vec![(s.id, Err(e))]),
+        }
+    }
+
+    /// Files a timeout for every request whose deadline passed.
+    fn expire(&mut self, now: Instant) {
+        let late: Vec<u64> = self.waiting.iter().filter(|(_, &until)| until <= now).map(|(&id, _)| id).collect();
+        let timeout = self.client.timeout;
+        let done = late
+            .into_iter()
+            .map(|id| {
+                self.waiting.remove(&id);
+                (id, Err(ClientError::Timeout(timeout)))
+            })
+            .collect();
+        self.file(done);
+    }
+
+    /// Waits for replies (or a submission) until the nearest deadline, at most [`IDLE`], and
+    /// takes every reply frame there is. A broken connection fails every request waiting.
+    fn wait_for_replies(&mut self) -> Vec<Vec<u8>> {
+        let now = Instant::now();
+        let until = self.waiting.values().min().copied().unwrap_or(now + IDLE).min(now + IDLE);
+        let wake = zmq::PollItem::from_fd(self.wake.as_raw_fd(), zmq::POLLIN);
+        let mut frames = Vec::new();
+        let failed = match &mut self.client.transport {
+            Transport::Zmq { sock, .. } => {
+                let mut items = [sock.as_poll_item(zmq::POLLIN), wake];
+                match zmq::poll(&mut items, poll_ms(until)) {
+                    Err(e) => Some(ClientError::Zmq(e.to_string())),
+                    Ok(_) => loop {
+                        match sock.recv_bytes(zmq::DONTWAIT) {
+                            Ok(f) => frames.push(f),
+                            Err(zmq::Error::EAGAIN) => break None,
+                            Err(e) => break Some(ClientError::Zmq(e.to_string())),
+                        }
+                    },
+                }
+            }
+            Transport::Shm(_) if self.waiting.is_empty() => {
+                let _ = zmq::poll(&mut [wake], poll_ms(until));
+                None
+            }
+            Transport::Shm(c) => match c.wait(until.min(now + SHM_POLL)) {
+                Ok(()) | Err(crate::shm::ShmError::Timeout) => loop {
+                    match c.try_recv(|b| b.to_vec()) {
+                        Ok(Some(f)) => frames.push(f),
+                        Ok(None) => break None,
+                        Err(e) => break Some(shm_error(e, self.client.timeout)),
+                    }
+                },
+                Err(e) => Some(shm_error(e, self.client.timeout)),
+            },
+        };
+        if let Some(e) = failed {
+            let done = self.waiting.drain().map(|(id, _)| (id, Err(e.clone()))).collect();
+            self.file(done);
+        }
+        frames
+    }
+
+    fn file(&self, done: Vec<Done>) {
+        if !done.is_empty() {
+            lock(&self.shared.done).extend(done);
+            ring(&self.ready);
+        }
+    }
+}
+
+/// The milliseconds from now to `until`, rounded up (zmq::poll's unit).
+fn poll_ms(until: Instant) -> i64 {
+    until.saturating_duration_since(Instant::now()).as_micros().div_ceil(1000) as i64
+}
+
+/// Makes the other end of a non-blocking socket pair readable (a full buffer already is).
+fn ring(s: &UnixStream) {
+    let _ = (&*s).write(&[1]);
+}
+
+/// Reads a non-blocking socket pair's end until it is empty.
+fn drain(s: &UnixStream) {
+    let mut buf = [0u8; 64];
+    while matches!((&*s).read(&mut buf), Ok(n) if n > 0) {}
+}
+
+/// The list behind a mutex, even if a thread panicked holding it (a list stays a list).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A connected socket of `kind` in a context of its own, with CURVE when given.

@@ -5,8 +5,11 @@
 ...     reply = c.match({"CTN_TYPE": ["II"], ...}, deadline_s=0.05)
 >>> reply.status, reply.rule, reply.content, reply.stages
 
-Frames are built and parsed by the same Rust code the daemon uses (one protocol definition,
-docs/serve-protocol.md); this module only moves bytes with pyzmq. With ``encode="client"`` a
+The clients wrap the Rust client (``offload_serve::client`` through ``_native.ServeClient`` and
+``_native.ServeMultiplexed``): its socket (a ZeroMQ DEALER, or shared memory for ``shm://NAME``),
+request ids, waits with their deadlines and skipping of late replies; frames are built and parsed
+by the same Rust code the daemon uses (one protocol definition, docs/serve-protocol.md). With
+``encode="client"`` a
 client fetches the server's encoding dictionary (once per rule-set version) and sends codes
 instead of text, encoded here by the server's own encoder rebuilt from it
 (``_native.DictionaryEncoder``).
@@ -32,19 +35,21 @@ Where things live (docs/serve-protocol.md, "Where things live"):
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import zmq
 
 from offload import _native
 from offload.rules import NO_MATCH, _to_column
+
+if TYPE_CHECKING:
+    import zmq
 
 __all__ = ["AsyncClient", "Client", "CurveKeys", "EncodingDictionary", "ServeError", "ServeReply"]
 
@@ -66,17 +71,28 @@ class CurveKeys:
     server_key: str | Path
     client_key: str | Path
 
+    def files(self) -> tuple[str, str]:
+        """The two key files' paths, ``~`` expanded (what the Rust client reads)."""
+        return str(Path(self.server_key).expanduser()), str(Path(self.client_key).expanduser())
+
     def apply(self, sock: zmq.Socket[Any]) -> None:
-        """Makes ``sock`` a CURVE client; call before connecting."""
+        """Makes a pyzmq ``sock`` a CURVE client; call before connecting (the control socket's
+        client and the injector use pyzmq; the clients here use the Rust client)."""
+        import zmq
+
         if not zmq.has("curve"):
             raise ServeError("this pyzmq's libzmq has no CURVE support")
-        server, _ = _native.read_curve_key(str(Path(self.server_key).expanduser()))
-        public, secret = _native.read_curve_key(str(Path(self.client_key).expanduser()))
+        server, _ = _native.read_curve_key(self.files()[0])
+        public, secret = _native.read_curve_key(self.files()[1])
         if secret is None:
             raise ValueError(f"{self.client_key}: holds no secret key (give NAME.key_secret, not NAME.key)")
         sock.curve_serverkey = server.encode()
         sock.curve_publickey = public.encode()
         sock.curve_secretkey = secret.encode()
+
+
+def _key_files(curve: CurveKeys | None) -> tuple[str, str] | tuple[()]:
+    return curve.files() if curve is not None else ()
 
 
 @dataclass(frozen=True)
@@ -104,7 +120,6 @@ class ServeReply:
 
 
 ENCODE_MODES = ("server", "client")
-_DICTIONARY_REPLY = b"OFDR"
 
 
 @dataclass(frozen=True)
@@ -159,66 +174,45 @@ def _decode(frame: bytes, t0: float) -> ServeReply:
     )
 
 
-class Client:
-    """A synchronous client (one request in flight). ``criteria``: the criterion codes in the
-    server's rule-type order (``RuleSet.criterion_codes``); every request carries their
-    fingerprint, and the server answers BadRequest to columns that follow other criteria or
-    another order. ZeroMQ reconnects by itself, so a client
-    survives a daemon restart; a reply that does not come within ``timeout_s`` raises
-    :class:`ServeError` and a late one is discarded by its request id. ``curve``: the keys for
-    data endpoints that require CURVE (a key the daemon does not admit shows as a timeout).
+def _served(call: Callable[..., Any], *args: Any) -> Any:
+    """Calls the Rust client; its timeouts and broken connections are ServeErrors."""
+    try:
+        return call(*args)
+    except (TimeoutError, ConnectionError) as e:
+        raise ServeError(str(e)) from None
 
-    ``encode``: ``"server"`` (default) sends raw values, which the server encodes;
-    ``"client"`` fetches the server's encoding dictionary (:meth:`fetch_dictionary`, once per
-    rule-set version), encodes here and sends codes, 16-bit where every code fits (``code_bits=32``
-    forces 32). ``criteria`` may then be left out (the dictionary names them). After a hot
-    reload the server refuses the old version's codes (BadRequest, never a wrong answer): the
-    client fetches the new dictionary once and sends again."""
 
-    def __init__(
-        self,
-        endpoint: str = "tcp://127.0.0.1:5555",
-        criteria: Sequence[str] | None = None,
-        timeout_s: float = 10.0,
-        context: zmq.Context[Any] | None = None,
-        curve: CurveKeys | None = None,
-        encode: str = "server",
-        code_bits: int | None = None,
-    ) -> None:
+def _stale(reply: ServeReply, version: int) -> bool:
+    """Whether the server refused codes because it serves another version now."""
+    return reply.status == "BadRequest" and reply.version != version
+
+
+def _check_version(reply: ServeReply, version: int) -> ServeReply:
+    if reply.ok and reply.version != version:
+        raise ServeError(f"codes of version {version} answered by version {reply.version}")
+    return reply
+
+
+class _Requests:
+    """What both clients share: the criteria and their fingerprint, the encoding mode and the
+    dictionary held, and request frames built from query columns (ids from ``_next_id``)."""
+
+    endpoint: str
+
+    def __init__(self, criteria: Sequence[str] | None, encode: str, code_bits: int | None) -> None:
         if encode not in ENCODE_MODES:
             raise ValueError(f"encode is one of {', '.join(ENCODE_MODES)}, not {encode!r}")
         if code_bits not in (None, 16, 32):
             raise ValueError(f"code_bits is 16, 32 or None, not {code_bits!r}")
-        self.endpoint = endpoint
         self.criteria = list(criteria) if criteria is not None else None
         self._fp: int | None = None
         self.encode = encode
         self.code_bits = code_bits
         self.dictionary: EncodingDictionary | None = None
         self.dictionary_fetches = 0
-        self.timeout_s = timeout_s
-        self._ctx = context or zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        # Sending waits at most the timeout too: a connection closed mid-handshake (a refused key)
-        # leaves the socket with nowhere to send until it reconnects, and a send without a
-        # deadline would wait for ever.
-        self._sock.setsockopt(zmq.SNDTIMEO, max(1, int(timeout_s * 1000)))
-        if curve is not None:
-            curve.apply(self._sock)
-        self._sock.connect(endpoint)
-        self._ids = itertools.count(1)
 
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._sock.close(linger=0)
+    def _next_id(self) -> int:
+        raise NotImplementedError
 
     def _fingerprint(self) -> int:
         """The fingerprint of ``criteria`` every request carries (protocol version 2): the server
@@ -242,41 +236,6 @@ class Client:
             raise ValueError(f"{len(queries)} query columns for {len(self.criteria)} criteria")
         return cols
 
-    def send_frame(self, frame: bytes) -> None:
-        """Sends a raw frame (for tests and tools); read the answer with :meth:`receive`."""
-        try:
-            self._sock.send(frame)
-        except zmq.Again:
-            raise ServeError(f"could not send to {self.endpoint} within {self.timeout_s} s") from None
-
-    def receive(self, request_id: int | None = None, started: float | None = None) -> ServeReply:
-        """Waits for the reply to ``request_id`` (any reply when None)."""
-        t0 = started if started is not None else time.perf_counter()
-        while True:
-            frame = self._receive_frame(t0)
-            if frame[:4] == _DICTIONARY_REPLY:
-                continue  # a late dictionary reply
-            reply = _decode(frame, t0)
-            if request_id is not None and reply.request_id != request_id:
-                continue  # a late reply to an earlier request that timed out
-            return reply
-
-    def _receive_frame(self, t0: float) -> bytes:
-        left = t0 + self.timeout_s - time.perf_counter()
-        if left <= 0 or not self._sock.poll(int(left * 1000) + 1):
-            raise ServeError(f"no reply from {self.endpoint} within {self.timeout_s} s")
-        return bytes(self._sock.recv())
-
-    def fetch_dictionary(self) -> EncodingDictionary:
-        """Fetches the server's encoding dictionary of the rule-set version it serves now and
-        keeps it (``encode="client"`` does this by itself)."""
-        rid, t0 = next(self._ids), time.perf_counter()
-        self.send_frame(_native.encode_dictionary_request(rid))
-        while True:
-            frame = self._receive_frame(t0)
-            if frame[:4] == _DICTIONARY_REPLY and int.from_bytes(frame[4:12], "little") == rid:
-                return self._keep(EncodingDictionary.from_reply(frame))
-
     def _keep(self, d: EncodingDictionary) -> EncodingDictionary:
         if self.criteria is not None and self.criteria != d.criteria:
             raise ValueError(f"criteria {self.criteria} are not the server's: {d.criteria}")
@@ -293,7 +252,7 @@ class Client:
         """(request id, frame) for raw query columns (keyed by criterion code, or positional in
         the order of ``criteria``), or for a uint32 array from ``CompiledRules.encode`` (then
         ``encoding_version`` must be the server's version, 1)."""
-        rid = next(self._ids)
+        rid = self._next_id()
         deadline_us = int((time.time() + deadline_s) * 1e6) if deadline_s is not None else 0
         if self._client_encoded(queries):
             if self.dictionary is None:
@@ -307,6 +266,102 @@ class Client:
             cols = self._columns(queries)
             frame = _native.encode_request(rid, deadline_us, stop_after, self._fingerprint(), cols)
         return rid, bytes(frame)
+
+    def restamp(self, frame: bytes) -> tuple[int, bytes]:
+        """A prebuilt request frame with a fresh request id of this client (bytes 4..12), for
+        tools that send the same frames again and again (``breakdown``, ``earlystop``)."""
+        rid = self._next_id()
+        return rid, frame[:4] + rid.to_bytes(8, "little") + frame[12:]
+
+
+class Client(_Requests):
+    """A synchronous client (one request in flight) over the Rust client. ``endpoint``:
+    tcp:// or ipc:// (a ZeroMQ DEALER: it reconnects by itself, so a client survives a daemon
+    restart) or shm://NAME (shared memory with a daemon on this host; it must be serving).
+    ``criteria``: the criterion codes in the server's rule-type order
+    (``RuleSet.criterion_codes``); every request carries their fingerprint, and the server
+    answers BadRequest to columns that follow other criteria or another order. A reply that does
+    not come within ``timeout_s`` (sending included) raises :class:`ServeError` and a late one is
+    skipped by its request id. ``curve``: the keys for data endpoints that require CURVE (a key
+    the daemon does not admit shows as a timeout).
+
+    ``encode``: ``"server"`` (default) sends raw values, which the server encodes;
+    ``"client"`` fetches the server's encoding dictionary (:meth:`fetch_dictionary`, once per
+    rule-set version), encodes here and sends codes, 16-bit where every code fits (``code_bits=32``
+    forces 32). ``criteria`` may then be left out (the dictionary names them). After a hot
+    reload the server refuses the old version's codes (BadRequest, never a wrong answer): the
+    client fetches the new dictionary once and sends again."""
+
+    def __init__(
+        self,
+        endpoint: str = "tcp://127.0.0.1:5555",
+        criteria: Sequence[str] | None = None,
+        timeout_s: float = 10.0,
+        curve: CurveKeys | None = None,
+        encode: str = "server",
+        code_bits: int | None = None,
+    ) -> None:
+        super().__init__(criteria, encode, code_bits)
+        self.endpoint = endpoint
+        self._native = _served(_native.ServeClient, endpoint, timeout_s, *_key_files(curve))
+
+    @property
+    def timeout_s(self) -> float:
+        """How long a send, or the wait for a reply, may take."""
+        return float(self._native.timeout_s)
+
+    @timeout_s.setter
+    def timeout_s(self, seconds: float) -> None:
+        self._native.timeout_s = seconds
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._native.close()
+
+    def _next_id(self) -> int:
+        return int(self._native.next_id())
+
+    def disconnect(self, endpoint: str) -> None:
+        """Drops the socket's connection to ``endpoint`` (tests: a DEALER with nowhere to send)."""
+        self._native.disconnect(endpoint)
+
+    @property
+    def _sock(self) -> Client:
+        """What tests reached the pyzmq socket by (only ``_sock.disconnect`` is left)."""
+        return self
+
+    def send_frame(self, frame: bytes) -> None:
+        """Sends a raw frame (for tests and tools) within the timeout; read the answer with
+        :meth:`receive`."""
+        _served(self._native.send_frame, frame)
+
+    def receive_frame(self, request_id: int | None = None, started: float | None = None) -> bytes:
+        """The reply frame to ``request_id`` (any reply when None) within the timeout from
+        ``started`` (a ``time.perf_counter()``; now when None), undecoded."""
+        t0 = started if started is not None else time.perf_counter()
+        left = t0 + self.timeout_s - time.perf_counter()
+        return bytes(_served(self._native.receive, request_id, max(left, 0.0)))
+
+    def receive(self, request_id: int | None = None, started: float | None = None) -> ServeReply:
+        """Waits for the reply to ``request_id`` (any reply when None)."""
+        t0 = started if started is not None else time.perf_counter()
+        return _decode(self.receive_frame(request_id, t0), t0)
+
+    def fetch_dictionary(self) -> EncodingDictionary:
+        """Fetches the server's encoding dictionary of the rule-set version it serves now and
+        keeps it (``encode="client"`` does this by itself)."""
+        rid, t0 = self._next_id(), time.perf_counter()
+        self.send_frame(bytes(_native.encode_dictionary_request(rid)))
+        left = t0 + self.timeout_s - time.perf_counter()
+        frame = _served(self._native.receive, rid, max(left, 0.0), True)
+        return self._keep(EncodingDictionary.from_reply(bytes(frame)))
 
     def match(self, queries: Any, deadline_s: float | None = None, stop_after: int = 0) -> ServeReply:
         """Sends one request and waits for its reply. ``deadline_s``: relative deadline after
@@ -328,20 +383,12 @@ class Client:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _stale(reply: ServeReply, version: int) -> bool:
-    """Whether the server refused codes because it serves another version now."""
-    return reply.status == "BadRequest" and reply.version != version
-
-
-def _check_version(reply: ServeReply, version: int) -> ServeReply:
-    if reply.ok and reply.version != version:
-        raise ServeError(f"codes of version {version} answered by version {reply.version}")
-    return reply
-
-
-class AsyncClient:
-    """An asyncio client: many requests in flight on one socket, each awaiting its own reply
-    (a background task routes replies by request id).
+class AsyncClient(_Requests):
+    """An asyncio client: many requests in flight on one connection, each awaiting its own
+    reply. The Rust side (``_native.ServeMultiplexed``) sends from a thread of its own and files
+    each reply by request id, or a timeout once ``timeout_s`` passed; the event loop reads what
+    was filed when its fd turns readable (``add_reader``). Endpoints, ``curve`` and ``encode``
+    as :class:`Client`'s.
 
     >>> async with AsyncClient(endpoint, criteria=codes) as c:
     ...     replies = await asyncio.gather(*(c.match(q) for q in batches))
@@ -356,28 +403,12 @@ class AsyncClient:
         encode: str = "server",
         code_bits: int | None = None,
     ) -> None:
-        import asyncio
-
-        import zmq.asyncio
-
-        if encode not in ENCODE_MODES:
-            raise ValueError(f"encode is one of {', '.join(ENCODE_MODES)}, not {encode!r}")
-        self._frames = Client.__new__(Client)  # reuse Client's frame building, no socket
-        self._frames.criteria = list(criteria) if criteria is not None else None
-        self._frames._fp = None
-        self._frames._ids = itertools.count(1)
-        self._frames.encode, self._frames.code_bits = encode, code_bits
-        self._frames.dictionary, self._frames.dictionary_fetches = None, 0
-        self._fetch_lock = asyncio.Lock()
+        super().__init__(criteria, encode, code_bits)
         self.endpoint, self.timeout_s = endpoint, timeout_s
-        self._ctx = zmq.asyncio.Context.instance()
-        self._sock = self._ctx.socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        if curve is not None:
-            curve.apply(self._sock)  # type: ignore[arg-type]
-        self._sock.connect(endpoint)
-        self._waiting: dict[int, tuple[asyncio.Future[Any], float]] = {}
-        self._reader: asyncio.Task[None] | None = None
+        self._native = _served(_native.ServeMultiplexed, endpoint, timeout_s, *_key_files(curve))
+        self._fetch_lock = asyncio.Lock()
+        self._waiting: dict[int, asyncio.Future[bytes]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -386,65 +417,62 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-        self._sock.close(linger=0)
+        if self._loop is not None:
+            self._loop.remove_reader(self._native.ready_fd)
+            self._loop = None
+        self._native.close()
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_exception(ServeError(f"the client of {self.endpoint} was closed"))
+        self._waiting.clear()
 
-    async def _read(self) -> None:
-        while True:
-            frame = await self._sock.recv()
-            rid = int.from_bytes(frame[4:12], "little") if len(frame) >= 12 else 0
-            waiter = self._waiting.pop(rid, None)
-            if waiter is not None and not waiter[0].done():
-                dictionary = frame[:4] == _DICTIONARY_REPLY
-                waiter[0].set_result(bytes(frame) if dictionary else _decode(frame, waiter[1]))
+    def _next_id(self) -> int:
+        return int(self._native.next_id())
 
-    @property
-    def dictionary(self) -> EncodingDictionary | None:
-        return self._frames.dictionary
+    def _filed(self) -> None:
+        """The event loop's reader: settles the futures of every outcome filed."""
+        for rid, frame, why in self._native.take_done():
+            fut = self._waiting.pop(rid, None)
+            if fut is None or fut.done():
+                continue
+            if frame is None:
+                fut.set_exception(ServeError(why))
+            else:
+                fut.set_result(bytes(frame))
 
-    @property
-    def dictionary_fetches(self) -> int:
-        return self._frames.dictionary_fetches
-
-    async def _exchange(self, rid: int, frame: bytes, t0: float) -> Any:
-        """Sends ``frame`` and awaits the reply to ``rid`` (a ServeReply, or a dictionary
-        reply's bytes)."""
-        import asyncio
-
-        if self._reader is None:
-            self._reader = asyncio.get_running_loop().create_task(self._read())
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting[rid] = (fut, t0)
-
-        async def round_trip() -> Any:
-            await self._sock.send(frame)  # under the deadline too: see Client's SNDTIMEO
-            return await fut
-
+    async def _exchange(self, rid: int, frame: bytes) -> bytes:
+        """Sends ``frame`` and awaits the reply frame to ``rid``. The Rust side files a timeout
+        after ``timeout_s``; the wait here has a deadline a second later, should it not."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+            loop.add_reader(self._native.ready_fd, self._filed)
+        fut: asyncio.Future[bytes] = loop.create_future()
+        self._waiting[rid] = fut
         try:
-            return await asyncio.wait_for(round_trip(), self.timeout_s)
+            _served(self._native.submit, rid, frame)
+            return await asyncio.wait_for(fut, self.timeout_s + 1.0)
         except TimeoutError:
-            self._waiting.pop(rid, None)
             raise ServeError(f"no reply from {self.endpoint} within {self.timeout_s} s") from None
+        finally:
+            self._waiting.pop(rid, None)
 
     async def fetch_dictionary(self) -> EncodingDictionary:
         """Like :meth:`Client.fetch_dictionary`, awaitable."""
-        rid = next(self._frames._ids)
-        request = bytes(_native.encode_dictionary_request(rid))
-        frame = await self._exchange(rid, request, time.perf_counter())
-        return self._frames._keep(EncodingDictionary.from_reply(frame))
+        rid = self._next_id()
+        frame = await self._exchange(rid, bytes(_native.encode_dictionary_request(rid)))
+        return self._keep(EncodingDictionary.from_reply(frame))
 
     async def match(self, queries: Any, deadline_s: float | None = None, stop_after: int = 0) -> ServeReply:
         """Like :meth:`Client.match`, awaitable, many at a time."""
         t0 = time.perf_counter()
-        if not self._frames._client_encoded(queries):
-            rid, frame = self._frames.request_frame(queries, deadline_s, stop_after)
-            reply: ServeReply = await self._exchange(rid, frame, t0)
-            return reply
+        if not self._client_encoded(queries):
+            rid, frame = self.request_frame(queries, deadline_s, stop_after)
+            return _decode(await self._exchange(rid, frame), t0)
         d = await self._dictionary_newer_than(None)
         for attempt in range(2):
-            rid, frame = self._frames.request_frame(queries, deadline_s, stop_after)
-            reply = _check_version(await self._exchange(rid, frame, t0), d.version)
+            rid, frame = self.request_frame(queries, deadline_s, stop_after)
+            reply = _check_version(_decode(await self._exchange(rid, frame), t0), d.version)
             if not (attempt == 0 and _stale(reply, d.version)):
                 return reply
             d = await self._dictionary_newer_than(d.version)  # the server reloaded
@@ -454,7 +482,7 @@ class AsyncClient:
         """The dictionary held when it is newer than ``version`` (any, for None), else a fetched
         one: requests in flight together fetch it once."""
         async with self._fetch_lock:
-            d = self._frames.dictionary
+            d = self.dictionary
             if d is not None and (version is None or d.version > version):
                 return d
             return await self.fetch_dictionary()
