@@ -49,12 +49,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import zmq
 
 from offload.files import save_figure
+
+if TYPE_CHECKING:
+    from offload.serve import Client
 
 # The seed's request sizes: 1 to 65,536 queries per request.
 SIZES = tuple(2**i for i in range(17))
@@ -211,32 +213,30 @@ def _quantiles(values: Sequence[float]) -> dict[str, float]:
 
 
 def measure_size(
-    sock: zmq.Socket[Any],
+    client: Client,
     frames: list[bytes],
     build_s: list[float],
     budget: Budget,
-    timeout_s: float = 60.0,
     invoke_us: float | None = None,
 ) -> dict[str, Any]:
-    """Sends `frames` in turn, one request out at a time, and summarizes the replies: per stage
-    and category the median and 90th percentile (µs)."""
+    """Sends `frames` in turn through `client` (each with a fresh request id), one request out
+    at a time, and summarizes the replies: per stage and category the median and 90th
+    percentile (µs). No reply within the client's timeout is a ServeError."""
     from offload import _native
 
     records: list[tuple[float, float, dict[str, int], int, str]] = []
     t_end = float("inf")
-    for rid in range(1, budget.warmup + budget.iterations + 1):
-        recorded = rid - 1 - budget.warmup  # requests recorded so far (negative while warming up)
+    for sent in range(1, budget.warmup + budget.iterations + 1):
+        recorded = sent - 1 - budget.warmup  # requests recorded so far (negative while warming up)
         if recorded == 0:
             t_end = time.perf_counter() + budget.seconds
         if recorded >= budget.min_iterations and time.perf_counter() > t_end:
             break
-        k = rid % len(frames)
-        frame = frames[k][:4] + rid.to_bytes(8, "little") + frames[k][12:]  # a fresh id per send
+        k = sent % len(frames)
+        rid, frame = client.restamp(frames[k])
         t0 = time.perf_counter()
-        sock.send(frame)
-        if not sock.poll(int(timeout_s * 1000)):
-            raise TimeoutError(f"no reply within {timeout_s:g} s to a request of {len(frame):,} bytes")
-        reply = sock.recv()
+        client.send_frame(frame)
+        reply = client.receive_frame(rid, t0)
         t1 = time.perf_counter()
         _rid, status, _v, _rule, _c, stages, message = _native.decode_reply(reply)
         decode_s = time.perf_counter() - t1
@@ -338,19 +338,16 @@ def run_backend(
     proc = daemon.start(*flags, timeout_s=300)
     rows = []
     stats: dict[str, Any] = {}
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
+    client = Client(ep, criteria, 60, encode="client" if encoded else "server")
     try:
-        encoder = None
-        if encoded:
-            with Client(ep, criteria, 30, encode="client") as c:
-                encoder = c.fetch_dictionary()
-        sock.connect(ep)
+        encoder = client.fetch_dictionary() if encoded else None
         for size in sizes:
             frames, build_s = build_frames(columns, criteria, size, encoder)
             before = control_request(ctl, "stats", 10).get("emulated") if backend.profile else None
-            row = {"size": size, **measure_size(sock, frames, build_s, budget, invoke_us=backend.invoke_us())}
+            row = {
+                "size": size,
+                **measure_size(client, frames, build_s, budget, invoke_us=backend.invoke_us()),
+            }
             if before is not None:
                 row["emulated"] = _late(before, control_request(ctl, "stats", 10).get("emulated") or {})
             say(
@@ -362,8 +359,7 @@ def run_backend(
             del frames
         stats = control_request(ctl, "stats", 10)
     finally:
-        sock.close(linger=0)
-        ctx.term()
+        client.close()
         daemon.stop(proc)
         for f in Path(tmp).glob("*"):
             f.unlink(missing_ok=True)

@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import zmq
 
 from offload.files import save_figure
 from offload.serve.breakdown import ROOT, Backend
@@ -162,10 +161,10 @@ def crossover(points: Sequence[tuple[float, float, float]], bins_per_decade: int
 
 
 class _Service:
-    """One daemon (1 worker, 1 executor, 1 engine thread, one request per call) and a DEALER."""
+    """One daemon (1 worker, 1 executor, 1 engine thread, one request per call) and a client."""
 
     def __init__(self, backend: Backend, ruletype: str, rules: str, queries: Path) -> None:
-        from offload.serve import daemon
+        from offload.serve import Client, daemon
 
         self.tmp = tempfile.mkdtemp(prefix="offload-earlystop-")
         self.ep, self.ctl = f"ipc://{self.tmp}/d-{os.getpid()}.sock", f"ipc://{self.tmp}/c-{os.getpid()}.sock"
@@ -173,23 +172,17 @@ class _Service:
                  "--kernels", "1", "--engine-threads", "1", "--queue", "1024", "--batch-max-queries", "0",
                  *backend.flags(queries)]  # fmt: skip
         self.proc = daemon.start(*flags, timeout_s=300)
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.connect(self.ep)
-        self.rid = 0
+        self.client = Client(self.ep, timeout_s=60)
 
-    def call(self, frame: bytes, timeout_s: float = 60.0) -> tuple[float, int]:
-        """Sends one request frame, waits for its reply: (round trip s, answers)."""
+    def call(self, frame: bytes) -> tuple[float, int]:
+        """Sends one request frame (a fresh id stamped on it), waits for its reply within the
+        client's timeout (else a ServeError): (round trip s, answers)."""
         from offload import _native
 
-        self.rid += 1
-        frame = frame[:4] + self.rid.to_bytes(8, "little") + frame[12:]
+        rid, frame = self.client.restamp(frame)
         t0 = time.perf_counter()
-        self.sock.send(frame)
-        if not self.sock.poll(int(timeout_s * 1000)):
-            raise TimeoutError(f"no reply within {timeout_s:g} s")
-        reply = self.sock.recv()
+        self.client.send_frame(frame)
+        reply = self.client.receive_frame(rid, t0)
         rtt = time.perf_counter() - t0
         _rid, status, _v, rule, _c, _stages, message = _native.decode_reply(reply)
         if status != "Ok":
@@ -204,8 +197,7 @@ class _Service:
     def close(self) -> None:
         from offload.serve import daemon
 
-        self.sock.close(linger=0)
-        self.ctx.term()
+        self.client.close()
         daemon.stop(self.proc)
         for f in Path(self.tmp).glob("*"):
             f.unlink(missing_ok=True)
