@@ -1,4 +1,5 @@
-//! A Rust client for `offload serve` (the Python one is `offload.serve.Client`).
+//! The client of `offload serve`, in Rust; Python's `offload.serve.Client` and `AsyncClient` wrap
+//! it (`crates/py/src/serve_client.rs`), so there is one request path.
 //!
 //! ```no_run
 //! use offload_serve::client::{Client, Query};
@@ -13,7 +14,9 @@
 //! ```
 //! One request is in flight at a time. The socket is a DEALER: ZeroMQ reconnects by itself, so
 //! a client outlives a daemon restart; a reply that does not come within the timeout is an
-//! error, and a late one is skipped by its request id.
+//! error, and a late one is skipped by its request id. Tools that build frames themselves use
+//! [`Client::next_id`], [`Client::send_frame`] and [`Client::receive_frame`]; many requests in
+//! flight on one connection (an event loop's client) go through [`Multiplexed`].
 //!
 //! [`EncodingClient`] encodes queries itself, with the server's dictionary (fetched once per
 //! rule-set version, [`Client::fetch_dictionary`]), and sends codes instead of text:
@@ -521,7 +524,7 @@ const IDLE: Duration = Duration::from_millis(100);
 /// (the client's timeout from its submission) passed; a reply after that is dropped.
 /// [`Multiplexed::ready_fd`] turns readable when something is filed (what an event loop polls).
 /// The thread waits on the socket and its wake-up fd together (ZeroMQ), or parks on the reply
-/// futex for at most [`SHM_POLL`] between looks at its queue (`shm://`). Dropping it stops the
+/// futex for at most `SHM_POLL` (200 µs) between looks at its queue (`shm://`). Dropping it stops the
 /// thread (at most one send's deadline later).
 pub struct Multiplexed {
     queue: Option<mpsc::Sender<Submitted>>,
