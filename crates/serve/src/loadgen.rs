@@ -175,6 +175,10 @@ struct Tally {
     latency: Histogram<u64>,
     service: Histogram<u64>,
     send_lag: Histogram<u64>,
+    /// Tick pacing: how late each wake-up came after the instant it slept to, and how long
+    /// each pass worked (take, send, flush), ns.
+    wake_late: Histogram<u64>,
+    pass_work: Histogram<u64>,
     sent: u64,
     /// Queries in the requests sent.
     queries_sent: u64,
@@ -204,6 +208,8 @@ impl Tally {
             latency: histogram(),
             service: histogram(),
             send_lag: histogram(),
+            wake_late: histogram(),
+            pass_work: histogram(),
             sent: 0,
             queries_sent: 0,
             due: 0,
@@ -223,6 +229,8 @@ impl Tally {
         self.latency.add(&o.latency).expect("same bounds");
         self.service.add(&o.service).expect("same bounds");
         self.send_lag.add(&o.send_lag).expect("same bounds");
+        self.wake_late.add(&o.wake_late).expect("same bounds");
+        self.pass_work.add(&o.pass_work).expect("same bounds");
         self.sent += o.sent;
         self.queries_sent += o.queries_sent;
         self.due += o.due;
@@ -793,13 +801,18 @@ fn drive_ticks(
         }
         let tick_end = (pass + tick).min(hard_end);
         let due_at = if sending { start + Duration::from_nanos(next_due) } else { hard_end };
-        if !in_flight {
-            sleep_until(due_at.max(tick_end).min(hard_end)); // nothing to take: the next due request
-        } else if wake_on_replies && !blocked {
-            sleep_until(tick_end);
-            wait(conns, due_at.max(tick_end).min(hard_end))?;
+        let worked = Instant::now();
+        t.pass_work.saturating_record(worked.duration_since(pass).as_nanos().max(1) as u64);
+        let target = if !in_flight {
+            due_at.max(tick_end).min(hard_end) // nothing to take: the next due request
         } else {
-            sleep_until(tick_end);
+            tick_end
+        };
+        sleep_until(target);
+        if in_flight && wake_on_replies && !blocked {
+            wait(conns, due_at.max(tick_end).min(hard_end))?;
+        } else if target > worked {
+            t.wake_late.saturating_record(Instant::now().saturating_duration_since(target).as_nanos().max(1) as u64);
         }
     }
 }
@@ -1076,6 +1089,8 @@ impl Outcome {
             },
         });
         json["arrivals"] = arrivals;
+        json["wake_late_us"] = quantiles_us(&t.wake_late);
+        json["pass_work_us"] = quantiles_us(&t.pass_work);
         json["pacing"] = pacing;
         json["client_socket"] = json!(client_socket);
         Outcome {
