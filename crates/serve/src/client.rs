@@ -37,7 +37,7 @@ use std::fmt;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -547,6 +547,8 @@ struct Submitted {
 struct Shared {
     done: Mutex<Vec<Done>>,
     stop: AtomicBool,
+    /// Submissions since the thread last looked at its queue: only the first rings its wake-up.
+    queued: AtomicUsize,
 }
 
 impl Multiplexed {
@@ -559,7 +561,11 @@ impl Multiplexed {
             s.set_nonblocking(true).map_err(io)?;
         }
         let (queue, submitted) = mpsc::channel();
-        let shared = Arc::new(Shared { done: Mutex::new(Vec::new()), stop: AtomicBool::new(false) });
+        let shared = Arc::new(Shared {
+            done: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            queued: AtomicUsize::new(0),
+        });
         let timeout = client.timeout;
         let worker = Worker {
             client,
@@ -592,7 +598,9 @@ impl Multiplexed {
         let until = Instant::now() + self.timeout;
         let stopped = || ClientError::Zmq("the client's thread has stopped".into());
         self.queue.as_ref().ok_or_else(stopped)?.send(Submitted { id, frame, until }).map_err(|_| stopped())?;
-        ring(&self.wake);
+        if self.shared.queued.fetch_add(1, Ordering::AcqRel) == 0 {
+            ring(&self.wake); // after the send: the thread, woken, finds the frame
+        }
         Ok(())
     }
 
@@ -643,6 +651,7 @@ impl Worker {
             if self.shared.stop.load(Ordering::Acquire) {
                 return;
             }
+            self.shared.queued.swap(0, Ordering::AcqRel); // before the queue: a later one rings
             drain(&self.wake);
             loop {
                 match self.submitted.try_recv() {
@@ -731,9 +740,17 @@ impl Worker {
         frames
     }
 
+    /// Files outcomes; only filing into an empty list rings (until `take_done` empties it, the
+    /// ready fd stays readable).
     fn file(&self, done: Vec<Done>) {
-        if !done.is_empty() {
-            lock(&self.shared.done).extend(done);
+        if done.is_empty() {
+            return;
+        }
+        let mut list = lock(&self.shared.done);
+        let was_empty = list.is_empty();
+        list.extend(done);
+        drop(list);
+        if was_empty {
             ring(&self.ready);
         }
     }
@@ -786,17 +803,16 @@ pub(crate) fn send_within(
     timeout: Duration,
 ) -> Result<(), ClientError> {
     loop {
-        let left = until.saturating_duration_since(Instant::now());
-        let ready = sock.poll(zmq::POLLOUT, left.as_millis() as i64).map_err(|e| ClientError::Zmq(e.to_string()))?;
-        if ready > 0 {
-            match sock.send_multipart(frames.iter().copied(), zmq::DONTWAIT) {
-                Err(zmq::Error::EAGAIN) => {} // the connection went between the poll and the send
-                sent => return sent.map_err(|e| ClientError::Zmq(e.to_string())),
-            }
+        // Try first: there is room nearly always, and a poll before every send costs a call.
+        match sock.send_multipart(frames.iter().copied(), zmq::DONTWAIT) {
+            Err(zmq::Error::EAGAIN) => {} // no room, or no connection yet: wait for one
+            sent => return sent.map_err(|e| ClientError::Zmq(e.to_string())),
         }
+        let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(ClientError::Timeout(timeout));
         }
+        sock.poll(zmq::POLLOUT, left.as_millis().max(1) as i64).map_err(|e| ClientError::Zmq(e.to_string()))?;
     }
 }
 

@@ -304,15 +304,17 @@ class Client(_Requests):
         super().__init__(criteria, encode, code_bits)
         self.endpoint = endpoint
         self._native = _served(_native.ServeClient, endpoint, timeout_s, *_key_files(curve))
+        self._timeout_s = float(timeout_s)
 
     @property
     def timeout_s(self) -> float:
         """How long a send, or the wait for a reply, may take."""
-        return float(self._native.timeout_s)
+        return self._timeout_s
 
     @timeout_s.setter
     def timeout_s(self, seconds: float) -> None:
         self._native.timeout_s = seconds
+        self._timeout_s = float(seconds)
 
     def __enter__(self) -> Client:
         return self
