@@ -53,3 +53,26 @@ def test_a_short_run_gives_the_knee_the_host_path_the_plot_and_the_report(tmp_pa
     assert "The service&#39;s host path" in page or "The service's host path" in page
     assert "null, inline" in page and "host path ns/query" in page and "profile alone" in page
     assert page.count('src="data:image/png;base64,') == 1
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_a_configuration_runs_over_its_transport(transport: str) -> None:
+    """The generator reaches the daemon over the configuration's transport, and the daemon counts
+        its CPU on that transport's side (shm: its own part; tcp: ZeroMQ's I/O thread; the control
+    socket's requests use that thread too, so shm's zmq_io need not be 0)."""
+    setup = hostpath.Setup(
+        str(MINI / "ruletype.toml"), str(MINI / "rules.csv"), MINI / "queries.csv",
+        ROOT / "data" / "plans" / "whatif" / "gpu-h200.toml", request_size=64, duration_s=0.3, steps=1,
+        sla_p99_us=1e6, start_rate=500,
+    )  # fmt: skip
+    config = hostpath.Config(
+        f"null, inline, {transport}", "after", "null", 0, 1024, 0, "encoded16", transport
+    )
+    (run,) = hostpath.run(setup, [config])["runs"]
+    per = run["daemon_cpu"]["ns_per_query"]
+    assert run["knee"]["queries_per_s"] > 0 and run["config"]["transport"] == transport, run
+    assert (per["shm"] > 0) == (transport == "shm"), per
+    assert transport == "shm" or per["zmq_io"] > 0, per
+    assert len(hostpath.TRANSPORT_CONFIGS) == 18 and {c.transport for c in hostpath.TRANSPORT_CONFIGS} == {
+        "ipc", "tcp", "shm"
+    }  # fmt: skip

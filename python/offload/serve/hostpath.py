@@ -22,8 +22,8 @@ from offload.serve.control import control_request
 
 @dataclass(frozen=True)
 class Config:
-    """One daemon configuration: which build, matcher, executors (0 = inline), batching policy
-    and request layout."""
+    """One daemon configuration: which build, matcher, executors (0 = inline), batching policy,
+    request layout and the transport its clients use (the generator's connections)."""
 
     label: str
     build: str  # "before" or "after"
@@ -32,6 +32,7 @@ class Config:
     batch_max_queries: int
     batch_timeout_us: int
     layout: str  # raw, encoded32 (the old client's local encoding, version 1), encoded16
+    transport: str = "ipc"  # ipc, tcp (loopback) or shm (shared memory, shm:///PATH)
 
     def flags(self, profile: Path, queries: Path) -> list[str]:
         f = ["--matcher", self.matcher, "--workers", "1", "--kernels", str(self.kernels), "--queue", "1024"]
@@ -58,6 +59,40 @@ CONFIGS = [
     Config("after: emulated H200, 1 executor", "after", "emulated", 1, 65536, 0, "encoded16"),
     Config("after: fast, raw, inline", "after", "fast", 0, 4096, 0, "raw"),
 ]
+
+
+# Issue 40's matrix: each matcher (the host path alone, a real one, the emulated H200) over each
+# transport, inline and with one executor (self-filling batches), 256-query 16-bit requests.
+TRANSPORTS = ("ipc", "tcp", "shm")
+
+
+def _transport_config(matcher: str, kernels: int, transport: str) -> Config:
+    batch = 65536 if matcher == "emulated" else 4096
+    where = "inline" if kernels == 0 else "1 executor"
+    return Config(
+        f"{matcher}, {where}, {transport}", "after", matcher, kernels, batch, 0, "encoded16", transport
+    )
+
+
+TRANSPORT_CONFIGS = [
+    _transport_config(m, k, t) for m in ("null", "fast", "emulated") for k in (0, 1) for t in TRANSPORTS
+]
+
+
+def endpoint_for(transport: str, tmp: str) -> str:
+    """The data endpoint of a configuration's daemon: in `tmp` for ipc and shm, a free loopback
+    port for tcp."""
+    if transport == "ipc":
+        return f"ipc://{tmp}/d.sock"
+    if transport == "shm":
+        return f"shm://{tmp}/d.shm"
+    if transport == "tcp":
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    raise ValueError(f"transport is one of {', '.join(TRANSPORTS)}, not {transport!r}")
 
 
 def frames_for(c: Config, endpoint: str, rs: Any, cols: list[list[str]], size: int) -> list[bytes]:
@@ -92,7 +127,7 @@ def measure_config(
 ) -> dict[str, Any]:
     """One configuration: its daemon (`program`, default `offload serve`) started, driven to its
     knee, its host path at the knee's rate, stopped (every wait bounded)."""
-    ep, ctl = f"ipc://{tmp}/d.sock", f"ipc://{tmp}/c.sock"
+    ep, ctl = endpoint_for(c.transport, tmp), f"ipc://{tmp}/c.sock"
     flags = [*daemon.rule_flags(s.ruletype, s.rules), "-e", ep, "-c", ctl, *c.flags(s.profile, s.queries)]
     proc = daemon.start(*flags, timeout_s=180, program=program, cpus=set(s.daemon_cpus or ()) or None)
     try:
