@@ -156,7 +156,8 @@ impl ServeClient {
 type Outcome<'py> = (u64, Option<Bound<'py, PyBytes>>, String);
 
 /// Many requests in flight on one connection (`offload.serve.AsyncClient` wraps it): submit
-/// frames, poll `ready_fd` (asyncio's `add_reader`), take what is done.
+/// frames, poll `ready_fd` (asyncio's `add_reader`), take what is done (`client::Multiplexed`:
+/// over ZeroMQ in the caller's thread, without blocking; over `shm://` through a Rust thread).
 #[pyclass(module = "offload._native", name = "ServeMultiplexed")]
 pub struct ServeMultiplexed {
     inner: Option<Multiplexed>,
@@ -195,19 +196,21 @@ impl ServeMultiplexed {
         Ok(self.inner()?.next_id())
     }
 
-    /// Queues a frame (request id `request_id`) to send; its outcome comes from `take_done`.
-    fn submit(&self, request_id: u64, frame: Vec<u8>) -> PyResult<()> {
+    /// Sends (or queues) a frame with request id `request_id`; its outcome comes from
+    /// `take_done`. True: outcomes may wait already (call `take_done` now: over ZeroMQ the
+    /// ready fd signals changes only).
+    fn submit(&self, request_id: u64, frame: &[u8]) -> PyResult<bool> {
         self.inner()?.submit(request_id, frame).map_err(|e| PyConnectionError::new_err(e.to_string()))
     }
 
-    /// Readable while outcomes wait in `take_done`.
+    /// Readable when outcomes may wait in `take_done`.
     #[getter]
     fn ready_fd(&self) -> PyResult<RawFd> {
         Ok(self.inner()?.ready_fd())
     }
 
-    /// The outcomes filed since the last call, without waiting: (request id, reply frame or
-    /// None, why not: "" or a timeout's or a failure's one line).
+    /// The outcomes there are now, without waiting: (request id, reply frame or None, why
+    /// not: "" or a timeout's or a failure's one line).
     fn take_done<'py>(&self, py: Python<'py>) -> PyResult<Vec<Outcome<'py>>> {
         let t = self.timeout.as_secs_f64();
         Ok(self

@@ -32,7 +32,7 @@
 pub use crate::auth::CurveClient;
 use crate::protocol::{self, DictionaryReply, Payload, RawColumnOwned, Reply, Request, Status};
 use offload_rules::{Encoder, EncoderDictionary, RawColumn};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -512,28 +512,199 @@ const SHM_POLL: Duration = Duration::from_micros(200);
 /// How long that thread sleeps at most with nothing to do (it wakes at once on a submission).
 const IDLE: Duration = Duration::from_millis(100);
 
-/// Many requests in flight on one connection, for an event loop (Python's `AsyncClient`):
+/// Many requests in flight on one connection, for an event loop (Python's `AsyncClient`).
+/// Submit frames, poll [`Multiplexed::ready_fd`], take the outcomes: each reply by request id,
+/// or [`ClientError::Timeout`] once the request's deadline (the client's timeout from its
+/// submission) passed; a reply after that is dropped.
 ///
 /// ```text
-///   submit(id, frame) ──▶ queue ──▶ [thread: Client] ──send──▶ daemon
-///   take_done() ◀── done + ready fd ◀── reply by id, or the request's deadline ──┘
+///   ZeroMQ:  submit ──send (non-blocking)──▶ DEALER ──▶ daemon
+///            take_done ◀── recv (non-blocking) ◀── ZMQ_FD readable (the event loop polls it)
+///   shm://:  submit ──▶ queue ──▶ [thread: Client] ──▶ rings ──▶ daemon
+///            take_done ◀── done + socket pair readable ◀── [thread] ◀── reply futex
 /// ```
 ///
-/// A thread of its own owns a [`Client`]: it sends what [`Multiplexed::submit`] queued and
-/// files every reply by request id, or [`ClientError::Timeout`] once the request's deadline
-/// (the client's timeout from its submission) passed; a reply after that is dropped.
-/// [`Multiplexed::ready_fd`] turns readable when something is filed (what an event loop polls).
-/// The thread waits on the socket and its wake-up fd together (ZeroMQ), or parks on the reply
-/// futex for at most `SHM_POLL` (200 µs) between looks at its queue (`shm://`). Dropping it stops the
+/// Over ZeroMQ the caller's thread sends and receives itself (no thread hop): the ready fd is
+/// the socket's `ZMQ_FD`, which signals only changes, so [`Multiplexed::submit`] says when
+/// replies may already wait (call `take_done` then, the fd may stay quiet); a frame the socket
+/// has no room for waits in order and goes at the next call. Deadlines are checked at every
+/// call ([`Multiplexed::wait_done`] wakes for the nearest; an event loop keeps its own timer).
+/// Over `shm://`, which has no fd, a thread of its own owns the client: it waits on the reply
+/// futex at most `SHM_POLL` (200 µs) between looks at its queue, files outcomes and deadlines
+/// itself, and a socket pair turns readable when something is filed. Dropping it stops the
 /// thread (at most one send's deadline later).
 pub struct Multiplexed {
+    mode: Mode,
+    next_id: AtomicU64,
+}
+
+enum Mode {
+    Direct(Mutex<Direct>),
+    Threaded(Threaded),
+}
+
+impl Multiplexed {
+    /// Drives `client` (its timeout is every request's deadline): directly over ZeroMQ, from a
+    /// thread of its own over `shm://`.
+    pub fn new(client: Client) -> Result<Multiplexed, ClientError> {
+        let mode = match &client.transport {
+            Transport::Zmq { sock, .. } => {
+                let fd = sock.get_fd().map_err(|e| ClientError::Zmq(e.to_string()))?;
+                let direct = Direct { client, fd, waiting: HashMap::new(), unsent: VecDeque::new(), done: Vec::new() };
+                Mode::Direct(Mutex::new(direct))
+            }
+            Transport::Shm(_) => Mode::Threaded(Threaded::new(client)?),
+        };
+        Ok(Multiplexed { mode, next_id: AtomicU64::new(1) })
+    }
+
+    /// A fresh request id for a frame to submit.
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sends `frame` (its id `id` at bytes 4..12), or queues it; its outcome comes back through
+    /// [`Multiplexed::take_done`] within the timeout. `Ok(true)`: outcomes may wait already
+    /// (take them now: the ready fd need not say so).
+    pub fn submit(&self, id: u64, frame: &[u8]) -> Result<bool, ClientError> {
+        match &self.mode {
+            Mode::Direct(d) => Ok(lock(d).submit(id, frame)),
+            Mode::Threaded(t) => t.submit(id, frame.to_vec()).map(|()| false),
+        }
+    }
+
+    /// An fd that polls readable when outcomes may wait in [`Multiplexed::take_done`].
+    pub fn ready_fd(&self) -> RawFd {
+        match &self.mode {
+            Mode::Direct(d) => lock(d).fd,
+            Mode::Threaded(t) => t.ready_fd(),
+        }
+    }
+
+    /// The outcomes there are now (replies, deadlines passed, failed sends), without waiting.
+    pub fn take_done(&self) -> Vec<Done> {
+        match &self.mode {
+            Mode::Direct(d) => lock(d).take(),
+            Mode::Threaded(t) => t.take_done(),
+        }
+    }
+
+    /// Waits until an outcome is there or `until` passes, then [`Multiplexed::take_done`].
+    pub fn wait_done(&self, until: Instant) -> Vec<Done> {
+        let done = self.take_done();
+        if !done.is_empty() {
+            return done;
+        }
+        let until = match &self.mode {
+            Mode::Direct(d) => {
+                let d = lock(d); // the nearest deadline: wake to file it
+                d.waiting.values().chain(d.unsent.iter().map(|s| &s.until)).fold(until, |a, &b| a.min(b))
+            }
+            Mode::Threaded(_) => until,
+        };
+        let mut item = [zmq::PollItem::from_fd(self.ready_fd(), zmq::POLLIN)];
+        let _ = zmq::poll(&mut item, poll_ms(until));
+        self.take_done()
+    }
+}
+
+/// The ZeroMQ side of a [`Multiplexed`]: the client, its socket's `ZMQ_FD`, the requests sent
+/// and not answered (their deadlines), those the socket had no room for yet, and the outcomes.
+struct Direct {
+    client: Client,
+    fd: RawFd,
+    waiting: HashMap<u64, Instant>,
+    unsent: VecDeque<Submitted>,
+    done: Vec<Done>,
+}
+
+impl Direct {
+    fn sock(&self) -> &zmq::Socket {
+        match &self.client.transport {
+            Transport::Zmq { sock, .. } => sock,
+            Transport::Shm(_) => unreachable!("a direct multiplexer is made over ZeroMQ only"),
+        }
+    }
+
+    /// Sends `frame` now when nothing waits before it and the socket takes it (no copy), else
+    /// queues a copy.
+    fn submit(&mut self, id: u64, frame: &[u8]) -> bool {
+        let until = Instant::now() + self.client.timeout;
+        self.send_unsent();
+        let sent =
+            if self.unsent.is_empty() { self.sock().send(frame, zmq::DONTWAIT) } else { Err(zmq::Error::EAGAIN) };
+        match sent {
+            Ok(()) => {
+                self.waiting.insert(id, until);
+            }
+            Err(zmq::Error::EAGAIN) => self.unsent.push_back(Submitted { id, frame: frame.to_vec(), until }),
+            Err(e) => self.done.push((id, Err(ClientError::Zmq(e.to_string())))),
+        }
+        // A send may have taken the fd's signal of a reply that came meanwhile.
+        let readable = self.sock().get_events().is_ok_and(|e| e.contains(zmq::POLLIN));
+        readable || !self.done.is_empty()
+    }
+
+    /// Sends what waits, in order, while the socket takes it (without blocking).
+    fn send_unsent(&mut self) {
+        while let Some(s) = self.unsent.front() {
+            match self.sock().send(&s.frame[..], zmq::DONTWAIT) {
+                Err(zmq::Error::EAGAIN) => return,
+                sent => {
+                    let s = self.unsent.pop_front().expect("front");
+                    match sent {
+                        Ok(()) => {
+                            self.waiting.insert(s.id, s.until);
+                        }
+                        Err(e) => self.done.push((s.id, Err(ClientError::Zmq(e.to_string())))),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends what waits, takes every reply there is (until the socket says none, which re-arms
+    /// its fd), files the deadlines passed, and hands over the outcomes.
+    fn take(&mut self) -> Vec<Done> {
+        self.send_unsent();
+        loop {
+            match self.sock().recv_bytes(zmq::DONTWAIT) {
+                Ok(f) => {
+                    if let Some(id) = frame_id(&f).filter(|id| self.waiting.remove(id).is_some()) {
+                        self.done.push((id, Ok(f)));
+                    }
+                }
+                Err(zmq::Error::EAGAIN) => break,
+                Err(e) => {
+                    let e = ClientError::Zmq(e.to_string());
+                    self.done.extend(self.waiting.drain().map(|(id, _)| (id, Err(e.clone()))));
+                    break;
+                }
+            }
+        }
+        let now = Instant::now();
+        let timeout = self.client.timeout;
+        let late: Vec<u64> = self.waiting.iter().filter(|(_, &u)| u <= now).map(|(&id, _)| id).collect();
+        for id in late {
+            self.waiting.remove(&id);
+            self.done.push((id, Err(ClientError::Timeout(timeout))));
+        }
+        while self.unsent.front().is_some_and(|s| s.until <= now) {
+            let s = self.unsent.pop_front().expect("front");
+            self.done.push((s.id, Err(ClientError::Timeout(timeout))));
+        }
+        std::mem::take(&mut self.done)
+    }
+}
+
+/// The `shm://` side of a [`Multiplexed`]: a thread that owns the client.
+struct Threaded {
     queue: Option<mpsc::Sender<Submitted>>,
     shared: Arc<Shared>,
     /// Written to wake the thread (a submission, the stop).
     wake: UnixStream,
     /// Readable while something is filed.
     ready: UnixStream,
-    next_id: AtomicU64,
     timeout: Duration,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -551,9 +722,9 @@ struct Shared {
     queued: AtomicUsize,
 }
 
-impl Multiplexed {
+impl Threaded {
     /// Starts the thread that drives `client` (its timeout is every request's deadline).
-    pub fn new(client: Client) -> Result<Multiplexed, ClientError> {
+    fn new(client: Client) -> Result<Threaded, ClientError> {
         let io = |e: std::io::Error| ClientError::Zmq(format!("the client's thread: {e}"));
         let (wake, wake_rx) = UnixStream::pair().map_err(io)?;
         let (ready_tx, ready) = UnixStream::pair().map_err(io)?;
@@ -576,25 +747,10 @@ impl Multiplexed {
             waiting: HashMap::new(),
         };
         let thread = std::thread::Builder::new().name("serve-client".into()).spawn(move || worker.run()).map_err(io)?;
-        Ok(Multiplexed {
-            queue: Some(queue),
-            shared,
-            wake,
-            ready,
-            next_id: AtomicU64::new(1),
-            timeout,
-            thread: Some(thread),
-        })
+        Ok(Threaded { queue: Some(queue), shared, wake, ready, timeout, thread: Some(thread) })
     }
 
-    /// A fresh request id for a frame to submit.
-    pub fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Queues `frame` (its id `id` at bytes 4..12) to be sent; its outcome comes back through
-    /// [`Multiplexed::take_done`] within the timeout.
-    pub fn submit(&self, id: u64, frame: Vec<u8>) -> Result<(), ClientError> {
+    fn submit(&self, id: u64, frame: Vec<u8>) -> Result<(), ClientError> {
         let until = Instant::now() + self.timeout;
         let stopped = || ClientError::Zmq("the client's thread has stopped".into());
         self.queue.as_ref().ok_or_else(stopped)?.send(Submitted { id, frame, until }).map_err(|_| stopped())?;
@@ -604,26 +760,17 @@ impl Multiplexed {
         Ok(())
     }
 
-    /// An fd that polls readable while outcomes wait in [`Multiplexed::take_done`].
-    pub fn ready_fd(&self) -> RawFd {
+    fn ready_fd(&self) -> RawFd {
         self.ready.as_raw_fd()
     }
 
-    /// The outcomes filed since the last call, without waiting.
-    pub fn take_done(&self) -> Vec<Done> {
+    fn take_done(&self) -> Vec<Done> {
         drain(&self.ready); // first: an outcome filed after this rings again
         std::mem::take(&mut *lock(&self.shared.done))
     }
-
-    /// Waits until an outcome is filed or `until` passes; then [`Multiplexed::take_done`].
-    pub fn wait_done(&self, until: Instant) -> Vec<Done> {
-        let mut item = [zmq::PollItem::from_fd(self.ready.as_raw_fd(), zmq::POLLIN)];
-        let _ = zmq::poll(&mut item, poll_ms(until));
-        self.take_done()
-    }
 }
 
-impl Drop for Multiplexed {
+impl Drop for Threaded {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         self.queue = None;

@@ -1,8 +1,8 @@
 //! The client's frame-level calls and `Multiplexed` (many requests in flight on one
 //! connection, what Python's `AsyncClient` wraps) against a real daemon on a thread, over IPC and
 //! shared memory: every reply comes back by its id with the answers a raw call gets, a late
-//! reply is skipped by id, a daemon that is gone files timeouts (never a hang). Every wait is
-//! bounded.
+//! reply is skipped by id, and a daemon that is gone or a frame with nowhere to go ends in a
+//! timeout (never a hang). Every wait is bounded.
 
 mod common;
 
@@ -61,7 +61,7 @@ fn many_in_flight(ep: &str) {
     let mut sent = HashMap::new();
     for &n in &sizes {
         let id = m.next_id();
-        m.submit(id, frame(id, n)).unwrap();
+        m.submit(id, &frame(id, n)).unwrap();
         sent.insert(id, n);
     }
     let until = Instant::now() + Duration::from_secs(30);
@@ -119,7 +119,7 @@ fn a_daemon_that_is_gone_files_timeouts() {
     let m = Multiplexed::new(c).unwrap();
     let ids: Vec<u64> = (0..3).map(|_| m.next_id()).collect();
     for &id in &ids {
-        m.submit(id, frame(id, 2)).unwrap();
+        m.submit(id, &frame(id, 2)).unwrap();
     }
     let until = Instant::now() + Duration::from_secs(10);
     let mut timed_out = Vec::new();
@@ -131,4 +131,22 @@ fn a_daemon_that_is_gone_files_timeouts() {
     }
     timed_out.sort();
     assert_eq!(timed_out, ids);
+}
+
+#[test]
+fn a_frame_with_nowhere_to_go_waits_unsent_until_its_deadline() {
+    let dir = scratch("client-unsent");
+    let ep = format!("ipc://{}/nobody.sock", dir.display());
+    let mut c = Client::connect(&ep).unwrap();
+    c.disconnect(&ep).unwrap(); // a DEALER with no pipe: no room to send
+    c.timeout = Duration::from_millis(200);
+    let m = Multiplexed::new(c).unwrap();
+    let id = m.next_id();
+    assert!(!m.submit(id, &frame(id, 2)).unwrap());
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut done = Vec::new();
+    while done.is_empty() && Instant::now() < until {
+        done = m.wait_done(until);
+    }
+    assert!(matches!(done.as_slice(), [(i, Err(ClientError::Timeout(_)))] if *i == id), "{done:?}");
 }

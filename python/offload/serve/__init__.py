@@ -387,10 +387,11 @@ class Client(_Requests):
 
 class AsyncClient(_Requests):
     """An asyncio client: many requests in flight on one connection, each awaiting its own
-    reply. The Rust side (``_native.ServeMultiplexed``) sends from a thread of its own and files
-    each reply by request id, or a timeout once ``timeout_s`` passed; the event loop reads what
-    was filed when its fd turns readable (``add_reader``). Endpoints, ``curve`` and ``encode``
-    as :class:`Client`'s.
+    reply. The Rust side (``_native.ServeMultiplexed``) sends and takes replies by request id
+    without blocking: over ZeroMQ in the event loop's thread, woken by the socket's fd
+    (``add_reader``); over ``shm://`` through a Rust thread that files replies and timeouts and
+    rings an fd. Each wait ends at ``timeout_s`` (a ServeError). Endpoints, ``curve`` and
+    ``encode`` as :class:`Client`'s.
 
     >>> async with AsyncClient(endpoint, criteria=codes) as c:
     ...     replies = await asyncio.gather(*(c.match(q) for q in batches))
@@ -432,7 +433,7 @@ class AsyncClient(_Requests):
         return int(self._native.next_id())
 
     def _filed(self) -> None:
-        """The event loop's reader: settles the futures of every outcome filed."""
+        """The event loop's reader: settles the futures of every outcome there is."""
         for rid, frame, why in self._native.take_done():
             fut = self._waiting.pop(rid, None)
             if fut is None or fut.done():
@@ -443,8 +444,7 @@ class AsyncClient(_Requests):
                 fut.set_result(bytes(frame))
 
     async def _exchange(self, rid: int, frame: bytes) -> bytes:
-        """Sends ``frame`` and awaits the reply frame to ``rid``. The Rust side files a timeout
-        after ``timeout_s``; the wait here has a deadline a second later, should it not."""
+        """Sends ``frame`` and awaits the reply frame to ``rid`` until ``timeout_s``."""
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
@@ -452,8 +452,9 @@ class AsyncClient(_Requests):
         fut: asyncio.Future[bytes] = loop.create_future()
         self._waiting[rid] = fut
         try:
-            _served(self._native.submit, rid, frame)
-            return await asyncio.wait_for(fut, self.timeout_s + 1.0)
+            if _served(self._native.submit, rid, frame):
+                loop.call_soon(self._filed)  # replies may wait that the fd will not signal
+            return await asyncio.wait_for(fut, self.timeout_s)
         except TimeoutError:
             raise ServeError(f"no reply from {self.endpoint} within {self.timeout_s} s") from None
         finally:
