@@ -420,9 +420,9 @@ class AsyncClient(_Requests):
         await self.close()
 
     async def close(self) -> None:
-        if self._loop is not None:
+        if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self._native.ready_fd)
-            self._loop = None
+        self._loop = None
         self._native.close()
         for fut in self._waiting.values():
             if not fut.done():
@@ -446,7 +446,9 @@ class AsyncClient(_Requests):
     async def _exchange(self, rid: int, frame: bytes) -> bytes:
         """Sends ``frame`` and awaits the reply frame to ``rid`` until ``timeout_s``."""
         loop = asyncio.get_running_loop()
-        if self._loop is None:
+        if self._loop is not loop:  # the first wait, or a client used again under a new loop
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(self._native.ready_fd)
             self._loop = loop
             loop.add_reader(self._native.ready_fd, self._filed)
         fut: asyncio.Future[bytes] = loop.create_future()
