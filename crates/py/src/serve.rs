@@ -1,7 +1,7 @@
 //! `offload._native` bindings of `crates/serve`: the daemon (its arguments parsed by
 //! `offload_serve::config::Settings`), CURVE keys, request and reply frames, the echo baseline,
 //! the load generator (`offload_serve::loadgen`), the device-time formula and lanes
-//! (`offload_serve::emulated`, for the planner).
+//! (`offload_serve::benchmark_only::emulated`, for the planner).
 //! Conversions only; loops run with the GIL released.
 
 use crate::rules::{extract_columns, OwnedColumn};
@@ -334,7 +334,7 @@ fn serve_bench(
     Ok(pythonize::pythonize(py, &value)?.unbind())
 }
 
-/// The device-time formula, the emulated device's (`offload_serve::emulated::DeviceCosts::batch`,
+/// The device-time formula, the emulated device's (`offload_serve::benchmark_only::emulated::DeviceCosts::batch`,
 /// its one home): a batch of `n` queries, the kernel's spread over `engines`, on a device of
 /// these `[costs]` (s, B, B/s; `transfer_bps` None or 0: unbounded) → (invoke_s, h2d_s,
 /// kernel_s, d2h_s). For the planner (python/offload/plan/simulate.py).
@@ -352,7 +352,7 @@ fn device_batch_time(
     kernel_query_s: f64,
     kernel_fixed_s: f64,
 ) -> (f64, f64, f64, f64) {
-    let costs = offload_serve::emulated::DeviceCosts {
+    let costs = offload_serve::benchmark_only::emulated::DeviceCosts {
         invoke_s,
         transfer_latency_s,
         transfer_bps: transfer_bps.unwrap_or(0.0),
@@ -365,10 +365,10 @@ fn device_batch_time(
 }
 
 /// A device's three one-at-a-time lanes (copy in, kernel, copy out), the emulated device's
-/// (`offload_serve::emulated::Lanes`): `book` a batch handed over at `sent_s` → when it is due.
+/// (`offload_serve::benchmark_only::emulated::Lanes`): `book` a batch handed over at `sent_s` → when it is due.
 #[pyclass(module = "offload._native", name = "DeviceLanes")]
 #[derive(Default)]
-struct DeviceLanes(offload_serve::emulated::Lanes);
+struct DeviceLanes(offload_serve::benchmark_only::emulated::Lanes);
 
 #[pymethods]
 impl DeviceLanes {
@@ -378,7 +378,7 @@ impl DeviceLanes {
     }
     /// Books a batch of these lane times (device_batch_time's) handed over at `sent_s`.
     fn book(&mut self, sent_s: f64, invoke_s: f64, h2d_s: f64, kernel_s: f64, d2h_s: f64) -> f64 {
-        self.0.book(sent_s, &offload_serve::emulated::BatchTime { invoke_s, h2d_s, kernel_s, d2h_s })
+        self.0.book(sent_s, &offload_serve::benchmark_only::emulated::BatchTime { invoke_s, h2d_s, kernel_s, d2h_s })
     }
 }
 

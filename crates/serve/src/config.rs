@@ -346,9 +346,9 @@ pub fn pin_cpus(cpus: &[usize]) -> Result<(), String> {
 /// [`MatcherKind`], so nothing outside the service can pick it.
 pub const NULL_MATCHER: &str = crate::benchmark_only::null::NAME;
 
-/// `--matcher emulated`: the service's benchmark-only emulated device ([`crate::emulated`]); no
+/// `--matcher emulated`: the service's benchmark-only emulated device ([`crate::benchmark_only::emulated`]); no
 /// [`MatcherKind`] either. The engine compiles as `fast`, which precomputes its answers.
-pub const EMULATED_MATCHER: &str = crate::emulated::NAME;
+pub const EMULATED_MATCHER: &str = crate::benchmark_only::emulated::NAME;
 
 /// Queries per batch when the matcher is a device (`gpu`, `emulated`) and no `batch_max_queries`
 /// is given: self-filling batches (`batch_timeout_us` 0) of up to 2^16 queries. A device's batch
@@ -366,7 +366,7 @@ pub struct Resolved {
     pub matcher: MatcherKind,
     pub config: Config,
     /// `--matcher emulated`: the device profile (read) and the trace to precompute.
-    pub emulate: Option<crate::emulated::Spec>,
+    pub emulate: Option<crate::benchmark_only::emulated::Spec>,
 }
 
 impl Default for Config {
@@ -534,12 +534,12 @@ impl Settings {
 
     /// `--matcher emulated` with its two files (the profile read here, so that a bad one fails
     /// before the rules load); the two files without it are a mistake, said so.
-    fn emulate(&self) -> Result<Option<crate::emulated::Spec>, String> {
+    fn emulate(&self) -> Result<Option<crate::benchmark_only::emulated::Spec>, String> {
         let on = self.matcher.as_deref() == Some(EMULATED_MATCHER);
         match (on, &self.emulate_profile, &self.emulate_queries) {
-            (true, Some(profile), Some(queries)) => Ok(Some(crate::emulated::Spec {
+            (true, Some(profile), Some(queries)) => Ok(Some(crate::benchmark_only::emulated::Spec {
                 profile: profile.clone(),
-                costs: crate::emulated::DeviceCosts::from_file(profile)?,
+                costs: crate::benchmark_only::emulated::DeviceCosts::from_file(profile)?,
                 queries: queries.clone(),
             })),
             (true, _, _) => {

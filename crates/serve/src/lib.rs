@@ -1,10 +1,23 @@
-//! offload-serve: the rule engine as a ZeroMQ microservice. See docs/serve-protocol.md.
+//! offload-serve: the rule engine as a ZeroMQ microservice (and over shared memory for clients on
+//! the same host). See docs/serve-protocol.md.
+//!
+//! The modules, each using only those on its right (no circle among the daemon's):
+//!
+//! ```text
+//! lib (serve, emulate_device, echo) ─▶ server, config, benchmark_only
+//! server/ (the daemon) ──▶ config, benchmark_only, metrics, handoff, protocol, auth, shm
+//! config (settings; Config) ──▶ benchmark_only, auth
+//! benchmark_only/ (null, emulated) ──▶ metrics, handoff
+//! metrics (Counters, the page) ──▶ protocol, auth
+//! client ──▶ protocol, auth, shm          loadgen ──▶ protocol, metrics, auth, shm
+//! auth ──▶ shm (its endpoint syntax)      shm ──▶ loadgen (the generator's Connection trait)
+//! protocol, handoff ──▶ nothing
+//! ```
 
 pub mod auth;
 pub mod benchmark_only;
 pub mod client;
 pub mod config;
-pub mod emulated;
 pub mod handoff;
 pub mod loadgen;
 pub mod metrics;
@@ -12,6 +25,7 @@ pub mod protocol;
 pub mod server;
 pub mod shm;
 
+use benchmark_only::emulated;
 use offload_rules::{Engine, MatcherKind};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;

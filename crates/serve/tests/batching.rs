@@ -10,8 +10,8 @@ mod common;
 
 use common::{engine, example, fingerprint, in_process, names, queries, scratch, Daemon};
 use offload_rules::{Engine, NO_MATCH};
+use offload_serve::benchmark_only::emulated::{Counters as DeviceCounters, DeviceCosts, Spec};
 use offload_serve::client::{Client, Query};
-use offload_serve::emulated::{Counters as DeviceCounters, DeviceCosts, Spec};
 use offload_serve::protocol::{self, Payload, Request, Status};
 use offload_serve::server::Config;
 use std::sync::atomic::Ordering;

@@ -6,8 +6,8 @@
 mod common;
 
 use common::{engine, example, in_process, names, queries, scratch, Daemon};
+use offload_serve::benchmark_only::emulated::{DeviceCosts, Spec};
 use offload_serve::client::{Client, Query};
-use offload_serve::emulated::{DeviceCosts, Spec};
 use offload_serve::protocol::{Stage, Status};
 use offload_serve::server::Config;
 use std::sync::atomic::Ordering;
@@ -54,7 +54,7 @@ fn the_emulated_device_answers_exactly_holds_each_batch_and_reports_its_stages()
         // One query of the example (its last) was not in the trace: once per repetition.
         assert_eq!(counters.misses.load(Ordering::Relaxed) - misses_before, times as u64);
 
-        let batch = spec.costs.batch(n, offload_serve::emulated::ENGINES);
+        let batch = spec.costs.batch(n, offload_serve::benchmark_only::emulated::ENGINES);
         let stage = |id: Stage| r.stages_ns.iter().find(|s| s.0 == id as u8).map(|s| s.1);
         let ns = |s: f64| (s * 1e9) as u64;
         assert_eq!(stage(Stage::H2d), Some(ns(batch.h2d_s)), "{:?}", r.stages_ns);

@@ -6,4 +6,5 @@
 //! - [`emulated`] (`--matcher emulated`): a device emulated from a profile: exact answers
 //!   precomputed for the benchmark's trace, each batch held for the profile's device time.
 
+pub mod emulated;
 pub mod null;

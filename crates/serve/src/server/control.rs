@@ -6,7 +6,7 @@ use super::batching::BatchPolicy;
 use super::ipc_files::{bind_endpoint, ipc_path, IpcFile};
 use super::{snapshot, zerr, Current, Served};
 use crate::auth;
-use crate::benchmark_only::null;
+use crate::benchmark_only::{emulated, null};
 use crate::config::Security;
 use crate::metrics::Counters;
 use offload_rules::Engine;
@@ -199,10 +199,10 @@ pub(super) fn stats(current: &Current, counters: &Counters, policy: &BatchPolicy
     if counters.null_matcher {
         m.insert("matcher".into(), null::NAME.into());
         m.insert("benchmark_only".into(), null::NOTE.into());
-    } else if s.engine.matcher.name() == crate::emulated::NAME {
+    } else if s.engine.matcher.name() == emulated::NAME {
         // The emulated device (benchmarks only) says so, with its own counters.
-        m.insert("matcher".into(), crate::emulated::NAME.into());
-        m.insert("benchmark_only".into(), crate::emulated::NOTE.into());
+        m.insert("matcher".into(), emulated::NAME.into());
+        m.insert("benchmark_only".into(), emulated::NOTE.into());
         m.insert("emulated".into(), s.engine.matcher.stats());
     } else {
         m.insert("matcher".into(), s.matcher.to_string().into());
