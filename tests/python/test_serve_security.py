@@ -169,7 +169,7 @@ def test_sends_wait_no_longer_than_the_deadline() -> None:
     req.close(linger=0)
 
     with Client(endpoint, list(QUERIES), timeout_s=0.3) as c:
-        c._sock.disconnect(endpoint)  # the same state: a DEALER with no pipe
+        c.disconnect(endpoint)  # the same state: a DEALER with no pipe
         t0 = time.monotonic()
         with pytest.raises(ServeError, match="could not send"):
             c.match(QUERIES)

@@ -382,16 +382,6 @@ impl DeviceLanes {
     }
 }
 
-/// Sends one frame (e.g. `encode_dictionary_request`) over the load generator's connection to
-/// `endpoint` (tcp://, ipc:// or shm://) and returns the reply with its id within `timeout_s`
-/// (GIL released); nothing there is a ValueError.
-#[pyfunction]
-fn serve_exchange(py: Python<'_>, endpoint: String, frame: Vec<u8>, timeout_s: f64) -> PyResult<Vec<u8>> {
-    let timeout = std::time::Duration::try_from_secs_f64(timeout_s)
-        .map_err(|_| PyValueError::new_err(format!("the timeout must be seconds >= 0, not {timeout_s}")))?;
-    py.allow_threads(|| offload_serve::loadgen::exchange(&endpoint, &frame, timeout)).map_err(PyValueError::new_err)
-}
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(serve, m)?)?;
     m.add_function(wrap_pyfunction!(serve_help, m)?)?;
@@ -406,7 +396,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_dictionary_reply, m)?)?;
     m.add_function(wrap_pyfunction!(zmq_echo, m)?)?;
     m.add_function(wrap_pyfunction!(serve_bench, m)?)?;
-    m.add_function(wrap_pyfunction!(serve_exchange, m)?)?;
     m.add_function(wrap_pyfunction!(device_batch_time, m)?)?;
     m.add_class::<DeviceLanes>()?;
     Ok(())

@@ -448,43 +448,6 @@ fn zerr(what: &str) -> impl Fn(zmq::Error) -> String + '_ {
 /// The id of the unmeasured first request each connection sends to see that a server is there.
 const PROBE_ID: u64 = u64::MAX;
 
-/// Sends one frame (a request or a dictionary request, its id at bytes 4..12) over a
-/// generator's connection to `endpoint` (any of [`open`]'s: `shm://` too) and returns the reply
-/// with that id, within `timeout`; what `offload serve bench` fetches the encoding dictionary
-/// with where the Python client cannot go (shared memory).
-pub fn exchange(endpoint: &str, frame: &[u8], timeout: Duration) -> Result<Vec<u8>, String> {
-    if frame.len() < 12 {
-        return Err("a frame of at least 12 bytes (magic and id)".into());
-    }
-    let spec = Spec {
-        max_in_flight: 1,
-        connect_timeout: timeout,
-        ..Spec::new(endpoint, Vec::new(), Load::Closed { in_flight: 1 })
-    };
-    let until = Instant::now() + timeout;
-    let mut link = open(&spec, &zmq::Context::new())?;
-    while !link.send(frame)? {
-        if Instant::now() >= until {
-            return Err(no_reply(&spec));
-        }
-        sleep_until(Instant::now() + Duration::from_micros(200));
-    }
-    link.flush()?;
-    let mut reply = None;
-    while reply.is_none() {
-        if Instant::now() >= until {
-            return Err(no_reply(&spec));
-        }
-        link.wait(until)?;
-        link.take_replies(&mut |f| {
-            if f.len() >= 12 && f[4..12] == frame[4..12] {
-                reply = Some(f.to_vec());
-            }
-        })?;
-    }
-    Ok(reply.expect("taken"))
-}
-
 /// The error when nothing answers at the endpoint within the connect timeout.
 fn no_reply(spec: &Spec) -> String {
     format!(

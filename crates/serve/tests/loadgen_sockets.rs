@@ -89,10 +89,6 @@ fn every_way_of_sending_is_answered_in_full() {
     };
     let j = served_by_all(&tcp, &closed);
     assert_eq!(j["pacing"]["mode"], "per-reply", "{j:#}");
-    // One exchange through the generator's client: the dictionary, as `serve bench` fetches it.
-    let reply = loadgen::exchange(&ipc, &protocol::encode_dictionary_request(5), Duration::from_secs(5)).unwrap();
-    let d = protocol::decode_dictionary_reply(&reply).unwrap();
-    assert_eq!((d.request_id, d.ruleset_version), (5, 1));
     daemon.stop();
     a_daemon_that_stops_mid_run_leaves_requests_unanswered();
 }

@@ -334,11 +334,6 @@ class Client(_Requests):
         """Drops the socket's connection to ``endpoint`` (tests: a DEALER with nowhere to send)."""
         self._native.disconnect(endpoint)
 
-    @property
-    def _sock(self) -> Client:
-        """What tests reached the pyzmq socket by (only ``_sock.disconnect`` is left)."""
-        return self
-
     def send_frame(self, frame: bytes) -> None:
         """Sends a raw frame (for tests and tools) within the timeout; read the answer with
         :meth:`receive`."""

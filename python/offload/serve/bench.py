@@ -96,20 +96,15 @@ def encoded_frames(
     `endpoint` (its version now; 16-bit codes where every code fits, unless `code_bits` is 32);
     returns the frames and {"encoding_version", "code_bits"}. No dictionary within `timeout_s`
     is a ValueError."""
-    from offload import _native
-    from offload.serve import Client, EncodingDictionary, ServeError
+    from offload.serve import Client, ServeError
 
     if code_bits not in (16, 32):
         raise ValueError(f"the code bits are 16 or 32, not {code_bits}")
     reps, reqs = _windows(len(columns[0]) if columns else 0, request_size)
     cols = [c * reps for c in columns]
     try:
-        if endpoint.startswith("shm://"):  # the Python client speaks ZeroMQ only: the generator's own
-            reply = _native.serve_exchange(endpoint, bytes(_native.encode_dictionary_request(1)), timeout_s)
-            d = EncodingDictionary.from_reply(bytes(reply))
-        else:
-            with Client(endpoint, criteria, timeout_s, curve=curve, encode="client") as c:
-                d = c.fetch_dictionary()
+        with Client(endpoint, criteria, timeout_s, curve=curve, encode="client") as c:
+            d = c.fetch_dictionary()
     except (ServeError, ValueError) as e:
         why = f"no encoding dictionary from {endpoint}: {e}: is offload serve running there?"
         raise ValueError(why) from e
