@@ -18,7 +18,8 @@ Two series:
 
 The model's host side is measured, not predicted: each run's own CPU per request by part (the
 daemon's `stats` → `cpu`: broker, executor, ZeroMQ's I/O thread; the load generator's process
-CPU; the emulated device's own thread, which sleeps and yields on a host core), shared on this
+CPU; the emulated device's own thread, which looks the answers up while the executor sleeps to
+the due instant), shared on this
 machine's cores. The CPU other processes took during each run (/proc/stat less this script and
 the daemon) is shown (`others`, cores) but not taken off: they yield what they use to the
 scheduler's fair share, and subtracting it predicted saturation where there was none. On a
