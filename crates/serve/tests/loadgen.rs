@@ -145,7 +145,15 @@ fn the_knee_lies_below_the_servers_capacity() {
     // capacity ~500/s (2 ms each): 200 passes, 800 cannot
     assert!((200.0..700.0).contains(&rate), "{k:#}");
     assert!(k["failing_rate_rps"].as_f64().unwrap() <= 800.0, "{k:#}");
-    assert!(k["runs"].as_array().unwrap().len() <= 9 + 3, "{k:#}");
+    // A rate misses only when two runs in a row miss it: each miss counted follows a retried one
+    // at the same rate, and a retry's second run may pass.
+    let runs = k["runs"].as_array().unwrap();
+    assert!(runs.len() <= 2 * (9 + 3), "{k:#}");
+    for (i, r) in runs.iter().enumerate().filter(|(_, r)| r["meets_sla"] == false && r["retried"].is_null()) {
+        let before = &runs[i - 1];
+        assert!(before["retried"] == true && before["rate_rps"] == r["rate_rps"], "{k:#}");
+    }
+    assert!(runs.iter().any(|r| r["retried"] == true), "800/s cannot pass, so it was retried: {k:#}");
     stop.store(true, Ordering::Relaxed);
     server.join().unwrap();
 }
