@@ -572,7 +572,7 @@ fn take_replies(c: &mut Conn, t: &mut Tally, start: Instant) -> Result<(), Strin
     let Conn { link, slots, free, .. } = c;
     link.take_replies(&mut |frame| {
         let now = start.elapsed().as_nanos() as u64;
-        let Some((request_id, status, n)) = peek_reply(frame) else {
+        let Some((request_id, status, n)) = protocol::peek_reply(frame) else {
             t.stray += 1;
             return;
         };
@@ -596,25 +596,6 @@ fn take_replies(c: &mut Conn, t: &mut Tally, start: Instant) -> Result<(), Strin
         }
     })?;
     Ok(())
-}
-
-/// A reply's id, status and answer count from its fixed header (magic `OFR1`, id u64, status
-/// u8, version u64, n u32: docs/serve-protocol.md, "Reply"), without decoding the answers.
-fn peek_reply(frame: &[u8]) -> Option<(u64, Status, u32)> {
-    if frame.len() < 25 || &frame[..4] != b"OFR1" {
-        return None;
-    }
-    let id = u64::from_le_bytes(frame[4..12].try_into().expect("8 bytes"));
-    let status = match frame[12] {
-        0 => Status::Ok,
-        1 => Status::Busy,
-        2 => Status::DeadlineExceeded,
-        3 => Status::Malformed,
-        4 => Status::BadRequest,
-        5 => Status::ShuttingDown,
-        _ => return None,
-    };
-    Some((id, status, u32::from_le_bytes(frame[21..25].try_into().expect("4 bytes"))))
 }
 
 fn status_name(s: Status) -> &'static str {

@@ -528,6 +528,18 @@ fn reply_frame(
     b
 }
 
+/// A reply's id, status and answer count from its fixed header (magic, id u64, status u8,
+/// version u64, n u32), without decoding the answers: what the load generator needs per reply.
+/// None when the frame is not a reply.
+pub fn peek_reply(frame: &[u8]) -> Option<(u64, Status, u32)> {
+    if frame.len() < 25 || &frame[..4] != REPLY_MAGIC {
+        return None;
+    }
+    let id = u64::from_le_bytes(frame[4..12].try_into().expect("8 bytes"));
+    let status = Status::from_u8(frame[12])?;
+    Some((id, status, u32::from_le_bytes(frame[21..25].try_into().expect("4 bytes"))))
+}
+
 pub fn decode_reply(frame: &[u8]) -> Result<Reply, DecodeError> {
     let mut c = Cursor { b: frame, at: 0 };
     if c.take(4, "magic")? != REPLY_MAGIC {
