@@ -1,23 +1,17 @@
-"""`offload serve inject` reports latency percentiles with the simulator's definition
-(np.percentile, linear between the two nearest ranks), so calibration compares like with like."""
+"""`offload serve inject` reports the Rust generator's latency percentiles (HdrHistogram), and
+none, not 0 µs, when no request was answered."""
 
 from __future__ import annotations
-
-import numpy as np
-import pytest
 
 from offload.serve.inject import latency_us
 
 
-def test_percentiles_are_the_simulators_linear_ones() -> None:
-    lat_s = [4e-6, 1e-6, 3e-6, 2e-6]  # unsorted, as the clients report them
-    got = latency_us(lat_s)
-    assert got["p50"] == pytest.approx(2.5)  # nearest rank would say 3
-    assert got["p90"] == pytest.approx(float(np.percentile([1, 2, 3, 4], 90)))
-    assert got["p99"] == pytest.approx(3.97)
-    assert got["max"] == pytest.approx(4.0)
+def test_the_generators_percentiles_are_kept_in_us() -> None:
+    quantiles = {"count": 4, "p50": 2.0, "p90": 4.0, "p99": 4.0, "p999": 4.0, "max": 4.0, "mean": 2.5}
+    assert latency_us(quantiles) == {"p50": 2.0, "p90": 4.0, "p99": 4.0, "max": 4.0}
 
 
 def test_no_latencies_is_none_not_zero() -> None:
     """No answered request has no latency: 0 µs would read as a fast service (issue 39)."""
-    assert latency_us([]) == {"p50": None, "p90": None, "p99": None, "max": None}
+    quantiles = {"count": 0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "p999": 0.0, "max": 0.0, "mean": 0.0}
+    assert latency_us(quantiles) == {"p50": None, "p90": None, "p99": None, "max": None}

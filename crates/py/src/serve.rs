@@ -249,13 +249,17 @@ fn zmq_echo(py: Python<'_>, endpoint: String, seconds: f64) -> PyResult<u64> {
 /// "ticks" (at most one wake-up per tick of at most `max_tick_us`; `wake_on_replies`) or
 /// "per-request" (the loop before issue 40); `client_socket` "zmtp" (ZMTP spoken by the
 /// generator itself) or "libzmq" (libzmq's DEALER, as before issue 40; always with `curve`).
-/// Returns the result as a dict; a bad setting, or no reply within `connect_timeout_s`, is a
-/// ValueError.
+/// `stages`: the server's stage times of each Ok reply kept (`stage_median_us`, `by_size`);
+/// `stop_when_gone_s` > 0: the run ends early when the daemon shuts down or answers nothing
+/// for that long (`stopped`). Python's signals are checked every 100 ms while it runs: a
+/// Ctrl-C cancels the run and is raised (KeyboardInterrupt). Returns the result as a dict; a
+/// bad setting, or no reply within `connect_timeout_s`, is a ValueError.
 #[pyfunction]
 #[pyo3(signature = (endpoint, frames, mode, rate, connections, threads, max_in_flight, in_flight,
                     duration_s, drain_s, connect_timeout_s, sla_p99_us = 5000.0, steps = 6, curve = None,
                     arrivals = "fixed", seed = 1, pacing = "ticks", max_tick_us = 200.0,
-                    wake_on_replies = false, client_socket = "zmtp"))]
+                    wake_on_replies = false, client_socket = "zmtp", stages = false,
+                    stop_when_gone_s = 0.0))]
 #[allow(clippy::too_many_arguments)]
 fn serve_bench(
     py: Python<'_>,
@@ -279,6 +283,8 @@ fn serve_bench(
     max_tick_us: f64,
     wake_on_replies: bool,
     client_socket: &str,
+    stages: bool,
+    stop_when_gone_s: f64,
 ) -> PyResult<PyObject> {
     use offload_serve::loadgen::{self, Arrivals, ClientSocket, Load, Pacing, Spec};
     use std::time::Duration;
@@ -323,13 +329,39 @@ fn serve_bench(
         arrivals,
         pacing,
         client_socket,
+        stages,
+        stop_when_gone: (stop_when_gone_s > 0.0).then(|| secs("the quiet time", stop_when_gone_s)).transpose()?,
         ..Spec::new(&endpoint, frames, load)
     };
     let sla = secs("the SLA", sla_p99_us / 1e6)?;
-    let result = py.allow_threads(|| match mode {
-        "knee" => loadgen::knee(&spec, sla, steps, (rate > 0.0).then_some(rate)),
-        _ => loadgen::run(&spec).map(|o| o.json().clone()),
+    let knee = mode == "knee";
+    let cancel = spec.cancel.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let generator = std::thread::spawn(move || {
+        let _ = tx.send(match knee {
+            true => loadgen::knee(&spec, sla, steps, (rate > 0.0).then_some(rate)),
+            false => loadgen::run(&spec).map(|o| o.json().clone()),
+        });
     });
+    // (A Receiver is not Sync; the lock lends it to the thread that waits without the GIL.)
+    let rx = std::sync::Mutex::new(rx);
+    // Bounded: the run ends within its duration, drain and connect timeouts (a cancel sooner).
+    let result = loop {
+        use std::sync::mpsc::RecvTimeoutError;
+        let waited = py.allow_threads(|| rx.lock().map_err(|_| ()).map(|r| r.recv_timeout(Duration::from_millis(100))));
+        match waited.unwrap_or(Err(RecvTimeoutError::Disconnected)) {
+            Ok(r) => break r,
+            Err(RecvTimeoutError::Timeout) => {
+                if let Err(e) = py.check_signals() {
+                    cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+                    let _ = py.allow_threads(|| generator.join());
+                    return Err(e);
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => break Err("the generator's thread panicked".to_string()),
+        }
+    };
+    let _ = py.allow_threads(|| generator.join());
     let value = result.map_err(PyValueError::new_err)?;
     Ok(pythonize::pythonize(py, &value)?.unbind())
 }

@@ -17,13 +17,20 @@
 //! requests still owed then are counted `unanswered`, never waited for. Requests due before the
 //! end but never sent are counted `unsent`. [`knee`] searches the most requests/s whose p99
 //! stays under an SLA, by bisection on the rate.
+//!
+//! Asked for (`Spec::stages`, `offload serve inject`), it also reads the server's stage times
+//! from each Ok reply and keeps, per request-size bucket, their medians beside the send → reply
+//! time ([`StageTally`]); and (`Spec::stop_when_gone`) it ends a run early when the daemon shuts
+//! down or stops answering. `Spec::cancel` ends a run from outside (Ctrl-C).
 
 use crate::auth::CurveClient;
-use crate::protocol::{self, Status};
+use crate::protocol::{self, Stage, Status};
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod zmtp;
@@ -106,7 +113,19 @@ pub struct Spec {
     pub pacing: Pacing,
     /// The DEALER spoken through (libzmq's wherever CURVE keys are given).
     pub client_socket: ClientSocket,
+    /// Reads the stage times of each Ok reply (a decode per reply) into `stage_median_us` and
+    /// `by_size` (`offload serve inject`); off, the generator's cost is as before.
+    pub stages: bool,
+    /// Ends the run early when the daemon stops: at a `ShuttingDown` reply (the replies still
+    /// owed are taken for at most this long), or when requests are out and none was answered
+    /// for this long (the daemon is gone: nothing more is waited for). `stopped` says why.
+    pub stop_when_gone: Option<Duration>,
+    /// Set from outside to end the run within [`CHECK_EVERY`] (what was measured is returned).
+    pub cancel: Arc<AtomicBool>,
 }
+
+/// The longest a sending thread sleeps: a cancel, or a daemon gone quiet, is seen within it.
+pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 
 impl Spec {
     /// A spec with the defaults of `offload serve bench`.
@@ -125,6 +144,9 @@ impl Spec {
             arrivals: Arrivals::Fixed,
             pacing: Pacing::Ticks { max_tick: Duration::from_micros(200), wake_on_replies: false },
             client_socket: ClientSocket::Zmtp,
+            stages: false,
+            stop_when_gone: None,
+            cancel: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -195,6 +217,126 @@ struct Tally {
     thread_cpu_ns: u64,
     /// Sending threads whose short scheduler slice the kernel granted.
     short_slices: u64,
+    /// The stage times of the Ok replies ([`Spec::stages`]).
+    stages: Option<Box<StageTally>>,
+    /// Why the run ended before its duration ([`Spec::stop_when_gone`], [`Spec::cancel`]).
+    stopped: Option<String>,
+    /// When the sending ended, ns from the start (the duration, or earlier when stopped).
+    send_end_ns: u64,
+}
+
+/// A histogram for the stage times: 1 ns .. 100 s at 2 significant digits (1%, enough for
+/// medians; 32 KiB each, where the latencies' 3 digits over an hour take 256 KiB).
+fn stage_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 100_000_000_000, 2).expect("valid bounds")
+}
+
+/// The Ok replies of one request-size bucket: how many, their sizes, send → reply times, and
+/// each stage's server time (by the stage's wire id; a reply without a stage counts as 0 there).
+struct SizeBucket {
+    requests: u64,
+    queries: Histogram<u64>,
+    service: Histogram<u64>,
+    stages: [Option<Histogram<u64>>; Stage::ALL.len()],
+}
+
+impl SizeBucket {
+    fn new() -> SizeBucket {
+        SizeBucket { requests: 0, queries: stage_histogram(), service: stage_histogram(), stages: Default::default() }
+    }
+    fn merge(&mut self, o: &SizeBucket) {
+        self.requests += o.requests;
+        self.queries.add(&o.queries).expect("same bounds");
+        self.service.add(&o.service).expect("same bounds");
+        for (mine, theirs) in self.stages.iter_mut().zip(&o.stages) {
+            if let Some(h) = theirs {
+                mine.get_or_insert_with(stage_histogram).add(h).expect("same bounds");
+            }
+        }
+    }
+    /// Each stage seen, in pipeline order, with its median over the bucket's requests, µs.
+    fn stage_medians_us(&self) -> serde_json::Map<String, Value> {
+        Stage::ALL
+            .iter()
+            .filter_map(|&s| {
+                let h = self.stages[s as usize].as_ref()?;
+                Some((s.name().to_string(), json!(median_counting_missing(h, self.requests) / 1e3)))
+            })
+            .collect()
+    }
+}
+
+/// The median of `n` values of which `h` holds the non-missing ones and the rest are 0 (a
+/// stage a reply did not carry), ns: the upper median, to HdrHistogram's precision.
+fn median_counting_missing(h: &Histogram<u64>, n: u64) -> f64 {
+    let (recorded, rank) = (h.len(), n.div_ceil(2).max(1));
+    let zeros = n.saturating_sub(recorded);
+    if recorded == 0 || rank <= zeros {
+        return 0.0;
+    }
+    h.value_at_quantile((rank - zeros) as f64 / recorded as f64) as f64
+}
+
+/// The server's stage times of the Ok replies, by request size (powers of 4 queries): what
+/// `offload serve inject`'s stage medians and by-size breakdown are made of.
+#[derive(Default)]
+pub struct StageTally {
+    /// By the bucket's largest request size (1, 4, 16, ...).
+    buckets: BTreeMap<u32, SizeBucket>,
+}
+
+impl StageTally {
+    /// The bucket of a request of `queries` queries: the least power of 4 at or above it.
+    pub fn bucket_of(queries: u32) -> u32 {
+        let mut b: u32 = 1;
+        while b < queries && b <= u32::MAX / 4 {
+            b *= 4;
+        }
+        b
+    }
+
+    /// Records one Ok reply `frame` to a request of `queries` queries answered `service_ns`
+    /// after it was sent; a frame that does not decode is not counted.
+    pub fn record(&mut self, frame: &[u8], queries: u32, service_ns: u64) {
+        let Ok(reply) = protocol::decode_reply(frame) else { return };
+        let b = self.buckets.entry(Self::bucket_of(queries)).or_insert_with(SizeBucket::new);
+        b.requests += 1;
+        b.queries.saturating_record(queries as u64);
+        b.service.saturating_record(service_ns);
+        for (id, ns) in reply.stages_ns {
+            if let Some(h) = b.stages.get_mut(id as usize) {
+                h.get_or_insert_with(stage_histogram).saturating_record(ns);
+            }
+        }
+    }
+
+    fn merge(&mut self, o: &StageTally) {
+        for (size, b) in &o.buckets {
+            self.buckets.entry(*size).or_insert_with(SizeBucket::new).merge(b);
+        }
+    }
+
+    /// `stage_median_us`: each stage seen, its median over every Ok reply, µs.
+    pub fn stage_median_us(&self) -> Value {
+        let mut all = SizeBucket::new();
+        self.buckets.values().for_each(|b| all.merge(b));
+        Value::Object(all.stage_medians_us())
+    }
+
+    /// `by_size`: per bucket, its requests, their median size, median send → reply time and
+    /// stage medians (µs).
+    pub fn by_size(&self) -> Value {
+        let rows = self.buckets.iter().map(|(size, b)| {
+            json!({
+                "size_up_to": size,
+                "requests": b.requests,
+                "median_queries": b.queries.value_at_quantile(0.5),
+                "service_p50_us": b.service.value_at_quantile(0.5) as f64 / 1e3,
+                "stage_median_us": b.stage_medians_us(),
+            })
+        });
+        Value::Array(rows.collect())
+    }
 }
 
 fn histogram() -> Histogram<u64> {
@@ -223,6 +365,9 @@ impl Tally {
             last_reply_ns: 0,
             thread_cpu_ns: 0,
             short_slices: 0,
+            stages: None,
+            stopped: None,
+            send_end_ns: 0,
         }
     }
     fn merge(&mut self, o: Tally) {
@@ -248,6 +393,11 @@ impl Tally {
         self.last_reply_ns = self.last_reply_ns.max(o.last_reply_ns);
         self.thread_cpu_ns += o.thread_cpu_ns;
         self.short_slices += o.short_slices;
+        if let Some(theirs) = &o.stages {
+            self.stages.get_or_insert_with(Default::default).merge(theirs);
+        }
+        self.stopped = self.stopped.take().or(o.stopped);
+        self.send_end_ns = self.send_end_ns.max(o.send_end_ns);
     }
 }
 
@@ -256,6 +406,7 @@ impl Tally {
 struct Slot {
     generation: u32,
     busy: bool,
+    queries: u32,
     due_ns: u64,
     sent_ns: u64,
 }
@@ -587,9 +738,13 @@ fn take_replies(c: &mut Conn, t: &mut Tally, start: Instant) -> Result<(), Strin
         let name = status_name(status);
         *t.statuses.entry(name).or_default() += 1;
         if status == Status::Ok {
+            let service_ns = now.saturating_sub(s.sent_ns).max(1);
             t.latency.saturating_record(now.saturating_sub(s.due_ns).max(1));
-            t.service.saturating_record(now.saturating_sub(s.sent_ns).max(1));
+            t.service.saturating_record(service_ns);
             t.queries_ok += n as u64;
+            if let Some(stages) = t.stages.as_mut() {
+                stages.record(frame, s.queries, service_ns);
+            }
         } else if !t.messages.contains_key(name) {
             let why = protocol::decode_reply(frame).map_or_else(|e| e.to_string(), |r| r.message);
             t.messages.insert(name, why);
@@ -622,34 +777,41 @@ fn send_one(c: &mut Conn, frames: &mut [Vec<u8>], due: u64, start: Instant, t: &
     }
     let now = start.elapsed().as_nanos() as u64;
     c.free.pop();
-    c.slots[slot as usize] = Slot { generation, busy: true, due_ns: due, sent_ns: now };
+    let queries = protocol::peek_n_queries(frame);
+    c.slots[slot as usize] = Slot { generation, busy: true, queries, due_ns: due, sent_ns: now };
     c.next += 1;
     t.sent += 1;
-    t.queries_sent += protocol::peek_n_queries(frame) as u64;
+    t.queries_sent += queries as u64;
     t.send_lag.saturating_record(now.saturating_sub(due).max(1));
     Ok(true)
 }
 
 /// One sending thread over its connections, from `start` until the sending ends and the drain
 /// is over (or every reply came).
-fn drive(spec: &Spec, conns: &mut [Conn], start: Instant) -> Result<Tally, String> {
+fn drive(spec: &Spec, conns: &mut [Conn], start: Instant, shared: &AtomicBool) -> Result<Tally, String> {
     let cpu0 = crate::metrics::this_thread_cpu_ns();
     let mut t = Tally::new();
+    if spec.stages {
+        t.stages = Some(Box::default());
+    }
     let mut frames = spec.frames.clone();
     let n_conns = spec.connections as u64;
+    let mut end = Ending::new(spec, start, shared);
     match spec.load {
         Load::Open { rate } => {
             let thread_rate = rate * conns.len() as f64 / n_conns as f64;
             match (spec.pacing.tick(thread_rate), spec.pacing) {
                 (Some(tick), Pacing::Ticks { wake_on_replies, .. }) => {
-                    drive_ticks(spec, conns, start, rate, tick, wake_on_replies, &mut frames, &mut t)?
+                    let pace = (rate, tick, wake_on_replies);
+                    drive_ticks(spec, conns, start, pace, &mut end, &mut frames, &mut t)?
                 }
-                _ => drive_per_request(spec, conns, start, &mut frames, &mut t)?,
+                _ => drive_per_request(spec, conns, start, &mut end, &mut frames, &mut t)?,
             }
         }
-        Load::Closed { .. } => drive_per_request(spec, conns, start, &mut frames, &mut t)?,
+        Load::Closed { .. } => drive_per_request(spec, conns, start, &mut end, &mut frames, &mut t)?,
     }
-    let end_send = spec.duration.as_nanos() as u64;
+    let end_send = end.send_end_ns;
+    t.send_end_ns = end_send;
     for c in conns.iter_mut() {
         t.unanswered += c.in_flight() as u64;
         t.due += match spec.load {
@@ -659,6 +821,64 @@ fn drive(spec: &Spec, conns: &mut [Conn], start: Instant) -> Result<Tally, Strin
     }
     t.thread_cpu_ns = crate::metrics::this_thread_cpu_ns().saturating_sub(cpu0);
     Ok(t)
+}
+
+/// When a sending thread stops sending and stops taking replies: the spec's duration and
+/// drain, brought forward when the run ends early ([`Spec::stop_when_gone`], [`Spec::cancel`],
+/// or another thread's early end, through `shared`).
+struct Ending<'a> {
+    /// Nothing is sent at or after this, ns from the start.
+    send_end_ns: u64,
+    /// No reply is taken after this.
+    hard_end: Instant,
+    /// Since when requests have been owed with no reply before (ns from the start).
+    owed_since_ns: u64,
+    ended: bool,
+    shared: &'a AtomicBool,
+}
+
+impl<'a> Ending<'a> {
+    fn new(spec: &Spec, start: Instant, shared: &'a AtomicBool) -> Ending<'a> {
+        let send_end_ns = spec.duration.as_nanos() as u64;
+        Ending { send_end_ns, hard_end: start + spec.duration + spec.drain, owed_since_ns: 0, ended: false, shared }
+    }
+
+    /// Brings the end forward to `now` when the run must end early, saying why in `t.stopped`:
+    /// a cancel (no more waiting), or while sending, a `ShuttingDown` reply or another thread's
+    /// early end (owed replies taken for at most the quiet time), or requests owed with no
+    /// reply for the quiet time (the daemon is gone: no more waiting).
+    fn check(&mut self, spec: &Spec, conns: &[Conn], t: &mut Tally, start: Instant, now: Instant) {
+        let now_ns = now.saturating_duration_since(start).as_nanos() as u64;
+        if spec.cancel.load(Ordering::Relaxed) {
+            t.stopped.get_or_insert_with(|| "cancelled".into());
+            return self.end_at(now_ns, now, Duration::ZERO);
+        }
+        let Some(quiet) = spec.stop_when_gone else { return };
+        if self.ended || now_ns >= self.send_end_ns {
+            return;
+        }
+        if conns.iter().all(|c| c.in_flight() == 0) {
+            self.owed_since_ns = now_ns;
+        }
+        let heard_ns = self.owed_since_ns.max(t.last_reply_ns);
+        if t.statuses.contains_key("ShuttingDown") {
+            t.stopped = Some("the daemon is shutting down".into());
+            self.end_at(now_ns, now, quiet);
+        } else if now_ns.saturating_sub(heard_ns) > quiet.as_nanos() as u64 {
+            let s = quiet.as_secs_f64();
+            t.stopped = Some(format!("no reply within {s} s (the daemon is gone or stuck)"));
+            self.end_at(now_ns, now, Duration::ZERO);
+        } else if self.shared.load(Ordering::Relaxed) {
+            self.end_at(now_ns, now, quiet);
+        }
+    }
+
+    fn end_at(&mut self, now_ns: u64, now: Instant, drain: Duration) {
+        self.send_end_ns = self.send_end_ns.min(now_ns);
+        self.hard_end = self.hard_end.min(now + drain);
+        self.ended = true;
+        self.shared.store(true, Ordering::Relaxed);
+    }
 }
 
 /// How many more requests of `c` were due before `end_ns` than it sent (the schedule walked
@@ -703,25 +923,25 @@ fn send_due(
 /// The open loop woken at most once per `tick` (see [`Pacing::Ticks`]): each pass takes the
 /// ready replies, sends every request due by then, and sleeps to the next tick (or, with
 /// nothing out, to the next due request).
-#[allow(clippy::too_many_arguments)]
+/// `pace`: the rate, the tick, and whether replies wake the thread.
 fn drive_ticks(
     spec: &Spec,
     conns: &mut [Conn],
     start: Instant,
-    rate: f64,
-    tick: Duration,
-    wake_on_replies: bool,
+    (rate, tick, wake_on_replies): (f64, Duration, bool),
+    end: &mut Ending,
     frames: &mut [Vec<u8>],
     t: &mut Tally,
 ) -> Result<(), String> {
-    let end_send = spec.duration.as_nanos() as u64;
-    let hard_end = start + spec.duration + spec.drain;
     // The first pass at or after the end still sends what fell due before it (the tick delayed
     // it); later passes only take replies.
     let mut last_burst = false;
-    // Bounded: every pass ends in a sleep of a tick or more, and the hard end is a fixed instant.
+    // Bounded: every pass ends in a sleep of a tick or more, and the hard end is an instant
+    // that only comes earlier.
     loop {
         let pass = Instant::now();
+        end.check(spec, conns, t, start, pass);
+        let (end_send, hard_end) = (end.send_end_ns, end.hard_end);
         if pass >= hard_end {
             return Ok(());
         }
@@ -747,14 +967,15 @@ fn drive_ticks(
         let due_at = if sending { start + Duration::from_nanos(next_due) } else { hard_end };
         let worked = Instant::now();
         t.pass_work.saturating_record(worked.duration_since(pass).as_nanos().max(1) as u64);
+        let latest = hard_end.min(pass + CHECK_EVERY);
         let target = if !in_flight {
-            due_at.max(tick_end).min(hard_end) // nothing to take: the next due request
+            due_at.max(tick_end).min(latest) // nothing to take: the next due request
         } else {
             tick_end
         };
         sleep_until(target);
         if in_flight && wake_on_replies && !blocked {
-            wait(conns, due_at.max(tick_end).min(hard_end))?;
+            wait(conns, due_at.max(tick_end).min(latest))?;
         } else if target > worked {
             t.wake_late.saturating_record(Instant::now().saturating_duration_since(target).as_nanos().max(1) as u64);
         }
@@ -767,21 +988,23 @@ fn drive_per_request(
     spec: &Spec,
     conns: &mut [Conn],
     start: Instant,
+    end: &mut Ending,
     frames: &mut [Vec<u8>],
     t: &mut Tally,
 ) -> Result<(), String> {
-    let end_send = spec.duration.as_nanos() as u64;
-    let hard_end = start + spec.duration + spec.drain;
-    // Bounded: every pass sends, takes or waits, and the hard end is a fixed instant.
+    // Bounded: every pass sends, takes or waits, and the hard end is an instant that only
+    // comes earlier.
     loop {
         let now_i = Instant::now();
+        end.check(spec, conns, t, start, now_i);
+        let (end_send, hard_end) = (end.send_end_ns, end.hard_end);
         if now_i >= hard_end {
             return Ok(());
         }
         let now = now_i.duration_since(start).as_nanos() as u64;
         t.passes += 1;
         let sending = now < end_send;
-        let mut next_wake = if sending { start + spec.duration } else { hard_end };
+        let mut next_wake = if sending { start + Duration::from_nanos(end_send) } else { hard_end };
         let mut blocked = false;
         for c in conns.iter_mut() {
             take_replies(c, t, start)?;
@@ -812,7 +1035,7 @@ fn drive_per_request(
             // A full connection waits for a reply; a full ZeroMQ pipe is retried soon.
             next_wake = next_wake.min(Instant::now() + Duration::from_millis(1));
         }
-        wait(conns, next_wake.min(hard_end))?;
+        wait(conns, next_wake.min(hard_end).min(now_i + CHECK_EVERY))?;
     }
 }
 
@@ -868,15 +1091,17 @@ pub fn run(spec: &Spec) -> Result<Outcome, String> {
     }
     let cpu0 = process_cpu_s();
     let start = Instant::now() + Duration::from_millis(1); // every thread begins at one instant
+    let ended_early = AtomicBool::new(false);
     let results: Vec<Result<Tally, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = groups
             .iter_mut()
             .map(|g| {
+                let shared = &ended_early;
                 s.spawn(move || {
                     set_timer_slack();
                     let short_slice = request_short_slice();
                     std::thread::sleep(start.saturating_duration_since(Instant::now()));
-                    drive(spec, g, start).map(|t| Tally { short_slices: short_slice as u64, ..t })
+                    drive(spec, g, start, shared).map(|t| Tally { short_slices: short_slice as u64, ..t })
                 })
             })
             .collect();
@@ -927,10 +1152,12 @@ pub struct Outcome {
 impl Outcome {
     fn new(spec: &Spec, threads: usize, t: Tally, wall: Duration, cpu_s: f64) -> Outcome {
         let dur = spec.duration.as_secs_f64();
+        // How long requests were sent: the duration, or less when the run ended early.
+        let sending_s = (t.send_end_ns as f64 / 1e9).max(1e-9);
         let ok = t.statuses.get("Ok").copied().unwrap_or(0);
         // The window requests ran in: from the start to the last reply (at least the sending).
-        let elapsed = (t.last_reply_ns as f64 / 1e9).max(dur.min(wall.as_secs_f64()));
-        let send_rate = t.sent as f64 / dur;
+        let elapsed = (t.last_reply_ns as f64 / 1e9).max(sending_s.min(wall.as_secs_f64()));
+        let send_rate = t.sent as f64 / sending_s;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let thread_cpu_s = t.thread_cpu_ns as f64 / 1e9;
         let wall_s = wall.as_secs_f64();
@@ -1037,6 +1264,11 @@ impl Outcome {
         json["pass_work_us"] = quantiles_us(&t.pass_work);
         json["pacing"] = pacing;
         json["client_socket"] = json!(client_socket);
+        json["stopped"] = json!(t.stopped);
+        if let Some(stages) = &t.stages {
+            json["stage_median_us"] = stages.stage_median_us();
+            json["by_size"] = stages.by_size();
+        }
         Outcome {
             load: spec.load,
             sent: t.sent,
@@ -1202,5 +1434,38 @@ mod tests {
         let n = 100_000;
         let mean_ns = (0..n).map(|_| exponential_gap_ns(&mut state, 1000.0)).sum::<f64>() / n as f64;
         assert!((mean_ns / 1e6 - 1.0).abs() < 0.02, "mean gap {mean_ns} ns at 1,000/s");
+    }
+
+    #[test]
+    fn stage_times_are_kept_by_request_size_and_a_missing_stage_counts_as_zero() {
+        let reply = |stages: &[(Stage, u64)]| {
+            let stages: Vec<(u8, u64)> = stages.iter().map(|&(s, ns)| (s as u8, ns)).collect();
+            protocol::encode_ok_reply(7, 1, &[0, 1], [5, 6].into_iter(), &stages)
+        };
+        let mut t = StageTally::default();
+        // three requests of 3 queries (bucket ≤4), one of 100 (bucket ≤256), one stray frame
+        for match_ns in [10_000, 20_000, 30_000] {
+            t.record(&reply(&[(Stage::Queue, 1_000), (Stage::Match, match_ns)]), 3, 50_000);
+        }
+        t.record(&reply(&[(Stage::Queue, 5_000), (Stage::Match, 90_000), (Stage::Kernel, 4_000)]), 100, 200_000);
+        t.record(b"not a reply", 3, 1);
+        assert_eq!((StageTally::bucket_of(0), StageTally::bucket_of(4), StageTally::bucket_of(5)), (1, 4, 16));
+        let rows = t.by_size();
+        let rows = rows.as_array().unwrap();
+        assert_eq!(rows.len(), 2);
+        let (small, large) = (&rows[0], &rows[1]);
+        assert_eq!((small["size_up_to"].as_u64(), small["requests"].as_u64()), (Some(4), Some(3)));
+        assert_eq!(small["median_queries"].as_u64(), Some(3));
+        let near = |v: &Value, want: f64| (v.as_f64().unwrap() - want).abs() <= want * 0.01;
+        assert!(near(&small["stage_median_us"]["match"], 20.0), "{small}");
+        assert!(near(&small["service_p50_us"], 50.0), "{small}");
+        assert!(small["stage_median_us"].get("kernel").is_none(), "a stage no reply carried is left out");
+        assert_eq!((large["size_up_to"].as_u64(), large["median_queries"].as_u64()), (Some(256), Some(100)));
+        let all = t.stage_median_us();
+        // four replies: queue 1, 1, 1, 5 µs; kernel only in one, so its median counts three zeros
+        assert!(near(&all["queue"], 1.0) && near(&all["match"], 20.0), "{all}");
+        assert_eq!(all["kernel"].as_f64(), Some(0.0));
+        let names: Vec<&String> = all.as_object().unwrap().keys().collect();
+        assert_eq!(names.len(), 3, "{names:?}");
     }
 }

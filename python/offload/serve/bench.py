@@ -54,6 +54,8 @@ class Load:
     max_tick_us: float = 200.0  # the longest tick (the knee: at most 1/25 of the SLA)
     wake_on_replies: bool = False  # ticks: also wake when a reply comes while nothing is due
     client_socket: str = "zmtp"  # ZMTP spoken by the generator; libzmq: libzmq's DEALER (as before)
+    stages: bool = False  # the server's stage times of each Ok reply: stage_median_us, by_size (inject)
+    stop_when_gone_s: float = 0.0  # > 0: end early when the daemon shuts down or is this long silent
 
 
 def _windows(n: int, request_size: int) -> tuple[int, list[tuple[int, int, int]]]:
@@ -117,7 +119,7 @@ def encoded_frames(
 
 def run(endpoint: str, frame_list: list[bytes], load: Load, curve: CurveKeys | None = None) -> dict[str, Any]:
     """Runs the generator (the GIL released) and returns its JSON result, dated. A bad setting
-    or no reply within the connect timeout is a ValueError."""
+    or no reply within the connect timeout is a ValueError; a Ctrl-C ends the run and is raised."""
     from offload import _native
     from offload.host.machine import machine
 
@@ -141,7 +143,7 @@ def run(endpoint: str, frame_list: list[bytes], load: Load, curve: CurveKeys | N
             endpoint, frame_list, load.mode, load.rate, load.connections, load.threads, load.max_in_flight,
             load.in_flight, load.duration_s, load.drain_s, load.connect_timeout_s, load.sla_p99_us,
             load.steps, keys, load.arrivals, load.seed, load.pacing, load.max_tick_us, load.wake_on_replies,
-            load.client_socket,
+            load.client_socket, load.stages, load.stop_when_gone_s,
         )  # fmt: skip
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(), **dict(result)}
 

@@ -255,11 +255,20 @@ def inject(
     rules: Annotated[str, typer.Option("--rules", help="Rules CSV of the served set.")],
     trace: Annotated[str, typer.Option(help="Directory with queries.csv + requests.csv.")],
     processes: Annotated[
-        int, typer.Option("--processes", "-p", min=1, max=256, help="Client processes (p).")
+        int,
+        typer.Option(
+            "--processes",
+            "-p",
+            "--connections",
+            min=1,
+            max=256,
+            help="Connections (p) of the Rust load generator (client processes before; closed loop: "
+            "one request out on each).",
+        ),
     ] = 2,
     mode: Annotated[str, typer.Option(help="closed or open (Poisson arrivals).")] = "closed",
     rate: Annotated[
-        float, typer.Option(min=_TINY, max=1e9, help="Open loop: requests/s over all processes.")
+        float, typer.Option(min=_TINY, max=1e9, help="Open loop: requests/s over all connections.")
     ] = 1000.0,
     duration: Annotated[
         float, typer.Option(min=_TINY, max=86400.0, help="Seconds to inject (bounded by the trace too).")
@@ -288,11 +297,12 @@ def inject(
     server_key: ServerKeyOpt = None,
     client_key: ClientKeyOpt = None,
 ) -> None:
-    """Replay a user-request trace against `offload serve` and report throughput, latency
-    percentiles and the per-stage breakdown. With --server-key and --client-key the clients
-    connect with CURVE (data endpoints started with --curve-data-client). Exits 1, with one line
-    on stderr, when requests failed (BadRequest, Malformed, ShuttingDown, or unanswered); Busy
-    and DeadlineExceeded are counted, not failures."""
+    """Replay a user-request trace against `offload serve` with the Rust load generator (that of
+    `offload serve bench`) and report throughput, latency percentiles and the per-stage
+    breakdown. With --server-key and --client-key it connects with CURVE (data endpoints started
+    with --curve-data-client). Exits 1, with one line on stderr, when requests failed
+    (BadRequest, Malformed, ShuttingDown, or unanswered); Busy and DeadlineExceeded are counted,
+    not failures."""
     from offload import rules as rules_api
     from offload.serve import ServeError
     from offload.serve import inject as inj
@@ -317,7 +327,7 @@ def inject(
         c = console
         c.print(
             f"{result['requests']:,} requests answered in {result['elapsed_s']:.1f} s "
-            f"({result['mode']} loop, {processes} process(es)), {result['unanswered']:,} unanswered: "
+            f"({result['mode']} loop, {processes} connection(s)), {result['unanswered']:,} unanswered: "
             f"{result['requests_per_s']:,.0f} req/s, {result['queries_per_s']:,.0f} queries/s; "
             f"{inj.latency_line(result['latency_us'])}; status {result['status']}"
         )
@@ -334,7 +344,8 @@ def sweep(
     rules: Annotated[str, typer.Option("--rules", help="Rules CSV to serve.")],
     trace: Annotated[str, typer.Option(help="Directory with queries.csv + requests.csv.")],
     processes: Annotated[
-        str, typer.Option("--processes", "-p", help="Client processes (p), comma-separated.")
+        str,
+        typer.Option("--processes", "-p", help="Generator connections (p, as inject's), comma-separated."),
     ] = "1,2",
     p_old: Annotated[
         str | None, typer.Option("--p", hidden=True, help="Old spelling of --processes.")
@@ -354,7 +365,7 @@ def sweep(
     rates: Annotated[
         str,
         typer.Option(
-            help="Load: 0 = closed loop (each process waits for its reply); else open-loop Poisson "
+            help="Load: 0 = closed loop (each connection waits for its reply); else open-loop Poisson "
             "arrival rates in requests/s, comma-separated."
         ),
     ] = "0",
