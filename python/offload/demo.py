@@ -65,7 +65,7 @@ def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[
     trace = inject.load_trace(Path(paths["queries"]).parent, rs.criterion_codes)
     endpoint = f"ipc://{out.resolve()}/demo-serve.sock"
     keys, control = _demo_keys(out), f"tcp://127.0.0.1:{_free_port()}"
-    with console.status("starting offload serve (2w 1k 1e) and replaying the trace with 2 client processes"):
+    with console.status("starting offload serve (2w 1k 1e) and replaying the trace over 2 connections"):
         proc = daemon.start(
             *daemon.rule_flags(paths["ruletype"], paths["rules"]), "-e", endpoint, "-c", control,
             "--curve-secret-key", str(keys / "server.key_secret"),

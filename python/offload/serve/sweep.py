@@ -1,6 +1,6 @@
-"""`offload serve sweep`: run the service over a grid of configurations (p client processes, w
+"""`offload serve sweep`: run the service over a grid of configurations (p client connections, w
 workers, k kernel executors, e engine threads, batching policy and batch size; closed loop or
-open loop at given arrival rates), measure each with the injector,
+open loop at given arrival rates), measure each with the injector (the Rust load generator),
 and draw the latency-vs-throughput Pareto front (the seed's Figure 8). Answers the two
 questions a deployer asks: the most throughput under a p99 bound, and the lowest latency for a
 throughput target. With ``together`` (``--together``) the series is p = w = k scaled together
@@ -68,7 +68,7 @@ def together(
     timeout_us: int,
     rates: Sequence[float] = (0.0,),
 ) -> list[Config]:
-    """The seed's Figure 5: p = w = k = each of `n` (one client process, one worker and one kernel
+    """The seed's Figure 5: p = w = k = each of `n` (one client connection, one worker and one kernel
     executor more per step, each executor fed by its own flow), with every `e`, batch and rate."""
     return [
         Config(nn, nn, nn, ee, bb, timeout_us, rr) for nn, ee, bb, rr in itertools.product(n, e, batch, rates)
@@ -272,7 +272,7 @@ def scaling_plot(rows: Sequence[dict[str, Any]], path: Path) -> Path:
         ax.set_xscale("log", base=2)
         ax.set_xticks(steps, [str(n) for n in steps])
         ax.minorticks_off()
-        ax.set_xlabel("p = w = k (client processes = workers = kernel executors)")
+        ax.set_xlabel("p = w = k (client connections = workers = kernel executors)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     a1.set_ylabel("throughput (M queries/s)")
