@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--sla-p99-us", type=float, default=5000.0)
     ap.add_argument("--only", default="", help="run the configurations whose label holds this text")
-    ap.add_argument("--set", choices=("before-after", "transports"), default="before-after")
+    ap.add_argument("--set", choices=("before-after", "transports", "shards"), default="before-after")
     ap.add_argument("--runs", type=int, default=1, help="repeats of the whole set, interleaved")
     ap.add_argument("--daemon-cpus", default="", help="CPUs of the daemon, e.g. 0 (default: any)")
     ap.add_argument("--generator-cpus", default="", help="CPUs of the generator, e.g. 1 (default: any)")
@@ -63,7 +63,11 @@ def main() -> None:
                            a.duration, a.steps, a.sla_p99_us, daemon_cpus=cpus(a.daemon_cpus),
                            generator_cpus=cpus(a.generator_cpus))  # fmt: skip
     binaries = {"before": a.before_bin, "after": a.after_bin}
-    chosen = hostpath.CONFIGS if a.set == "before-after" else hostpath.TRANSPORT_CONFIGS
+    chosen = {
+        "before-after": hostpath.CONFIGS,
+        "transports": hostpath.TRANSPORT_CONFIGS,
+        "shards": hostpath.SHARD_CONFIGS,
+    }[a.set]
     configs = [c for c in chosen if binaries[c.build] and binaries[c.build].exists() and a.only in c.label]
     results = []
     for repeat in range(max(1, a.runs)):

@@ -15,6 +15,7 @@
 //! workers = 2          # w: decode, batch, encode
 //! kernels = 1          # k: kernel executors
 //! engine_threads = 1   # e: matching threads per executor
+//! shards = 1           # ROUTER sockets per data endpoint, each with its I/O thread and broker
 //! queue = 64           # requests that may wait before "busy"
 //! batch_max_queries = 0
 //! batch_timeout_us = 200
@@ -56,6 +57,9 @@ pub struct Config {
     pub kernels: usize,
     /// Engine threads per kernel executor (e): the threads one batch is matched with.
     pub engine_threads: usize,
+    /// Socket shards: ROUTER sockets sharing each ZeroMQ data endpoint's listening socket, each
+    /// with its own ZeroMQ I/O thread and broker thread (shard 0's broker also answers control).
+    pub shards: usize,
     /// Requests that may wait in the queue; one more gets "busy".
     pub queue: usize,
     /// Control endpoint (REP) for `stats`, `reload` and `set`, if any.
@@ -109,6 +113,8 @@ pub struct Bound {
 /// Threads of one kind (workers, kernel executors, engine threads per executor): each worker
 /// and executor holds a ZeroMQ socket (libzmq allows 1,023 a context) and a thread.
 pub const THREADS_MAX: u64 = 256;
+/// Socket shards: each is a ROUTER, a ZeroMQ I/O thread and a broker thread.
+pub const SHARDS_MAX: u64 = 64;
 /// Requests that may wait: the queue's slots are allocated at start.
 pub const QUEUE_MAX: u64 = 65_536;
 /// Queries in one cross-request batch (2^20): the executor's buffers grow to it.
@@ -121,10 +127,11 @@ pub const MAX_REQUEST_BYTES_MAX: u64 = 1 << 30;
 
 /// Every numeric setting's domain, the one table (`--help` states the same ranges; a test
 /// holds the two together).
-pub const BOUNDS: [Bound; 7] = [
+pub const BOUNDS: [Bound; 8] = [
     Bound { key: "workers", min: 1, max: THREADS_MAX, why: "worker threads" },
     Bound { key: "kernels", min: 0, max: THREADS_MAX, why: "kernel executors (0 = inline)" },
     Bound { key: "engine_threads", min: 1, max: THREADS_MAX, why: "matching threads per kernel executor" },
+    Bound { key: "shards", min: 1, max: SHARDS_MAX, why: "socket shards (ROUTER, I/O thread, broker)" },
     Bound { key: "queue", min: 1, max: QUEUE_MAX, why: "requests that may wait" },
     Bound { key: "batch_max_queries", min: 0, max: BATCH_MAX_QUERIES_MAX, why: "queries per batch (0 = per request)" },
     Bound {
@@ -224,6 +231,12 @@ pub struct Settings {
     #[arg(long, env = "OFFLOAD_SERVE_ENGINE_THREADS", value_name = "N", default_value = "1",
           value_parser = ranged(1, THREADS_MAX))]
     pub engine_threads: Option<usize>,
+    /// Socket shards: N ROUTER sockets share each ZeroMQ data endpoint (one listening socket,
+    /// whose connections go to whichever shard accepts first), each with its own ZeroMQ I/O
+    /// thread and broker thread, so the network path runs on N cores [range: 1..=64]
+    #[arg(long, env = "OFFLOAD_SERVE_SHARDS", value_name = "N", default_value = "1",
+          value_parser = ranged(1, SHARDS_MAX))]
+    pub shards: Option<usize>,
     /// Requests that may wait; beyond that the reply is 'busy' [range: 1..=65536]
     #[arg(long, env = "OFFLOAD_SERVE_QUEUE", value_name = "N", default_value = "64",
           value_parser = ranged(1, QUEUE_MAX))]
@@ -577,6 +590,7 @@ impl Settings {
             workers: given(self.workers, "workers")?,
             kernels: given(self.kernels, "kernels")?,
             engine_threads: given(self.engine_threads, "engine_threads")?,
+            shards: given(self.shards, "shards")?,
             queue: given(self.queue, "queue")?,
             control: self.control,
             metrics: self.metrics,

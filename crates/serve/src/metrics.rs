@@ -295,6 +295,8 @@ pub struct Counters {
     /// The daemon runs the null matcher (benchmarks only; set at start): `stats` and the
     /// metrics page say so.
     pub null_matcher: bool,
+    /// Requests each ZeroMQ socket shard's broker received (one entry per shard; set at start).
+    pub shard_requests: Vec<AtomicU64>,
 }
 
 impl Counters {

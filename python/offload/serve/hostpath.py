@@ -23,7 +23,8 @@ from offload.serve.control import control_request
 @dataclass(frozen=True)
 class Config:
     """One daemon configuration: which build, matcher, executors (0 = inline), batching policy,
-    request layout and the transport its clients use (the generator's connections)."""
+    request layout, the transport its clients use (the generator's connections) and its socket
+    shards (ROUTER, ZeroMQ I/O thread and broker each)."""
 
     label: str
     build: str  # "before" or "after"
@@ -33,6 +34,7 @@ class Config:
     batch_timeout_us: int
     layout: str  # raw, encoded32 (the old client's local encoding, version 1), encoded16
     transport: str = "ipc"  # ipc, tcp (loopback) or shm (shared memory, shm:///PATH)
+    shards: int = 1
 
     def flags(self, profile: Path, queries: Path) -> list[str]:
         f = ["--matcher", self.matcher, "--workers", "1", "--kernels", str(self.kernels), "--queue", "1024"]
@@ -42,6 +44,8 @@ class Config:
             "--batch-timeout-us",
             str(self.batch_timeout_us),
         ]
+        if self.shards > 1:
+            f += ["--shards", str(self.shards)]
         if self.matcher == "emulated":
             f += ["--emulate-profile", str(profile), "--emulate-queries", str(queries)]
         return f
@@ -76,6 +80,16 @@ def _transport_config(matcher: str, kernels: int, transport: str) -> Config:
 
 TRANSPORT_CONFIGS = [
     _transport_config(m, k, t) for m in ("null", "fast", "emulated") for k in (0, 1) for t in TRANSPORTS
+]
+
+
+# Issue 40, item 3: the network path over one and two socket shards, inline (the broker matches),
+# run once with the daemon and the generator on one core and once on two (`--daemon-cpus`).
+SHARD_CONFIGS = [
+    Config(f"{m}, inline, {t}, {n} shard{'s' * (n > 1)}", "after", m, 0, 4096, 0, "encoded16", t, n)
+    for m in ("null", "fast")
+    for t in ("tcp", "ipc")
+    for n in (1, 2)
 ]
 
 
@@ -146,6 +160,7 @@ def measure_config(
         "daemon_cpu": result.get("daemon_cpu"), "stopped": result.get("stopped"),
         "matcher": stats.get("matcher"), "emulated": stats.get("emulated"),
         "generator_to_host_path": result.get("generator_to_host_path"), "generator": result.get("generator"),
+        "shard_requests": stats.get("shard_requests"),
     }  # fmt: skip
 
 

@@ -1,11 +1,13 @@
-//! The broker: the one thread that touches the ROUTER. It binds the sockets, admits requests
-//! into the queues or refuses them (busy, shutting down), answers dictionary requests, forwards
-//! the workers' and executors' replies, answers the control socket and drains on stop.
+//! The brokers: one thread per socket shard, the only one that touches its ROUTER. Each admits
+//! requests into the queues or refuses them (busy, shutting down), answers dictionary requests,
+//! forwards the workers' and executors' replies to its clients and drains on stop; shard 0's
+//! also answers the control socket. Here too: binding the shards, which share each data
+//! endpoint's listening socket (so a client needs to know nothing of them).
 
 use super::batching::{run_inline, BatchPolicy, Pending};
 use super::control::{bind_control, control_command};
 use super::executors::Scratch;
-use super::ipc_files::{bind_endpoint, IpcFile};
+use super::ipc_files::{bind_endpoint, claim_ipc, ipc_path, IpcFile};
 use super::job::{send_frames, Body, Envelope, Frames, Job, Out};
 use super::shm_front::is_shm;
 use super::{snapshot, zerr, Current, Queues, Served};
@@ -14,55 +16,135 @@ use crate::config::{Config, Security};
 use crate::handoff::Refused;
 use crate::metrics::Counters;
 use crate::protocol::{self, Reply, Status};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The daemon's sockets. Fields drop in order: the sockets close before their IPC files go.
+/// One socket shard's sockets. Fields drop in order: the sockets close before their IPC files go.
 pub(super) struct Sockets {
-    /// ROUTER on the data endpoints: requests in, replies out (only the broker touches it).
+    /// ROUTER on the data endpoints: requests in, replies out (only its broker touches it).
     pub(super) front: zmq::Socket,
     /// PULL on inproc: replies and refusals from the workers and executors, to forward.
     pub(super) back: zmq::Socket,
-    /// REP on the control endpoint, if any.
+    /// REP on the control endpoint, if any (shard 0 only).
     pub(super) control: Option<zmq::Socket>,
-    /// Removes the IPC socket files this daemon bound once it stops (libzmq leaves them).
+    /// Removes the IPC socket files this daemon bound once it stops (libzmq leaves them; shard 0).
     pub(super) _files: Vec<IpcFile>,
 }
 
-/// Binds the data endpoints (with CURVE where the data clients are given), the inproc reply
-/// socket and the control endpoint.
-pub(super) fn bind(ctx: &zmq::Context, cfg: &Config) -> Result<Sockets, String> {
-    let sec = &cfg.security;
+/// The inproc endpoint where the workers and executors send shard `shard`'s replies.
+pub(super) fn replies_endpoint(shard: usize) -> String {
+    format!("inproc://offload-replies-{shard}")
+}
+
+/// Binds `cfg.shards` ROUTERs on the data endpoints (with CURVE where the data clients are
+/// given), each with its inproc reply socket, and the control endpoint (on shard 0). The
+/// context has one I/O thread per shard, and shard i's connections are handled by I/O thread i.
+pub(super) fn bind(ctx: &zmq::Context, cfg: &Config) -> Result<Vec<Sockets>, String> {
+    let shards = cfg.shards.max(1);
+    let mut fronts = (0..shards).map(|i| router(ctx, cfg, i)).collect::<Result<Vec<_>, _>>()?;
     let mut files: Vec<IpcFile> = Vec::new();
+    for ep in cfg.endpoints.iter().filter(|ep| !is_shm(ep)) {
+        files.push(match &mut fronts[..] {
+            [front] => bind_endpoint(front, ep)?,
+            fronts => bind_shared(fronts, ep)?,
+        });
+    }
+    let mut out = Vec::new();
+    for (i, front) in fronts.into_iter().enumerate() {
+        let back = ctx.socket(zmq::PULL).map_err(|e| zerr("PULL socket", e))?;
+        back.bind(&replies_endpoint(i)).map_err(|e| zerr("bind inproc", e))?;
+        out.push(Sockets { front, back, control: None, _files: Vec::new() });
+    }
+    if let Some((sock, file)) = cfg.control.as_deref().map(|ep| bind_control(ctx, ep, &cfg.security)).transpose()? {
+        files.push(file);
+        out[0].control = Some(sock);
+    }
+    out[0]._files = files;
+    Ok(out)
+}
+
+/// Shard `shard`'s ROUTER, set up but not bound.
+fn router(ctx: &zmq::Context, cfg: &Config, shard: usize) -> Result<zmq::Socket, String> {
     let front = ctx.socket(zmq::ROUTER).map_err(|e| zerr("ROUTER socket", e))?;
     front.set_router_mandatory(true).map_err(|e| zerr("ROUTER_MANDATORY", e))?;
     front.set_linger(0).map_err(|e| zerr("linger", e))?;
+    // The shard's connections (the engines libzmq creates as it accepts) run on I/O thread `shard`.
+    front.set_affinity(1u64 << (shard % 64)).map_err(|e| zerr("affinity", e))?;
     // A frame over the bound is dropped by libzmq's decoder as its size header arrives: the
     // connection closes and nothing of it is held (the client sees no reply).
     let max_bytes = i64::try_from(cfg.max_request_bytes).unwrap_or(i64::MAX);
     front.set_maxmsgsize(max_bytes).map_err(|e| zerr("maxmsgsize", e))?;
-    if let (Some(curve), Some(_)) = (&sec.curve, &sec.data_clients) {
+    if let (Some(curve), Some(_)) = (&cfg.security.curve, &cfg.security.data_clients) {
         curve.apply(&front, auth::DATA_DOMAIN)?;
     }
-    for ep in cfg.endpoints.iter().filter(|ep| !is_shm(ep)) {
-        files.push(bind_endpoint(&front, ep)?);
-    }
-    let back = ctx.socket(zmq::PULL).map_err(|e| zerr("PULL socket", e))?;
-    back.bind("inproc://offload-replies").map_err(|e| zerr("bind inproc", e))?;
-    let control = match cfg.control.as_deref().map(|ep| bind_control(ctx, ep, sec)).transpose()? {
-        Some((sock, file)) => {
-            files.push(file);
-            Some(sock)
-        }
-        None => None,
-    };
-    Ok(Sockets { front, back, control, _files: files })
+    Ok(front)
 }
 
-/// The broker: the one thread that touches the ROUTER. It admits requests into the bounded
-/// queue (or refuses them: busy, shutting down), forwards replies, and answers the control socket.
+/// Binds every shard's ROUTER to `endpoint` through one listening socket made here (ZMQ_USE_FD,
+/// a duplicate of it each): a connection goes to the shard whose I/O thread accepts it first,
+/// so an idle shard tends to take the next one. The socket is non-blocking, so the shards that
+/// lose the race see EAGAIN, which libzmq ignores. TCP (an IP address or `*`) and IPC paths.
+fn bind_shared(fronts: &mut [zmq::Socket], endpoint: &str) -> Result<IpcFile, String> {
+    use std::os::fd::{IntoRawFd, OwnedFd};
+    let (listener, file): (OwnedFd, IpcFile) = if let Some(path) = ipc_path(endpoint) {
+        claim_ipc(endpoint)?;
+        let l = std::os::unix::net::UnixListener::bind(&path).map_err(|e| format!("bind {endpoint}: {e}"))?;
+        l.set_nonblocking(true).map_err(|e| format!("bind {endpoint}: {e}"))?;
+        (l.into(), IpcFile::bound(endpoint))
+    } else if let Some(addr) = endpoint.strip_prefix("tcp://") {
+        let addr = tcp_address(addr).ok_or_else(|| {
+            format!("bind {endpoint}: with shards > 1 a TCP endpoint is tcp://IP:PORT or tcp://*:PORT")
+        })?;
+        let l = std::net::TcpListener::bind(addr).map_err(|e| format!("bind {endpoint}: {e}"))?;
+        l.set_nonblocking(true).map_err(|e| format!("bind {endpoint}: {e}"))?;
+        (l.into(), IpcFile::bound(endpoint))
+    } else {
+        return Err(format!("bind {endpoint}: with shards > 1 an endpoint is tcp:// or an ipc:// path"));
+    };
+    for front in fronts.iter_mut() {
+        let fd = listener.try_clone().map_err(|e| format!("bind {endpoint}: dup: {e}"))?;
+        set_use_fd(front, fd.into_raw_fd())?; // the ROUTER owns the duplicate from here on
+        front.bind(endpoint).map_err(|e| zerr(&format!("bind {endpoint}"), e))?;
+    }
+    Ok(file)
+}
+
+/// `IP:PORT` or `*:PORT` (IPv6 in brackets) as a socket address; None for names libzmq would
+/// resolve (interfaces, hosts), which the sharded bind does not.
+fn tcp_address(addr: &str) -> Option<std::net::SocketAddr> {
+    let addr = addr.strip_prefix("*:").map_or_else(|| addr.to_string(), |port| format!("0.0.0.0:{port}"));
+    addr.parse().ok()
+}
+
+/// ZMQ_USE_FD: the next bind of `sock` listens on `fd` (already bound and listening) instead of
+/// a socket of its own; libzmq closes it with the socket.
+fn set_use_fd(sock: &mut zmq::Socket, fd: std::os::fd::RawFd) -> Result<(), String> {
+    let opt = zmq_sys::ZMQ_USE_FD as std::os::raw::c_int;
+    // SAFETY: the pointer is the live socket `sock` borrows mutably (open for the whole call,
+    // used by no other thread meanwhile); the option value points to an `int` on this stack
+    // frame with its exact size, which libzmq copies before returning; ZMQ_USE_FD takes an int.
+    let rc = unsafe {
+        zmq_sys::zmq_setsockopt(
+            sock.as_mut_ptr(),
+            opt,
+            (&fd as *const std::os::fd::RawFd).cast(),
+            std::mem::size_of::<std::os::fd::RawFd>(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!("ZMQ_USE_FD: {}", std::io::Error::last_os_error()))
+    }
+}
+
+/// A broker: the one thread that touches its shard's ROUTER. It admits requests into the
+/// bounded queues (or refuses them: busy, shutting down), forwards replies, and (shard 0)
+/// answers the control socket.
 pub(super) struct Broker<'a> {
+    /// Which socket shard: its clients' replies come back on [`replies_endpoint`]`(shard)`.
+    pub(super) shard: usize,
     pub(super) sockets: Sockets,
     pub(super) current: Current,
     pub(super) counters: Arc<Counters>,
@@ -78,15 +160,16 @@ pub(super) struct Broker<'a> {
 }
 
 impl Broker<'_> {
-    /// Brokers until `stop`, then until the pipeline has drained and the front is quiet.
-    pub(super) fn run(mut self, stop: &AtomicBool, threads: &[std::thread::JoinHandle<()>]) -> Result<(), String> {
+    /// Brokers until `stop`, then until the pipeline has drained (`pipeline_running` threads
+    /// left: none) and the front is quiet.
+    pub(super) fn run(mut self, stop: &AtomicBool, pipeline_running: &AtomicUsize) -> Result<(), String> {
         let mut leave_by: Option<Instant> = None;
         loop {
             self.send_reload_answer();
             if stop.load(Ordering::Relaxed) {
                 self.queues = None; // workers, then executors, drain their queues, see them closed and exit
             }
-            if self.queues.is_none() && threads.iter().all(|t| t.is_finished()) {
+            if self.queues.is_none() && pipeline_running.load(Ordering::Acquire) == 0 {
                 // Forward what the workers sent last. Requests still arriving are answered
                 // "shutting down" below until the front has been quiet for a moment (at most
                 // DRAIN_MAX), so a client that sent just before the signal gets an answer, not
@@ -167,11 +250,15 @@ impl Broker<'_> {
         let mut served: Option<Arc<Served>> = None;
         // Inline mode: the pre-encoded requests read now, matched on this thread below.
         let mut inline: Vec<Pending> = Vec::new();
+        let shard_requests = counters.shard_requests.get(self.shard);
         while let Ok(mut parts) = recv_frames(front) {
             let received = Instant::now();
+            if let Some(n) = shard_requests {
+                n.fetch_add(1, Ordering::Relaxed);
+            }
             let body = Body::Msg(parts.pop().unwrap_or_else(zmq::Message::new));
             let served = served.get_or_insert_with(|| snapshot(&self.current));
-            let job = Job { envelope: Envelope::Zmq(parts), body, received };
+            let job = Job { envelope: Envelope::Zmq(self.shard, parts), body, received };
             if let Some(p) = admit_one(job, served, self.queues.as_ref(), counters, Out::Front(front)) {
                 inline.push(p);
             }

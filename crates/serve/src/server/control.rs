@@ -210,6 +210,8 @@ pub(super) fn stats(current: &Current, counters: &Counters, policy: &BatchPolicy
     for (k, v) in counters.snapshot() {
         m.insert(k.into(), v.into());
     }
+    let shards: Vec<u64> = counters.shard_requests.iter().map(|n| n.load(Ordering::Relaxed)).collect();
+    m.insert("shard_requests".into(), shards.into());
     m.insert("cpu".into(), counters.cpu.snapshot().summary(counters.queries.load(Ordering::Relaxed)));
     m.insert("latency".into(), counters.latency.summary());
     m.insert("batch_policy".into(), policy.name().into());

@@ -18,7 +18,7 @@ use std::time::Instant;
 /// every query "no match" without matching.
 pub(super) fn kernel_executor(
     queue: Arc<HandOff<Pending>>,
-    push: zmq::Socket,
+    pushes: Vec<zmq::Socket>,
     current: Current,
     counters: Arc<Counters>,
     policy: Arc<BatchPolicy>,
@@ -28,7 +28,7 @@ pub(super) fn kernel_executor(
     while let Some(first) = queue.pop() {
         let mut pending = vec![first];
         gather(&queue, &policy, &mut pending);
-        run_pending(pending, &current, &counters, threads, &mut scratch, Out::Broker(&push));
+        run_pending(pending, &current, &counters, threads, &mut scratch, Out::Broker(&pushes));
     }
 }
 

@@ -32,12 +32,13 @@ pub(super) fn send_frames(front: &zmq::Socket, frames: Frames, counters: &Counte
     }
 }
 
-/// Where replies leave a thread: to the broker over inproc (workers, executors), out through
-/// the ROUTER (the broker's own thread in inline mode), or nowhere but shared memory (the shm
-/// thread). A reply to a shared-memory client goes straight into its reply ring whatever `Out`.
+/// Where replies leave a thread: to the broker of the client's socket shard over inproc
+/// (workers, executors: one PUSH per shard), out through the ROUTER (a broker's own thread in
+/// inline mode), or nowhere but shared memory (the shm thread). A reply to a shared-memory
+/// client goes straight into its reply ring whatever `Out`.
 #[derive(Clone, Copy)]
 pub(super) enum Out<'a> {
-    Broker(&'a zmq::Socket),
+    Broker(&'a [zmq::Socket]),
     Front(&'a zmq::Socket),
     ShmOnly,
 }
@@ -45,20 +46,25 @@ pub(super) enum Out<'a> {
 impl Out<'_> {
     /// Sends one reply frame `body` to where `envelope` says.
     pub(super) fn send(self, envelope: Envelope, body: Vec<u8>, counters: &Counters) {
-        let mut frames = match envelope {
+        let (shard, mut frames) = match envelope {
             Envelope::Shm(peer) => {
                 if !peer.reply(&body) {
                     counters.unroutable.fetch_add(1, Ordering::Relaxed);
                 }
                 return;
             }
-            Envelope::Zmq(frames) => frames,
+            Envelope::Zmq(shard, frames) => (shard, frames),
         };
         frames.push(body.into()); // Vec -> Message takes the buffer, no copy
         match self {
-            Out::Broker(push) => {
-                let _ = push.send_multipart(frames, 0);
-            }
+            Out::Broker(pushes) => match pushes.get(shard) {
+                Some(push) => {
+                    let _ = push.send_multipart(frames, 0);
+                }
+                None => {
+                    counters.unroutable.fetch_add(1, Ordering::Relaxed);
+                }
+            },
             Out::Front(front) => send_frames(front, frames, counters),
             Out::ShmOnly => {
                 counters.unroutable.fetch_add(1, Ordering::Relaxed);
@@ -67,16 +73,16 @@ impl Out<'_> {
     }
 }
 
-/// Who a reply goes to: a ZeroMQ client (the ROUTER envelope: its identity, and the empty
-/// delimiter of a REQ client) or a shared-memory client (its reply ring).
+/// Who a reply goes to: a ZeroMQ client (its socket shard, and the ROUTER envelope: its
+/// identity, and the empty delimiter of a REQ client) or a shared-memory client (its reply ring).
 pub(super) enum Envelope {
-    Zmq(Frames),
+    Zmq(usize, Frames),
     Shm(Arc<crate::shm::Peer>),
 }
 
 impl Default for Envelope {
     fn default() -> Envelope {
-        Envelope::Zmq(Vec::new())
+        Envelope::Zmq(0, Vec::new())
     }
 }
 

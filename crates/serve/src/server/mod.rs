@@ -32,7 +32,7 @@ use crate::handoff::{HandOff, Producer};
 pub use crate::metrics::Counters;
 use crate::protocol;
 use offload_rules::{Engine, MatcherKind};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -53,7 +53,7 @@ pub use ipc_files::claim_ipc;
 pub use security::check_exposure;
 
 use batching::Pending;
-use broker::{bind, Broker};
+use broker::{bind, replies_endpoint, Broker};
 use executors::{kernel_executor, Scratch};
 use job::Job;
 use security::start_zap;
@@ -128,13 +128,17 @@ pub fn run_with(
     ready: impl FnOnce(&Served),
 ) -> Result<Arc<Counters>, String> {
     check_exposure(cfg)?;
-    let counters = Arc::new(Counters { null_matcher: cfg.null_matcher, ..Counters::default() });
+    let shards = cfg.shards.max(1);
+    let shard_requests = (0..shards).map(|_| AtomicU64::new(0)).collect();
+    let counters = Arc::new(Counters { null_matcher: cfg.null_matcher, shard_requests, ..Counters::default() });
     if cfg.null_matcher {
         eprintln!("warning: {NULL_MATCHER_NOTE}");
     }
     counters.cpu.register_me(crate::metrics::Role::Broker); // the broker runs on this thread
     let io_before = crate::metrics::zmq_io_threads();
     let ctx = zmq::Context::new();
+    // One I/O thread per socket shard (set before the first socket starts them).
+    ctx.set_io_threads(i32::try_from(shards).unwrap_or(i32::MAX)).map_err(|e| zerr("io threads", e))?;
     // Declared before the sockets, so dropped after them: no CURVE socket outlives its handler.
     let _zap = start_zap(&ctx, &cfg.security, &counters)?;
     let sockets = bind(&ctx, cfg)?;
@@ -156,27 +160,67 @@ pub fn run_with(
         None => None,
     };
     let shm_bound = bind_shm(cfg)?;
-    let (queues, threads) = start_pipeline(cfg, &ctx, &current, &counters, &policy)?;
+    let Pipeline { queues, threads, running } = start_pipeline(cfg, &ctx, &current, &counters, &policy)?;
     let shm_done = Arc::new(AtomicBool::new(false));
     let shm_threads = start_shm(shm_bound, cfg, &current, &counters, &policy, &queues, (&stop, &shm_done))?;
     ready(&snapshot(&current)); // every endpoint is bound: now the daemon may say it serves
-    let broker = Broker {
-        sockets,
-        current,
-        counters: counters.clone(),
-        policy,
-        security: &cfg.security,
-        queues: Some(queues),
-        scratch: Scratch::default(),
-        engine_threads: cfg.engine_threads.max(1),
-        pending_reload: None,
-    };
-    let brokered = broker.run(&stop, &threads);
+    let brokers: Vec<Broker> = (sockets.into_iter().enumerate())
+        .map(|(shard, sockets)| Broker {
+            shard,
+            sockets,
+            current: current.clone(),
+            counters: counters.clone(),
+            policy: policy.clone(),
+            security: &cfg.security,
+            queues: Some(queues.clone()),
+            scratch: Scratch::default(),
+            engine_threads: cfg.engine_threads.max(1),
+            pending_reload: None,
+        })
+        .collect();
+    drop(queues); // the brokers hold the queues now: once each has let go, the pipeline drains
+    let brokered = run_brokers(brokers, &stop, &running, &counters);
     shm_done.store(true, Ordering::Relaxed); // the shm front end and acceptor close their clients
     for t in threads.into_iter().chain(metrics_thread).chain(shm_threads) {
         let _ = t.join();
     }
     brokered.map(|()| counters)
+}
+
+/// Runs shard 0's broker on this thread and the others on threads of their own, until `stop`
+/// and the pipeline has drained; the first error of any.
+fn run_brokers(
+    brokers: Vec<Broker>,
+    stop: &Arc<AtomicBool>,
+    running: &AtomicUsize,
+    counters: &Counters,
+) -> Result<(), String> {
+    std::thread::scope(|scope| {
+        let mut brokers = brokers.into_iter();
+        let first = brokers.next().ok_or("no socket shard")?;
+        let mut others = Vec::new();
+        let mut spawned = Ok(());
+        for broker in brokers {
+            let name = format!("offload-broker-{}", broker.shard);
+            let body = move || {
+                counters.cpu.register_me(crate::metrics::Role::Broker);
+                broker.run(stop, running)
+            };
+            match std::thread::Builder::new().name(name.clone()).spawn_scoped(scope, body) {
+                Ok(t) => others.push(t),
+                Err(e) => {
+                    spawned = Err(format!("spawn {name}: {e}"));
+                    stop.store(true, Ordering::Relaxed); // the shards started drain and stop
+                    break;
+                }
+            }
+        }
+        let mut result = first.run(stop, running).and(spawned);
+        for t in others {
+            result = result.and(t.join().unwrap_or_else(|_| Err("a broker thread panicked".into())));
+        }
+        result
+    })
 }
 
 /// Where the broker puts what it admits: raw requests go to the workers, pre-encoded ones
@@ -189,26 +233,30 @@ struct Queues {
     kernels: Option<Producer<Pending>>,
 }
 
-/// Starts k kernel executors and w workers; returns the queues' sending ends and the threads.
-/// Workers and executors exit in turn once the queues they read are closed and drained.
+/// Starts k kernel executors and w workers. Workers and executors exit in turn once the queues they read
+/// are closed and drained.
 fn start_pipeline(
     cfg: &Config,
     ctx: &zmq::Context,
     current: &Current,
     counters: &Arc<Counters>,
     policy: &Arc<BatchPolicy>,
-) -> Result<(Queues, Vec<std::thread::JoinHandle<()>>), String> {
+) -> Result<Pipeline, String> {
     // Both queues hold `queue` requests; the broker answers "busy" when the one a request
     // goes to is full.
     let (requests_rx, requests) = HandOff::<Job>::new(cfg.queue.max(1));
     let (kernels_rx, kernels) = HandOff::<Pending>::new(cfg.queue.max(1));
     let kernels = (cfg.kernels > 0).then_some(kernels); // dropped in inline mode: nothing reads it
     let mut threads = Vec::new();
+    let running = Arc::new(AtomicUsize::new(0));
     // Each thread registers its CPU clock first; the daemon says it serves once all have.
     let (registered, all_registered) = std::sync::mpsc::channel::<()>();
     let mut start = |name: String, role, body: Box<dyn FnOnce() + Send>| -> Result<(), String> {
         let (registered, counters) = (registered.clone(), counters.clone());
+        running.fetch_add(1, Ordering::AcqRel);
+        let still_running = StillRunning(running.clone()); // counts down as the thread ends, even in a panic
         let thread = std::thread::Builder::new().name(name.clone()).spawn(move || {
+            let _still_running = still_running;
             counters.cpu.register_me(role);
             let _ = registered.send(());
             body()
@@ -218,17 +266,17 @@ fn start_pipeline(
     };
     let e = cfg.engine_threads.max(1);
     for i in 0..cfg.kernels {
-        let push = reply_socket(ctx).ok_or("kernel executor: no inproc reply socket")?;
+        let pushes = reply_sockets(ctx, cfg.shards).ok_or("kernel executor: no inproc reply socket")?;
         let (queue, current, counters, policy) =
             (kernels_rx.clone(), current.clone(), counters.clone(), policy.clone());
-        let body = move || kernel_executor(queue, push, current, counters, policy, e);
+        let body = move || kernel_executor(queue, pushes, current, counters, policy, e);
         start(format!("offload-kernel-{i}"), crate::metrics::Role::Executor, Box::new(body))?;
     }
     for i in 0..cfg.workers.max(1) {
-        let push = reply_socket(ctx).ok_or("worker: no inproc reply socket")?;
+        let pushes = reply_sockets(ctx, cfg.shards).ok_or("worker: no inproc reply socket")?;
         let (requests, kernels, current, counters) =
             (requests_rx.clone(), kernels.clone(), current.clone(), counters.clone());
-        let body = move || worker(requests, kernels, push, current, counters, e);
+        let body = move || worker(requests, kernels, pushes, current, counters, e);
         start(format!("offload-worker-{i}"), crate::metrics::Role::Worker, Box::new(body))?;
     }
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -238,11 +286,32 @@ fn start_pipeline(
             break;
         }
     }
-    Ok((Queues { requests, kernels }, threads))
+    Ok(Pipeline { queues: Queues { requests, kernels }, threads, running })
 }
 
-fn reply_socket(ctx: &zmq::Context) -> Option<zmq::Socket> {
-    let push = ctx.socket(zmq::PUSH).ok()?;
-    push.connect("inproc://offload-replies").ok()?;
-    Some(push)
+/// The started pipeline: its queues' sending ends, its threads and how many still run.
+struct Pipeline {
+    queues: Queues,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    running: Arc<AtomicUsize>,
+}
+
+/// A pipeline thread that has not ended yet: one of `running`, until dropped.
+struct StillRunning(Arc<AtomicUsize>);
+
+impl Drop for StillRunning {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A worker's or executor's way back to each shard's broker: PUSH `i` to shard `i`.
+fn reply_sockets(ctx: &zmq::Context, shards: usize) -> Option<Vec<zmq::Socket>> {
+    (0..shards.max(1))
+        .map(|shard| {
+            let push = ctx.socket(zmq::PUSH).ok()?;
+            push.connect(&replies_endpoint(shard)).ok()?;
+            Some(push)
+        })
+        .collect()
 }

@@ -30,12 +30,12 @@ pub(super) struct Prepared {
 pub(super) fn worker(
     requests: Arc<HandOff<Job>>,
     kernels: Option<Producer<Pending>>,
-    push: zmq::Socket,
+    pushes: Vec<zmq::Socket>,
     current: Current,
     counters: Arc<Counters>,
     threads: usize,
 ) {
-    let out = Out::Broker(&push);
+    let out = Out::Broker(&pushes);
     let mut scratch = Scratch::default();
     while let Some(job) = requests.pop() {
         let served = snapshot(&current);
