@@ -19,7 +19,8 @@
 //! queue = 64           # requests that may wait before "busy"
 //! batch_max_queries = 0
 //! batch_timeout_us = 200
-//! max_request_bytes = 67108864   # a larger frame on a data endpoint closes its connection
+//! max_request_queries = 65536    # a request with more is answered BadRequest
+//! max_request_bytes = 67108864   # a larger frame closes its connection (default: derived)
 //! cpus = "0,2-3"       # run every thread of the daemon on these CPUs only (default: any)
 //! # security (docs/serve-protocol.md, "Security"); key files come from `offload serve keys`
 //! curve_secret_key = "keys/server.key_secret"   # the daemon's key pair: CURVE on the control socket
@@ -70,8 +71,11 @@ pub struct Config {
     pub batch_max_queries: u64,
     pub batch_timeout_us: u64,
     /// Largest frame a data endpoint takes (ZMQ_MAXMSGSIZE on the ROUTER): a larger one closes
-    /// its sender's connection before the daemon holds it.
-    pub max_request_bytes: u64,
+    /// its sender's connection before the daemon holds it. None: [`Config::frame_bound`]
+    /// derives it from `max_request_queries` and the rule type.
+    pub max_request_bytes: Option<u64>,
+    /// The most queries one request may carry; a request with more is answered `BadRequest`.
+    pub max_request_queries: u64,
     /// Who may reach which socket, and what `reload` may read.
     pub security: Security,
     /// Benchmarks only (`--matcher null`): the executors answer every query "no match" without
@@ -121,13 +125,18 @@ pub const QUEUE_MAX: u64 = 65_536;
 pub const BATCH_MAX_QUERIES_MAX: u64 = 1 << 20;
 /// The longest wait for more requests (1 s): a request in a batch waits at most this.
 pub const BATCH_TIMEOUT_US_MAX: u64 = 1_000_000;
+/// Queries one request may carry (2^20, as a batch).
+pub const MAX_REQUEST_QUERIES_MAX: u64 = 1 << 20;
+/// The average bytes of a raw value the derived frame bound leaves room for (MCT's values are
+/// 1-8 characters); a client sending longer ones sets `max_request_bytes` itself.
+pub const RAW_VALUE_BYTES: u64 = 24;
 /// Frames on the data endpoints: the least and most bound that may be set (4 KiB .. 1 GiB).
 pub const MAX_REQUEST_BYTES_MIN: u64 = 4096;
 pub const MAX_REQUEST_BYTES_MAX: u64 = 1 << 30;
 
 /// Every numeric setting's domain, the one table (`--help` states the same ranges; a test
 /// holds the two together).
-pub const BOUNDS: [Bound; 8] = [
+pub const BOUNDS: [Bound; 9] = [
     Bound { key: "workers", min: 1, max: THREADS_MAX, why: "worker threads" },
     Bound { key: "kernels", min: 0, max: THREADS_MAX, why: "kernel executors (0 = inline)" },
     Bound { key: "engine_threads", min: 1, max: THREADS_MAX, why: "matching threads per kernel executor" },
@@ -137,6 +146,7 @@ pub const BOUNDS: [Bound; 8] = [
     Bound {
         key: "batch_timeout_us", min: 0, max: BATCH_TIMEOUT_US_MAX, why: "µs a batch waits for more, at most 1 s"
     },
+    Bound { key: "max_request_queries", min: 1, max: MAX_REQUEST_QUERIES_MAX, why: "queries one request may carry" },
     Bound {
         key: "max_request_bytes",
         min: MAX_REQUEST_BYTES_MIN,
@@ -144,6 +154,26 @@ pub const BOUNDS: [Bound; 8] = [
         why: "bytes of one request frame",
     },
 ];
+
+/// The largest frame a valid request of `max_queries` queries over `criteria` criteria needs:
+/// raw text with values of [`RAW_VALUE_BYTES`] on average (a 4-byte offset each, plus the
+/// header), which is more than the 32-bit codes of the same queries take; rounded up to 4 KiB,
+/// within the setting's range. The daemon's ZMQ_MAXMSGSIZE when `max_request_bytes` is not given.
+pub fn request_bytes_bound(criteria: usize, max_queries: u64) -> u64 {
+    const HEADER: u64 = 64; // the request's fixed header and the raw layout's column count
+    let criteria = criteria.max(1) as u64;
+    let raw = (max_queries + 1).saturating_mul(criteria).saturating_mul(4 + RAW_VALUE_BYTES);
+    let bound = HEADER.saturating_add(raw).div_ceil(4096).saturating_mul(4096);
+    bound.clamp(MAX_REQUEST_BYTES_MIN, MAX_REQUEST_BYTES_MAX)
+}
+
+impl Config {
+    /// The largest frame a data endpoint takes: `max_request_bytes` if given, else
+    /// [`request_bytes_bound`] of `max_request_queries` for a rule type of `criteria` criteria.
+    pub fn frame_bound(&self, criteria: usize) -> u64 {
+        self.max_request_bytes.unwrap_or_else(|| request_bytes_bound(criteria, self.max_request_queries))
+    }
+}
 
 /// Checks `value` for the setting `key` against [`BOUNDS`]: the value, or the one-line error
 /// naming the key, the value and the range. `set` while serving takes its answer from here.
@@ -251,9 +281,16 @@ pub struct Settings {
     #[arg(long, env = "OFFLOAD_SERVE_BATCH_TIMEOUT_US", value_name = "US", default_value = "200",
           value_parser = clap::value_parser!(u64).range(0..=BATCH_TIMEOUT_US_MAX))]
     pub batch_timeout_us: Option<u64>,
-    /// Largest request frame a data endpoint takes (ZeroMQ's ZMQ_MAXMSGSIZE): a larger one
-    /// closes the sender's connection unread [range: 4096..=1073741824]
-    #[arg(long, env = "OFFLOAD_SERVE_MAX_REQUEST_BYTES", value_name = "BYTES", default_value = "67108864",
+    /// The most queries one request may carry; a request with more is answered BadRequest
+    /// [range: 1..=1048576]
+    #[arg(long, env = "OFFLOAD_SERVE_MAX_REQUEST_QUERIES", value_name = "N", default_value = "65536",
+          value_parser = clap::value_parser!(u64).range(1..=MAX_REQUEST_QUERIES_MAX))]
+    pub max_request_queries: Option<u64>,
+    /// Largest request frame a data endpoint takes (ZeroMQ's ZMQ_MAXMSGSIZE; shm:// disconnects
+    /// the client): a larger one closes the sender's connection unread [default: derived: room
+    /// for max_request_queries queries of raw values averaging 24 bytes: 38.5 MiB for 65536
+    /// queries of 22 criteria] [range: 4096..=1073741824]
+    #[arg(long, env = "OFFLOAD_SERVE_MAX_REQUEST_BYTES", value_name = "BYTES",
           value_parser = clap::value_parser!(u64).range(MAX_REQUEST_BYTES_MIN..=MAX_REQUEST_BYTES_MAX))]
     pub max_request_bytes: Option<u64>,
     /// The daemon's key pair (server.key_secret from `offload serve keys`): the control socket
@@ -596,7 +633,8 @@ impl Settings {
             metrics: self.metrics,
             batch_max_queries,
             batch_timeout_us,
-            max_request_bytes: self.max_request_bytes.ok_or("max_request_bytes has no value")?,
+            max_request_bytes: self.max_request_bytes,
+            max_request_queries: self.max_request_queries.ok_or("max_request_queries has no value")?,
             null_matcher: self.matcher.as_deref() == Some(NULL_MATCHER),
         })
     }
@@ -777,7 +815,8 @@ mod tests {
     fn config_default_is_the_defaults_help_shows() {
         let d = Config::default();
         assert_eq!((d.workers, d.kernels, d.engine_threads, d.queue), (2, 1, 1, 64));
-        assert_eq!((d.batch_max_queries, d.batch_timeout_us, d.max_request_bytes), (0, 200, 64 << 20));
+        assert_eq!((d.batch_max_queries, d.batch_timeout_us, d.max_request_bytes), (0, 200, None));
+        assert_eq!(d.max_request_queries, 65536);
         assert_eq!(d.endpoints, vec!["tcp://127.0.0.1:5555".to_string()]);
         assert!(d.control.is_none() && d.metrics.is_none());
     }
@@ -884,5 +923,47 @@ mod tests {
             assert!(e.starts_with("cpus ") && !e.contains('\n'), "{bad}: {e}");
         }
         assert!(parse_cpus("1023").unwrap_err().contains("not one this process may run on"));
+    }
+}
+
+#[cfg(test)]
+mod frame_bound_tests {
+    use super::*;
+    use crate::protocol::{encode_request, Payload, RawColumnOwned, Request};
+
+    fn request(n: usize, payload: Payload) -> Vec<u8> {
+        let r = Request {
+            request_id: 1,
+            deadline_us: 0,
+            stop_after: 0,
+            n_queries: n as u32,
+            criteria_fingerprint: 7,
+            payload,
+        };
+        encode_request(&r)
+    }
+
+    #[test]
+    fn the_derived_frame_bound_holds_the_largest_request_raw_or_encoded_and_stays_in_range() {
+        let (criteria, n) = (22, 3000);
+        let bound = request_bytes_bound(criteria, n as u64) as usize;
+        let value = "x".repeat(RAW_VALUE_BYTES as usize);
+        let column = RawColumnOwned {
+            offsets: (0..=n as u32).map(|i| i * RAW_VALUE_BYTES as u32).collect(),
+            data: value.repeat(n).into_bytes(),
+        };
+        let raw = request(n, Payload::Raw(vec![column; criteria]));
+        let encoded = request(n, Payload::Encoded { encoding_version: 1, width: 22, codes: vec![9; n * criteria] });
+        assert!(raw.len() <= bound && encoded.len() < raw.len(), "{} {} {bound}", raw.len(), encoded.len());
+        assert!(
+            bound < raw.len() + 2 * 4096 + 4 * 22 * 32,
+            "{} {bound}: no more than the request and rounding",
+            raw.len()
+        );
+        assert_eq!(bound % 4096, 0);
+        assert_eq!(request_bytes_bound(1, 1), MAX_REQUEST_BYTES_MIN);
+        assert_eq!(request_bytes_bound(4096, MAX_REQUEST_QUERIES_MAX), MAX_REQUEST_BYTES_MAX);
+        let given = Config { max_request_bytes: Some(8192), ..Config::default() };
+        assert_eq!((given.frame_bound(22), Config::default().frame_bound(22)), (8192, request_bytes_bound(22, 65536)));
     }
 }

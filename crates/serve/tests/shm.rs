@@ -256,7 +256,7 @@ fn a_stopped_daemon_is_a_clear_error_not_a_timeout() {
 fn a_frame_over_max_request_bytes_disconnects_its_client_only() {
     let dir = scratch("shm-max");
     let ep = shm_endpoint(&dir, "max");
-    let d = Daemon::start(engine(), Config { max_request_bytes: 4096, ..config(vec![ep.clone()], 0) });
+    let d = Daemon::start(engine(), Config { max_request_bytes: Some(4096), ..config(vec![ep.clone()], 0) });
     let eng = engine();
     let until = Instant::now() + Duration::from_secs(10);
     let mut big = Connection::connect(&ep, Duration::from_secs(5)).unwrap();

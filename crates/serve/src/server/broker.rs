@@ -73,7 +73,8 @@ fn router(ctx: &zmq::Context, cfg: &Config, shard: usize) -> Result<zmq::Socket,
     front.set_affinity(1u64 << (shard % 64)).map_err(|e| zerr("affinity", e))?;
     // A frame over the bound is dropped by libzmq's decoder as its size header arrives: the
     // connection closes and nothing of it is held (the client sees no reply).
-    let max_bytes = i64::try_from(cfg.max_request_bytes).unwrap_or(i64::MAX);
+    let bound = cfg.max_request_bytes.unwrap_or(crate::config::MAX_REQUEST_BYTES_MAX); // run_with derived it
+    let max_bytes = i64::try_from(bound).unwrap_or(i64::MAX);
     front.set_maxmsgsize(max_bytes).map_err(|e| zerr("maxmsgsize", e))?;
     if let (Some(curve), Some(_)) = (&cfg.security.curve, &cfg.security.data_clients) {
         curve.apply(&front, auth::DATA_DOMAIN)?;
@@ -293,6 +294,16 @@ pub(super) fn admit_one(
         refuse(Status::ShuttingDown, "the server is shutting down", job.refusal());
         return None;
     };
+    let n_queries = u64::from(protocol::peek_n_queries(&job.body));
+    if n_queries > queues.max_request_queries {
+        let why = format!(
+            "the request carries {n_queries} queries; this daemon takes at most {} a request (max_request_queries): \
+             split it",
+            queues.max_request_queries
+        );
+        refuse(Status::BadRequest, &why, job.refusal());
+        return None;
+    }
     let refused = if protocol::peek_layout(&job.body).is_some_and(|l| l != protocol::LAYOUT_RAW) {
         let Some(kernels) = &queues.kernels else {
             return Some(Pending::Encoded(job)); // inline: read in place by the caller's thread

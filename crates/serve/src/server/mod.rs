@@ -128,6 +128,9 @@ pub fn run_with(
     ready: impl FnOnce(&Served),
 ) -> Result<Arc<Counters>, String> {
     check_exposure(cfg)?;
+    // The frame bound, derived from the rule type served unless given.
+    let criteria = snapshot(&current).engine.rules().rule_type.criteria.len();
+    let cfg = &Config { max_request_bytes: Some(cfg.frame_bound(criteria)), ..cfg.clone() };
     let shards = cfg.shards.max(1);
     let shard_requests = (0..shards).map(|_| AtomicU64::new(0)).collect();
     let counters = Arc::new(Counters { null_matcher: cfg.null_matcher, shard_requests, ..Counters::default() });
@@ -231,6 +234,8 @@ fn run_brokers(
 struct Queues {
     requests: Producer<Job>,
     kernels: Option<Producer<Pending>>,
+    /// A request announcing more queries than this is answered `BadRequest` at admission.
+    max_request_queries: u64,
 }
 
 /// Starts k kernel executors and w workers. Workers and executors exit in turn once the queues they read
@@ -286,7 +291,8 @@ fn start_pipeline(
             break;
         }
     }
-    Ok(Pipeline { queues: Queues { requests, kernels }, threads, running })
+    let queues = Queues { requests, kernels, max_request_queries: cfg.max_request_queries };
+    Ok(Pipeline { queues, threads, running })
 }
 
 /// The started pipeline: its queues' sending ends, its threads and how many still run.

@@ -43,7 +43,10 @@ pub(super) fn start_shm(
         return Ok(Vec::new());
     }
     let front = ShmFront {
-        clients: crate::shm::Clients::new(bound.iter().map(|b| b.hub.clone()).collect(), cfg.max_request_bytes),
+        clients: crate::shm::Clients::new(
+            bound.iter().map(|b| b.hub.clone()).collect(),
+            cfg.max_request_bytes.unwrap_or(crate::config::MAX_REQUEST_BYTES_MAX),
+        ), // run_with derived it
         current: current.clone(),
         counters: counters.clone(),
         policy: policy.clone(),
