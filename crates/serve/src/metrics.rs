@@ -397,6 +397,14 @@ impl Collector for Page {
                 ConstGauge::new(ns as f64 / queries as f64).encode(m.encode_family(&[("part", part)])?)?;
             }
         }
+        {
+            let help = "Requests each ZeroMQ socket shard's broker received (--shards).";
+            let mut m = page.encode_descriptor("offload_shard_requests", help, None, MetricType::Counter)?;
+            for (shard, n) in c.shard_requests.iter().enumerate() {
+                let shard = shard.to_string();
+                ConstCounter::new(n.load(Ordering::Relaxed)).encode(m.encode_family(&[("shard", shard.as_str())])?)?;
+            }
+        }
         let help = "CURVE handshakes by socket and outcome.";
         let mut m = page.encode_descriptor("offload_auth", help, None, MetricType::Counter)?;
         for (k, v) in c.auth.snapshot() {

@@ -91,6 +91,7 @@ fn the_null_matcher_answers_every_query_no_match_and_says_what_it_is() {
     assert!(page.contains("offload_null_matcher 1"), "{page}");
     assert!(page.contains("offload_cpu_seconds_total{part=\"worker\"}"), "{page}");
     assert!(page.contains("offload_cpu_ns_per_query{part=\"host_path\"}"), "{page}");
+    assert!(page.contains("offload_shard_requests_total{shard=\"0\"} 2"), "{page}");
     d.stop();
 }
 
