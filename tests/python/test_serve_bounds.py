@@ -314,19 +314,13 @@ def _as_a_terminal_starts_it() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-@pytest.mark.parametrize("when", ["sending", "starting its clients"])
+@pytest.mark.parametrize("when", ["sending", "starting"])
 def test_ctrl_c_under_inject_is_one_line_and_130(
     rules_dir: Path, sock: Path, tmp_path: Path, when: str
 ) -> None:
-    """Whenever it comes: while the clients send, or while they start (a Ctrl-C then was lost:
-    the injector ran its whole duration)."""
+    """Whenever it comes: while the generator sends, or while the command starts (imports, the
+    trace read, frames built, connections made: a Ctrl-C then was once lost, and the injector
+    ran its whole duration)."""
     proc, ep, ctl = start(rules_dir, sock)
     cmd = [*OFFLOAD, "serve", "inject", "-e", ep, "--ruletype", str(rules_dir / "ruletype.toml"),
            "--rules", str(rules_dir / "rules.csv"), "--trace", str(mini_trace(tmp_path)), "-p", "2",
@@ -342,8 +336,7 @@ def test_ctrl_c_under_inject_is_one_line_and_130(
             while control_request(ctl, "stats", 5)["ok"] < 200 and time.monotonic() < deadline:
                 time.sleep(0.05)
         else:
-            while not _children(inj.pid) and time.monotonic() < deadline:
-                time.sleep(0.005)
+            time.sleep(0.3)  # somewhere in its start, whichever part
         os.killpg(inj.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
         try:
             inj.wait(timeout=20)
