@@ -24,8 +24,8 @@ Where things live (docs/serve-protocol.md, "Where things live"):
 - ``bench``: the Rust load generator's frames, runs and the host path per query from ``stats``
 - ``hostpath``: configurations side by side, each to its knee with its host path; the plot
 - ``daemon``: the daemon as a child process, started and stopped with bounded waits
-- ``inject``: replays a user-request trace; latency percentiles as the simulator's
-  (``np.percentile``, linear)
+- ``inject``: replays a user-request trace through the Rust load generator (P connections), with
+  the server's stage times by request size
 - ``sweep``: a grid of configurations measured with the injector, and the Pareto front; p = w = k
   scaled together (``--together``, the seed's Fig. 5)
 - ``breakdown``: where a request's time goes by request size, 1 to 65,536 queries (the seed's Fig. 2)
@@ -77,7 +77,7 @@ class CurveKeys:
 
     def apply(self, sock: zmq.Socket[Any]) -> None:
         """Makes a pyzmq ``sock`` a CURVE client; call before connecting (the control socket's
-        client and the injector use pyzmq; the clients here use the Rust client)."""
+        client uses pyzmq; the clients here and the load generator are Rust)."""
         import zmq
 
         if not zmq.has("curve"):
