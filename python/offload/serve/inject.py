@@ -221,6 +221,9 @@ def _result(
         "requests_per_s": gen["requests_per_s"],
         "queries_per_s": gen["queries_per_s"],
         "latency_us": latency_us(gen["latency_us"]),
+        # Send → reply (the latency before issue 40's generator), and how late sends went out.
+        "service_us": gen["service_us"],
+        "send_lag_us": gen["send_lag_us"],
         "stage_median_us": gen["stage_median_us"],
         "by_size": _by_size(gen["by_size"]),
         "generator": gen["generator"],
