@@ -4,7 +4,7 @@ Open loop at a fixed rate, latency from each request's due time (no coordinated 
 wrk2), many requests in flight per DEALER connection over several connections and threads;
 closed loop (a fixed number in flight per connection); or the knee: the most requests/s whose
 p99 stays within an SLA, by bisection on the rate. The request frames are built before the clock
-starts, by the protocol's own encoders (the injector's `_frames`), raw or pre-encoded, of any
+starts, by the protocol's own encoders (`request_frames`, the injector's too), raw or pre-encoded, of any
 size: the queries are repeated to fill a request larger than the file. Every run ends within its
 duration plus the drain; requests still owed then are counted `unanswered`. The result says
 whether the generator, not the server, was the bound (docs/serve-protocol.md, "Load generator").
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from offload.serve import CurveKeys
-from offload.serve.inject import Trace, _frames
 
 # Distinct frames a run cycles through at most (each is sent many times, with a fresh id).
 MAX_FRAMES = 64
@@ -69,6 +68,30 @@ def _windows(n: int, request_size: int) -> tuple[int, list[tuple[int, int, int]]
     return reps, [(lo, request_size, 0) for lo in starts][:MAX_FRAMES]
 
 
+def request_frames(
+    columns: list[list[str]],
+    codes: np.ndarray | None,
+    requests: Sequence[tuple[int, int, int]],
+    fingerprint: int,
+    early_stop: bool = False,
+) -> list[bytes]:
+    """Request frames of `requests` (first query, count, wanted) over the query `columns` (raw
+    text, rule-type order), or over their encoded rows `codes` when given; each with WANTED as
+    stop_after when `early_stop`, and its criteria's `fingerprint`."""
+    from offload import _native
+
+    out = []
+    for k, (first, n, wanted) in enumerate(requests):
+        stop = wanted if early_stop else 0
+        if codes is not None:
+            rows = np.ascontiguousarray(codes[first : first + n])
+            out.append(bytes(_native.encode_request_codes(k + 1, 0, stop, fingerprint, 1, rows)))
+        else:
+            cols = [c[first : first + n] for c in columns]
+            out.append(bytes(_native.encode_request(k + 1, 0, stop, fingerprint, cols)))
+    return out
+
+
 def frames(
     columns: list[list[str]], criteria: list[str], request_size: int, codes: np.ndarray | None = None
 ) -> tuple[list[bytes], int]:
@@ -80,9 +103,8 @@ def frames(
     reps, reqs = _windows(len(columns[0]) if columns else 0, request_size)
     cols = [c * reps for c in columns]
     rows = np.tile(codes, (reps, 1)) if codes is not None else None
-    trace = Trace(cols, reqs, rows, list(criteria))
     fingerprint = int(_native.criteria_fingerprint(list(criteria)))
-    return [f for _, f in _frames(trace, list(range(len(reqs))), False, fingerprint)], request_size
+    return request_frames(cols, rows, reqs, fingerprint), request_size
 
 
 def encoded_frames(

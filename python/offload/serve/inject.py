@@ -115,24 +115,6 @@ CONNECT_TIMEOUT_S = 5.0
 POISSON_SEED = 1
 
 
-def _frames(trace: Trace, which: list[int], early_stop: bool, fingerprint: int) -> list[tuple[int, bytes]]:
-    """Request frames (and their query counts) of the trace's requests `which`, raw or
-    pre-encoded as the trace is, each with WANTED as stop_after when `early_stop`."""
-    from offload import _native
-
-    out = []
-    for k, i in enumerate(which):
-        first, n, wanted = trace.requests[i]
-        stop = wanted if early_stop else 0
-        if trace.codes is not None:
-            rows = np.ascontiguousarray(trace.codes[first : first + n])
-            out.append((n, bytes(_native.encode_request_codes(k + 1, 0, stop, fingerprint, 1, rows))))
-        else:
-            cols = [c[first : first + n] for c in trace.columns]
-            out.append((n, bytes(_native.encode_request(k + 1, 0, stop, fingerprint, cols))))
-    return out
-
-
 def run(
     endpoint: str,
     trace: Trace,
@@ -164,7 +146,7 @@ def run(
     if not trace.requests:
         raise ValueError("the trace holds no requests")
     fingerprint = int(_native.criteria_fingerprint(names))
-    frames = [f for _, f in _frames(trace, list(range(len(trace.requests))), early_stop, fingerprint)]
+    frames = bench.request_frames(trace.columns, trace.codes, trace.requests, fingerprint, early_stop)
     load = bench.Load(
         mode=mode, rate=rate, connections=processes, threads=1, in_flight=1, duration_s=duration,
         drain_s=connect_timeout_s, connect_timeout_s=connect_timeout_s,
