@@ -110,6 +110,7 @@ def combine(results: list[dict[str, Any]]) -> dict[str, Any]:
             "host_path_ns_per_query": median_of(rows, host),
             "generator_to_host_path": median_of(rows, ratio),
             "generator_bound": [bool((run.get("generator") or {}).get("bound")) for run in rows],
+            "at_knee_held": [run.get("at_knee_held") for run in rows],
         }  # fmt: skip
     return {**results[0], "runs": chosen, "repeats": [r["runs"] for r in results], "medians": medians}
 

@@ -145,15 +145,16 @@ fn the_knee_lies_below_the_servers_capacity() {
     // capacity ~500/s (2 ms each): 200 passes, 800 cannot
     assert!((200.0..700.0).contains(&rate), "{k:#}");
     assert!(k["failing_rate_rps"].as_f64().unwrap() <= 800.0, "{k:#}");
-    // A rate misses only when two runs in a row miss it: each miss counted follows a retried one
-    // at the same rate, and a retry's second run may pass.
+    // Each rate is decided by the majority of its runs (two that agree, else three): the runs at
+    // a rate, the retried ones first, hold more of the decision's verdict than of the other.
     let runs = k["runs"].as_array().unwrap();
-    assert!(runs.len() <= 2 * (9 + 3), "{k:#}");
-    for (i, r) in runs.iter().enumerate().filter(|(_, r)| r["meets_sla"] == false && r["retried"].is_null()) {
-        let before = &runs[i - 1];
-        assert!(before["retried"] == true && before["rate_rps"] == r["rate_rps"], "{k:#}");
+    assert!(runs.len() <= 3 * (9 + 3), "{k:#}");
+    for (i, r) in runs.iter().enumerate().filter(|(_, r)| r["retried"].is_null() && r["rate_rps"].is_number()) {
+        let mut at_rate = vec![r];
+        at_rate.extend(runs[..i].iter().rev().take_while(|b| b["retried"] == true && b["rate_rps"] == r["rate_rps"]));
+        let agree = at_rate.iter().filter(|b| b["meets_sla"] == r["meets_sla"]).count();
+        assert!(at_rate.len() <= 3 && agree >= 2, "{k:#}");
     }
-    assert!(runs.iter().any(|r| r["retried"] == true), "800/s cannot pass, so it was retried: {k:#}");
     stop.store(true, Ordering::Relaxed);
     server.join().unwrap();
 }

@@ -161,7 +161,17 @@ def measure_config(
         "matcher": stats.get("matcher"), "emulated": stats.get("emulated"),
         "generator_to_host_path": result.get("generator_to_host_path"), "generator": result.get("generator"),
         "shard_requests": stats.get("shard_requests"),
+        "at_knee_held": held(result.get("at_knee"), knee, s.sla_p99_us),
     }  # fmt: skip
+
+
+def held(at_knee: dict[str, Any] | None, knee: dict[str, Any], sla_p99_us: float) -> bool | None:
+    """Whether the run at the knee's rate, after the search, met the SLA again: its p99 within
+    the bound and 99% of the rate answered (None without a knee)."""
+    if not at_knee or not knee.get("rate_rps"):
+        return None
+    p99 = float((at_knee.get("latency_us") or {}).get("p99") or 0.0)
+    return p99 <= sla_p99_us and float(at_knee.get("requests_per_s") or 0.0) >= 0.99 * float(knee["rate_rps"])
 
 
 # A short set for `make demo`: the host path alone, with a real matcher, with the emulated H200.
