@@ -2,7 +2,29 @@
 
 from __future__ import annotations
 
-import functools
+import os
+import signal
+import sys
+import threading
+
+
+def _interrupted_while_loading(signum: int, frame: object) -> None:
+    """Ctrl-C while the command's modules still load (a second on a fresh install, where Python
+    compiles them first): one line and exit 130, as later in `main`, never an import traceback."""
+    sys.stderr.write("interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)  # nothing is open yet: no file written, no socket, no child
+
+
+_SIGINT_BEFORE_LOADING = signal.getsignal(signal.SIGINT)
+_CATCHES_LOADING = (
+    _SIGINT_BEFORE_LOADING is signal.default_int_handler
+    and threading.current_thread() is threading.main_thread()
+)
+if _CATCHES_LOADING:  # a caller's own handler (or an ignored SIGINT) stays as it is
+    signal.signal(signal.SIGINT, _interrupted_while_loading)
+
+import functools  # the imports from here on are what may be interrupted
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -277,6 +299,9 @@ def _given(param: Any) -> str | None:
             given = a.split("=", 1)[1]
     return given
 
+
+if _CATCHES_LOADING:  # loaded: Ctrl-C is a KeyboardInterrupt again, which `main` turns into 130
+    signal.signal(signal.SIGINT, _SIGINT_BEFORE_LOADING)
 
 if __name__ == "__main__":
     main()
