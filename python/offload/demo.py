@@ -59,7 +59,7 @@ def _pick_examples(rs: rules.RuleSet, result: rules.MatchResult) -> list[int]:
 
 def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[str, Any]:
     """The rule set as a service: replay the trace through a real daemon, then a small sweep."""
-    from offload.serve import daemon, inject, sweep
+    from offload.serve import daemon, grid, inject, sweep
 
     console.rule("the rule engine as a service (offload serve + offload serve inject)")
     trace = inject.load_trace(Path(paths["queries"]).parent, rs.criterion_codes)
@@ -98,8 +98,10 @@ def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[
     _, breakdown = inject.write(replay, out / "serve-inject.json")
     with console.status("a small sweep: p in 1,2 x w in 1,2 per request, and 4096-query batching"):
         # 1p 1w 1k 1e per request is where `offload plan calibrate` takes its stage costs from.
-        configs = sweep.grid([1, 2], [1, 2], [1], [1], [0], 500) + sweep.grid([2], [2], [1], [1], [4096], 500)
-        rows = sweep.sweep(paths["ruletype"], paths["rules"], trace, configs, duration=1.5)
+        points = grid.product([1, 2], [(1, 1, 1), (2, 1, 1)])
+        points += grid.product([2], [(2, 1, 1)], [grid.Policy(4096, 500)])
+        setup = sweep.Setup(paths["ruletype"], paths["rules"], trace, duration_s=1.5)
+        rows = sweep.sweep(setup, sweep.grid(points))
         summary = sweep.write(rows, out / "serve-sweep.json", p99_us=5_000, qps=1e6)
     best = summary["best_under_p99"]["config"]
     console.print(

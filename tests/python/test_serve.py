@@ -342,17 +342,17 @@ def test_async_client_many_requests_in_flight(data: dict[str, object], server: s
 
 
 def test_sweep_measures_a_grid_and_finds_the_front(data: dict[str, object], tmp_path: Path) -> None:
-    from offload.serve import inject
+    from offload.serve import grid, inject
     from offload.serve import sweep as sw
 
     rs = data["rs"]
     d = data["dir"]
     assert isinstance(rs, rules.RuleSet) and isinstance(d, Path)
     trace = inject.load_trace(d, rs.criterion_codes).fixed_size(512)
-    configs = sw.grid([1, 2], [1], [1], [1], [0, 2048], 300)
-    configs += sw.grid([1], [1], [2], [1], [0], 300, rates=[300.0])  # open loop, two executors
-    assert configs[-1].label() == "1p 1w 2k 1e per-req @300/s"
-    rows = sw.sweep(str(d / "ruletype.xml"), str(d / "rules.csv"), trace, configs, duration=0.5)
+    configs = sw.grid(grid.product([1, 2], [(1, 1, 1)], [grid.Policy(), grid.Policy(2048, 300)]))
+    configs += sw.grid(grid.product([1], [(1, 2, 1)]), rates=[300.0])  # open loop, two executors
+    assert configs[-1].label() == "1p 1w 2k 1e per-req raw ipc fast @300/s"
+    rows = sw.sweep(sw.Setup(str(d / "ruletype.xml"), str(d / "rules.csv"), trace, duration_s=0.5), configs)
     assert len(rows) == 5 and all(set(r["status"]) == {"Ok"} and r["queries_per_s"] > 0 for r in rows)
     assert rows[-1]["mode"] == "open" and 0.3 * 300 <= rows[-1]["requests_per_s"] <= 2 * 300
     summary = sw.write(rows, tmp_path / "sweep.json", p99_us=1e9, qps=0)

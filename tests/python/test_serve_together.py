@@ -12,20 +12,28 @@ from pathlib import Path
 import pytest
 
 from offload.serve import sweep as sw
+from offload.serve.grid import Deployment, Policy
 
 ROOT = Path(__file__).resolve().parents[2]
 MINI = ROOT / "data" / "examples" / "mct-mini"
 
 
 def _row(n: int, qps: float, p50: float) -> dict:
-    cfg = sw.Config(n, n, n, 1, 0, 200)
-    return {**cfg.__dict__, "label": cfg.label(), "queries_per_s": qps, "p50_us": p50, "p99_us": 2 * p50}
+    cfg = sw.Config(Deployment(n, n, n))
+    return {
+        **cfg.deployment.fields(),
+        "label": cfg.label(),
+        "queries_per_s": qps,
+        "p50_us": p50,
+        "p99_us": 2 * p50,
+    }
 
 
 def test_together_scales_p_w_and_k_as_one() -> None:
-    configs = sw.together([1, 2, 4], [1], [0], 200)
-    assert [(c.p, c.w, c.k, c.e) for c in configs] == [(1, 1, 1, 1), (2, 2, 2, 1), (4, 4, 4, 1)]
-    assert [c.label() for c in configs][-1] == "4p 4w 4k 1e per-req"
+    configs = sw.together([1, 2, 4], [1], [Policy()])
+    shapes = [(c.deployment.p, c.deployment.w, c.deployment.k, c.deployment.e) for c in configs]
+    assert shapes == [(1, 1, 1, 1), (2, 2, 2, 1), (4, 4, 4, 1)]
+    assert [c.label() for c in configs][-1] == "4p 4w 4k 1e per-req raw ipc fast"
 
 
 def test_the_series_is_read_against_its_first_step(tmp_path: Path) -> None:
@@ -54,7 +62,10 @@ def test_sweep_together_runs_two_steps(tmp_path: Path) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert [r["label"] for r in summary["rows"]] == ["1p 1w 1k 1e per-req", "2p 2w 2k 1e per-req"]
+    assert [r["label"] for r in summary["rows"]] == [
+        "1p 1w 1k 1e per-req raw ipc fast",
+        "2p 2w 2k 1e per-req raw ipc fast",
+    ]
     assert [s["n"] for s in summary["together"]] == [1, 2]
     assert summary["together"][0]["throughput_vs_first"] == 1.0
     assert out.with_suffix(".png").exists()

@@ -120,12 +120,26 @@ def encoded_frames(
     `endpoint` (its version now; 16-bit codes where every code fits, unless `code_bits` is 32);
     returns the frames and {"encoding_version", "code_bits"}. No dictionary within `timeout_s`
     is a ValueError."""
+    reps, reqs = _windows(len(columns[0]) if columns else 0, request_size)
+    cols = [c * reps for c in columns]
+    return dictionary_frames(endpoint, cols, criteria, reqs, code_bits, curve, timeout_s)
+
+
+def dictionary_frames(
+    endpoint: str,
+    columns: list[list[str]],
+    criteria: list[str],
+    requests: Sequence[tuple[int, int, int]],
+    code_bits: int = 16,
+    curve: CurveKeys | None = None,
+    timeout_s: float = 5.0,
+) -> tuple[list[bytes], dict[str, int]]:
+    """Frames of `requests` (first query, count, wanted) over the query `columns`, encoded with
+    the dictionary of the daemon at `endpoint` (as `encoded_frames`)."""
     from offload.serve import Client, ServeError
 
     if code_bits not in (16, 32):
         raise ValueError(f"the code bits are 16 or 32, not {code_bits}")
-    reps, reqs = _windows(len(columns[0]) if columns else 0, request_size)
-    cols = [c * reps for c in columns]
     try:
         with Client(endpoint, criteria, timeout_s, curve=curve, encode="client") as c:
             d = c.fetch_dictionary()
@@ -133,8 +147,8 @@ def encoded_frames(
         why = f"no encoding dictionary from {endpoint}: {e}: is offload serve running there?"
         raise ValueError(why) from e
     out = [
-        d.frame(k + 1, [col[first : first + n] for col in cols], 0, 0, code_bits)
-        for k, (first, n, _) in enumerate(reqs)
+        d.frame(k + 1, [col[first : first + n] for col in columns], 0, 0, code_bits)
+        for k, (first, n, _) in enumerate(requests)
     ]
     return out, {"encoding_version": d.version, "code_bits": 32 if code_bits == 32 else d.code_bits}
 

@@ -5,6 +5,7 @@ replays a trace against it, `offload serve bench` measures it with the Rust load
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -351,7 +352,14 @@ def sweep(
         str | None, typer.Option("--p", hidden=True, help="Old spelling of --processes.")
     ] = None,
     w: Annotated[str, typer.Option("--w", help="Workers, comma-separated.")] = "1,2",
-    k: Annotated[str, typer.Option("--k", help="Kernel executors, comma-separated.")] = "1",
+    k: Annotated[
+        str,
+        typer.Option(
+            "--k",
+            help="Kernel executors, comma-separated (0 = inline: the broker matches encoded "
+            "requests, the workers raw ones).",
+        ),
+    ] = "1",
     e: Annotated[str, typer.Option("--e", help="Engine threads per executor, comma-separated.")] = "1",
     together: Annotated[
         str | None,
@@ -369,78 +377,161 @@ def sweep(
             "arrival rates in requests/s, comma-separated."
         ),
     ] = "0",
-    batch: Annotated[str, typer.Option(help="Batch sizes (0 = per request).")] = "0,4096",
+    knee: Annotated[
+        bool,
+        typer.Option(
+            "--knee",
+            help="Drive each configuration to its knee instead: the most requests/s whose p99 stays within "
+            "--p99-us (bisection, each rate decided by the majority of three runs of --duration), with the "
+            "daemon's host path by thread role at that rate. Replaces --rates.",
+        ),
+    ] = False,
+    knee_steps: Annotated[int, typer.Option(min=1, max=20, help="With --knee: bisections.")] = 5,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help="Batching policies, comma-separated: per-req, fillN (self-filling up to N queries: what is "
+            "queued when an executor frees, never waiting), bN/Tus (size-or-timeout). "
+            "\\[default: from --batch and --batch-timeout-us]"
+        ),
+    ] = None,
+    batch: Annotated[
+        str, typer.Option(help="Batch sizes (0 = per request), each size-or-timeout; see --policy.")
+    ] = "0,4096",
     batch_timeout_us: Annotated[
         int,
         typer.Option(
             min=0, max=1_000_000, help="Cross-request batching wait (µs), from the first request's arrival."
         ),
     ] = 200,
+    encoding: Annotated[
+        str,
+        typer.Option(
+            help="How clients send queries, comma-separated: raw (text), codes16 or codes32 (encoded by the "
+            "client with the daemon's dictionary)."
+        ),
+    ] = "raw",
     request_size: Annotated[
-        int, typer.Option(min=0, max=1 << 20, help="Requests of N queries (0 = as traced).")
-    ] = 0,
-    duration: Annotated[float, typer.Option(min=_TINY, max=86400.0, help="Seconds per configuration.")] = 3.0,
+        str,
+        typer.Option(help="Queries per request, comma-separated (0 = the trace's own request sizes)."),
+    ] = "0",
+    transport: Annotated[
+        str,
+        typer.Option(help="Transports, comma-separated: ipc, tcp (loopback) or shm (shared memory)."),
+    ] = "ipc",
+    duration: Annotated[
+        float, typer.Option(min=_TINY, max=86400.0, help="Seconds per run (per knee step with --knee).")
+    ] = 3.0,
     matcher: Annotated[
-        str, typer.Option(help="The daemon's matcher (gpu: the kernel executors run on the CUDA device).")
+        str,
+        typer.Option(
+            help="The daemon's matchers, comma-separated: fast, null (no matching: the host path alone), "
+            "emulated (a device from --emulate-profile), gpu (the kernel executors run on the CUDA device)."
+        ),
     ] = "fast",
+    emulate_profile: Annotated[
+        str | None,
+        typer.Option(help="With --matcher emulated: the device profile. \\[default: the bundled gpu-h200]"),
+    ] = None,
     p99_us: Annotated[
-        float, typer.Option(min=_TINY, help="Q1: best throughput with p99 under (µs).")
+        float, typer.Option(min=_TINY, help="Q1: best throughput with p99 under (µs); the knee's SLA.")
     ] = 5000.0,
     target_qps: Annotated[float, typer.Option(min=0.0, help="Q2: lowest p99 with at least q/s.")] = 1e6,
     out: Annotated[str, typer.Option(help="JSON to write, with --json too (+ .csv, .png).")] = "sweep.json",
     as_json: JsonOpt = False,
 ) -> None:
-    """Measure a grid of service configurations (p, w, k, e, batching, load) and draw the Pareto front."""
-    from rich.table import Table
-
-    from offload import rules as rules_api
+    """Measure a grid of service configurations (matcher, p, w, k or inline, e, batching policy,
+    encoding, request size, transport; closed loop, open-loop rates or each one's knee) with the
+    load generator, and draw the Pareto front."""
     from offload.serve import ServeError
-    from offload.serve import inject as inj
     from offload.serve import sweep as sw
 
-    if matcher in rules_api.DEVICE_MATCHERS:
-        try:
-            rules_api.gpu_device()
-        except RuntimeError as e:  # say why before starting daemons that cannot start
-            err.print(f"error: {e}", highlight=False)
-            raise typer.Exit(2) from None
-    rs = rules_api.load(ruletype, rules)
-    with failing(inj.TraceError):
-        tr = inj.load_trace(Path(trace), rs.criterion_codes)
-    if request_size > 0:
-        tr = tr.fixed_size(request_size)
     p = p_old if p_old is not None else processes
-    if together is not None:
-        configs = sw.together(ints(together), ints(e), ints(batch), batch_timeout_us, floats(rates))
-    else:
-        configs = sw.grid(ints(p), ints(w), ints(k), ints(e), ints(batch), batch_timeout_us, floats(rates))
-    with failing(ValueError):
-        sw.check(configs)
+    with failing(ValueError, RuntimeError):
+        configs = _sweep_configs(p, w, k, e, together, policy, batch, batch_timeout_us, encoding,
+                                 request_size, transport, matcher, rates, knee)  # fmt: skip
+        setup = _sweep_setup(ruletype, rules, trace, configs, duration, p99_us, knee_steps, emulate_profile)
     c = err if as_json else console  # with --json, stdout holds only the JSON
     with failing(ServeError):
-        rows = sw.sweep(
-            ruletype, rules, tr, configs, duration, matcher, progress=lambda m: c.print(m, style="dim")
-        )
+        rows = sw.sweep(setup, configs, progress=lambda m: c.print(m, style="dim"))
     summary = sw.write(rows, Path(out), p99_us, target_qps)
     if as_json:
         print(json.dumps(summary, indent=2))
         return
-    t = Table("configuration", "queries/s", "p50 µs", "p99 µs", "Pareto")
+    _print_sweep(summary, rows, p99_us, target_qps)
+    c.print(f"wrote {out} (+ .csv, .png)")
+
+
+def _sweep_configs(
+    p: str, w: str, k: str, e: str, together: str | None, policy: str | None, batch: str, timeout_us: int,
+    encoding: str, request_size: str, transport: str, matcher: str, rates: str, knee: bool,
+) -> list[Any]:  # fmt: skip
+    """The sweep's points from its options, checked (a ValueError names the bad value)."""
+    from offload.serve import grid
+    from offload.serve import sweep as sw
+
+    if policy is not None:
+        policies = [grid.Policy.parse(x) for x in policy.split(",")]
+    else:
+        policies = [grid.Policy(b, timeout_us if b else 0) for b in ints(batch)]
+    words = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+    rest = {"encodings": words(encoding), "request_queries": ints(request_size),
+            "transports": words(transport), "matchers": words(matcher)}  # fmt: skip
+    if together is not None:
+        configs = []
+        for m, t, n, enc in itertools.product(rest["matchers"], rest["transports"], rest["request_queries"],
+                                              rest["encodings"]):  # fmt: skip
+            configs += sw.together(ints(together), ints(e), policies, floats(rates), encoding=enc,
+                                   request_queries=n, transport=t, matcher=m)  # fmt: skip
+    else:
+        shapes = list(itertools.product(ints(w), ints(k), ints(e)))
+        configs = sw.grid(grid.product(ints(p), shapes, policies, **rest), floats(rates), knee)
+    sw.check(configs)
+    return configs
+
+
+def _sweep_setup(
+    ruletype: str, rules: str, trace: str, configs: list[Any], duration: float, p99_us: float, steps: int,
+    emulate_profile: str | None,
+) -> Any:  # fmt: skip
+    """The rules, the trace and the run lengths every point runs on; a matcher that cannot run
+    here (no CUDA device for gpu) is a ValueError before any daemon starts."""
+    from offload import rules as rules_api
+    from offload.datafiles import data_path
+    from offload.serve import inject as inj
+    from offload.serve import sweep as sw
+
+    matchers = {c.deployment.matcher for c in configs}
+    if matchers & set(rules_api.DEVICE_MATCHERS):
+        rules_api.gpu_device()  # a RuntimeError: say why before starting daemons that cannot start
+    rs = rules_api.load(ruletype, rules)
+    tr = inj.load_trace(Path(trace), rs.criterion_codes)
+    profile = emulate_profile or str(data_path("plans", "whatif", "gpu-h200.toml"))
+    return sw.Setup(ruletype, rules, tr, duration, p99_us, steps, profile, str(Path(trace) / "queries.csv"))
+
+
+def _print_sweep(
+    summary: dict[str, Any], rows: list[dict[str, Any]], p99_us: float, target_qps: float
+) -> None:
+    """The sweep's table, its two answers and the p = w = k series' ratios."""
+    from rich.table import Table
+
+    t = Table("configuration", "queries/s", "p50 µs", "p99 µs", "host path ns/q", "Pareto")
     front = set(summary["pareto"])
     for r in sorted(rows, key=lambda r: -r["queries_per_s"]):
+        host = ((r.get("host_path") or {}).get("ns_per_query") or {}).get("host_path")
         t.add_row(r["label"], f"{r['queries_per_s']:,.0f}", f"{r['p50_us']:,.0f}", f"{r['p99_us']:,.0f}",
-                  "yes" if r["label"] in front else "")  # fmt: skip
-    c.print(t)
+                  f"{host:,.0f}" if host else "", "yes" if r["label"] in front else "")  # fmt: skip
+    console.print(t)
     b1, b2 = summary["best_under_p99"]["config"], summary["lowest_latency_for"]["config"]
-    c.print(f"most throughput with p99 <= {p99_us:,.0f} µs: {b1['label'] if b1 else 'none'}")
-    c.print(f"lowest p99 with >= {target_qps:,.0f} queries/s: {b2['label'] if b2 else 'none'}")
+    console.print(f"most throughput with p99 <= {p99_us:,.0f} µs: {b1['label'] if b1 else 'none'}")
+    console.print(f"lowest p99 with >= {target_qps:,.0f} queries/s: {b2['label'] if b2 else 'none'}")
     for s in summary.get("together", []):
         if s["throughput_vs_first"] and s["p50_vs_first"]:
             ratios = (
                 f"{s['throughput_vs_first']:.2f}x the first step's throughput, p50 {s['p50_vs_first']:.2f}x"
             )
-            c.print(f"{s['label']}: {ratios}")
-    c.print(f"wrote {out} (+ .csv, .png)")
+            console.print(f"{s['label']}: {ratios}")
 
 
 def _enter_generator_netns(name: str, endpoint: str) -> dict[str, str]:

@@ -18,6 +18,7 @@ from offload.files import save_figure
 from offload.host.plots import pyplot
 from offload.serve import bench, daemon
 from offload.serve.control import control_request
+from offload.serve.grid import TRANSPORTS, endpoint
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,6 @@ CONFIGS = [
 
 # Issue 40's matrix: each matcher (the host path alone, a real one, the emulated H200) over each
 # transport, inline and with one executor (self-filling batches), 256-query 16-bit requests.
-TRANSPORTS = ("ipc", "tcp", "shm")
 
 
 def _transport_config(matcher: str, kernels: int, transport: str) -> Config:
@@ -93,29 +93,13 @@ SHARD_CONFIGS = [
 ]
 
 
-def endpoint_for(transport: str, tmp: str) -> str:
-    """The data endpoint of a configuration's daemon: in `tmp` for ipc and shm, a free loopback
-    port for tcp."""
-    if transport == "ipc":
-        return f"ipc://{tmp}/d.sock"
-    if transport == "shm":
-        return f"shm://{tmp}/d.shm"
-    if transport == "tcp":
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return f"tcp://127.0.0.1:{s.getsockname()[1]}"
-    raise ValueError(f"transport is one of {', '.join(TRANSPORTS)}, not {transport!r}")
-
-
-def frames_for(c: Config, endpoint: str, rs: Any, cols: list[list[str]], size: int) -> list[bytes]:
+def frames_for(c: Config, ep: str, rs: Any, cols: list[list[str]], size: int) -> list[bytes]:
     criteria = list(rs.criterion_codes)
     if c.layout == "raw":
         return bench.frames(cols, criteria, size)[0]
     if c.layout == "encoded32":  # as the clients did before: encoded here against version 1
         return bench.frames(cols, criteria, size, rules_api.compile(rs, "fast").encode(cols))[0]
-    return bench.encoded_frames(endpoint, cols, criteria, size, 16)[0]
+    return bench.encoded_frames(ep, cols, criteria, size, 16)[0]
 
 
 @dataclass(frozen=True)
@@ -141,7 +125,7 @@ def measure_config(
 ) -> dict[str, Any]:
     """One configuration: its daemon (`program`, default `offload serve`) started, driven to its
     knee, its host path at the knee's rate, stopped (every wait bounded)."""
-    ep, ctl = endpoint_for(c.transport, tmp), f"ipc://{tmp}/c.sock"
+    ep, ctl = endpoint(c.transport, tmp), f"ipc://{tmp}/c.sock"
     flags = [*daemon.rule_flags(s.ruletype, s.rules), "-e", ep, "-c", ctl, *c.flags(s.profile, s.queries)]
     proc = daemon.start(*flags, timeout_s=180, program=program, cpus=set(s.daemon_cpus or ()) or None)
     try:

@@ -207,7 +207,7 @@ def _result(
         "service_us": gen["service_us"],
         "send_lag_us": gen["send_lag_us"],
         "stage_median_us": gen["stage_median_us"],
-        "by_size": _by_size(gen["by_size"]),
+        "by_size": by_size(gen["by_size"]),
         "generator": gen["generator"],
     }
 
@@ -255,7 +255,7 @@ def failures(result: dict[str, Any]) -> str | None:
     return line
 
 
-def _by_size(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def by_size(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The generator's by-size rows (request sizes in powers of 4) as the plot and `offload plan
     calibrate` read them: median send → reply time, the median of each server stage (0 where
     none was carried), and what is left outside the server (client, ZeroMQ, broker)."""

@@ -1,10 +1,12 @@
-"""`offload serve sweep`: run the service over a grid of configurations (p client connections, w
-workers, k kernel executors, e engine threads, batching policy and batch size; closed loop or
-open loop at given arrival rates), measure each with the injector (the Rust load generator),
-and draw the latency-vs-throughput Pareto front (the seed's Figure 8). Answers the two
-questions a deployer asks: the most throughput under a p99 bound, and the lowest latency for a
-throughput target. With ``together`` (``--together``) the series is p = w = k scaled together
-(the seed's Figure 5), drawn as throughput and latency against the step.
+"""`offload serve sweep`: run the service over the grid of what a deployment chooses
+(`offload.serve.grid`: matcher, workers, executors or inline, engines, batching policy, client
+encoding, request size, transport, connections), each point measured by the Rust load generator
+(`offload serve bench`): closed loop, open loop at given rates, or to its knee (the most
+requests/s whose p99 stays within the SLA) with the daemon's host path by thread role there.
+Draws the latency-vs-throughput Pareto front (the seed's Figure 8) and answers the two questions
+a deployer asks: the most throughput under a p99 bound, and the lowest latency for a throughput
+target. With ``together`` (``--together``) the series is p = w = k scaled together (the seed's
+Figure 5), drawn as throughput and latency against the step.
 """
 
 from __future__ import annotations
@@ -13,89 +15,66 @@ import csv
 import itertools
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from offload.files import atomic_write, save_figure, write_text
-from offload.serve import ServeError, daemon
-from offload.serve.inject import Trace, run
+from offload.serve import ServeError, bench, daemon
+from offload.serve.grid import Deployment, Policy, endpoint
+from offload.serve.inject import Trace, by_size, latency_us
 
 
 @dataclass(frozen=True)
 class Config:
-    """One point of the grid, written like the seed: `2p 1w 1k 1e` (+ batching, + load)."""
+    """One measured point: a deployment and the load it is measured under (closed loop, an
+    open-loop rate, or its knee)."""
 
-    p: int
-    w: int
-    k: int
-    e: int
-    batch_max_queries: int  # 0 = per request
-    batch_timeout_us: int
+    deployment: Deployment
     rate_rps: float = 0.0  # 0 = closed loop; else open loop, Poisson arrivals at this many requests/s
+    knee: bool = False  # the most requests/s whose p99 meets the SLA, found by bisection
 
     def label(self) -> str:
-        b = "per-req"
-        if self.batch_max_queries:
-            b = f"b{self.batch_max_queries}/{self.batch_timeout_us}us"
-        load = f" @{self.rate_rps:,.0f}/s" if self.rate_rps else ""
-        return f"{self.p}p {self.w}w {self.k}k {self.e}e {b}{load}"
+        load = " knee" if self.knee else (f" @{self.rate_rps:,.0f}/s" if self.rate_rps else "")
+        return self.deployment.label() + load
+
+    @property
+    def mode(self) -> str:
+        return "knee" if self.knee else ("open" if self.rate_rps else "closed")
 
 
 def grid(
-    p: Sequence[int],
-    w: Sequence[int],
-    k: Sequence[int],
-    e: Sequence[int],
-    batch: Sequence[int],
-    timeout_us: int,
-    rates: Sequence[float] = (0.0,),
+    deployments: Sequence[Deployment], rates: Sequence[float] = (0.0,), knee: bool = False
 ) -> list[Config]:
-    """Every combination; `rates` lists open-loop request rates (0 = closed loop)."""
-    return [
-        Config(pp, ww, kk, ee, bb, timeout_us, rr)
-        for pp, ww, kk, ee, bb, rr in itertools.product(p, w, k, e, batch, rates)
-    ]
+    """Every deployment under every load: its knee, or each of `rates` (0 = closed loop)."""
+    if knee:
+        return [Config(d, 0.0, True) for d in deployments]
+    return [Config(d, r) for d, r in itertools.product(deployments, rates)]
 
 
 def together(
     n: Sequence[int],
     e: Sequence[int],
-    batch: Sequence[int],
-    timeout_us: int,
+    policies: Sequence[Policy],
     rates: Sequence[float] = (0.0,),
+    **rest: Any,
 ) -> list[Config]:
     """The seed's Figure 5: p = w = k = each of `n` (one client connection, one worker and one kernel
-    executor more per step, each executor fed by its own flow), with every `e`, batch and rate."""
+    executor more per step, each executor fed by its own flow), with every `e`, policy and rate;
+    `rest`: the deployment's other fields, the same for every step."""
     return [
-        Config(nn, nn, nn, ee, bb, timeout_us, rr) for nn, ee, bb, rr in itertools.product(n, e, batch, rates)
+        Config(Deployment(nn, nn, nn, ee, pol.max_queries, pol.timeout_us, **rest), rr)
+        for nn, ee, pol, rr in itertools.product(n, e, policies, rates)
     ]
 
 
 def check(configs: Sequence[Config]) -> None:
-    """Refuses, before any daemon starts, a configuration the daemon or the injector would not
-    take (ValueError naming the value and its range): the daemon's settings against its one
-    table of ranges (offload_serve::config::BOUNDS), p and the rate as `inject` takes them."""
-    from offload import _native
-    from offload.serve.inject import MAX_PROCESSES
-
+    """Refuses, before any daemon starts, a point the daemon or the generator would not take
+    (ValueError naming the value and its range)."""
     for c in configs:
-        settings = {
-            "workers": c.w,
-            "kernels": c.k,
-            "engine_threads": c.e,
-            "batch_max_queries": c.batch_max_queries,
-            "batch_timeout_us": c.batch_timeout_us,
-        }
-        for key, value in settings.items():
-            if value < 0:
-                raise ValueError(f"{key} {value} is out of range: a count of 0 or more")
-            _native.serve_check_setting(key, value)
-        if not 1 <= c.p <= MAX_PROCESSES:
-            raise ValueError(f"processes {c.p} is out of range: 1..={MAX_PROCESSES}")
+        c.deployment.check()
         if not 0 <= c.rate_rps < float("inf"):
             raise ValueError(f"rate {c.rate_rps} is out of range: 0 (closed loop) or requests/s above 0")
 
@@ -105,70 +84,132 @@ def is_together(rows: Sequence[dict[str, Any]]) -> bool:
     return len({r["p"] for r in rows}) > 1 and all(r["p"] == r["w"] == r["k"] for r in rows)
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What every point runs on: the rules, the trace, and how long and hard each is measured."""
+
+    ruletype: str
+    rules: str
+    trace: Trace
+    duration_s: float = 3.0  # per run (each step of a knee search)
+    sla_p99_us: float = 5000.0  # the knee's bound
+    knee_steps: int = 5  # bisections
+    emulate_profile: str | None = None  # the emulated matcher's device profile and its queries
+    emulate_queries: str | None = None
+
+
 def sweep(
-    ruletype: str,
-    rules: str,
-    trace: Trace,
-    configs: Sequence[Config],
-    duration: float = 3.0,
-    matcher: str = "fast",
-    progress: Callable[[str], None] | None = None,
+    setup: Setup, configs: Sequence[Config], progress: Callable[[str], None] | None = None
 ) -> list[dict[str, Any]]:
-    """Measures every configuration with a fresh daemon; returns one row per configuration.
-    The first configuration is run once more before it, unrecorded: the first run after a quiet
-    spell measured up to 2x slower here (caches, page cache, CPU frequency), and the first row is
-    the 1p 1w 1k 1e row `offload plan calibrate` takes its stage costs from."""
+    """Measures every point with a fresh daemon; returns one row per point. The first point is
+    run once more before it, unrecorded: the first run after a quiet spell measured up to 2x
+    slower here (caches, page cache, CPU frequency), and the first row is the 1p 1w 1k 1e row
+    `offload plan calibrate` takes its stage costs from."""
     say = progress or (lambda _m: None)
     rows = []
-    tmp = tempfile.mkdtemp(prefix="offload-sweep-")
-    try:
-        runs = [(-1, configs[0])] if configs else []
-        for i, cfg in [*runs, *enumerate(configs)]:
-            say("warming up" if i < 0 else f"[{i + 1}/{len(configs)}] {cfg.label()}")
-            endpoint = f"ipc://{tmp}/s{i}-{os.getpid()}.sock"
-            proc = daemon.start(
-                *daemon.rule_flags(ruletype, rules), "-e", endpoint,
-                "--workers", str(cfg.w), "--kernels", str(cfg.k), "--engine-threads", str(cfg.e),
-                "--queue", "1024", "--matcher", matcher, "--batch-max-queries", str(cfg.batch_max_queries),
-                "--batch-timeout-us", str(cfg.batch_timeout_us),
-            )  # fmt: skip
-            try:
-                mode = "open" if cfg.rate_rps else "closed"
-                cpu0 = _process_cpu_s(proc.pid)
-                r = run(endpoint, trace, processes=cfg.p, mode=mode, rate=cfg.rate_rps, duration=duration)
-                daemon_cpu = _process_cpu_s(proc.pid) - cpu0
-            finally:
-                daemon.stop(proc)
-            if i < 0:
-                continue
-            if r["latency_us"]["p50"] is None:  # nothing was answered: no point to place
-                raise ServeError(
-                    f"{cfg.label()}: no request was answered Ok ({r['status']}, {r['messages']})"
-                )
-            answered = max(1, r["status"].get("Ok", 0))
-            rows.append(
-                {
-                    **asdict(cfg),
-                    "label": cfg.label(),
-                    "queries_per_s": r["queries_per_s"],
-                    "requests_per_s": r["requests_per_s"],
-                    "mode": mode,
-                    "p50_us": r["latency_us"]["p50"],
-                    "p99_us": r["latency_us"]["p99"],
-                    "requests": r["requests"],
-                    "unanswered": r["unanswered"],
-                    "status": r["status"],
-                    # What `offload plan calibrate` fits stage costs to: stage medians by request
-                    # size, and the host CPU the daemon and the clients spent per answered request.
-                    "daemon_cpu_us_per_request": daemon_cpu / answered * 1e6,
-                    "client_cpu_us_per_request": r.get("client_cpu_s", 0.0) / answered * 1e6,
-                    "stage_median_us": r["stage_median_us"],
-                    "by_size": r["by_size"],
-                }
-            )
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # the daemons' IPC socket files
+    runs = [(-1, configs[0])] if configs else []
+    for i, cfg in [*runs, *enumerate(configs)]:
+        say("warming up" if i < 0 else f"[{i + 1}/{len(configs)}] {cfg.label()}")
+        with tempfile.TemporaryDirectory(prefix="offload-sweep-") as tmp:  # the daemon's socket files
+            row = measure(setup, cfg, tmp)
+        if i >= 0:
+            rows.append(row)
     return rows
+
+
+def measure(setup: Setup, cfg: Config, tmp: str) -> dict[str, Any]:
+    """One point: its daemon started, its frames built (encoded with the daemon's dictionary
+    where the point says so), the generator run, the daemon stopped (every wait bounded)."""
+    d = cfg.deployment
+    ep, ctl = endpoint(d.transport, tmp), f"ipc://{tmp}/control.sock"
+    flags = [*daemon.rule_flags(setup.ruletype, setup.rules), "-e", ep, "-c", ctl, "--queue", "1024",
+             *d.daemon_flags(), *_emulated_flags(d, setup)]  # fmt: skip
+    proc = daemon.start(*flags, timeout_s=180)
+    try:
+        frames = frames_for(d, ep, setup.trace)
+        load = bench.Load(
+            mode=cfg.mode, rate=cfg.rate_rps, connections=d.p, in_flight=1, duration_s=setup.duration_s,
+            drain_s=2.0, arrivals="poisson" if cfg.mode == "open" else "fixed", seed=1,
+            sla_p99_us=setup.sla_p99_us, steps=setup.knee_steps, stages=not cfg.knee, stop_when_gone_s=5.0,
+        )  # fmt: skip
+        if cfg.knee:  # a daemon fresh from start is slower for a while: warm it (as hostpath)
+            bench.run(ep, frames, replace(load, mode="closed", in_flight=8, duration_s=1.0, drain_s=1.0))
+        cpu0 = _process_cpu_s(proc.pid)
+        result = bench.measure(ep, frames, load, control=ctl)
+        daemon_cpu_s = _process_cpu_s(proc.pid) - cpu0
+    except ValueError as e:
+        raise ServeError(f"{cfg.label()}: {e}") from None
+    finally:
+        daemon.stop(proc)
+    return _row(cfg, result, daemon_cpu_s, setup.sla_p99_us)
+
+
+def _emulated_flags(d: Deployment, setup: Setup) -> list[str]:
+    if d.matcher != "emulated":
+        return []
+    if not (setup.emulate_profile and setup.emulate_queries):
+        raise ValueError("the emulated matcher needs a device profile and its queries (--emulate-profile)")
+    return ["--emulate-profile", setup.emulate_profile, "--emulate-queries", setup.emulate_queries]
+
+
+def frames_for(d: Deployment, ep: str, trace: Trace) -> list[bytes]:
+    """The requests of a point: the trace's own, or cut to its request size; raw text or codes
+    from the dictionary of the daemon at `ep`."""
+    from offload import _native
+
+    reqs = trace.fixed_size(d.request_queries).requests if d.request_queries else trace.requests
+    if d.request_queries and reqs and reqs[-1][1] < d.request_queries:
+        reqs = reqs[:-1] or reqs  # a short last request would be another size
+    if d.encoding == "raw":
+        fingerprint = int(_native.criteria_fingerprint(list(trace.criteria)))
+        return bench.request_frames(trace.columns, None, reqs, fingerprint)
+    bits = 16 if d.encoding == "codes16" else 32
+    return bench.dictionary_frames(ep, trace.columns, list(trace.criteria), reqs, bits)[0]
+
+
+def _row(cfg: Config, result: dict[str, Any], daemon_cpu_s: float, sla_p99_us: float) -> dict[str, Any]:
+    """The row of one point: the deployment's fields, the load, the figures, the daemon's host
+    path by thread role (`host_path`, `stats` → `cpu` over the run, at the knee's rate for a
+    knee) and the generator's CPU beside it."""
+    row: dict[str, Any] = {**cfg.deployment.fields(), "rate_rps": cfg.rate_rps, "mode": cfg.mode,
+                           "label": cfg.label(), "host_path": result.get("daemon_cpu"),
+                           "generator_to_host_path": result.get("generator_to_host_path")}  # fmt: skip
+    return row | (_knee(cfg, result, sla_p99_us) if cfg.knee else _run(cfg, result, daemon_cpu_s))
+
+
+def _knee(cfg: Config, result: dict[str, Any], sla_p99_us: float) -> dict[str, Any]:
+    """A knee's figures: the search's passing run (rate, throughput, p99) and the p50 of the
+    run at its rate after the search, whether that run held the SLA, and what bounded it."""
+    from offload.serve.hostpath import held
+
+    knee, at_knee = result.get("knee"), result.get("at_knee") or {}
+    p50 = latency_us(at_knee.get("latency_us") or {}).get("p50")
+    if not knee or p50 is None:
+        why = result.get("stopped") or "not even the first rate"
+        raise ServeError(f"{cfg.label()}: no rate met p99 <= {sla_p99_us:,.0f} µs ({why})")
+    return {
+        "queries_per_s": knee["queries_per_s"], "requests_per_s": knee["requests_per_s"],
+        "p50_us": p50, "p99_us": knee["p99_us"], "knee_rate_rps": knee["rate_rps"], "sla_p99_us": sla_p99_us,
+        "at_knee_held": held(at_knee, knee, sla_p99_us), "generator_bound": result.get("generator"),
+    }  # fmt: skip
+
+
+def _run(cfg: Config, result: dict[str, Any], daemon_cpu_s: float) -> dict[str, Any]:
+    """A closed- or open-loop run's figures, and what `offload plan calibrate` fits to: stage
+    medians by request size and the host CPU the daemon and the generator spent per request."""
+    lat = latency_us(result["latency_us"])
+    if lat["p50"] is None:  # nothing was answered: no point to place
+        why = f"{result['status']}, {result['messages']}"
+        raise ServeError(f"{cfg.label()}: no request was answered Ok ({why})")
+    answered = max(1, int(result["status"].get("Ok", 0)))
+    return {
+        "queries_per_s": result["queries_per_s"], "requests_per_s": result["requests_per_s"],
+        "p50_us": lat["p50"], "p99_us": lat["p99"], "requests": result["answered"],
+        "unanswered": result["unanswered"], "status": result["status"],
+        "daemon_cpu_us_per_request": daemon_cpu_s / answered * 1e6,
+        "client_cpu_us_per_request": float(result["generator"]["process_cpu_s"]) / answered * 1e6,
+        "stage_median_us": result["stage_median_us"], "by_size": by_size(result["by_size"]),
+    }  # fmt: skip
 
 
 def _process_cpu_s(pid: int) -> float:
@@ -235,12 +276,11 @@ def _plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
 def scaling(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """A p = w = k series step by step: throughput and latency, each against the first step's
     (the seed's Figure 5: more throughput, slightly more latency per request)."""
-    series = sorted(rows, key=lambda r: (r["e"], r["batch_max_queries"], r["rate_rps"], r["p"]))
+    series = sorted(rows, key=lambda r: (_series(r), r["p"]))
     out: list[dict[str, Any]] = []
-    base: dict[tuple[Any, ...], dict[str, Any]] = {}
+    base: dict[str, dict[str, Any]] = {}
     for r in series:
-        key = (r["e"], r["batch_max_queries"], r["rate_rps"])
-        b = base.setdefault(key, r)
+        b = base.setdefault(_series(r), r)
         qps = r["queries_per_s"] / b["queries_per_s"] if b["queries_per_s"] else None
         out.append({
             "n": r["p"], "label": r["label"], "queries_per_s": r["queries_per_s"], "p50_us": r["p50_us"],
@@ -248,6 +288,12 @@ def scaling(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "p50_vs_first": r["p50_us"] / b["p50_us"] if b["p50_us"] else None,
         })  # fmt: skip
     return out
+
+
+def _series(row: dict[str, Any]) -> str:
+    """What a p = w = k series keeps the same from step to step: its label less "Np Nw Nk"
+    ("1e per-req raw ipc fast", and the load)."""
+    return str(row["label"]).split(" ", 3)[3]
 
 
 def scaling_plot(rows: Sequence[dict[str, Any]], path: Path) -> Path:
@@ -259,8 +305,7 @@ def scaling_plot(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.2))
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        tail = r["label"].split(" ", 3)[3]  # "1e per-req" (+ load)
-        groups.setdefault(tail, []).append(r)
+        groups.setdefault(_series(r), []).append(r)
     for i, (tail, rs) in enumerate(sorted(groups.items())):
         rs = sorted(rs, key=lambda r: r["p"])
         n = [r["p"] for r in rs]
