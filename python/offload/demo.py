@@ -235,6 +235,7 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
     table; then the HTML report of everything."""
     from offload import report
     from offload.plan import calibrate, cost, recommend, simulate
+    from offload.serve import grid
 
     console.rule("the planner (offload plan calibrate / recommend / cost) and the report")
     trace_dir = Path(paths["queries"]).parent
@@ -252,8 +253,8 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
     )
     costs = simulate.Costs(**cal["costs"])
     with console.status("simulating a grid of configurations"):
-        sim_rows = recommend.simulated_rows(costs, sizes, [1, 2, 4, 8], [1, 2], [1, 2], [1], cpus=cal["cpus"],
-                                            error=mae)  # fmt: skip
+        points = grid.product([1, 2, 4, 8], [(1, 1, 1), (1, 2, 1), (2, 1, 1), (2, 2, 1)])
+        sim_rows = recommend.simulated_rows(costs, sizes, points, cpus=cal["cpus"], error=mae)
     all_rows = recommend.tag(rows, "measured") + sim_rows
     rec = recommend.recommend(all_rows, p99_us=5_000, target_qps=1e6)
     chosen = rec["best_under_p99"]["config"]

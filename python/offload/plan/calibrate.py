@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from offload.plan.simulate import Costs, Load, Pipeline, simulate
+from offload.plan.simulate import Costs, Load, Pipeline, pipeline_for, simulate
+from offload.serve.grid import Deployment
 
 CALIBRATION_GRID = tuple(i / 10 for i in range(11))
 
@@ -141,13 +142,8 @@ def stage_lines(row: dict[str, Any]) -> StageLines:
 
 
 def pipeline_of(row: dict[str, Any], cpus: int | None) -> Pipeline:
-    return Pipeline(
-        p=int(row["p"]), w=int(row["w"]), k=int(row["k"]), e=int(row["e"]),
-        batch_queries=int(row.get("batch_max_queries", 0)),
-        batch_timeout_s=float(row.get("batch_timeout_us", 200)) * 1e-6,  # the daemon's default
-        queue_capacity=1024,  # what `offload serve sweep` gives the daemon
-        cpus=cpus,
-    )  # fmt: skip
+    """The model's pipeline of a measured row's point."""
+    return pipeline_for(Deployment.of_row(row), cpus)
 
 
 def predict(row: dict[str, Any], costs: Costs, sizes: Sequence[int], cpus: int | None) -> dict[str, float]:
@@ -182,9 +178,11 @@ def relative_error(pred: float, meas: float) -> float:
 
 
 def _is_base(row: dict[str, Any]) -> bool:
-    return (row["p"], row["w"], row["k"], row["e"], row.get("batch_max_queries", 0), row.get("mode")) == (
-        1, 1, 1, 1, 0, "closed",
-    )  # fmt: skip
+    """The row stage costs come from: 1p 1w 1k 1e per request, raw over ipc, closed loop
+    (whatever the matcher and the request sizes)."""
+    d = Deployment.of_row(row)
+    base = Deployment(matcher=d.matcher, request_queries=d.request_queries)
+    return replace(d, batch_timeout_us=0) == base and row.get("mode") == "closed"
 
 
 def profile_channel(
@@ -256,6 +254,7 @@ def calibrate(
         "stall": {"probability": stall[0], "seconds": stall[1]},
         "costs": asdict(lines.costs(phi, stall)),
         "base_config": base["label"],
+        "base_deployment": Deployment.of_row(base).fields(),  # its transport and matcher: the grid's
         "validation": "leave-one-out over the configurations other than the base",
         "validation_configs": [t["config"] for t in checked],
         "median_abs_error": {

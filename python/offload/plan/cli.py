@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -430,9 +431,24 @@ def recommend(
     ] = "1,2,4,8",
     p_old: Annotated[str | None, typer.Option("--p", hidden=True, help=OLD_P)] = None,
     w: Annotated[str, typer.Option("--w", help="Simulated grid: workers.")] = "1,2,4",
-    k: Annotated[str, typer.Option("--k", help="Simulated grid: kernel executors.")] = "1,2",
+    k: Annotated[str, typer.Option("--k", help="Simulated grid: kernel executors (0 = inline).")] = "1,2",
     e: Annotated[str, typer.Option("--e", help="Simulated grid: engines per executor.")] = "1",
-    batch: Annotated[str, typer.Option(help="Simulated grid: batch sizes (0 = per request).")] = "0",
+    batch: Annotated[
+        str, typer.Option(help="Simulated grid: batch sizes (0 = per request), size-or-timeout of 200 µs.")
+    ] = "0",
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help="Simulated grid: batching policies (per-req, fillN, bN/Tus, as `offload serve sweep`). "
+            "\\[default: from --batch]"
+        ),
+    ] = None,
+    encoding: Annotated[
+        str, typer.Option(help="Simulated grid: raw, codes16 or codes32 (client-encoded requests).")
+    ] = "raw",
+    request_size: Annotated[
+        str, typer.Option(help="Simulated grid: queries per request (0 = the trace's sizes).")
+    ] = "0",
     cpus: Annotated[
         int, typer.Option(help="Simulated host cores (0: the calibration's).", min=0, max=4096)
     ] = 0,
@@ -475,10 +491,11 @@ def recommend(
         if calibration is not None and trace is not None:
             sc = inputs.stage_costs(calibration, preset=preset)
             sizes = cal.trace_sizes(trace)
-            grid = [_ints(x) for x in (processes if p_old is None else p_old, w, k, e, batch)]
+            points = _simulated_grid(calibration, preset, processes if p_old is None else p_old, w, k, e,
+                                     batch, policy, encoding, request_size)  # fmt: skip
     if sc is not None:
         with progress("simulating") as say, failing(ValueError):
-            rows += rec.simulated_rows(sc.costs, sizes, *grid, cpus=cpus or sc.cpus, error=sc.validation,
+            rows += rec.simulated_rows(sc.costs, sizes, points, cpus=cpus or sc.cpus, error=sc.validation,
                                        progress=say)  # fmt: skip
     result = rec.recommend(rows, p99_us, target_qps)
     about = sc.kernel if sc else {}
@@ -490,6 +507,29 @@ def recommend(
     if emit(result, as_json, out):
         return
     _show(tables.recommendation(result, rec.on_front(rows, result["pareto"]), out))
+
+
+def _simulated_grid(
+    calibration: Path, preset: str | None, p: str, w: str, k: str, e: str, batch: str, policy: str | None,
+    encoding: str, request_size: str,
+) -> list[Any]:  # fmt: skip
+    """The points `recommend` simulates, on the one grid `offload serve sweep` measures: the
+    transport and matcher are the calibration's base row's (its costs were measured there), the
+    matcher a what-if preset's name where one replaces the kernel."""
+    from offload.plan import calibrate as cal
+    from offload.serve import grid
+
+    base = grid.Deployment.of_row(cal.load(calibration).get("base_deployment") or {})
+    if policy is not None:
+        policies = [grid.Policy.parse(x) for x in policy.split(",")]
+    else:
+        policies = [grid.Policy(b, grid.DAEMON_BATCH_TIMEOUT_US if b else 0) for b in _ints(batch)]
+    shapes = list(itertools.product(_ints(w), _ints(k), _ints(e)))
+    encodings = [x.strip() for x in encoding.split(",") if x.strip()]
+    matcher = Path(preset).stem if preset else base.matcher
+    return grid.product(
+        _ints(p), shapes, policies, encodings, _ints(request_size), [base.transport], [matcher]
+    )
 
 
 @app.command()

@@ -11,41 +11,37 @@ calibration's validation error. Both go on one Pareto plot with the choice marke
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from offload.plan.simulate import Costs, Load, Pipeline, simulate
+from offload.plan.simulate import Costs, Load, pipeline_for, simulate
+from offload.serve.grid import Deployment
 from offload.serve.sweep import best_under_p99, lowest_latency_for, pareto, pareto_plot
 
 
 def simulated_rows(
     costs: Costs,
     sizes: Sequence[int],
-    p: Sequence[int],
-    w: Sequence[int],
-    k: Sequence[int],
-    e: Sequence[int],
-    batch: Sequence[int] = (0,),
-    batch_timeout_s: float = 200e-6,  # the daemon's default
+    points: Sequence[Deployment],
     cpus: int | None = None,
     duration_s: float = 0.5,
     error: dict[str, float] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per configuration of the grid, in `offload serve sweep`'s row format."""
+    """One row per point of the grid (`offload.serve.grid`), closed loop, in `offload serve
+    sweep`'s row format and named as it names them; a point with a request size replays
+    requests of that size, else the trace's `sizes`."""
     say = progress or (lambda _m: None)
     rows = []
-    grid = list(itertools.product(p, w, k, e, batch))
-    for i, (pp, ww, kk, ee, bb) in enumerate(grid):
-        pipe = Pipeline(pp, ww, kk, ee, bb, batch_timeout_s, 1024, cpus)
-        say(f"[{i + 1}/{len(grid)}] simulating {pipe.label()}")
-        r = simulate(pipe, costs, Load(tuple(sizes), duration_s=duration_s, warmup_s=0.1))
+    for i, d in enumerate(points):
+        say(f"[{i + 1}/{len(points)}] simulating {d.label()}")
+        load = Load((d.request_queries,) if d.request_queries else tuple(sizes), duration_s=duration_s,
+                    warmup_s=0.1)  # fmt: skip
+        r = simulate(pipeline_for(d, cpus), costs, load)
         rows.append({
-            "p": pp, "w": ww, "k": kk, "e": ee, "batch_max_queries": bb,
-            "label": pipe.label() + ("" if bb else " per-req"), "source": "simulated",
+            **d.fields(), "label": d.label(), "mode": "closed", "rate_rps": 0.0, "source": "simulated",
             "queries_per_s": r.throughput_qps, "requests_per_s": r.throughput_rps,
             "p50_us": r.percentile(50) * 1e6, "p99_us": r.percentile(99) * 1e6,
             "validation_error": error,

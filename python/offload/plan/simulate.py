@@ -57,6 +57,7 @@ import simpy
 
 from offload import _native
 from offload.datafiles import data_path
+from offload.serve.grid import Deployment
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,17 @@ class Pipeline:
             f" {self.devices} devices" if self.devices != 1 else ""
         )
         return f"{self.p}p {self.w}w {self.k}k {self.e}e{b}{more}"
+
+
+def pipeline_for(d: Deployment, cpus: float | None, queue_capacity: int = 1024) -> Pipeline:
+    """The model of a point of the one grid (`offload.serve.grid`, what `offload serve sweep`
+    measures): its shape, batching policy and whether its requests come encoded. The queue is
+    the sweep's daemon's (1024 requests)."""
+    return Pipeline(
+        p=d.p, w=d.w, k=d.k, e=d.e, batch_queries=d.batch_max_queries,
+        batch_timeout_s=d.batch_timeout_us * 1e-6, queue_capacity=queue_capacity, cpus=cpus,
+        encoded=d.encoding != "raw",
+    )  # fmt: skip
 
 
 # 40-100 µs of wall time per simulated request on this 2-vCPU VM (more with many engines or

@@ -15,6 +15,7 @@ from typing import Any
 
 from offload.serve.inject import MAX_PROCESSES as MAX_CONNECTIONS
 
+DAEMON_BATCH_TIMEOUT_US = 200  # the daemon's batch_timeout_us default (crates/serve/src/config.rs)
 MATCHERS = ("fast", "null", "emulated", "gpu")
 ENCODINGS = ("raw", "codes16", "codes32")  # raw text, or codes from the daemon's dictionary
 TRANSPORTS = ("ipc", "tcp", "shm")
@@ -122,7 +123,10 @@ class Deployment:
         """The point a sweep or recommend row describes (rows written before issue 44 lack the
         newer fields: raw requests as traced over ipc, `fast`, one shard)."""
         known = {f.name for f in fields(Deployment)}
-        return Deployment(**{key: value for key, value in row.items() if key in known})
+        given = {key: value for key, value in row.items() if key in known}
+        if given.get("batch_max_queries") and "batch_timeout_us" not in given:
+            given["batch_timeout_us"] = DAEMON_BATCH_TIMEOUT_US
+        return Deployment(**given)
 
 
 MAX_REQUEST_QUERIES = 1 << 20  # the daemon's max_request_queries at most
