@@ -291,7 +291,10 @@ def calibrate(
         ) from None
     with progress("calibrating") as say:
         try:
-            result = cal.calibrate(rows, sizes, cpus or None, say, channel)
+            if any(r.get("mode") == "knee" for r in rows):  # `serve sweep --knee`: per-role costs
+                result = _knee_calibration(rows, sizes, cpus, channel, say)
+            else:
+                result = cal.calibrate(rows, sizes, cpus or None, say, channel)
         except ValueError as ex:
             raise _fail(str(ex)) from None
         except (KeyError, TypeError, AttributeError) as ex:
@@ -300,7 +303,21 @@ def calibrate(
     result["profile"] = str(profile) if profile else None
     if emit(result, as_json, out):
         return
-    _show(tables.calibration(result, out))
+    _show(tables.knee_calibration(result, out) if "kinds" in result else tables.calibration(result, out))
+
+
+def _knee_calibration(
+    rows: list[dict[str, Any]], sizes: list[int], cpus: int, channel: Any, say: Any
+) -> dict[str, Any]:
+    """The calibration on knees (offload.plan.knees); the probe's channel, where given, is the
+    client ↔ daemon hop of every point."""
+    import os
+
+    from offload.plan import knees
+    from offload.plan.simulate import Costs
+
+    base = Costs(channel_latency_s=channel[0], channel_bps=channel[1]) if channel else Costs()
+    return knees.calibrate(rows, sizes, base, cpus or len(os.sched_getaffinity(0)), say)
 
 
 def _sweep_rows(sweep: Path) -> list[dict[str, Any]]:
@@ -486,14 +503,24 @@ def recommend(
     if calibration is not None and trace is None:
         raise _fail("simulating needs --trace (the request sizes to replay)")
     sc = None
+    calib: dict[str, Any] | None = None
     with failing(OSError, KeyError, ValueError, TypeError):
         rows = rec.measured_rows(sweep or [])
         if calibration is not None and trace is not None:
-            sc = inputs.stage_costs(calibration, preset=preset)
+            calib = cal.load(calibration)
+            if "kinds" not in calib:  # a calibration of stage costs (and a what-if kernel)
+                sc = inputs.stage_costs(calibration, preset=preset)
+            elif preset is not None:
+                raise ValueError(
+                    "--preset replaces the kernel of stage costs; a calibration on knees has none"
+                )
             sizes = cal.trace_sizes(trace)
-            points = _simulated_grid(calibration, preset, processes if p_old is None else p_old, w, k, e,
+            points = _simulated_grid(calib, preset, processes if p_old is None else p_old, w, k, e,
                                      batch, policy, encoding, request_size)  # fmt: skip
-    if sc is not None:
+    if calib is not None and "kinds" in calib:
+        with progress("simulating") as say, failing(ValueError):
+            rows += rec.knee_rows(calib, sizes, points, cpus or None, progress=say)
+    elif sc is not None:
         with progress("simulating") as say, failing(ValueError):
             rows += rec.simulated_rows(sc.costs, sizes, points, cpus=cpus or sc.cpus, error=sc.validation,
                                        progress=say)  # fmt: skip
@@ -510,26 +537,33 @@ def recommend(
 
 
 def _simulated_grid(
-    calibration: Path, preset: str | None, p: str, w: str, k: str, e: str, batch: str, policy: str | None,
+    calib: dict[str, Any], preset: str | None, p: str, w: str, k: str, e: str, batch: str, policy: str | None,
     encoding: str, request_size: str,
 ) -> list[Any]:  # fmt: skip
-    """The points `recommend` simulates, on the one grid `offload serve sweep` measures: the
-    transport and matcher are the calibration's base row's (its costs were measured there), the
-    matcher a what-if preset's name where one replaces the kernel."""
-    from offload.plan import calibrate as cal
+    """The points `recommend` simulates, on the one grid `offload serve sweep` measures. From a
+    calibration of stage costs: the transport and matcher of its base row (its costs were
+    measured there; a what-if preset's name as the matcher). From a calibration on knees: every
+    kind it measured (matcher, transport, encoding, inline or executors) with the shapes given."""
+    from offload.plan.knees import kind
     from offload.serve import grid
 
-    base = grid.Deployment.of_row(cal.load(calibration).get("base_deployment") or {})
     if policy is not None:
         policies = [grid.Policy.parse(x) for x in policy.split(",")]
     else:
         policies = [grid.Policy(b, grid.DAEMON_BATCH_TIMEOUT_US if b else 0) for b in _ints(batch)]
     shapes = list(itertools.product(_ints(w), _ints(k), _ints(e)))
+    sizes = _ints(request_size)
+    if "kinds" in calib:
+        points = []
+        for name in calib["kinds"]:
+            matcher, transport, enc, _ = name.split(" ")
+            got = grid.product(_ints(p), shapes, policies, [enc], sizes, [transport], [matcher])
+            points += [d for d in got if kind(d) == name]
+        return points
+    base = grid.Deployment.of_row(calib.get("base_deployment") or {})
     encodings = [x.strip() for x in encoding.split(",") if x.strip()]
     matcher = Path(preset).stem if preset else base.matcher
-    return grid.product(
-        _ints(p), shapes, policies, encodings, _ints(request_size), [base.transport], [matcher]
-    )
+    return grid.product(_ints(p), shapes, policies, encodings, sizes, [base.transport], [matcher])
 
 
 @app.command()

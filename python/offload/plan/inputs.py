@@ -33,6 +33,10 @@ def stage_costs(
     kernel replaces theirs. A bad file raises `InputError` (located), OSError, ValueError or
     TypeError."""
     calib = cal.load(calibration) if calibration is not None else None
+    if calib is not None and "costs" not in calib:
+        raise ValueError(
+            "a calibration on knees holds costs per kind, not one pipeline's: `plan recommend` takes it"
+        )
     if calib is not None:
         costs = sim.Costs(**calib["costs"])
     else:

@@ -49,6 +49,40 @@ def simulated_rows(
     return rows
 
 
+def knee_rows(
+    calib: dict[str, Any],
+    sizes: Sequence[int],
+    points: Sequence[Deployment],
+    cpus: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Each point's knee predicted from a calibration on knees (`offload.plan.knees`): the role
+    costs of its kind, the fitted share of the model's capacity and stall; each row carries its
+    kind's validation error (the median over all knees where its kind was not checked)."""
+    from offload.plan import knees
+
+    say = progress or (lambda _m: None)
+    base, u, stall = Costs(**calib["base_costs"]), calib["knee_utilisation"], calib["stall_s"]
+    if u is None or stall is None:
+        raise ValueError("the calibration holds too few knees to predict any (two of one kind at least)")
+    mae = calib["median_abs_error"]
+    rows = []
+    for i, d in enumerate(points):
+        k = knees.kind(d)
+        say(f"[{i + 1}/{len(points)}] the knee of {d.label()}")
+        costs = knees.stage_costs(d, knees.RoleCosts(**calib["kinds"][k]), knees.mean_queries(d, sizes), base)
+        pred = knees.predict(d, costs, sizes, cpus or calib["cpus"], u, stall)
+        error = mae["by_kind"].get(k) or {"queries_per_s": mae["queries_per_s"], "p99_us": mae["p99"]}
+        rows.append({
+            **d.fields(), "label": f"{d.label()} knee", "mode": "knee", "rate_rps": 0.0,
+            "source": "simulated",
+            "queries_per_s": pred["queries_per_s"], "requests_per_s": pred["requests_per_s"],
+            "p50_us": pred["p50_us"], "p99_us": pred["p99_us"], "knee_rate_rps": pred["rate_rps"],
+            "validation_error": {"queries_per_s": error["queries_per_s"], "p99": error["p99_us"]},
+        })  # fmt: skip
+    return rows
+
+
 def recommend(
     rows: Sequence[dict[str, Any]], p99_us: float | None = None, target_qps: float | None = None
 ) -> dict[str, Any]:

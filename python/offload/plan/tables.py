@@ -207,6 +207,30 @@ def calibration(result: dict[str, Any], out: Path) -> list[RenderableType]:
     ), f"wrote {out}"]  # fmt: skip
 
 
+def knee_calibration(result: dict[str, Any], out: Path) -> list[RenderableType]:
+    """Each measured knee and its held-out prediction, the fitted parameters and the errors."""
+    u, stall = result["knee_utilisation"], result["stall_s"]
+    t = Table(title=f"Knees predicted vs measured ({result['cpus']} cores)")
+    for col in ["configuration", "knee q/s meas.", "held-out pred.", "err", "p99 µs meas.", "pred.", "err"]:
+        t.add_column(col, justify="left" if col == "configuration" else "right")
+    for row in result["table"]:
+        m, pr, e = row["measured"], row["predicted"], row["error"]
+        t.add_row(row["config"], f"{m['queries_per_s']:,.0f}", f"{pr['queries_per_s']:,.0f}",
+                  f"{e['queries_per_s']:+.0%}", f"{m['p99_us']:,.0f}", f"{pr['p99_us']:,.0f}",
+                  f"{e['p99_us']:+.0%}")  # fmt: skip
+    mae = result["median_abs_error"]
+    fitted = (f"fitted: the knee at {u:.2f} of the model's capacity, a stall of {stall * 1e6:,.0f} µs"
+              if u is not None else "too few knees to fit")  # fmt: skip
+    said = [t, fitted]
+    if mae["queries_per_s"] is not None:
+        said.append(f"median absolute error, leave-one-out over {len(result['table'])} knees: "
+                    f"throughput {mae['queries_per_s']:.1%}, p99 {mae['p99']:.1%}")  # fmt: skip
+    unchecked = [k for k, n in result["knees"].items() if n < 2]
+    if unchecked:
+        said.append(f"not checked (one knee each): {', '.join(unchecked)}")
+    return [*said, f"wrote {out}"]
+
+
 def preset(about: dict[str, Any], costs: dict[str, Any], out: Path) -> list[RenderableType]:
     """The kernel costs of a preset made from measurements."""
     t = Table(title=escape(about["name"]))

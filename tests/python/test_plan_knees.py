@@ -1,0 +1,70 @@
+"""The planner calibrated on knees (offload.plan.knees, issue 44): per-role costs read from a
+knee row, mapped onto the model's stages, and a calibration that recovers what made its rows
+(knees made by the model at a known share of its capacity)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from offload.plan import knees
+from offload.plan.simulate import Costs
+from offload.serve.grid import Deployment
+
+ROLES = {"broker": 40.0, "worker": 0.0, "executor": 0.0, "zmq_io": 30.0, "shm": 0.0, "match": 25.0}
+
+
+def _knee_row(d: Deployment, per: dict[str, float], qps: float, p50: float, p99: float) -> dict:
+    host = sum(per.values())
+    return {**d.fields(), "mode": "knee", "label": f"{d.label()} knee", "queries_per_s": qps,
+            "requests_per_s": qps / d.request_queries, "p50_us": p50, "p99_us": p99, "sla_p99_us": 5000.0,
+            "host_path": {"ns_per_query": {**per, "host_path": host}},
+            "generator_to_host_path": {"generator_ns_per_query": 20.0}}  # fmt: skip
+
+
+def test_the_match_comes_out_of_the_role_that_matched() -> None:
+    inline = Deployment(k=0, encoding="codes16", request_queries=256)
+    role = knees.RoleCosts.of_row(_knee_row(inline, {**ROLES, "broker": 65.0}, 1e6, 100, 200))
+    assert role == knees.RoleCosts(broker=40.0, worker=0.0, executor=0.0, io=30.0, match=25.0, generator=20.0)
+    executors = Deployment(k=1, encoding="raw", request_queries=256)
+    role = knees.RoleCosts.of_row(_knee_row(executors, {**ROLES, "broker": 5.0, "executor": 35.0}, 1e6, 1, 2))
+    assert role is not None and (role.executor, role.match, role.broker) == (10.0, 25.0, 5.0)
+    assert knees.RoleCosts.of_row({**_knee_row(executors, ROLES, 1e6, 1, 2), "mode": "closed"}) is None
+
+
+def test_role_costs_become_the_stages_that_spend_them() -> None:
+    d = Deployment(k=1, encoding="raw", request_queries=100)
+    role = knees.RoleCosts(broker=40.0, worker=60.0, executor=10.0, io=30.0, match=25.0, generator=20.0)
+    c = knees.stage_costs(d, role, 100, Costs(channel_latency_s=5e-6))
+    assert c.broker_s == pytest.approx(2e-6)  # 40 ns × 100 queries, over its two passes
+    assert (c.worker_query_s, c.reply_query_s, c.kernel_query_s) == pytest.approx((60e-9, 10e-9, 25e-9))
+    assert c.background_request_s == pytest.approx(3e-6) and c.client_query_s == pytest.approx(20e-9)
+    assert c.channel_latency_s == 5e-6  # the rest is the base's
+
+
+def test_the_model_s_capacity_is_under_the_cores_bound() -> None:
+    """Two cores and 100 ns of CPU per query in all: at most 20 M queries/s, and processor
+    sharing among the stages that compute at once keeps it above half of that."""
+    d = Deployment(4, 1, 0, 1, 4096, 0, "codes16", 256, "shm", "null")
+    role = knees.RoleCosts(broker=50.0, worker=0.0, executor=0.0, io=30.0, match=0.0, generator=20.0)
+    cap = knees.capacity(d, knees.stage_costs(d, role, 256, Costs()), [256], 2) * 256
+    assert 10e6 <= cap <= 20e6 * 1.01
+
+
+def test_a_calibration_recovers_the_share_its_knees_were_made_at() -> None:
+    """Knees made by the model itself at 0.7 of its capacity, with a 2 ms stall: the fit finds
+    0.7 and every held-out knee within a few per cent."""
+    rows = []
+    for p, size in [(2, 256), (4, 256), (4, 1024)]:
+        d = Deployment(p, 1, 0, 1, 4096, 0, "codes16", size, "ipc", "null")
+        role = knees.RoleCosts(broker=40.0, worker=0.0, executor=0.0, io=30.0, match=0.0, generator=20.0)
+        got = knees.predict(d, knees.stage_costs(d, role, size, Costs()), [size], 2, 0.7, 2e-3)
+        per = {**ROLES, "match": 0.0}
+        rows.append(_knee_row(d, per, got["queries_per_s"], got["p50_us"], got["p99_us"]))
+    result = knees.calibrate(rows, [256], Costs(), 2)
+    assert result["knee_utilisation"] == pytest.approx(0.7, rel=0.03)
+    assert result["stall_s"] == pytest.approx(2e-3, rel=0.1)
+    assert len(result["table"]) == 3 and result["knees"] == {"null ipc codes16 inline": 3}
+    assert result["median_abs_error"]["queries_per_s"] < 0.05
+    assert not math.isnan(result["median_abs_error"]["p99"])
