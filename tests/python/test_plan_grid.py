@@ -4,6 +4,10 @@ that differ only in encoding or transport."""
 
 from __future__ import annotations
 
+import json
+from html import escape as html_escape
+from pathlib import Path
+
 import pytest
 
 from offload.plan import calibrate as cal
@@ -37,3 +41,29 @@ def test_the_base_row_is_raw_over_ipc_whatever_else_was_swept() -> None:
     raw = {**Deployment(batch_timeout_us=200).fields(), "mode": "closed"}
     assert [cal._is_base(r) for r in (encoded, tcp, raw)] == [False, False, True]
     assert not cal._is_base({**raw, "mode": "knee"})
+
+
+def _row(label: str, source: str, qps: float, p99: float, error: float | None = None) -> dict:
+    err = {"queries_per_s": error, "p99": 0.2} if error is not None else None
+    return {"label": label, "source": source, "queries_per_s": qps, "p50_us": p99 / 2, "p99_us": p99,
+            "validation_error": err}  # fmt: skip
+
+
+def test_the_answer_sets_the_measured_figure_beside_the_simulated(tmp_path: Path) -> None:
+    rows = [_row("a knee", "measured", 6.9e6, 4100), _row("a knee", "simulated", 7.2e6, 3900, 0.06),
+            _row("b knee", "simulated", 5e6, 2000, 0.06), _row("c knee", "measured", 9e6, 9000)]  # fmt: skip
+    result = rec.recommend(rows, p99_us=5000)
+    a = result["answer"]
+    assert a["config"] == "a knee" and a["p99_bound_us"] == 5000
+    assert a["measured"]["queries_per_s"] == 6.9e6 and a["simulated"]["queries_per_s"] == 7.2e6
+    line = rec.answer_line(a)
+    assert line == ("Deploy a knee for p99 ≤ 5 ms: measured 6.90 M queries/s at p99 4.1 ms; "
+                    "simulated 7.20 M at p99 3.9 ms, validation error ±6%.")  # fmt: skip
+    assert rec.answer_line(rec.recommend(rows, p99_us=100)["answer"]).startswith("No configuration")
+    # the report opens with it
+    from offload import report
+
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(result | {"rows": rows, "plot": str(tmp_path / "none.png")}))
+    html = report.build(tmp_path / "r.html", recommend=path).read_text()
+    assert html.index(html_escape(line)) < html.index("<h2")

@@ -92,7 +92,48 @@ def recommend(
     if target_qps is not None:
         q2 = {"queries_per_s": target_qps, "config": lowest_latency_for(rows, target_qps)}
     front = [[r["label"], r.get("source", "measured")] for r in pareto(rows)]  # labels repeat across sources
-    return {"best_under_p99": q1, "lowest_latency_for": q2, "pareto": front}
+    result = {"best_under_p99": q1, "lowest_latency_for": q2, "pareto": front}
+    return result | {"answer": answer(rows, result)}
+
+
+def answer(rows: Sequence[dict[str, Any]], result: dict[str, Any]) -> dict[str, Any] | None:
+    """The one answer: the configuration to deploy, for which load and p99 bound, with its
+    measured figures beside its simulated ones where both exist (rows of the same label)."""
+    pick = chosen(result)
+    if pick is None:
+        return None
+    q1, q2 = result["best_under_p99"] or {}, result["lowest_latency_for"] or {}
+    by_source = {r.get("source", "measured"): r for r in rows if r["label"] == pick["label"]}
+    figures = ("queries_per_s", "p50_us", "p99_us")
+
+    def of(source: str) -> dict[str, Any] | None:
+        r = by_source.get(source)
+        return (
+            None
+            if r is None
+            else {k: r[k] for k in figures} | {"validation_error": r.get("validation_error")}
+        )
+
+    return {"config": pick["label"], "p99_bound_us": q1.get("p99_us"), "target_qps": q2.get("queries_per_s"),
+            "measured": of("measured"), "simulated": of("simulated")}  # fmt: skip
+
+
+def answer_line(a: dict[str, Any] | None) -> str:
+    """The answer in one line, as the report opens with it."""
+    if a is None:
+        return "No configuration meets the bound asked: nothing to deploy."
+    bound = f"p99 ≤ {a['p99_bound_us'] / 1e3:g} ms" if a.get("p99_bound_us") else "the throughput target"
+    parts = []
+    if a["measured"]:
+        m = a["measured"]
+        parts.append(f"measured {m['queries_per_s'] / 1e6:.2f} M queries/s at p99 {m['p99_us'] / 1e3:.1f} ms")
+    if a["simulated"]:
+        sim, err = a["simulated"], (a["simulated"].get("validation_error") or {}).get("queries_per_s")
+        note = f", validation error ±{err:.0%}" if err is not None else ""
+        parts.append(
+            f"simulated {sim['queries_per_s'] / 1e6:.2f} M at p99 {sim['p99_us'] / 1e3:.1f} ms{note}"
+        )
+    return f"Deploy {a['config']} for {bound}: {'; '.join(parts)}."
 
 
 def on_front(rows: Sequence[dict[str, Any]], front: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
@@ -127,4 +168,4 @@ def tag(rows: Sequence[dict[str, Any]], source: str) -> list[dict[str, Any]]:
     return [r if "source" in r else {**r, "source": source} for r in rows]
 
 
-__all__ = ["on_front", "plot", "recommend", "simulated_rows", "tag"]
+__all__ = ["answer", "answer_line", "knee_rows", "on_front", "plot", "recommend", "simulated_rows", "tag"]

@@ -79,10 +79,22 @@ def build(
              "host_path": host_path}  # fmt: skip
     data = {option: load(path, option) for option, path in given.items()}  # all checked first
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    html = page(__version__, now, _sections(data, given))
+    html = page(__version__, now, _sections(data, given), _answer(data["recommend"]))
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, html)
     return out
+
+
+def _answer(rec: dict[str, Any] | None) -> str:
+    """The page's first line: what to deploy on the machine measured (issue 44)."""
+    if rec is None:
+        return "What to deploy: not asked (give --recommend, from `offload plan recommend`)."
+    from offload.plan.recommend import answer, answer_line
+
+    got = rec.get("answer")
+    if got is None and "rows" in rec:  # written before the answer was kept: derived again
+        got = answer(rec["rows"], rec)
+    return answer_line(got)
 
 
 def _sections(d: dict[str, Any], given: dict[str, Path | None]) -> list[tuple[str, Markup]]:

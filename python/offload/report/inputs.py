@@ -18,7 +18,7 @@ KINDS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
     "bench": ("an `offload rules bench` result", ("matchers",), None),
     "probe": ("an `offload probe` profile", ("channels",), None),
     "sweep": ("an `offload serve sweep` result", ("rows",), None),
-    "calibration": ("an `offload plan calibrate` result", ("median_abs_error", "base_config"), None),
+    "calibration": ("an `offload plan calibrate` result", ("median_abs_error", "table"), None),
     "recommend": ("an `offload plan recommend` result", ("best_under_p99", "plot"), None),
     "cost": ("an `offload plan cost` result", ("deployments",), None),
     "recsys": ("an `offload recsys bench` result", ("strategies",), None),

@@ -49,12 +49,14 @@ def _parts() -> Any:
     return _env().get_template("parts.html.j2").module
 
 
-def page(version: str, written: str, sections: Sequence[tuple[str, Markup]]) -> str:
-    """The whole page: title, table of contents, each (title, body) section."""
+def page(version: str, written: str, sections: Sequence[tuple[str, Markup]], answer: str = "") -> str:
+    """The whole page: title, its one answer (what to deploy), table of contents, each (title,
+    body) section."""
     template: Template = _env().get_template("report.html.j2")
     return template.render(
         version=version,
         written=written,
+        answer=answer,
         sections=[{"title": title, "body": body} for title, body in sections],
     )
 

@@ -16,6 +16,8 @@ from offload.report.markup import Markup, details, html, img, meta, missing, tab
 def calibration_section(cal: dict[str, Any] | None) -> Markup:
     if cal is None:
         return missing("calibration", "offload plan calibrate --sweep sweep.json --trace DIR")
+    if "kinds" in cal:
+        return _knee_calibration(cal)
     mae = cal["median_abs_error"]
     out = html(
         "<p>Stage costs from {}; φ = {:.1f} (share of client/ZeroMQ/broker time on a core), {} cores. "
@@ -39,6 +41,30 @@ def calibration_section(cal: dict[str, Any] | None) -> Markup:
              "error", "p99 µs measured", "predicted", "error")  # fmt: skip
     out += table(heads, rows, numeric_from=2)
     return out + img(png=_predicted_vs_measured(cal["table"]), alt="predicted vs measured")
+
+
+def _knee_calibration(cal: dict[str, Any]) -> Markup:
+    """A calibration on knees: the fitted share and stall, each knee against its held-out
+    prediction, the errors."""
+    mae, u = cal["median_abs_error"], cal["knee_utilisation"]
+    out = html(
+        "<p>Stage costs per kind from the knees' host path by thread role (offload.plan.knees), {} "
+        "knees of {} kinds, {} cores. Fitted: the knee at {} of the model's capacity, a stall of {} µs. "
+        "Median absolute error over {} knees, each predicted without it: <b>throughput {}</b>, p99 {}.</p>",
+        sum(cal["knees"].values()), len(cal["knees"]), cal["cpus"],
+        "n/a" if u is None else f"{u:.2f}",
+        "n/a" if cal["stall_s"] is None else f"{cal['stall_s'] * 1e6:,.0f}",
+        len(cal["table"]), _share(mae["queries_per_s"]), _share(mae["p99"]),
+    )  # fmt: skip
+    keys = ("queries_per_s", "p99_us")
+    rows = [(t["config"], *_measured_predicted(t["measured"], t["predicted"], t["error"], keys))
+            for t in cal["table"]]  # fmt: skip
+    heads = ("knee", "q/s measured", "predicted", "error", "p99 µs measured", "predicted", "error")
+    return out + table(heads, rows, numeric_from=1)
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
 
 
 def _measured_predicted(
