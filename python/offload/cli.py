@@ -6,27 +6,40 @@ import os
 import signal
 import sys
 import threading
+from typing import Any
 
 
-def _interrupted_while_loading(signum: int, frame: object) -> None:
-    """Ctrl-C while the command's modules still load (a second on a fresh install, where Python
-    compiles them first): one line and exit 130, as later in `main`, never an import traceback."""
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    """Ctrl-C while the command starts (its modules load, a second on a fresh install where Python
+    compiles them first; typer builds the command): one line and exit 130, as later in `main`,
+    never an import traceback."""
     sys.stderr.write("interrupted\n")
     sys.stderr.flush()
     os._exit(130)  # nothing is open yet: no file written, no socket, no child
 
 
-_SIGINT_BEFORE_LOADING = signal.getsignal(signal.SIGINT)
-_CATCHES_LOADING = (
-    _SIGINT_BEFORE_LOADING is signal.default_int_handler
-    and threading.current_thread() is threading.main_thread()
-)
-if _CATCHES_LOADING:  # a caller's own handler (or an ignored SIGINT) stays as it is
-    signal.signal(signal.SIGINT, _interrupted_while_loading)
+def _starting() -> Any:
+    """Ends the process on a Ctrl-C from now on (`_interrupted_while_starting`), where SIGINT is
+    Python's default and this is the main thread; returns the handler to put back (None: none
+    was replaced: a caller's own handler, or an ignored SIGINT, stays as it is)."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler and (
+        threading.current_thread() is threading.main_thread()
+    ):
+        return signal.signal(signal.SIGINT, _interrupted_while_starting)
+    return None
+
+
+def _started(before: Any) -> None:
+    """A Ctrl-C is a KeyboardInterrupt again, which `main` turns into one line and 130."""
+    if before is not None:
+        signal.signal(signal.SIGINT, before)
+
+
+_BEFORE_LOADING = _starting()
 
 import functools  # the imports from here on are what may be interrupted
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -248,8 +261,15 @@ def main() -> None:
 
     from offload.files import WriteError
 
+    # Typer evaluates each option's annotation (eval) as it builds the command: CPython exits by
+    # SIGINT, not 130, after a KeyboardInterrupt left an eval, even one caught here.
+    before = _starting()
     try:
-        code = command().main(prog_name="offload", standalone_mode=False)
+        built = command()
+    finally:
+        _started(before)
+    try:
+        code = built.main(prog_name="offload", standalone_mode=False)
     except KeyboardInterrupt:
         code = 130
     except typer.Abort:  # a prompt's Ctrl-D
@@ -300,8 +320,7 @@ def _given(param: Any) -> str | None:
     return given
 
 
-if _CATCHES_LOADING:  # loaded: Ctrl-C is a KeyboardInterrupt again, which `main` turns into 130
-    signal.signal(signal.SIGINT, _SIGINT_BEFORE_LOADING)
+_started(_BEFORE_LOADING)  # loaded
 
 if __name__ == "__main__":
     main()
