@@ -544,22 +544,14 @@ def _simulated_grid(
     calibration of stage costs: the transport and matcher of its base row (its costs were
     measured there; a what-if preset's name as the matcher). From a calibration on knees: every
     kind it measured (matcher, transport, encoding, inline or executors) with the shapes given."""
-    from offload.plan.knees import kind
+    from offload.plan import knees
     from offload.serve import grid
 
-    if policy is not None:
-        policies = [grid.Policy.parse(x) for x in policy.split(",")]
-    else:
-        policies = [grid.Policy(b, grid.DAEMON_BATCH_TIMEOUT_US if b else 0) for b in _ints(batch)]
+    policies = grid.policies(policy, _ints(batch), grid.DAEMON_BATCH_TIMEOUT_US)
     shapes = list(itertools.product(_ints(w), _ints(k), _ints(e)))
     sizes = _ints(request_size)
     if "kinds" in calib:
-        points = []
-        for name in calib["kinds"]:
-            matcher, transport, enc, _ = name.split(" ")
-            got = grid.product(_ints(p), shapes, policies, [enc], sizes, [transport], [matcher])
-            points += [d for d in got if kind(d) == name]
-        return points
+        return knees.points(calib, _ints(p), shapes, policies, sizes)
     base = grid.Deployment.of_row(calib.get("base_deployment") or {})
     encodings = [x.strip() for x in encoding.split(",") if x.strip()]
     matcher = Path(preset).stem if preset else base.matcher

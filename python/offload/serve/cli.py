@@ -470,10 +470,7 @@ def _sweep_configs(
     from offload.serve import grid
     from offload.serve import sweep as sw
 
-    if policy is not None:
-        policies = [grid.Policy.parse(x) for x in policy.split(",")]
-    else:
-        policies = [grid.Policy(b, timeout_us if b else 0) for b in ints(batch)]
+    policies = grid.policies(policy, ints(batch), timeout_us)
     words = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     rest = {"encodings": words(encoding), "request_queries": ints(request_size),
             "transports": words(transport), "matchers": words(matcher)}  # fmt: skip

@@ -154,6 +154,14 @@ def product(
     return list(out)
 
 
+def policies(text: str | None, batch_sizes: Sequence[int], timeout_us: int) -> list[Policy]:
+    """The policies an option names (`per-req,fill4096`), else the older spelling's: each batch
+    size (0 = per request) as size-or-timeout with `timeout_us`."""
+    if text is not None:
+        return [Policy.parse(x) for x in text.split(",") if x.strip()]
+    return [Policy(b, timeout_us if b else 0) for b in batch_sizes]
+
+
 def endpoint(transport: str, tmp: str) -> str:
     """The data endpoint of a daemon serving over `transport`: a file in `tmp` for ipc and shm,
     a free loopback port for tcp."""

@@ -104,10 +104,11 @@ def sweep(
     """Measures every point with a fresh daemon; returns one row per point. The first point is
     run once more before it, unrecorded: the first run after a quiet spell measured up to 2x
     slower here (caches, page cache, CPU frequency), and the first row is the 1p 1w 1k 1e row
-    `offload plan calibrate` takes its stage costs from."""
+    `offload plan calibrate` takes its stage costs from. (A knee search is not repeated: each
+    begins with a second of closed loop.)"""
     say = progress or (lambda _m: None)
     rows = []
-    runs = [(-1, configs[0])] if configs else []
+    runs = [(-1, configs[0])] if configs and not configs[0].knee else []  # a knee has its own warm-up
     for i, cfg in [*runs, *enumerate(configs)]:
         say("warming up" if i < 0 else f"[{i + 1}/{len(configs)}] {cfg.label()}")
         with tempfile.TemporaryDirectory(prefix="offload-sweep-") as tmp:  # the daemon's socket files
