@@ -59,7 +59,7 @@ def _pick_examples(rs: rules.RuleSet, result: rules.MatchResult) -> list[int]:
 
 def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[str, Any]:
     """The rule set as a service: replay the trace through a real daemon, then a small sweep."""
-    from offload.serve import daemon, grid, inject, sweep
+    from offload.serve import daemon, inject
 
     console.rule("the rule engine as a service (offload serve + offload serve inject)")
     trace = inject.load_trace(Path(paths["queries"]).parent, rs.criterion_codes)
@@ -96,18 +96,7 @@ def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[
         + ("none" if replay["latency_us"]["p50"] is None else f"{replay['latency_us']['p50']:.0f} µs")
     )
     _, breakdown = inject.write(replay, out / "serve-inject.json")
-    with console.status("a small sweep: p in 1,2 x w in 1,2 per request, and 4096-query batching"):
-        # 1p 1w 1k 1e per request is where `offload plan calibrate` takes its stage costs from.
-        points = grid.product([1, 2], [(1, 1, 1), (2, 1, 1)])
-        points += grid.product([2], [(2, 1, 1)], [grid.Policy(4096, 500)])
-        setup = sweep.Setup(paths["ruletype"], paths["rules"], trace, duration_s=1.5)
-        rows = sweep.sweep(setup, sweep.grid(points))
-        summary = sweep.write(rows, out / "serve-sweep.json", p99_us=5_000, qps=1e6)
-    best = summary["best_under_p99"]["config"]
-    console.print(
-        "sweep: Pareto front " + "; ".join(summary["pareto"])
-        + f". Most throughput with p99 <= 5 ms: {best['label'] if best else 'none'}"
-    )  # fmt: skip
+    summary = _knee_sweep(out, paths, trace)
     console.print(f"wrote {breakdown} (stage breakdown by size) and {out / 'serve-sweep.png'} (Pareto)")
     host_path = _host_path_section(out, paths)
     return {
@@ -117,6 +106,74 @@ def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[
         "security": security,
         "host_path": host_path,
     }
+
+
+# The demo's grid, each point to its knee: the fast matcher inline or behind one executor
+# (self-filling batches), raw text or 16-bit codes, over ZeroMQ ipc and shared memory, 2 and 4
+# connections (two knees of each kind, so that each kind's prediction is checked), 256 queries.
+DEMO_GRID = {
+    "p": [2, 4], "shapes": [(1, 0, 1), (1, 1, 1)], "policies": [(4096, 0)], "encodings": ["raw", "codes16"],
+    "request_queries": [256], "transports": ["ipc", "shm"],
+}  # fmt: skip
+
+
+def _knee_sweep(out: Path, paths: dict[str, str], trace: Any) -> dict[str, Any]:
+    """`offload serve sweep --knee` over DEMO_GRID: short searches (3 bisections of 0.5 s)."""
+    from offload.serve import grid, sweep
+
+    g = DEMO_GRID
+    points = grid.product(g["p"], g["shapes"], [grid.Policy(*x) for x in g["policies"]], g["encodings"],
+                          g["request_queries"], g["transports"])  # fmt: skip
+    setup = sweep.Setup(paths["ruletype"], paths["rules"], trace, duration_s=0.5, knee_steps=3)
+    with console.status(f"the grid, {len(points)} points, each to its knee (p99 <= 5 ms)") as status:
+        failed: list[dict[str, str]] = []
+        rows = sweep.sweep(setup, sweep.grid(points, knee=True), lambda m: status.update(m), failed)
+    summary = sweep.write(rows, out / "serve-sweep.json", p99_us=5_000, qps=1e6, failed=failed)
+    for f in failed:
+        console.print(f"[yellow]no knee:[/] {f['why']}", highlight=False)
+    best = summary["best_under_p99"]["config"]
+    console.print(
+        "sweep: Pareto front " + "; ".join(summary["pareto"])
+        + f". Most throughput with p99 <= 5 ms: {best['label'] if best else 'none'}"
+    )  # fmt: skip
+    return summary
+
+
+def _recommend(
+    out: Path, paths: dict[str, str], cal: dict[str, Any], rows: list[dict[str, Any]], sizes: list[int]
+) -> dict[str, Any]:
+    """`offload plan recommend` on the knees: every kind measured, over more connections and
+    shapes than were measured; a simulated answer not measured yet is measured at its knee, so
+    that its measured figure stands beside the simulated one."""
+    from offload.plan import knees, recommend
+    from offload.serve import grid, inject, sweep
+
+    shapes = [(1, 0, 1), (1, 1, 1), (2, 1, 1), (1, 2, 1)]
+    points = knees.points(cal, [1, 2, 4, 8], shapes, [grid.Policy(4096)], [256])
+    with console.status(f"predicting the knee of {len(points)} points of the grid") as status:
+        simulated = recommend.knee_rows(cal, sizes, points, progress=lambda m: status.update(m))
+    measured = recommend.tag(rows, "measured")
+    rec = recommend.recommend(measured + simulated, p99_us=5_000, target_qps=1e6)
+    if rec["answer"] and rec["answer"]["measured"] is None:
+        d = grid.Deployment.of_row(recommend.chosen(rec) or {})
+        with console.status(f"measuring the answer, {d.label()}, at its knee"):
+            rs = rules.load(paths["ruletype"], paths["rules"])
+            trace = inject.load_trace(Path(paths["queries"]).parent, rs.criterion_codes)
+            setup = sweep.Setup(paths["ruletype"], paths["rules"], trace, duration_s=0.5, knee_steps=3)
+            failed: list[dict[str, str]] = []
+            measured += recommend.tag(
+                sweep.sweep(setup, sweep.grid([d], knee=True), failed=failed), "measured"
+            )
+        for f in failed:
+            console.print(f"[yellow]the answer measured no knee:[/] {f['why']}", highlight=False)
+        rec = recommend.recommend(measured + simulated, p99_us=5_000, target_qps=1e6)
+    all_rows = measured + simulated
+    png = recommend.plot(
+        all_rows, recommend.chosen(rec), out / "recommend.png", "offload plan recommend (demo)"
+    )
+    rec |= {"rows": all_rows, "plot": str(png), "preset": None}
+    write_text((out / "recommend.json"), json.dumps(rec, indent=2))
+    return rec
 
 
 def _host_path_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
@@ -234,43 +291,31 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
     recommend a configuration (measured and simulated), a what-if FPGA kernel, the seed's cost
     table; then the HTML report of everything."""
     from offload import report
-    from offload.plan import calibrate, cost, recommend, simulate
+    from offload.plan import calibrate, cost, knees, recommend, simulate
     from offload.serve import grid
 
     console.rule("the planner (offload plan calibrate / recommend / cost) and the report")
-    trace_dir = Path(paths["queries"]).parent
-    sizes = calibrate.trace_sizes(trace_dir)
+    sizes = calibrate.trace_sizes(Path(paths["queries"]).parent)
     rows = json.loads((out / "serve-sweep.json").read_text())["rows"]
     channel = calibrate.profile_channel(json.loads((out / "probe-quick.json").read_text()))
-    with console.status("calibrating the pipeline simulator on the sweep and the probe profile"):
-        cal = calibrate.calibrate(rows, sizes, channel=channel)
+    base = simulate.Costs(channel_latency_s=channel[0], channel_bps=channel[1])
+    with console.status("calibrating the model on the knees: each kind's costs from its host path by role"):
+        cal = knees.calibrate(rows, sizes, base, len(os.sched_getaffinity(0)))
     write_text((out / "calibration.json"), json.dumps(cal, indent=2))
     mae = cal["median_abs_error"]
     console.print(
-        f"simulator calibrated (φ = {cal['cpu_share_outside']:.1f}); leave-one-out over "
-        f"{len(cal['validation_configs'])} configurations: throughput error {mae['queries_per_s']:.0%}, "
-        f"p50 {mae['p50']:.0%} (median)"
+        f"model calibrated on {sum(cal['knees'].values())} knees of {len(cal['knees'])} kinds (fitted: the "
+        f"knee at {cal['knee_utilisation']:.2f} of its capacity); leave-one-out: knee throughput error "
+        f"{mae['queries_per_s']:.0%}, p99 {mae['p99']:.0%} (median)"
     )
-    costs = simulate.Costs(**cal["costs"])
-    with console.status("simulating a grid of configurations"):
-        points = grid.product([1, 2, 4, 8], [(1, 1, 1), (1, 2, 1), (2, 1, 1), (2, 2, 1)])
-        sim_rows = recommend.simulated_rows(costs, sizes, points, cpus=cal["cpus"], error=mae)
-    all_rows = recommend.tag(rows, "measured") + sim_rows
-    rec = recommend.recommend(all_rows, p99_us=5_000, target_qps=1e6)
-    chosen = rec["best_under_p99"]["config"]
-    png = recommend.plot(all_rows, chosen, out / "recommend.png", "offload plan recommend (demo)")
-    rec |= {"rows": all_rows, "plot": str(png), "preset": None}
-    write_text((out / "recommend.json"), json.dumps(rec, indent=2))
-    if chosen:
-        simulated = chosen["source"] == "simulated"
-        console.print(
-            f"most throughput with p99 <= 5 ms: [bold]{chosen['label']}[/] ({chosen['source']}), "
-            f"{chosen['queries_per_s']:,.0f} queries/s, p99 {chosen['p99_us']:,.0f} µs"
-            + (f" (validation error ±{mae['queries_per_s']:.0%}; fitted on p ≤ 2)" if simulated else "")
-        )
+    rec = _recommend(out, paths, cal, rows, sizes)
+    console.print(f"[bold]{recommend.answer_line(rec['answer'])}[/]")
     about, kernel = simulate.load_preset("erbium-fpga")
-    fpga_costs = simulate.with_preset(costs, kernel)
-    pipe = simulate.Pipeline(4, 4, 1, 4, cpus=cal["cpus"])
+    host = knees.RoleCosts(**cal["kinds"]["fast ipc raw executors"])
+    fpga_point = grid.Deployment(4, 4, 1, 4)
+    host_costs = knees.stage_costs(fpga_point, host, knees.mean_queries(fpga_point, sizes), base)
+    fpga_costs = simulate.with_preset(host_costs, kernel)
+    pipe = simulate.pipeline_for(fpga_point, cal["cpus"])
     fpga = simulate.simulate(pipe, fpga_costs, simulate.Load(tuple(sizes), duration_s=0.5))
     console.print(
         f"what-if, {about['name']}: 4p 4w 1k 4e on these {cal['cpus']} cores → "

@@ -123,3 +123,14 @@ def test_sweep_refuses_a_bad_policy_in_one_line(tmp_path: Path) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "'often'" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "s.json").exists()
+
+
+def test_a_sweep_where_no_point_meets_the_sla_says_so_in_one_line(tmp_path: Path) -> None:
+    cmd = [*SWEEP, "--trace", str(_trace(tmp_path)), "-p", "1", "--w", "1", "--k", "1", "--policy", "per-req",
+           "--knee", "--knee-steps", "1", "--duration", "0.2", "--p99-us", "1",
+           "--out", str(tmp_path / "s.json")]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "no point met the SLA" in last and "p99 <= 1 µs" in last and "Traceback" not in done.stderr
+    assert not (tmp_path / "s.json").exists()

@@ -16,7 +16,7 @@ from typing import Any
 
 from offload.plan.simulate import Costs, Load, simulate
 from offload.plan.simulate import pipeline_for as _pipeline_for
-from offload.serve.grid import Deployment
+from offload.serve.grid import Deployment, Policy, product
 
 # Simulated requests in a capacity run and in a run at a rate (p99 needs 100; wall time ~50 µs each).
 RUN_REQUESTS = 3_000
@@ -78,6 +78,23 @@ def stage_costs(d: Deployment, role: RoleCosts, queries_per_request: float, base
         invoke_s=0.0, kernel_fixed_s=0.0, background_request_s=role.io * n * ns, client_request_s=0.0,
         client_query_s=role.generator * ns, kernel_on_host=True,
     )  # fmt: skip
+
+
+def points(
+    calib: dict[str, Any],
+    p: Sequence[int],
+    shapes: Sequence[tuple[int, int, int]],
+    policies: Sequence[Policy],
+    request_queries: Sequence[int],
+) -> list[Deployment]:
+    """The grid's points of every kind a calibration measured (its matcher, transport and
+    encoding; inline shapes for an inline kind, executors' for the other)."""
+    out = []
+    for name in calib["kinds"]:
+        matcher, transport, encoding, _ = name.split(" ")
+        got = product(p, shapes, policies, [encoding], request_queries, [transport], [matcher])
+        out += [d for d in got if kind(d) == name]
+    return out
 
 
 def mean_queries(d: Deployment, sizes: Sequence[int]) -> float:

@@ -452,13 +452,18 @@ def sweep(
                                  request_size, transport, matcher, rates, knee)  # fmt: skip
         setup = _sweep_setup(ruletype, rules, trace, configs, duration, p99_us, knee_steps, emulate_profile)
     c = err if as_json else console  # with --json, stdout holds only the JSON
+    failed: list[dict[str, str]] = []
     with failing(ServeError):
-        rows = sw.sweep(setup, configs, progress=lambda m: c.print(m, style="dim"))
-    summary = sw.write(rows, Path(out), p99_us, target_qps)
+        rows = sw.sweep(setup, configs, progress=lambda m: c.print(m, style="dim"), failed=failed)
+        if not rows:
+            raise ServeError(f"no point met the SLA: {failed[0]['why'] if failed else 'none measured'}")
+    summary = sw.write(rows, Path(out), p99_us, target_qps, failed)
     if as_json:
         print(json.dumps(summary, indent=2))
         return
     _print_sweep(summary, rows, p99_us, target_qps)
+    for f in failed:
+        c.print(f"[yellow]no knee:[/] {f['why']}", highlight=False)
     c.print(f"wrote {out} (+ .csv, .png)")
 
 
