@@ -84,6 +84,11 @@ def is_together(rows: Sequence[dict[str, Any]]) -> bool:
     return len({r["p"] for r in rows}) > 1 and all(r["p"] == r["w"] == r["k"] for r in rows)
 
 
+class NoKnee(ServeError):
+    """A knee search that found no rate meeting the SLA (a point the machine cannot serve within
+    it, or a run spoiled by the machine's noise at every rate tried)."""
+
+
 @dataclass(frozen=True)
 class Setup:
     """What every point runs on: the rules, the trace, and how long and hard each is measured."""
@@ -99,20 +104,31 @@ class Setup:
 
 
 def sweep(
-    setup: Setup, configs: Sequence[Config], progress: Callable[[str], None] | None = None
+    setup: Setup,
+    configs: Sequence[Config],
+    progress: Callable[[str], None] | None = None,
+    failed: list[dict[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Measures every point with a fresh daemon; returns one row per point. The first point is
     run once more before it, unrecorded: the first run after a quiet spell measured up to 2x
     slower here (caches, page cache, CPU frequency), and the first row is the 1p 1w 1k 1e row
     `offload plan calibrate` takes its stage costs from. (A knee search is not repeated: each
-    begins with a second of closed loop.)"""
+    begins with a second of closed loop.) With `failed`, a knee search that found no rate is
+    listed there ({label, why}) and the sweep goes on; without it, it ends the sweep."""
     say = progress or (lambda _m: None)
     rows = []
     runs = [(-1, configs[0])] if configs and not configs[0].knee else []  # a knee has its own warm-up
     for i, cfg in [*runs, *enumerate(configs)]:
         say("warming up" if i < 0 else f"[{i + 1}/{len(configs)}] {cfg.label()}")
-        with tempfile.TemporaryDirectory(prefix="offload-sweep-") as tmp:  # the daemon's socket files
-            row = measure(setup, cfg, tmp)
+        try:
+            with tempfile.TemporaryDirectory(prefix="offload-sweep-") as tmp:  # the daemon's socket files
+                row = measure(setup, cfg, tmp)
+        except NoKnee as e:
+            if failed is None:
+                raise
+            failed.append({"label": cfg.label(), "why": str(e)})
+            say(f"{cfg.label()}: {e}")
+            continue
         if i >= 0:
             rows.append(row)
     return rows
@@ -179,15 +195,15 @@ def _row(cfg: Config, result: dict[str, Any], daemon_cpu_s: float, sla_p99_us: f
 
 
 def _knee(cfg: Config, result: dict[str, Any], sla_p99_us: float) -> dict[str, Any]:
-    """A knee's figures: the search's passing run (rate, throughput, p99) and the p50 of the
-    run at its rate after the search, whether that run held the SLA, and what bounded it."""
+    """A knee's figures: the search's passing run (rate, throughput, p50, p99), whether the run
+    at its rate after the search held the SLA, and what bounded the search."""
     from offload.serve.hostpath import held
 
     knee, at_knee = result.get("knee"), result.get("at_knee") or {}
-    p50 = latency_us(at_knee.get("latency_us") or {}).get("p50")
+    p50 = (knee or {}).get("p50_us")
     if not knee or p50 is None:
         why = result.get("stopped") or "not even the first rate"
-        raise ServeError(f"{cfg.label()}: no rate met p99 <= {sla_p99_us:,.0f} µs ({why})")
+        raise NoKnee(f"{cfg.label()}: no rate met p99 <= {sla_p99_us:,.0f} µs ({why})")
     return {
         "queries_per_s": knee["queries_per_s"], "requests_per_s": knee["requests_per_s"],
         "p50_us": p50, "p99_us": knee["p99_us"], "knee_rate_rps": knee["rate_rps"], "sla_p99_us": sla_p99_us,
@@ -246,11 +262,15 @@ def lowest_latency_for(rows: Sequence[dict[str, Any]], queries_per_s: float) -> 
     return min(ok, key=lambda r: r["p99_us"]) if ok else None
 
 
-def write(rows: list[dict[str, Any]], out: Path, p99_us: float, qps: float) -> dict[str, Any]:
-    """JSON + CSV + the Pareto plot; returns the summary with both recommendations."""
+def write(
+    rows: list[dict[str, Any]], out: Path, p99_us: float, qps: float, failed: Sequence[dict[str, str]] = ()
+) -> dict[str, Any]:
+    """JSON + CSV + the Pareto plot; returns the summary with both recommendations (and the
+    points whose knee search found no rate, `failed`)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     summary = {
         "rows": rows,
+        "failed": list(failed),
         "pareto": [r["label"] for r in pareto(rows)],
         "best_under_p99": {"p99_us": p99_us, "config": best_under_p99(rows, p99_us)},
         "lowest_latency_for": {"queries_per_s": qps, "config": lowest_latency_for(rows, qps)},
