@@ -1357,10 +1357,11 @@ pub fn knee(spec: &Spec, sla: Duration, steps: u32, start_rate: Option<f64>) -> 
         runs.push(json!({"step": runs.len(), "rate_rps": rate, "meets_sla": pass, "misses": missed,
                          "outcome": o.json}));
         if let Some(why) = &o.generator_bound {
-            stopped = Some(format!("the generator was the bound at {rate:.0} requests/s: {why}"));
-            break;
-        }
-        if pass {
+            // The generator cannot offer this rate: the search goes on below it, and says so
+            // (a knee found under it is the generator's, not the daemon's).
+            stopped.get_or_insert(format!("the generator was the bound at {rate:.0} requests/s: {why}"));
+            hi = Some(hi.map_or(rate, |h: f64| h.min(rate)));
+        } else if pass {
             lo = Some((rate, o));
         } else {
             hi = Some(rate);
