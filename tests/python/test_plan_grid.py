@@ -57,7 +57,7 @@ def test_the_answer_sets_the_measured_figure_beside_the_simulated(tmp_path: Path
     assert a["config"] == "a knee" and a["p99_bound_us"] == 5000
     assert a["measured"]["queries_per_s"] == 6.9e6 and a["simulated"]["queries_per_s"] == 7.2e6
     line = rec.answer_line(a)
-    assert line == ("Deploy a knee for p99 ≤ 5 ms: measured 6.90 M queries/s at p99 4.1 ms; "
+    assert line == ("Deploy a for p99 ≤ 5 ms at its knee: measured 6.90 M queries/s at p99 4.1 ms; "
                     "simulated 7.20 M at p99 3.9 ms, validation error ±6%.")  # fmt: skip
     assert rec.answer_line(rec.recommend(rows, p99_us=100)["answer"]).startswith("No configuration")
     # the report opens with it

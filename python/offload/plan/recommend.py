@@ -123,6 +123,7 @@ def answer_line(a: dict[str, Any] | None) -> str:
     if a is None:
         return "No configuration meets the bound asked: nothing to deploy."
     bound = f"p99 ≤ {a['p99_bound_us'] / 1e3:g} ms" if a.get("p99_bound_us") else "the throughput target"
+    config, at = a["config"].removesuffix(" knee"), " at its knee" if a["config"].endswith(" knee") else ""
     parts = []
     if a["measured"]:
         m = a["measured"]
@@ -133,7 +134,7 @@ def answer_line(a: dict[str, Any] | None) -> str:
         parts.append(
             f"simulated {sim['queries_per_s'] / 1e6:.2f} M at p99 {sim['p99_us'] / 1e3:.1f} ms{note}"
         )
-    return f"Deploy {a['config']} for {bound}: {'; '.join(parts)}."
+    return f"Deploy {config} for {bound}{at}: {'; '.join(parts)}."
 
 
 def on_front(rows: Sequence[dict[str, Any]], front: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
