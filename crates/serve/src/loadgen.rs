@@ -720,6 +720,9 @@ fn wait(conns: &mut [Conn], until: Instant) -> Result<(), String> {
 
 /// Takes the replies ready on `c` into `t`, each timed when it is taken.
 fn take_replies(c: &mut Conn, t: &mut Tally, start: Instant) -> Result<(), String> {
+    // What a send left queued (the socket was full) goes out first: after the last send of a run
+    // nothing else would push it, and its request would never be answered.
+    c.link.flush()?;
     let Conn { link, slots, free, .. } = c;
     link.take_replies(&mut |frame| {
         let now = start.elapsed().as_nanos() as u64;

@@ -335,7 +335,8 @@ impl Connection for ZmtpConnection {
     }
 
     fn readiness(&mut self) -> Result<Readiness, String> {
-        Ok(match (self.has_message(), self.closed) {
+        let queued = self.written < self.out.len(); // a short sleep, then the next pass flushes it
+        Ok(match (self.has_message(), self.closed || queued) {
             (true, _) => Readiness::Ready,
             (false, true) => Readiness::NoFd,
             (false, false) => Readiness::Fd(self.stream.fd()),
