@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from offload.plan.simulate import Costs, Load, simulate
+from offload.plan.simulate import Costs, Load, request_sizes, simulate
 from offload.plan.simulate import pipeline_for as _pipeline_for
 from offload.serve.grid import Deployment, Policy, product
 
@@ -104,7 +104,7 @@ def mean_queries(d: Deployment, sizes: Sequence[int]) -> float:
 def capacity(d: Deployment, costs: Costs, sizes: Sequence[int], cpus: float | None) -> float:
     """Requests/s the model of point `d` answers at most: many clients in closed loop."""
     pipe = replace(_pipeline_for(d, cpus), p=max(64, d.p))
-    qsizes = (d.request_queries,) if d.request_queries else tuple(sizes)
+    qsizes = request_sizes(d, sizes)
     probe = simulate(pipe, costs, Load(qsizes, duration_s=0.002, warmup_s=0.001))
     dur = min(1.0, RUN_REQUESTS / max(probe.throughput_rps, 1.0))
     return simulate(pipe, costs, Load(qsizes, duration_s=dur, warmup_s=dur / 4)).throughput_rps
@@ -114,7 +114,7 @@ def at_rate(
     d: Deployment, costs: Costs, sizes: Sequence[int], cpus: float | None, rate: float
 ) -> dict[str, float]:
     """The model of point `d` under fixed arrivals at `rate` requests/s, as the generator sends."""
-    qsizes = (d.request_queries,) if d.request_queries else tuple(sizes)
+    qsizes = request_sizes(d, sizes)
     dur = RUN_REQUESTS / rate
     r = simulate(_pipeline_for(d, cpus), costs, Load(qsizes, "open", rate, duration_s=dur, warmup_s=dur / 4,
                                                      arrivals="fixed"))  # fmt: skip

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from offload.plan.simulate import Costs, Load, pipeline_for, simulate
+from offload.plan.simulate import Costs, Load, pipeline_for, request_sizes, simulate
 from offload.serve.grid import Deployment
 from offload.serve.sweep import best_under_p99, lowest_latency_for, pareto, pareto_plot
 
@@ -37,8 +37,7 @@ def simulated_rows(
     rows = []
     for i, d in enumerate(points):
         say(f"[{i + 1}/{len(points)}] simulating {d.label()}")
-        load = Load((d.request_queries,) if d.request_queries else tuple(sizes), duration_s=duration_s,
-                    warmup_s=0.1)  # fmt: skip
+        load = Load(request_sizes(d, sizes), duration_s=duration_s, warmup_s=0.1)
         r = simulate(pipeline_for(d, cpus), costs, load)
         rows.append({
             **d.fields(), "label": d.label(), "mode": "closed", "rate_rps": 0.0, "source": "simulated",

@@ -135,6 +135,11 @@ def pipeline_for(d: Deployment, cpus: float | None, queue_capacity: int = 1024) 
     )  # fmt: skip
 
 
+def request_sizes(d: Deployment, sizes: Sequence[int]) -> tuple[int, ...]:
+    """The request sizes a point replays: its own where it fixes one, else the trace's."""
+    return (d.request_queries,) if d.request_queries else tuple(sizes)
+
+
 # 40-100 µs of wall time per simulated request on this 2-vCPU VM (more with many engines or
 # shared cores): the default bound stops a model whose stages are so fast that a simulated second
 # would hold millions of requests within 20-50 s, with an error saying what to change. The

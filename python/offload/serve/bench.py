@@ -184,6 +184,13 @@ def run(endpoint: str, frame_list: list[bytes], load: Load, curve: CurveKeys | N
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(), **dict(result)}
 
 
+def warm(endpoint: str, frame_list: list[bytes], load: Load) -> None:
+    """A second of closed loop (8 out per connection) before a knee search: a daemon fresh from
+    start is slower for a while (first touches of its rule set's memory), and searches that
+    began on it found no rate at all, now and then."""
+    run(endpoint, frame_list, replace(load, mode="closed", in_flight=8, duration_s=1.0, drain_s=1.0))
+
+
 def parse_cpus(text: str) -> set[int]:
     """The CPUs a list names (`1`, `0,2-3`), each one this process may run on; else a
     ValueError in one line saying which is not and which are."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -134,9 +134,7 @@ def measure_config(
             "knee", s.start_rate, s.connections, 1, 1, 1024, s.duration_s, 1.0, 5.0, s.sla_p99_us, s.steps
         )
         with bench.pinned(set(s.generator_cpus or ()) or None):
-            # A daemon fresh from start is slower for a while (first touches of its rule set's
-            # memory): knee searches that began on it found no rate at all, now and then. Warm it.
-            bench.run(ep, frames, replace(load, mode="closed", in_flight=8, duration_s=1.0, drain_s=1.0))
+            bench.warm(ep, frames, load)
             result = bench.measure(ep, frames, load, control=ctl)
         stats = control_request(ctl, "stats", 10)
     finally:

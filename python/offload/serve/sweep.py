@@ -17,7 +17,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -149,8 +149,8 @@ def measure(setup: Setup, cfg: Config, tmp: str) -> dict[str, Any]:
             drain_s=2.0, arrivals="poisson" if cfg.mode == "open" else "fixed", seed=1,
             sla_p99_us=setup.sla_p99_us, steps=setup.knee_steps, stages=not cfg.knee, stop_when_gone_s=5.0,
         )  # fmt: skip
-        if cfg.knee:  # a daemon fresh from start is slower for a while: warm it (as hostpath)
-            bench.run(ep, frames, replace(load, mode="closed", in_flight=8, duration_s=1.0, drain_s=1.0))
+        if cfg.knee:
+            bench.warm(ep, frames, load)
         cpu0 = _process_cpu_s(proc.pid)
         result = bench.measure(ep, frames, load, control=ctl)
         daemon_cpu_s = _process_cpu_s(proc.pid) - cpu0
