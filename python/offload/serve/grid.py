@@ -104,6 +104,8 @@ class Deployment:
             raise ValueError(
                 f"request size {self.request_queries} is out of range: 0 (as traced)..={MAX_REQUEST_QUERIES}"
             )
+        if not self.batch_max_queries and self.batch_timeout_us:
+            raise ValueError(f"{self.label()}: a per-request policy waits for nothing; no timeout")
         if self.k == 0 and self.batch_timeout_us:
             raise ValueError(f"{self.label()}: inline batches are what one read brings; no size-or-timeout")
 
@@ -142,7 +144,8 @@ def product(
     matchers: Sequence[str] = ("fast",),
 ) -> list[Deployment]:
     """Every combination, in this order (the matcher varies slowest); points that differ only in
-    what their shape ignores (e, and w with encoded requests, inline) are kept once."""
+    what their shape ignores (e, and w with encoded requests, inline; a per-request policy's
+    timeout) are kept once."""
     out: dict[Deployment, None] = {}
     for m, t, n, enc, pol, (w, k, e), pp in itertools.product(
         matchers, transports, request_queries, encodings, policies, shapes, p
@@ -150,6 +153,8 @@ def product(
         if k == 0:  # inline: no engine threads; encoded requests need no worker
             e, w = 1, (w if enc == "raw" else 1)
             pol = Policy(pol.max_queries, 0)
+        if not pol.max_queries:  # per request: nothing to wait for
+            pol = Policy()
         out.setdefault(Deployment(pp, w, k, e, pol.max_queries, pol.timeout_us, enc, n, t, m), None)
     return list(out)
 
