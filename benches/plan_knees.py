@@ -6,7 +6,10 @@ on knees (offload.plan.knees) and its leave-one-out errors; the recommendation o
 simulated grid (more connections and shapes than measured, every kind measured); then the
 answer and the best measured point, each measured again at its knee --runs times, interleaved,
 side by side: the answer's measured knee against the best one's (target: within 10%), and its
-predicted knee and p99 against its measured medians (targets: 10% and 20%).
+predicted knee and p99 against its measured medians (targets: 10% and 20%). Beside them, how the
+machine moved since the sweep (`drift`: the best point's knee again over its knee in the sweep)
+and the answer predicted again with the role costs of its own check runs
+(`predicted_with_check_costs`: the model's error apart from that drift).
 
 Usage: python benches/plan_knees.py --sweep knees.json --ruletype R --rules R --trace DIR
        --out build/bench/plan-knees.json [--runs 3] [--duration 1] [--profile probe.json]
@@ -56,13 +59,17 @@ def main() -> None:
     best = max(measured, key=lambda r: r["queries_per_s"])
     print(f"answer: {answer and answer['label']}; best measured: {best['label']}")
     again = _measure_again(a, [answer, best] if answer else [best])
-    write_text(a.out, json.dumps(_result(cal, rec, answer, best, simulated, again), indent=1))
+    result = _result(cal, rec, answer, best, simulated, again) | {"drift": _drift(best, again[best["label"]])}
+    if answer:
+        result["predicted_with_check_costs"] = _with_check_costs(cal, sizes, again[answer["label"]])
+    write_text(a.out, json.dumps(result, indent=1))
     print(f"wrote {a.out}")
 
 
 def _median_rows(repeats: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Per point (label), the repeat with the median knee (its figures and host path together);
-    `knee_runs` keeps every repeat's knee."""
+    """Per point (label), the repeat with the median knee (its figures and host path together)
+    with the median p50 and p99 of the repeats (the targets are about medians); `knee_runs`
+    keeps every repeat's knee."""
     by_label: dict[str, list[dict[str, Any]]] = {}
     for rows in repeats:
         for r in rows:
@@ -70,7 +77,9 @@ def _median_rows(repeats: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     out = []
     for runs in by_label.values():
         ranked = sorted(runs, key=lambda r: r["queries_per_s"])
-        out.append(ranked[(len(ranked) - 1) // 2] | {"knee_runs": [r["queries_per_s"] for r in runs]})
+        latency = {key: statistics.median(r[key] for r in runs) for key in ("p50_us", "p99_us")}
+        knee_runs = [r["queries_per_s"] for r in runs]
+        out.append(ranked[(len(ranked) - 1) // 2] | latency | {"knee_runs": knee_runs})
     return out
 
 
@@ -87,6 +96,34 @@ def _measure_again(a: argparse.Namespace, picks: list[dict[str, Any]]) -> dict[s
             out[p["label"]] += got or [{"failed": failed}]
             print(f"run {i + 1}: {p['label']}: {got[0]['queries_per_s'] / 1e6:.2f} M q/s" if got else failed)
     return out
+
+
+def _drift(best: dict[str, Any], runs: list[dict[str, Any]]) -> float | None:
+    """How the machine moved between the sweep and the check: the best point's knee measured
+    again (median) over its knee in the sweep (median of the repeats)."""
+    again = _median(runs, "queries_per_s")
+    return again / statistics.median(best["knee_runs"]) if again and best.get("knee_runs") else None
+
+
+def _with_check_costs(
+    cal: dict[str, Any], sizes: list[int], runs: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The answer predicted again with the role costs its own check runs measured (the run with
+    the median knee) and the calibration's fitted parameters: the model's error once the costs
+    are the machine's of the moment, apart from how the machine moved since the sweep."""
+    ranked = sorted((r for r in runs if "queries_per_s" in r), key=lambda r: r["queries_per_s"])
+    role = knees.RoleCosts.of_row(ranked[(len(ranked) - 1) // 2]) if ranked else None
+    if role is None:
+        return None
+    d = grid.Deployment.of_row(ranked[0])
+    costs = knees.stage_costs(d, role, knees.mean_queries(d, sizes), Costs(**cal["base_costs"]))
+    got = knees.predict(d, costs, sizes, cal["cpus"], cal["knee_utilisation"], cal["stall_s"])
+    q, p99 = _median(runs, "queries_per_s"), _median(runs, "p99_us")
+    return {
+        "queries_per_s": got["queries_per_s"], "p99_us": got["p99_us"],
+        "error": {"queries_per_s": got["queries_per_s"] / q - 1 if q else None,
+                  "p99": got["p99_us"] / p99 - 1 if p99 else None},
+    }  # fmt: skip
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float | None:

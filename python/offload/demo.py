@@ -108,11 +108,14 @@ def _serve_section(out: Path, paths: dict[str, str], rs: rules.RuleSet) -> dict[
     }
 
 
-# The demo's grid, each point to its knee: the fast matcher inline or behind one executor
+# The demo's grid, each point to its knee: the fast matcher inline or behind one or two executors
 # (self-filling batches), raw text or 16-bit codes, over ZeroMQ ipc and shared memory, 2 and 4
-# connections (two knees of each kind, so that each kind's prediction is checked), 256 queries.
+# connections (two knees or more of each kind, so that each kind's prediction is checked), 256
+# queries. Two executors are measured, not only simulated: the answer is often one of them, and
+# two matches at once on two cores cost more per query than one (BENCHMARKS.md, issue 44).
 DEMO_GRID = {
-    "p": [2, 4], "shapes": [(1, 0, 1), (1, 1, 1)], "policies": [(4096, 0)], "encodings": ["raw", "codes16"],
+    "p": [2, 4], "shapes": [(1, 0, 1), (1, 1, 1), (1, 2, 1)], "policies": [(4096, 0)],
+    "encodings": ["raw", "codes16"],
     "request_queries": [256], "transports": ["ipc", "shm"],
 }  # fmt: skip
 

@@ -33,6 +33,15 @@ def test_the_match_comes_out_of_the_role_that_matched() -> None:
     assert knees.RoleCosts.of_row({**_knee_row(executors, ROLES, 1e6, 1, 2), "mode": "closed"}) is None
 
 
+def test_the_shm_thread_is_the_broker_of_shared_memory_clients() -> None:
+    """Over shm the daemon's shm thread admits requests (inline, it matches them): its CPU is the
+    broker's, not I/O beside the critical path."""
+    inline = Deployment(k=0, encoding="codes16", request_queries=256, transport="shm")
+    per = {**ROLES, "broker": 1.0, "zmq_io": 0.0, "shm": 64.0}
+    role = knees.RoleCosts.of_row(_knee_row(inline, per, 1e6, 100, 200))
+    assert role is not None and (role.broker, role.io, role.match) == (40.0, 0.0, 25.0)
+
+
 def test_role_costs_become_the_stages_that_spend_them() -> None:
     d = Deployment(k=1, encoding="raw", request_queries=100)
     role = knees.RoleCosts(broker=40.0, worker=60.0, executor=10.0, io=30.0, match=25.0, generator=20.0)
@@ -68,3 +77,14 @@ def test_a_calibration_recovers_the_share_its_knees_were_made_at() -> None:
     assert len(result["table"]) == 3 and result["knees"] == {"null ipc codes16 inline": 3}
     assert result["median_abs_error"]["queries_per_s"] < 0.05
     assert not math.isnan(result["median_abs_error"]["p99"])
+
+
+def test_a_knee_beyond_the_model_s_capacity_is_read_where_the_model_holds() -> None:
+    """A fitted share above 1 predicts no more than the capacity, and its latency is read at
+    HOLDS of it: a queue that grows for the whole run would make the p99 the run's length."""
+    d = Deployment(2, 1, 0, 1, 4096, 0, "codes16", 256, "ipc", "null")
+    role = knees.RoleCosts(broker=40.0, worker=0.0, executor=0.0, io=30.0, match=0.0, generator=20.0)
+    costs = knees.stage_costs(d, role, 256, Costs())
+    over, held = (knees.predict(d, costs, [256], 2, u, 0.0) for u in (1.3, knees.HOLDS))
+    assert over["queries_per_s"] == pytest.approx(over["capacity_rps"] * 256)
+    assert over["p99_us"] == pytest.approx(held["p99_us"])

@@ -24,6 +24,9 @@ RUN_REQUESTS = 3_000
 # with a probability of 2%: the slowest 1% of the requests are stalled ones (of a run's 3,000,
 # 60 are stalled, give or take 8).
 STALL_PROBABILITY = 0.02
+# The share of its capacity at which the model's latency is read where the knee lies at or
+# beyond it (at 100% an open-loop queue grows for as long as the run lasts).
+HOLDS = 0.95
 
 
 def kind(d: Deployment) -> str:
@@ -35,7 +38,8 @@ def kind(d: Deployment) -> str:
 @dataclass(frozen=True)
 class RoleCosts:
     """CPU ns per query by role at a knee: the daemon's threads (`stats` → `cpu`) less the
-    match, the match itself, the I/O threads (ZeroMQ's and shared memory's) and the generator."""
+    match, the match itself, ZeroMQ's I/O threads and the generator. The shm thread counts as
+    the broker (it admits shared-memory requests)."""
 
     broker: float
     worker: float
@@ -52,12 +56,14 @@ class RoleCosts:
         if row.get("mode") != "knee" or not per or gen is None:
             return None
         d, match = Deployment.of_row(row), float(per.get("match", 0.0))
-        role = {"broker": float(per.get("broker", 0.0)), "worker": float(per.get("worker", 0.0)),
+        # Shared-memory clients are admitted by the daemon's shm thread: it is their broker
+        # (inline, it matches too); ZeroMQ's I/O threads only move bytes beside the broker.
+        role = {"broker": float(per.get("broker", 0.0)) + float(per.get("shm", 0.0)),
+                "worker": float(per.get("worker", 0.0)),
                 "executor": float(per.get("executor", 0.0))}  # fmt: skip
         matched = "executor" if d.k > 0 else ("worker" if d.encoding == "raw" else "broker")
         role[matched] = max(0.0, role[matched] - match)
-        io = float(per.get("zmq_io", 0.0)) + float(per.get("shm", 0.0))
-        return RoleCosts(**role, io=io, match=match, generator=float(gen))
+        return RoleCosts(**role, io=float(per.get("zmq_io", 0.0)), match=match, generator=float(gen))
 
     @staticmethod
     def median(costs: Sequence[RoleCosts]) -> RoleCosts:
@@ -132,7 +138,7 @@ def calibrate(
     """Per kind, the median role costs of its measured knees, and two parameters fitted over all
     knees: the share of the model's capacity the machine holds at its knee (`knee_utilisation`:
     the model has no scheduler noise, the machine's p99 reaches the SLA below saturation) and
-    the stall that puts the p99 where the machine's is (p99 − p50). Validation: every knee
+    the stall that puts the p99 where the machine's is (its p99 less the model's p50). Validation: every knee
     predicted with the role costs of the other knees of its kind and the parameters fitted on
     the other knees (leave-one-out; a kind needs two knees to be checked)."""
     say = progress or (lambda _m: None)
@@ -143,19 +149,9 @@ def calibrate(
             by_kind.setdefault(kind(Deployment.of_row(r)), []).append((r, role))
     if not by_kind:
         raise ValueError("no knee row with the daemon's host path: measure with `offload serve sweep --knee`")
-    held: list[tuple[dict[str, Any], str, Costs, float]] = []  # row, kind, held-out costs, capacity
-    for k, knees in by_kind.items():
-        for i, (r, _) in enumerate(knees):
-            others = [role for j, (_, role) in enumerate(knees) if j != i]
-            if others:
-                say(
-                    f"[{len(held) + 1}] the model's capacity for {r['label']} (role costs: its kind's others)"
-                )
-                d = Deployment.of_row(r)
-                costs = stage_costs(d, RoleCosts.median(others), mean_queries(d, sizes), base)
-                held.append((r, k, costs, capacity(d, costs, sizes, cpus)))
+    held = _held_out_costs(by_kind, sizes, base, cpus, say)
     ratios = [r["requests_per_s"] / cap for r, _, _, cap in held]
-    gaps = [(r["p99_us"] - r["p50_us"]) * 1e-6 for r, _, _, _ in held]
+    gaps = [_tail(r, costs, cap, sizes, cpus) for r, _, costs, cap in held]
     table = []
     for i, (r, k, costs, cap) in enumerate(held):
         u = _median_without(ratios, i)
@@ -175,19 +171,59 @@ def calibrate(
     }  # fmt: skip
 
 
+def _held_out_costs(
+    by_kind: dict[str, list[tuple[dict[str, Any], RoleCosts]]],
+    sizes: Sequence[int],
+    base: Costs,
+    cpus: int,
+    say: Callable[[str], None],
+) -> list[tuple[dict[str, Any], str, Costs, float]]:
+    """Per knee of a kind with others: its stage costs from the other knees' role costs (their
+    median) and the model's capacity with them."""
+    held = []
+    for k, knees in by_kind.items():
+        for i, (r, _) in enumerate(knees):
+            others = [role for j, (_, role) in enumerate(knees) if j != i]
+            if others:
+                say(f"[{len(held) + 1}] the model's capacity for {r['label']} (its kind's other knees)")
+                d = Deployment.of_row(r)
+                costs = stage_costs(d, RoleCosts.median(others), mean_queries(d, sizes), base)
+                held.append((r, k, costs, capacity(d, costs, sizes, cpus)))
+    return held
+
+
+def _tail(r: dict[str, Any], costs: Costs, cap: float, sizes: Sequence[int], cpus: int) -> float:
+    """The stall a knee's p99 shows beyond the model: its measured p99 less the model's p50 at
+    its rate (a stalled request takes about a typical one's time plus the stall)."""
+    d = Deployment.of_row(r)
+    rate = min(r["requests_per_s"], HOLDS * cap)
+    return float(r["p99_us"]) * 1e-6 - at_rate(d, costs, sizes, cpus, max(1.0, rate))["p50_us"] * 1e-6
+
+
 def _median_without(values: Sequence[float], i: int) -> float | None:
     rest = [v for j, v in enumerate(values) if j != i]
     return statistics.median(rest) if rest else None
 
 
 def predict(
-    d: Deployment, costs: Costs, sizes: Sequence[int], cpus: float | None, utilisation: float, stall_s: float
+    d: Deployment,
+    costs: Costs,
+    sizes: Sequence[int],
+    cpus: float | None,
+    utilisation: float,
+    stall_s: float,
+    cap: float | None = None,
 ) -> dict[str, float]:
-    """A point's knee on the model: `utilisation` of its capacity, its latency there with the
-    machine's stall."""
-    cap = capacity(d, costs, sizes, cpus)
+    """A point's knee on the model: `utilisation` of its capacity (`cap`, computed if not
+    given), at most all of it; its latency with the machine's stall at that rate, or at HOLDS
+    of the capacity where the knee lies beyond it (the model's queue would grow without end
+    there, the machine's held)."""
+    cap = capacity(d, costs, sizes, cpus) if cap is None else cap
     stalled = replace(costs, stall_probability=STALL_PROBABILITY, stall_s=max(0.0, stall_s))
-    return at_rate(d, stalled, sizes, cpus, max(1.0, utilisation * cap)) | {"capacity_rps": cap}
+    got = at_rate(d, stalled, sizes, cpus, max(1.0, min(utilisation, HOLDS) * cap))
+    rate = max(1.0, min(utilisation, 1.0) * cap)  # no knee beyond what the model can answer
+    return got | {"rate_rps": rate, "requests_per_s": rate, "queries_per_s": rate * mean_queries(d, sizes),
+                  "capacity_rps": cap}  # fmt: skip
 
 
 def _held_out(
@@ -200,9 +236,7 @@ def _held_out(
     sizes: Sequence[int],
     cpus: int,
 ) -> dict[str, Any]:
-    d = Deployment.of_row(r)
-    stalled = replace(costs, stall_probability=STALL_PROBABILITY, stall_s=max(0.0, stall))
-    pred = at_rate(d, stalled, sizes, cpus, max(1.0, u * cap)) | {"capacity_rps": cap}
+    pred = predict(Deployment.of_row(r), costs, sizes, cpus, u, stall, cap)
     keys = ("queries_per_s", "p50_us", "p99_us")
     err = {key: (pred[key] - r[key]) / r[key] if r.get(key) else math.nan for key in keys}
     return {"config": r["label"], "kind": k, "measured": {key: r[key] for key in keys},
