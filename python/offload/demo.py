@@ -146,15 +146,19 @@ def _recommend(
     out: Path, paths: dict[str, str], cal: dict[str, Any], rows: list[dict[str, Any]], sizes: list[int]
 ) -> dict[str, Any]:
     """`offload plan recommend` on the knees: every kind measured, over more connections and
-    shapes than were measured; a simulated answer not measured yet is measured at its knee, so
-    that its measured figure stands beside the simulated one."""
-    from offload.plan import knees, recommend
+    shapes than were measured, and the seed's FPGA as a what-if device beside them (never the
+    answer: it is not on this machine); a simulated answer not measured yet is measured at its
+    knee, so that its measured figure stands beside the simulated one."""
+    from offload.plan import knees, recommend, simulate
     from offload.serve import grid, inject, sweep
 
-    shapes = [(1, 0, 1), (1, 1, 1), (2, 1, 1), (1, 2, 1)]
-    points = knees.points(cal, [1, 2, 4, 8], shapes, [grid.Policy(4096)], [256])
+    shapes, fill = [(1, 0, 1), (1, 1, 1), (2, 1, 1), (1, 2, 1)], [grid.Policy(4096)]
+    points = knees.points(cal, [1, 2, 4, 8], shapes, fill, [256])
+    fpga = knees.points(cal, [4], [(1, 1, 1), (1, 2, 1)], fill, [256], ["erbium-fpga"])
+    points += [d for d in fpga if d.matcher == "erbium-fpga"]  # the seed's FPGA, a few points
+    devices = {"erbium-fpga": simulate.load_preset("erbium-fpga")[1]}
     with console.status(f"predicting the knee of {len(points)} points of the grid") as status:
-        simulated = recommend.knee_rows(cal, sizes, points, progress=lambda m: status.update(m))
+        simulated = recommend.knee_rows(cal, sizes, points, progress=status.update, devices=devices)
     measured = recommend.tag(rows, "measured")
     rec = recommend.recommend(measured + simulated, p99_us=5_000, target_qps=1e6)
     if rec["answer"] and rec["answer"]["measured"] is None:
@@ -295,7 +299,6 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
     table; then the HTML report of everything."""
     from offload import report
     from offload.plan import calibrate, cost, knees, recommend, simulate
-    from offload.serve import grid
 
     console.rule("the planner (offload plan calibrate / recommend / cost) and the report")
     sizes = calibrate.trace_sizes(Path(paths["queries"]).parent)
@@ -313,18 +316,13 @@ def _plan_section(out: Path, paths: dict[str, str]) -> dict[str, Any]:
     )
     rec = _recommend(out, paths, cal, rows, sizes)
     console.print(f"[bold]{recommend.answer_line(rec['answer'])}[/]")
-    about, kernel = simulate.load_preset("erbium-fpga")
-    host = knees.RoleCosts(**cal["kinds"]["fast ipc raw executors"])
-    fpga_point = grid.Deployment(4, 4, 1, 4)
-    host_costs = knees.stage_costs(fpga_point, host, knees.mean_queries(fpga_point, sizes), base)
-    fpga_costs = simulate.with_preset(host_costs, kernel)
-    pipe = simulate.pipeline_for(fpga_point, cal["cpus"])
-    fpga = simulate.simulate(pipe, fpga_costs, simulate.Load(tuple(sizes), duration_s=0.5))
-    console.print(
-        f"what-if, {about['name']}: 4p 4w 1k 4e on these {cal['cpus']} cores → "
-        f"{fpga.throughput_qps:,.0f} queries/s, p50 {fpga.percentile(50) * 1e6:,.0f} µs; host cores busy "
-        f"{sum(u for k, u in fpga.utilisation.items() if not k.startswith('device')):.0%}"
-    )
+    fpga = (rec.get("what_if") or {}).get("config")
+    if fpga:
+        console.print(
+            f"what-if, {simulate.load_preset('erbium-fpga')[0]['name']}, on these {cal['cpus']} cores: "
+            f"{fpga['label'].removesuffix(' knee')} → knee {fpga['queries_per_s'] / 1e6:.2f} M queries/s "
+            f"at p99 {fpga['p99_us'] / 1e3:.1f} ms (simulated: host roles as measured, the seed's kernel)"
+        )
     scenario = cost.load_scenario(data_path("plans", "seed-table1.toml"))
     lines = cost.cost(scenario)
     write_text((out / "cost.json"), json.dumps(cost.report(scenario, lines), indent=2))

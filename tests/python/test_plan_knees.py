@@ -4,13 +4,17 @@ knee row, mapped onto the model's stages, and a calibration that recovers what m
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from offload.plan import knees
 from offload.plan.simulate import Costs
-from offload.serve.grid import Deployment
+from offload.serve.grid import Deployment, Policy
 
 ROLES = {"broker": 40.0, "worker": 0.0, "executor": 0.0, "zmq_io": 30.0, "shm": 0.0, "match": 25.0}
 
@@ -88,3 +92,58 @@ def test_a_knee_beyond_the_model_s_capacity_is_read_where_the_model_holds() -> N
     over, held = (knees.predict(d, costs, [256], 2, u, 0.0) for u in (1.3, knees.HOLDS))
     assert over["queries_per_s"] == pytest.approx(over["capacity_rps"] * 256)
     assert over["p99_us"] == pytest.approx(held["p99_us"])
+
+
+def test_a_what_if_device_is_planned_beside_the_kinds_measured_and_never_the_answer() -> None:
+    """`plan recommend --preset` with a calibration on knees: every executors kind's points again
+    with the device as the matcher, its host roles paid and the match replaced by the preset's
+    kernel (off the host); marked what_if, no validation error, kept out of the answer."""
+    from offload.plan import recommend
+    from offload.plan.simulate import load_preset
+
+    calib = _fast_ipc_calibration()
+    pts = knees.points(calib, [2], [(1, 0, 1), (1, 1, 4)], [Policy(4096)], [256], ["erbium-fpga"])
+    assert sorted(d.label() for d in pts) == [
+        "2p 1w 1k 4e fill4096 codes16 256q ipc erbium-fpga", "2p 1w 1k 4e fill4096 codes16 256q ipc fast",
+        "2p 1w inline fill4096 codes16 256q ipc fast",
+    ]  # fmt: skip
+    fpga = next(d for d in pts if d.matcher == "erbium-fpga")
+    assert knees.host_kind(fpga, calib) == "fast ipc codes16 executors"
+    got = recommend.knee_rows(calib, [256], pts, devices={"erbium-fpga": load_preset("erbium-fpga")[1]})
+    device = next(r for r in got if r["what_if"])
+    assert device["validation_error"] is None and device["matcher"] == "erbium-fpga"
+    assert all(r["validation_error"] is not None for r in got if not r["what_if"])
+    best_device = {**device, "queries_per_s": 1e9, "p99_us": 1.0}  # however fast, not deployable here
+    result = recommend.recommend([r for r in got if not r["what_if"]] + [best_device], 5000)
+    assert result["answer"] and "erbium-fpga" not in result["answer"]["config"]
+    assert result["what_if"]["config"]["matcher"] == "erbium-fpga"
+    with pytest.raises(ValueError, match="no tcp codes16 knee"):
+        knees.host_kind(Deployment(transport="tcp", encoding="codes16", matcher="erbium-fpga"), calib)
+
+
+def _fast_ipc_calibration() -> dict:
+    """A calibration on eight knees of two kinds (encoded over ipc, inline and one executor)."""
+    rows = []
+    for p in (2, 4):
+        for k in (0, 1):
+            d = Deployment(p, 1, k, 1, 4096, 0, "codes16", 256, "ipc", "fast")
+            per = {**ROLES, "executor": 35.0 if k else 0.0, "broker": 5.0 if k else 65.0}
+            rows.append(_knee_row(d, per, 4e6 + p * 1e5, 900, 2000 + p * 100))
+    return knees.calibrate(rows, [256], Costs(), 2)
+
+
+def test_plan_recommend_with_a_what_if_device_on_knees(tmp_path: Path) -> None:
+    """The command: the answer is of this machine, the device's best is shown beside it."""
+    (tmp_path / "cal.json").write_text(json.dumps(_fast_ipc_calibration()))
+    (tmp_path / "requests.csv").write_text("N_QUERIES\n256\n")
+    args = ["--calibration", str(tmp_path / "cal.json"), "--trace", str(tmp_path), "--preset", "erbium-fpga",
+            "-p", "2", "--w", "1", "--k", "0,1", "--policy", "fill4096", "--request-size", "256",
+            "--p99-us", "5000", "--out", str(tmp_path / "rec.json")]  # fmt: skip
+    cmd = [sys.executable, "-m", "offload.cli", "plan", "recommend", *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "a what-if device, not on this machine" in r.stdout and "erbium-fpga" in r.stdout
+    got = json.loads((tmp_path / "rec.json").read_text())
+    assert "erbium-fpga" not in got["answer"]["config"]
+    assert got["what_if"]["config"]["matcher"] == "erbium-fpga"
+    assert sum(1 for row in got["rows"] if row["what_if"]) == 1

@@ -434,7 +434,9 @@ def recommend(
     preset: Annotated[
         str | None,
         typer.Option(
-            help="What-if kernel preset for the simulated grid. \\[default: the calibrated CPU kernel]"
+            help="What-if kernel preset for the simulated grid (with a calibration on knees: a what-if "
+            "device beside the kinds measured, shown but never the answer). "
+            "\\[default: the calibrated CPU kernel]"
         ),
     ] = None,
     trace: Annotated[
@@ -493,6 +495,7 @@ def recommend(
     from offload.plan import calibrate as cal
     from offload.plan import inputs
     from offload.plan import recommend as rec
+    from offload.plan import simulate as sim
 
     if p99_us is None and target_qps is None:
         raise _fail("give --p99-us and/or --target-qps")
@@ -504,22 +507,21 @@ def recommend(
         raise _fail("simulating needs --trace (the request sizes to replay)")
     sc = None
     calib: dict[str, Any] | None = None
+    devices: dict[str, dict[str, Any]] = {}
     with failing(OSError, KeyError, ValueError, TypeError):
         rows = rec.measured_rows(sweep or [])
         if calibration is not None and trace is not None:
             calib = cal.load(calibration)
             if "kinds" not in calib:  # a calibration of stage costs (and a what-if kernel)
                 sc = inputs.stage_costs(calibration, preset=preset)
-            elif preset is not None:
-                raise ValueError(
-                    "--preset replaces the kernel of stage costs; a calibration on knees has none"
-                )
+            elif preset is not None:  # a what-if device beside the kinds measured
+                devices = {Path(preset).stem: sim.load_preset(preset)[1]}
             sizes = cal.trace_sizes(trace)
             points = _simulated_grid(calib, preset, processes if p_old is None else p_old, w, k, e,
                                      batch, policy, encoding, request_size)  # fmt: skip
     if calib is not None and "kinds" in calib:
         with progress("simulating") as say, failing(ValueError):
-            rows += rec.knee_rows(calib, sizes, points, cpus or None, progress=say)
+            rows += rec.knee_rows(calib, sizes, points, cpus or None, progress=say, devices=devices)
     elif sc is not None:
         with progress("simulating") as say, failing(ValueError):
             rows += rec.simulated_rows(sc.costs, sizes, points, cpus=cpus or sc.cpus, error=sc.validation,
@@ -551,7 +553,7 @@ def _simulated_grid(
     shapes = list(itertools.product(_ints(w), _ints(k), _ints(e)))
     sizes = _ints(request_size)
     if "kinds" in calib:
-        return knees.points(calib, _ints(p), shapes, policies, sizes)
+        return knees.points(calib, _ints(p), shapes, policies, sizes, [Path(preset).stem] if preset else [])
     base = grid.Deployment.of_row(calib.get("base_deployment") or {})
     encodings = [x.strip() for x in encoding.split(",") if x.strip()]
     matcher = Path(preset).stem if preset else base.matcher

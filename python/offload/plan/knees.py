@@ -92,15 +92,31 @@ def points(
     shapes: Sequence[tuple[int, int, int]],
     policies: Sequence[Policy],
     request_queries: Sequence[int],
+    devices: Sequence[str] = (),
 ) -> list[Deployment]:
     """The grid's points of every kind a calibration measured (its matcher, transport and
-    encoding; inline shapes for an inline kind, executors' for the other)."""
-    out = []
+    encoding; inline shapes for an inline kind, executors' for the other), and for every
+    executors kind the same points with each what-if device of `devices` as the matcher."""
+    out: dict[Deployment, None] = {}
     for name in calib["kinds"]:
-        matcher, transport, encoding, _ = name.split(" ")
-        got = product(p, shapes, policies, [encoding], request_queries, [transport], [matcher])
-        out += [d for d in got if kind(d) == name]
-    return out
+        matcher, transport, encoding, mode = name.split(" ")
+        matchers = [matcher, *(devices if mode == "executors" else ())]
+        got = product(p, shapes, policies, [encoding], request_queries, [transport], matchers)
+        out |= dict.fromkeys(d for d in got if (d.k > 0) == (mode == "executors"))
+    return list(out)
+
+
+def host_kind(d: Deployment, calib: dict[str, Any]) -> str:
+    """The kind whose role costs point `d` pays on the host: its own, or for a what-if device
+    (a matcher the calibration never measured) the first executors kind measured with its
+    transport and encoding (the device replaces only the match)."""
+    if kind(d) in calib["kinds"]:
+        return kind(d)
+    for name in calib["kinds"]:
+        _, transport, encoding, mode = name.split(" ")
+        if (transport, encoding, mode) == (d.transport, d.encoding, "executors") and d.k > 0:
+            return name
+    raise ValueError(f"{d.label()}: the calibration has no {d.transport} {d.encoding} knee with executors")
 
 
 def mean_queries(d: Deployment, sizes: Sequence[int]) -> float:

@@ -12,11 +12,11 @@ calibration's validation error. Both go on one Pareto plot with the choice marke
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from offload.plan.simulate import Costs, Load, pipeline_for, request_sizes, simulate
+from offload.plan.simulate import Costs, Load, pipeline_for, request_sizes, simulate, with_preset
 from offload.serve.grid import Deployment
 from offload.serve.sweep import best_under_p99, lowest_latency_for, pareto, pareto_plot
 
@@ -54,30 +54,37 @@ def knee_rows(
     points: Sequence[Deployment],
     cpus: float | None = None,
     progress: Callable[[str], None] | None = None,
+    devices: Mapping[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Each point's knee predicted from a calibration on knees (`offload.plan.knees`): the role
     costs of its kind, the fitted share of the model's capacity and stall; each row carries its
-    kind's validation error (the median over all knees where its kind was not checked)."""
+    kind's validation error (the median over all knees where its kind was not checked). A point
+    whose matcher is one of `devices` (a what-if preset's name → its [costs]) pays its host kind's
+    roles with the device's kernel instead of the match; it is marked `what_if` and has no
+    validation error (nothing of it was measured)."""
     from offload.plan import knees
 
-    say = progress or (lambda _m: None)
+    say, devices = progress or (lambda _m: None), devices or {}
     base, u, stall = Costs(**calib["base_costs"]), calib["knee_utilisation"], calib["stall_s"]
     if u is None or stall is None:
         raise ValueError("the calibration holds too few knees to predict any (two of one kind at least)")
     mae = calib["median_abs_error"]
     rows = []
     for i, d in enumerate(points):
-        k = knees.kind(d)
+        k = knees.host_kind(d, calib)
         say(f"[{i + 1}/{len(points)}] the knee of {d.label()}")
         costs = knees.stage_costs(d, knees.RoleCosts(**calib["kinds"][k]), knees.mean_queries(d, sizes), base)
+        if d.matcher in devices:
+            costs = with_preset(costs, devices[d.matcher])
         pred = knees.predict(d, costs, sizes, cpus or calib["cpus"], u, stall)
         error = mae["by_kind"].get(k) or {"queries_per_s": mae["queries_per_s"], "p99_us": mae["p99"]}
         rows.append({
             **d.fields(), "label": f"{d.label()} knee", "mode": "knee", "rate_rps": 0.0,
-            "source": "simulated",
+            "source": "simulated", "what_if": d.matcher in devices,
             "queries_per_s": pred["queries_per_s"], "requests_per_s": pred["requests_per_s"],
             "p50_us": pred["p50_us"], "p99_us": pred["p99_us"], "knee_rate_rps": pred["rate_rps"],
-            "validation_error": {"queries_per_s": error["queries_per_s"], "p99": error["p99_us"]},
+            "validation_error": None if d.matcher in devices else
+            {"queries_per_s": error["queries_per_s"], "p99": error["p99_us"]},
         })  # fmt: skip
     return rows
 
@@ -85,14 +92,20 @@ def knee_rows(
 def recommend(
     rows: Sequence[dict[str, Any]], p99_us: float | None = None, target_qps: float | None = None
 ) -> dict[str, Any]:
-    """Both answers (None where nothing qualifies) and the Pareto front."""
-    q1 = None if p99_us is None else {"p99_us": p99_us, "config": best_under_p99(rows, p99_us)}
+    """Both answers (None where nothing qualifies) and the Pareto front of every row. Rows of a
+    what-if device (`what_if`) are not deployable here: the answers skip them, and the best of
+    them under the p99 bound is given beside (`what_if`)."""
+    here = [r for r in rows if not r.get("what_if")]
+    q1 = None if p99_us is None else {"p99_us": p99_us, "config": best_under_p99(here, p99_us)}
     q2 = None
     if target_qps is not None:
-        q2 = {"queries_per_s": target_qps, "config": lowest_latency_for(rows, target_qps)}
+        q2 = {"queries_per_s": target_qps, "config": lowest_latency_for(here, target_qps)}
     front = [[r["label"], r.get("source", "measured")] for r in pareto(rows)]  # labels repeat across sources
-    result = {"best_under_p99": q1, "lowest_latency_for": q2, "pareto": front}
-    return result | {"answer": answer(rows, result)}
+    result: dict[str, Any] = {"best_under_p99": q1, "lowest_latency_for": q2, "pareto": front}
+    devices = [r for r in rows if r.get("what_if")]
+    if devices and p99_us is not None:
+        result["what_if"] = {"p99_us": p99_us, "config": best_under_p99(devices, p99_us)}
+    return result | {"answer": answer(here, result)}
 
 
 def answer(rows: Sequence[dict[str, Any]], result: dict[str, Any]) -> dict[str, Any] | None:

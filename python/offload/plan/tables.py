@@ -275,6 +275,10 @@ def recommendation(result: dict[str, Any], front: list[dict[str, Any]], out: Pat
         shown.append(_answer(f"most throughput with p99 <= {q1['p99_us']:,.0f} µs", q1["config"]))
     if q2 is not None:
         shown.append(_answer(f"lowest p99 with >= {q2['queries_per_s']:,.0f} queries/s", q2["config"]))
+    if result.get("what_if"):
+        w = result["what_if"]
+        question = f"a what-if device, not on this machine: most throughput with p99 <= {w['p99_us']:,.0f} µs"
+        shown.append(_answer(question, w["config"]))
     return [*shown, f"wrote {out} and {result['plot']}"]
 
 
@@ -284,7 +288,8 @@ def _answer(question: str, c: dict[str, Any] | None) -> str:
     note = ""
     if c["source"] == "simulated" and c.get("validation_error"):
         v = c["validation_error"]
-        note = f" (simulated; validation error ±{v['queries_per_s']:.0%} throughput, ±{v['p50']:.0%} p50)"
+        latency = next((f", ±{v[k]:.0%} {k}" for k in ("p99", "p50") if v.get(k) is not None), "")
+        note = f" (simulated; validation error ±{v['queries_per_s']:.0%} throughput{latency})"
     figures = f"{c['queries_per_s']:,.0f} queries/s, p99 {c['p99_us']:,.0f} µs"
     return f"{question}: [bold]{c['label']}[/] — {figures}{note}"
 

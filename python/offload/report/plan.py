@@ -117,6 +117,7 @@ def recommend_section(rec: dict[str, Any] | None) -> Markup:
     for key, question in (
         ("best_under_p99", "most throughput with p99 ≤ {p99_us:,.0f} µs"),
         ("lowest_latency_for", "lowest p99 with ≥ {queries_per_s:,.0f} queries/s"),
+        ("what_if", "a what-if device, not on this machine: most throughput with p99 ≤ {p99_us:,.0f} µs"),
     ):
         a = rec.get(key)
         if not a:
