@@ -133,4 +133,5 @@ def test_a_sweep_where_no_point_meets_the_sla_says_so_in_one_line(tmp_path: Path
     assert done.returncode == 2, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert "no point met the SLA" in last and "p99 <= 1 µs" in last and "Traceback" not in done.stderr
+    assert "requests/s, the lowest tried: p99" in last and "over 1 µs" in last  # what failed, and where
     assert not (tmp_path / "s.json").exists()

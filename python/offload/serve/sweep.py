@@ -203,12 +203,21 @@ def _knee(cfg: Config, result: dict[str, Any], sla_p99_us: float) -> dict[str, A
     p50 = (knee or {}).get("p50_us")
     if not knee or p50 is None:
         why = result.get("stopped") or "not even the first rate"
-        raise NoKnee(f"{cfg.label()}: no rate met p99 <= {sla_p99_us:,.0f} µs ({why})")
+        raise NoKnee(f"{cfg.label()}: no rate met p99 <= {sla_p99_us:,.0f} µs ({why}{_lowest_miss(result)})")
     return {
         "queries_per_s": knee["queries_per_s"], "requests_per_s": knee["requests_per_s"],
         "p50_us": p50, "p99_us": knee["p99_us"], "knee_rate_rps": knee["rate_rps"], "sla_p99_us": sla_p99_us,
         "at_knee_held": held(at_knee, knee, sla_p99_us), "generator_bound": result.get("generator"),
     }  # fmt: skip
+
+
+def _lowest_miss(result: dict[str, Any]) -> str:
+    """What failed at the lowest rate a knee search tried (its misses: late, unanswered, not Ok)."""
+    tried = [r for r in result.get("runs") or [] if r.get("rate_rps") and r.get("misses")]
+    if not tried:
+        return ""
+    low = min(tried, key=lambda r: r["rate_rps"])
+    return f"; at {low['rate_rps']:,.0f} requests/s, the lowest tried: {low['misses']}"
 
 
 def _run(cfg: Config, result: dict[str, Any], daemon_cpu_s: float) -> dict[str, Any]:
