@@ -119,7 +119,8 @@ fn open_loop_shows_the_queueing_that_a_closed_loop_hides() {
     let open = loadgen::run(&spec(&ep, Load::Open { rate: 1500.0 }, 0.6)).unwrap();
     let o = open.json();
     assert!(us(o, "latency_us", "p50") > 50.0 * delay_us, "open loop shows no queueing: {o:#}");
-    assert!(us(o, "latency_us", "p50") > 20.0 * us(c, "latency_us", "p99"), "{o:#}\n{c:#}");
+    // against the closed loop's median: its p99 can be one scheduler hiccup on a loaded machine
+    assert!(us(o, "latency_us", "p50") > 20.0 * us(c, "latency_us", "p50"), "{o:#}\n{c:#}");
     // the same run timed from each send (8 out at most: ~8 × 2 ms) hides it, as a closed loop does
     assert!(us(o, "service_us", "p50") < us(o, "latency_us", "p50") / 5.0, "{o:#}");
     assert!(o["unsent"].as_u64().unwrap() > 0 && o["stalls"].as_u64().unwrap() > 0, "{o:#}");
