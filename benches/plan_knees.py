@@ -21,11 +21,15 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from offload import rules
 from offload.files import write_text
+from offload.host.machine import machine
 from offload.plan import calibrate, knees, recommend
 from offload.plan.simulate import Costs
 from offload.serve import grid, inject, sweep
@@ -59,7 +63,8 @@ def main() -> None:
     best = max(measured, key=lambda r: r["queries_per_s"])
     print(f"answer: {answer and answer['label']}; best measured: {best['label']}")
     again = _measure_again(a, [answer, best] if answer else [best])
-    result = _result(cal, rec, answer, best, simulated, again) | {"drift": _drift(best, again[best["label"]])}
+    result = _provenance() | _result(cal, rec, answer, best, simulated, again)
+    result["drift"] = _drift(best, again[best["label"]])
     if answer:
         result["predicted_with_check_costs"] = _with_check_costs(cal, sizes, again[answer["label"]])
     write_text(a.out, json.dumps(result, indent=1))
@@ -96,6 +101,14 @@ def _measure_again(a: argparse.Namespace, picks: list[dict[str, Any]]) -> dict[s
             out[p["label"]] += got or [{"failed": failed}]
             print(f"run {i + 1}: {p['label']}: {got[0]['queries_per_s'] / 1e6:.2f} M q/s" if got else failed)
     return out
+
+
+def _provenance() -> dict[str, Any]:
+    """What made the result: the command line, commit, date and machine."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return {"benchmark": "plan-knees", "command": " ".join([sys.executable, *sys.argv]),
+            "commit": commit.stdout.strip(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": machine()}  # fmt: skip
 
 
 def _drift(best: dict[str, Any], runs: list[dict[str, Any]]) -> float | None:
