@@ -198,6 +198,34 @@ def test_cli_particles_load_list_and_query(node: Node, tmp_path: Path) -> None:
     assert r.exit_code != 0 and "token" in r.output
 
 
+def test_view_layouts_load_estimate_and_answer_as_plain(client: NodeClient, tmp_path: Path) -> None:
+    """string_view and binary_view (as tpchgen-cli and Polars write them) load from a file and by
+    upload, as string and binary; the sample, the estimate and both ways then work on them."""
+    import pyarrow.parquet as pq
+
+    names = [f"n{i % 7}" for i in range(2_000)]
+    views = pa.table(
+        {
+            "id": pa.array(range(2_000), pa.int64()),
+            "name": pa.array(names, pa.string_view()),
+            "raw": pa.array([n.encode() for n in names], pa.binary_view()),
+            "tags": pa.array([[n, None] for n in names], pa.list_view(pa.string_view())),
+        }
+    )
+    pq.write_table(views, tmp_path / "views.parquet")
+    assert pq.read_schema(tmp_path / "views.parquet").field("name").type == pa.string_view()
+    client.register("views", "views.parquet")
+    client.upload("uviews", views)
+    for name in ("views", "uviews"):
+        schema = client.schemas()[name]
+        assert [schema.field(c).type for c in ("name", "raw")] == [pa.string(), pa.binary()]
+        assert schema.field("tags").type == pa.list_(pa.string())
+        sql = f"select id, name from {name} where name = 'n3' and raw <> cast('n1' as bytea)"
+        assert client.estimate(sql)["rows"] == pytest.approx(2_000 / 7, rel=0.25)
+        got = {way: client.query(sql, way)[0] for way in ("offload", "pushback")}
+        assert got["offload"].num_rows == got["pushback"].num_rows == len([n for n in names if n == "n3"])
+
+
 def test_the_node_estimates_and_appends(client: NodeClient, data: dict[str, pa.Table]) -> None:
     est = client.estimate("select * from particles where x >= 0.7 and y < 0.3 and z <= 0.1")
     true = client.query("select count(*) as n from particles where x >= 0.7 and y < 0.3 and z <= 0.1")[0]

@@ -236,3 +236,38 @@ def test_a_column_is_seen_through_a_cast_only_where_the_cast_keeps_its_values() 
     assert not E._widening(pa.uint64(), to("i64")) and E._widening(pa.int64(), to("fp64"))
     assert E._widening(pa.float32(), to("fp64")) and not E._widening(pa.float64(), to("fp32"))
     assert not E._widening(pa.string(), to("string"))
+
+
+_VIEWS = st.sampled_from([pa.string_view(), pa.binary_view(), pa.list_view(pa.string_view()),
+                          pa.struct([("v", pa.string_view())]),
+                          pa.large_list_view(pa.binary_view())])  # fmt: skip
+_TEXT = st.one_of(st.none(), st.text(max_size=6))
+
+
+def _value_of(t: pa.DataType) -> st.SearchStrategy:
+    if pa.types.is_string_view(t):
+        return _TEXT
+    if pa.types.is_binary_view(t):
+        return st.one_of(st.none(), st.binary(max_size=6))
+    if pa.types.is_struct(t):
+        return st.one_of(st.none(), st.fixed_dictionaries({"v": _TEXT}))
+    return st.one_of(st.none(), st.lists(_value_of(t.value_type), max_size=3))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(_VIEWS, min_size=1, max_size=3), st.data())
+def test_view_layouts_become_plain_with_the_same_values(types: list, data: st.DataObject) -> None:
+    """tablefiles.plain_layouts keeps every value, null and empty table, leaves no view layout
+    behind, and what it gives is sampled and sketched (the take kernel has no view kernels)."""
+    from offload.dataservices.tablefiles import plain_layouts
+
+    rows = data.draw(st.integers(0, 40))
+    cols = {f"c{i}": pa.array(data.draw(st.lists(_value_of(t), min_size=rows, max_size=rows)), t)
+            for i, t in enumerate(types)}  # fmt: skip
+    table = pa.table(cols)
+    plain = plain_layouts(table)
+    plain.validate(full=True)
+    assert plain.to_pylist() == table.to_pylist()
+    assert "view" not in str(plain.schema)
+    stats = S.TableStats.of(plain, sample_rows=8)
+    assert stats.rows == rows and stats.sample is not None and stats.sample.num_rows == min(8, rows)

@@ -50,7 +50,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from offload.dataservices import engines, plans, wire
+from offload.dataservices import engines, plans, tablefiles, wire
 from offload.dataservices import timemodel as TM
 from offload.dataservices.estimate import estimate, native_estimate, prepare
 from offload.dataservices.stats import TableStats
@@ -382,6 +382,7 @@ class Node(flight.FlightServerBase):
         check_name(name)
         if not replace:
             self._refuse_existing(name)
+        table = tablefiles.plain_layouts(table)  # view layouts as their plain forms
         ds = Dataset(name, table.combine_chunks(), source, TableStats.of(table), next(self._versions))
         prepare(name, ds.stats)  # what the first decision over it would make
         ds.path = self._keep(ds)
@@ -423,6 +424,7 @@ class Node(flight.FlightServerBase):
     def append(self, name: str, table: pa.Table) -> Dataset:
         """Appends rows to a data set; its statistics take them in (no rebuild)."""
         ds = self.dataset(name)
+        table = tablefiles.plain_layouts(table)
         if table.schema != ds.table.schema:
             raise flight.FlightServerError(
                 f"appended schema {table.schema.names} differs from {name!r}'s {ds.table.schema.names}"
@@ -585,7 +587,6 @@ class Node(flight.FlightServerBase):
         given and carry none of its contents. A name taken is refused unless ``replace``. A
         file without page checksums is rewritten with them where ``rewrite``, else refused where
         ``verified_only`` (or the node's own), else loaded and said to be not verifiable."""
-        from offload.dataservices import tablefiles
 
         check_name(name)
         if not replace:

@@ -43,9 +43,25 @@ def to_substrait(sql: str, schemas: Mapping[str, pa.Schema]) -> bytes:
     ctx = session(1)
     register(ctx, {n: s.empty_table() for n, s in schemas.items()})
     try:
-        return Serde.serialize_bytes(sql, ctx)
+        return canonical(Serde.serialize_bytes(sql, ctx))
     except Exception as e:  # DataFusion raises plain Exception subclasses
         raise PlanError(f"cannot plan {sql!r}: {first_line(e)}") from None
+
+
+def canonical(plan: bytes) -> bytes:
+    """``plan`` in one byte form: its extension declarations sorted, fields serialized in a fixed
+    order. DataFusion's producer declares the functions a plan calls in a hash map's order, so
+    the same SQL planned six times gave up to six byte strings (one meaning: the anchors the
+    plan refers to are the same), and what a node keeps by plan (its decisions) missed."""
+    from substrait.plan_pb2 import Plan
+
+    p = Plan()
+    p.ParseFromString(plan)
+    for declared in (p.extension_urns, p.extensions):
+        ordered = sorted(declared, key=lambda e: e.SerializeToString(deterministic=True))
+        del declared[:]
+        declared.extend(ordered)
+    return p.SerializeToString(deterministic=True)
 
 
 def planner(schemas: Mapping[str, pa.Schema]):  # -> datafusion.SessionContext

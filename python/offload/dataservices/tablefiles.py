@@ -186,6 +186,84 @@ def read(path: str | Path, name: str | None = None) -> pa.Table:
         raise DamagedFile(f"{shown}: {_why(e, fmt)}") from None
 
 
+def plain_layouts(table: pa.Table) -> pa.Table:
+    """``table`` with its view layouts made plain: ``string_view`` and ``binary_view`` (what
+    arrow-rs writers such as tpchgen-cli and Polars produce) as ``string`` and ``binary``
+    (``large_*`` where a column's bytes need 64-bit offsets), ``list_view`` as ``list``, at any
+    depth. The same values; a node then loads, samples, estimates and plans every column in
+    one layout of each kind (pyarrow's ``take`` has no kernel for views, which the sample needs)."""
+    if not any(_has_view(f.type) for f in table.schema):
+        return table
+    columns = [_plain_column(table.column(i)) for i in range(table.num_columns)]
+    fields = [f.with_type(c.type) for f, c in zip(table.schema, columns, strict=True)]
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=table.schema.metadata))
+
+
+def _has_view(t: pa.DataType) -> bool:
+    if pa.types.is_string_view(t) or pa.types.is_binary_view(t) or _is_list_view(t):
+        return True
+    if pa.types.is_dictionary(t):
+        return _has_view(t.value_type)
+    return any(_has_view(t.field(i).type) for i in range(t.num_fields))
+
+
+def _is_list_view(t: pa.DataType) -> bool:
+    return pa.types.is_list_view(t) or pa.types.is_large_list_view(t)
+
+
+def _plain_type(t: pa.DataType, large: bool) -> pa.DataType:
+    """``t`` with every view layout plain (:func:`plain_layouts`)."""
+    if pa.types.is_string_view(t):
+        return pa.large_string() if large else pa.string()
+    if pa.types.is_binary_view(t):
+        return pa.large_binary() if large else pa.binary()
+    if pa.types.is_dictionary(t):
+        return pa.dictionary(t.index_type, _plain_type(t.value_type, large), t.ordered)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_plain_type(f.type, large)) for f in t])
+    if pa.types.is_map(t):
+        key, item = t.key_field, t.item_field
+        key, item = key.with_type(_plain_type(key.type, large)), item.with_type(_plain_type(item.type, large))
+        return pa.map_(key, item)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or _is_list_view(t):
+        value = t.value_field.with_type(_plain_type(t.value_type, large))
+        large_offsets = pa.types.is_large_list(t) or pa.types.is_large_list_view(t)
+        return pa.large_list(value) if large_offsets else pa.list_(value)
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(_plain_type(t.value_type, large)), t.list_size)
+    return t
+
+
+def _plain_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """One column made plain: list views rebuilt as lists first (pyarrow 26 casts a list view
+    to an invalid list), then cast; 64-bit offsets where 32-bit ones overflow."""
+    column = pa.chunked_array([_lists_of_views(c) for c in column.chunks], _lists_type(column.type))
+    try:
+        return column.cast(_plain_type(column.type, large=False))
+    except (pa.ArrowInvalid, OverflowError):
+        return column.cast(_plain_type(column.type, large=True))
+
+
+def _lists_type(t: pa.DataType) -> pa.DataType:
+    if _is_list_view(t):
+        return (pa.large_list if pa.types.is_large_list_view(t) else pa.list_)(t.value_field)
+    return t
+
+
+def _lists_of_views(a: pa.Array) -> pa.Array:
+    """A top-level list view as a list of the same values (its items keep their type)."""
+    if not _is_list_view(a.type):
+        return a
+    import numpy as np
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(a).fill_null(0).to_numpy(zero_copy_only=False)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    make = pa.LargeListArray if pa.types.is_large_list_view(a.type) else pa.ListArray
+    kind = pa.int64() if pa.types.is_large_list_view(a.type) else pa.int32()
+    return make.from_arrays(pa.array(offsets, kind), pc.list_flatten(a), mask=a.is_null())
+
+
 def _why(e: BaseException, fmt: str) -> str:
     text = str(e)
     if "CRC checksum verification failed" in text or "verify page integrity" in text:
