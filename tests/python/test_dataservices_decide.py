@@ -246,6 +246,34 @@ def test_the_same_sql_is_planned_to_the_same_bytes_and_reuses_its_decision(node:
     assert plans.same_answer(offloaded, local)
 
 
+def test_a_condition_not_priced_is_said_in_why_and_decided_for_the_worse_case(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A condition neither the sketches nor the sample can price gets a default selectivity;
+    the decision says so in ``why``, lists the steps in ``uncertain``, predicts both ways with
+    the result at its bound too, and takes the way whose worse case is faster."""
+    node.config.models = TM.Models.fit(_synthetic())
+    node.config.budget = {"link": {"rate_mbit": 1000.0, "delay_ms": 0.0}}
+    sql = "select id, x from particles where sqrt(x) > 0.95"
+    with NodeClient(f"127.0.0.1:{node.port}", TOKEN) as c:
+        priced = c.explain(sql)
+        assert "uncertain" not in priced and "worst_case" not in priced["decision"]
+
+        def broken(*_: object, **__: object) -> None:
+            raise plans.PlanError("injected: the sample cannot run it")
+
+        monkeypatch.setattr(plans, "count_rows_in", broken)
+        node.append("particles", P.generate(10, seed=6))  # what the sample measured is made again
+        got = c.explain(sql)
+    assert len(got["uncertain"]) == 1 and "injected" in got["uncertain"][0]
+    assert got["why"].startswith("1 condition(s) not priced (a default selectivity): ")
+    as_estimated, worst = got["decision"], got["decision"]["worst_case"]
+    assert worst["offload_s"] > as_estimated["offload_s"]  # the whole table through sqrt(x) > 0.95
+    offload = max(as_estimated["offload_s"], worst["offload_s"])
+    pushback = max(as_estimated["pushback_s"], worst["pushback_s"])
+    assert got["way"] == ("offload" if offload <= pushback else "pushback")
+
+
 def test_a_plan_asked_again_reuses_its_decision_until_data_models_or_link_change(node: Node) -> None:
     """The same plan over the same data sets, models and link is decided once; an append, new
     models and another link each decide it again, and say so."""

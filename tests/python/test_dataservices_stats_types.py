@@ -238,6 +238,37 @@ def test_a_column_is_seen_through_a_cast_only_where_the_cast_keeps_its_values() 
     assert not E._widening(pa.string(), to("string"))
 
 
+def test_a_projected_cast_is_run_on_the_sample_as_the_plan_computes_it() -> None:
+    """DataFusion projects a cast that a BETWEEN uses twice: the condition then reads a column
+    that is not the data set's. It was priced as the raw column, or failed on the sample
+    ("duplicate qualified field name") and fell to 1/3 per term (6.5x off). Now the sample runs
+    it over the plan's own projection, both terms at once: exact where the sample is the whole
+    table (a term the KLL prices beside them: within its error), natively and in Python alike."""
+    rng = np.random.default_rng(7)
+    days = rng.integers(0, 3650, 4_000)
+    table = pa.table({
+        "odate": pa.array([(dt.date(2015, 1, 1) + dt.timedelta(days=int(d))).isoformat() for d in days]),
+        "amount": pa.array([f"{v:.2f}" for v in rng.lognormal(3, 1, 4_000)]),
+        "x": rng.uniform(0, 10, 4_000),
+    })  # fmt: skip
+    stats = {"o": S.TableStats.of(table)}
+    ctx = plans.session(1)
+    plans.register(ctx, {"o": table})
+    for cond in (
+        "cast(odate as date) between date '2016-01-01' and date '2016-12-31'",
+        "cast(amount as double) between 10 and 30 and x < 5",
+        "cast(x as int) between 2 and 3",
+    ):
+        plan = plans.to_substrait(f"select * from o where {cond}", {"o": table.schema})
+        truth = ctx.sql(f"select count(*) as n from o where {cond}").to_pydict()["n"][0]
+        est = E.estimate(plan, stats)
+        assert est.rows == pytest.approx(truth, rel=0.05), (cond, est.steps)  # the KLL of x: 2%
+        assert not any("default" in step for step in est.steps)
+        info = plans.inspect(plan)
+        native = E.native_estimate(info.native, plan, stats, info.reads)
+        assert native is not None and native.estimate.rows == pytest.approx(est.rows)
+
+
 _VIEWS = st.sampled_from([pa.string_view(), pa.binary_view(), pa.list_view(pa.string_view()),
                           pa.struct([("v", pa.string_view())]),
                           pa.large_list_view(pa.binary_view())])  # fmt: skip

@@ -75,14 +75,17 @@ impl TableStats {
 }
 
 /// Where an output column of a relation comes from: a data set's column (table, column index
-/// in the tables handed to [`estimate`]), or computed.
+/// in the tables handed to [`estimate`]), or computed. `cast`: a cast of that column projected
+/// below (DataFusion projects a cast a condition uses twice, as in a BETWEEN): its values are
+/// not the column's, so conditions on it are not priced by the column's sketches.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Col {
     pub source: Option<(usize, usize)>,
     pub width: f64,
+    pub cast: bool,
 }
 
-const COMPUTED: Col = Col { source: None, width: 8.0 };
+const COMPUTED: Col = Col { source: None, width: 8.0, cast: false };
 
 /// Prices conditions: the selectivity of `cond` over rows whose columns are `cols`, with the
 /// steps it took appended to `steps` (`_Ctx.selectivity`).
@@ -216,7 +219,7 @@ impl<C: Conditions> Walker<'_, C> {
         let mut cols = Vec::new();
         for n in read_columns(r)? {
             let Some(&c) = st.by_name.get(&n) else { return no("a column without statistics") };
-            cols.push(Col { source: Some((t, c)), width: st.columns[c].width });
+            cols.push(Col { source: Some((t, c)), width: st.columns[c].width, cast: false });
         }
         self.steps.push(format!("read {name}: {} rows", commas(&st.rows.to_string())));
         Ok(Out { rows: st.rows as f64, cols })
@@ -436,19 +439,18 @@ pub(crate) fn selected_field(e: &Expression) -> i32 {
 
 /// `_Ctx._expr_col`: a selection's (or a cast selection's) input column, else computed.
 fn expr_col(e: &Expression, cols: &[Col]) -> Result<Col, Unsupported> {
-    let inner = match &e.rex_type {
-        Some(RexType::Selection(_)) => e,
+    let (inner, cast) = match &e.rex_type {
+        Some(RexType::Selection(_)) => (e, false),
         Some(RexType::Cast(c)) => match c.input.as_deref() {
-            Some(x) if matches!(x.rex_type, Some(RexType::Selection(_))) => x,
+            Some(x) if matches!(x.rex_type, Some(RexType::Selection(_))) => (x, true),
             _ => return Ok(COMPUTED),
         },
         _ => return Ok(COMPUTED),
     };
     let i = selected_field(inner);
-    usize::try_from(i)
-        .ok()
-        .and_then(|i| cols.get(i).copied())
-        .ok_or_else(|| Unsupported("a field past the columns".into()))
+    let col = usize::try_from(i).ok().and_then(|i| cols.get(i).copied());
+    let col = col.ok_or_else(|| Unsupported("a field past the columns".into()))?;
+    Ok(Col { cast: col.cast || cast, ..col })
 }
 
 /// `estimate._literal_int`: an integer literal's value (unsigned variations unwrapped, floats

@@ -142,7 +142,8 @@ fn column(tables: &[&TableStats], e: &Expression, cols: &[Col]) -> Option<(usize
         _ => return None,
     };
     let field = crate::estimate::selected_field(inner);
-    let (t, c) = usize::try_from(field).ok().and_then(|i| cols.get(i))?.source?;
+    let col = usize::try_from(field).ok().and_then(|i| cols.get(i))?;
+    let (t, c) = if col.cast { None } else { col.source }?;
     tables[t].columns[c].numeric.as_ref()?;
     Some((t, c))
 }

@@ -192,7 +192,7 @@ impl PySubstraitPlan {
     /// (rows, bytes, steps, work in `estimate.WORK`'s order, (scalar calls, heavy ones, string
     /// ones, relation kinds), the features: `QueryFeatures.as_dict()`) over `tables` (every
     /// data set the plan reads); a condition the native walk does not price is priced by
-    /// `selectivity(expression bytes, [(table, column) or (None, None) per input column])`,
+    /// `selectivity(expression bytes, [(table, column, cast) or (None, None, False) per input column])`,
     /// which returns (selectivity, the steps it took). Its exceptions pass.
     fn estimate<'py>(
         &self,
@@ -244,11 +244,13 @@ impl Conditions for Callback<'_, '_> {
     type Error = PyErr;
 
     fn selectivity(&mut self, cond: &Expression, cols: &[Col], steps: &mut Vec<String>) -> PyResult<f64> {
-        let names: Vec<(Option<&str>, Option<&str>)> = cols
+        let names: Vec<(Option<&str>, Option<&str>, bool)> = cols
             .iter()
             .map(|c| match c.source {
-                Some((t, i)) => (Some(self.tables[t].name.as_str()), Some(self.tables[t].columns[i].name.as_str())),
-                None => (None, None),
+                Some((t, i)) => {
+                    (Some(self.tables[t].name.as_str()), Some(self.tables[t].columns[i].name.as_str()), c.cast)
+                }
+                None => (None, None, false),
             })
             .collect();
         let expr = PyBytes::new(self.py, &cond.encode_to_vec());

@@ -71,6 +71,9 @@ taken evenly from it, and scaled (a 100k-value list costs what a 1,000-value one
 DEFAULT_SELECTIVITY = 1.0 / 3.0
 """A condition neither the sketches nor the sample can price (a type DataFusion cannot plan
 over the sample, a condition over several tables): a third of the rows, said in the steps."""
+DEFAULTED = "a default"
+"""What the step of a condition given :data:`DEFAULT_SELECTIVITY` says: what a decision looks
+for to know its estimate is uncertain (node.Node._decide_for_the_worst)."""
 COSTLY_SAMPLE_SHARE = 0.01
 COSTLY_SAMPLE_MIN = 8192
 COSTLY_SAMPLE_MAX = 32_768
@@ -118,11 +121,15 @@ class Estimate:
 
 @dataclass
 class _Col:
-    """Where an output column of a relation comes from: a data set's column, or computed."""
+    """Where an output column of a relation comes from: a data set's column, or computed.
+    ``cast``: a cast of that column projected below (DataFusion projects a cast a condition
+    uses twice, as in a BETWEEN): its values are not the column's, so conditions on it are
+    not priced by the column's sketches (the sample runs them)."""
 
     table: str | None
     name: str | None
     width: float = 8.0
+    cast: bool = False
 
 
 @dataclass
@@ -185,7 +192,7 @@ def native_estimate(
     tables = [_plan_table(name, st) for name, st in stats.items()]
     ctx: list[_Ctx] = []  # made for the first condition the walk hands back, if any
 
-    def selectivity(cond: bytes, cols: list[tuple[str | None, str | None]]) -> tuple[float, list[str]]:
+    def selectivity(cond: bytes, cols: list[tuple[str | None, str | None, bool]]) -> tuple[float, list[str]]:
         if not ctx:
             ctx.append(_Ctx(None, stats, _Calls(native.names()), raw=plan))
         return ctx[0].native_selectivity(cond, cols)
@@ -272,6 +279,8 @@ class _Ctx:
         self.fns = self.index.names
         self.steps: list[str] = []
         self.work = dict.fromkeys(WORK, 0.0)
+        self._within: Any = None
+        """The condition being priced, whose filter's input the sample runs its parts over."""
         self._sampled: dict[tuple[str, bytes], float] = {}
         """Conditions already run on a sample: the independent and the corrected estimate of
         one condition both need them."""
@@ -286,14 +295,16 @@ class _Ctx:
         return self._plan
 
     def native_selectivity(
-        self, cond: bytes, cols: list[tuple[str | None, str | None]]
+        self, cond: bytes, cols: list[tuple[str | None, str | None, bool]]
     ) -> tuple[float, list[str]]:
         """:meth:`selectivity` for the native walk: the condition's bytes, and each input column's
-        (table, column), (None, None) where computed; the selectivity and the steps it took."""
+        (table, column, whether a cast of it), (None, None, False) where computed; the
+        selectivity and the steps it took."""
         from substrait.algebra_pb2 import Expression
 
         before = len(self.steps)
-        sel = self.selectivity(Expression.FromString(cond), _Rel(0.0, [_Col(t, n) for t, n in cols]))
+        inp = _Rel(0.0, [_Col(t, n, cast=cast) for t, n, cast in cols])
+        sel = self.selectivity(Expression.FromString(cond), inp)
         return sel, self.steps[before:]
 
     # -------------------------------------------------------------------------- relations
@@ -444,7 +455,8 @@ class _Ctx:
         if e.HasField("selection"):
             return inp.cols[e.selection.direct_reference.struct_field.field]
         if e.HasField("cast") and e.cast.input.HasField("selection"):
-            return inp.cols[e.cast.input.selection.direct_reference.struct_field.field]
+            c = inp.cols[e.cast.input.selection.direct_reference.struct_field.field]
+            return _Col(c.table, c.name, c.width, cast=True)
         return _Col(None, None, 8.0)
 
     def _equi_keys(self, e: Any, n_left: int) -> list[tuple[int, int]]:
@@ -481,7 +493,8 @@ class _Ctx:
     def selectivity(self, cond: Any, inp: _Rel) -> float:
         """The condition's selectivity: the sketches' estimate under independence, corrected by
         the sample where the sample shows the columns are not independent."""
-        tree = _flatten(self._tree(cond, inp))
+        self._within = cond
+        tree = _others_together(_flatten(self._tree(cond, inp)), cond)
         model = self._sel(tree, self._sketch_marginal, inp)
         cols = _columns(tree)
         if len({c for c in cols}) >= 2 and len({t for t, _ in cols}) == 1:
@@ -555,7 +568,7 @@ class _Ctx:
         if not e.HasField("selection"):
             return None
         c = inp.cols[e.selection.direct_reference.struct_field.field]
-        if c.table is None or c.name is None or not self.stats[c.table].columns[c.name].estimable:
+        if c.table is None or c.name is None or c.cast or not self.stats[c.table].columns[c.name].estimable:
             return None
         if cast is not None and not _widening(self.stats[c.table].columns[c.name].type, cast):
             return None
@@ -693,12 +706,15 @@ class _Ctx:
         tables = {c.table for c in inp.cols if c.table is not None}
         if len(tables) != 1:
             self.steps.append(
-                f"condition over several tables: selectivity {DEFAULT_SELECTIVITY:.3f} (a default)"
+                f"condition over several tables: selectivity {DEFAULT_SELECTIVITY:.3f} ({DEFAULTED})"
             )
             return DEFAULT_SELECTIVITY
         table = next(iter(tables))
         st = self.stats[table]
         if st.sample is None or st.sample.num_rows == 0:
+            self.steps.append(
+                f"no rows sampled of {table}: selectivity {DEFAULT_SELECTIVITY:.3f} ({DEFAULTED})"
+            )
             return DEFAULT_SELECTIVITY
         key = (table, cond.SerializeToString())
         if key not in self._sampled:
@@ -720,11 +736,11 @@ class _Ctx:
         """(selectivity, how it was had) of ``cond`` run on ``sample``, in a session kept with it."""
         try:
             ctx = _sample_session(table, st, sample)
-            sel = _run_on_sample(self.plan, cond, inp, table, ctx, sample.schema, sample.num_rows)
+            sel = _run_on_sample(self.plan, cond, inp, table, ctx, sample, self._within)
         except Exception as e:  # DataFusion raises plain exceptions; an estimate never fails here
             return (
                 DEFAULT_SELECTIVITY,
-                f"not measurable on the sample ({plans.first_line(e)[:120]}), a default",
+                f"not measurable on the sample ({plans.first_line(e)[:120]}), {DEFAULTED}",
             )
         return sel, f"measured on {sample.num_rows:,} sampled rows"
 
@@ -777,6 +793,21 @@ def _flatten(t: Any) -> Any:
     if t[0] == "not":
         return ("not", _flatten(t[1]))
     return t
+
+
+def _others_together(t: Any, cond: Any) -> Any:
+    """An and's terms that neither sketch prices (``other``), joined into one condition the
+    sample runs at once: two terms on one computed column (a cast's BETWEEN) are not
+    independent, and the sample sees what they share."""
+    if t[0] != "and" or sum(p[0] == "other" for p in t[1]) < 2:
+        return t
+    joined = type(cond)()
+    joined.CopyFrom(cond)  # the and, its function reference and output type
+    del joined.scalar_function.arguments[:]
+    for p in t[1]:
+        if p[0] == "other":
+            joined.scalar_function.arguments.add().value.CopyFrom(p[1])
+    return ("and", [p for p in t[1] if p[0] != "other"] + [("other", joined)])
 
 
 def _or_lists(parts: list[Any]) -> list[Any]:
@@ -929,40 +960,83 @@ def _sample_session(table: str, st: TableStats, sample: pa.Table) -> Any:
 
 
 def _run_on_sample(
-    plan: Any, cond: Any, inp: _Rel, table: str, ctx: Any, schema: pa.Schema, rows: int
+    plan: Any, cond: Any, inp: _Rel, table: str, ctx: Any, sample: pa.Table, within: Any
 ) -> float:
-    """Builds ``select * from table where cond`` as a Substrait plan (the condition's field
-    references rebased on the table's columns: the plan's own read of the table, its schema as
-    the plan declares it, projected to the condition's input) and runs it in ``ctx``, which
-    holds the sample (``schema``, ``rows`` rows) as ``table``. PlanError where it cannot."""
+    """Builds ``select * from table where cond`` as a Substrait plan and runs it in ``ctx``,
+    which holds ``sample`` as ``table``: over the input of the plan's filter that holds
+    ``within`` (the condition being priced, of which ``cond`` is a part), where that input reads
+    the table alone (so computed columns, a projected cast, are computed as the plan does);
+    else over the plan's own read of the table, its schema as the plan declares it, projected
+    to the condition's input. PlanError where it cannot."""
     from substrait.plan_pb2 import Plan
 
-    names = [c.name for c in inp.cols]
-    if any(c.table != table or c.name is None for c in inp.cols):
-        raise plans.PlanError("the condition reads computed columns")
     p = Plan()
     p.CopyFrom(plan)  # extensions, their URNs, the version
     del p.relations[:]
     root = p.relations.add().root
+    own = _filter_input(plan, within if within is not None else cond, table)
+    if own is not None:  # the plan's own input, computed columns and all: one column out
+        top = root.input.project
+        top.expressions.add().literal.boolean = True
+        top.common.emit.output_mapping.append(len(inp.cols))
+        root.names.append("hit")
+        top.input.filter.input.CopyFrom(own)
+        top.input.filter.condition.CopyFrom(cond)
+        return plans.count_rows_in(ctx, p.SerializeToString()) / sample.num_rows
     flt = root.input.filter
+    names = [c.name for c in inp.cols]
+    if any(c.table != table or c.name is None for c in inp.cols):
+        raise plans.PlanError("the condition reads computed columns")
+    if len(set(names)) < len(names):
+        raise plans.PlanError("the condition reads a column twice under one name")
     read = flt.input.read
     read.named_table.names.append(table)
-    schema = _read_schema(plan, table)
-    if schema is None:
+    declared = _read_schema(plan, table)
+    if declared is None:
         read.base_schema.names.extend(names)
         for n in names:
-            read.base_schema.struct.types.add().CopyFrom(plans.substrait_type(schema.field(n).type))
+            read.base_schema.struct.types.add().CopyFrom(plans.substrait_type(sample.schema.field(n).type))
         read.base_schema.struct.nullability = 2  # NULLABILITY_REQUIRED
         root.names.extend(names)
     else:
-        read.base_schema.CopyFrom(schema)
-        at = {f[0]: (i, f) for i, f in enumerate(plans.field_names(schema))}
+        read.base_schema.CopyFrom(declared)
+        at = {f[0]: (i, f) for i, f in enumerate(plans.field_names(declared))}
         for n in names:
             read.projection.select.struct_items.add().field = at[n][0]
             root.names.extend(at[n][1])
         read.projection.maintain_singular_struct = True
     flt.condition.CopyFrom(cond)
-    return plans.count_rows_in(ctx, p.SerializeToString()) / rows
+    return plans.count_rows_in(ctx, p.SerializeToString()) / sample.num_rows
+
+
+def _filter_input(plan: Any, cond: Any, table: str) -> Any:
+    """The input of the plan's filter whose condition is ``cond`` or holds it (a term of an and),
+    where that input reads ``table`` alone and nothing but reads, filters and projects; else
+    None. Run on the sample, it computes the condition's columns as the plan does."""
+    want = cond.SerializeToString(deterministic=True)
+    for flt in plans.find(plan.relations[0].root, "FilterRel"):
+        if not _holds(flt.condition, want):
+            continue
+        reads = plans.find(flt.input, "ReadRel")
+        one = len(reads) == 1 and reads[0].named_table.names[-1:] == [table]
+        if one and _rel_kinds(flt.input) <= {"read", "filter", "project"}:
+            return flt.input
+    return None
+
+
+def _rel_kinds(rel: Any) -> set[str]:
+    """The kinds of relation in ``rel``'s tree (subqueries in its expressions included)."""
+    kind = rel.WhichOneof("rel_type")
+    return {kind}.union(*(_rel_kinds(r) for r in plans.find(getattr(rel, kind), "Rel")))
+
+
+def _holds(e: Any, want: bytes) -> bool:
+    """Whether expression ``e`` is the one serialized as ``want``, or an argument of it is."""
+    if e.SerializeToString(deterministic=True) == want:
+        return True
+    if e.HasField("scalar_function"):
+        return any(a.HasField("value") and _holds(a.value, want) for a in e.scalar_function.arguments)
+    return False
 
 
 def _read_schema(plan: Any, table: str) -> Any:

@@ -52,7 +52,7 @@ import pyarrow.flight as flight
 
 from offload.dataservices import engines, plans, tablefiles, wire
 from offload.dataservices import timemodel as TM
-from offload.dataservices.estimate import estimate, native_estimate, prepare
+from offload.dataservices.estimate import DEFAULTED, estimate, native_estimate, prepare
 from offload.dataservices.stats import TableStats
 
 ActionHandler = Callable[[bytes], Any]
@@ -483,7 +483,47 @@ class Node(flight.FlightServerBase):
             return _fell_back(out, self._fallback(plan, info, est, reason))
         out["decision"] = d.as_dict() | {"seconds": time.perf_counter() - t0}
         out["way"], out["why"] = d.way, d.why
+        unpriced = [s for s in est["steps"] if DEFAULTED in s]
+        if unpriced:
+            self._decide_for_the_worst(out, d, plan, info, models, unpriced)
         return out
+
+    def _decide_for_the_worst(
+        self,
+        out: dict[str, Any],
+        d: TM.Decision,
+        plan: bytes,
+        info: plans.PlanInfo,
+        models: Any,
+        unpriced: list[str],
+    ) -> None:
+        """Where a condition could be priced neither by the sketches nor on the sample (it got
+        a default selectivity), the estimate may be far off: both ways are also predicted
+        with the result at its bound from the plan (every row through the unpriced
+        conditions), and the way whose worse case is faster is taken; ``why`` says so
+        (``uncertain`` lists the steps). An unbounded result takes pushback, whose bytes are
+        the columns read whatever the conditions keep."""
+        est, f = out["estimate"], out["features"]
+        rows = TM.rows_bound(plan, {t: float(r) for t, (r, _) in self._read_sizes(info).items()})
+        scale = rows / max(est["rows"], 1.0) if math.isfinite(rows) else math.inf
+        out["uncertain"] = unpriced
+        say = f"{len(unpriced)} condition(s) not priced (a default selectivity): "
+        if not math.isfinite(scale):
+            out["way"] = "pushback"
+            out["why"] = f"{say}the result has no bound: pushback, whose bytes are known"
+            return
+        worst = dict(f) | {"out_rows": rows, "out_bytes": est["bytes"] * scale,
+                           "out_string_bytes": f.get("out_string_bytes", 0.0) * scale}  # fmt: skip
+        link = TM.TransferLink.of(self.config.budget.get("link"))
+        w = TM.decide(models, self.config.system, worst, link)
+        offload, pushback = max(d.offload_s, w.offload_s), max(d.pushback_s, w.pushback_s)
+        out["way"] = "offload" if offload <= pushback else "pushback"
+        out["decision"]["worst_case"] = w.as_dict()
+        out["why"] = (
+            f"{say}{out['way']}, the faster in the worse case of the estimate and its bound "
+            f"({rows:,.0f} rows): "
+            f"offload {offload * 1e3:.1f} ms, pushback {pushback * 1e3:.1f} ms; as estimated: {d.why}"
+        )
 
     def _decided(self, out: dict[str, Any], c0: float) -> dict[str, Any]:
         """``out`` with the thread CPU its decision took (or finding it kept), counted."""
