@@ -84,9 +84,11 @@ RECSYS_SIZE ?= 8G
 bench-recsys: develop bench-tools
 	python benches/recsys_bench.py --size $(RECSYS_SIZE) --dir build/recsys --out benches/results/recsys
 
-# Reference tools the benchmarks compare against (Debian packages).
-bench-tools:
+# Reference tools the benchmarks compare against: fio (Debian); DuckDB and tpchgen-cli (PyPI, for
+# benches/dataservices_tpch.py).
+bench-tools: $(VENV)/.installed
 	command -v fio >/dev/null || (apt-get update -qq && apt-get install -y -qq fio)
+	$(PY) -m pip install -q "duckdb>=1.1" "tpchgen-cli>=2"
 
 clean:
 	rm -rf build target $(VENV)

@@ -87,6 +87,9 @@ pub struct Col {
 
 const COMPUTED: Col = Col { source: None, width: 8.0, cast: false };
 
+/// `estimate.DEFAULT_SELECTIVITY`: a condition nothing prices.
+const DEFAULT_SELECTIVITY: f64 = 1.0 / 3.0;
+
 /// Prices conditions: the selectivity of `cond` over rows whose columns are `cols`, with the
 /// steps it took appended to `steps` (`_Ctx.selectivity`).
 pub trait Conditions {
@@ -239,6 +242,7 @@ impl<C: Conditions> Walker<'_, C> {
         for e in &r.expressions {
             self.calls(inp.rows, e)?;
         }
+        self.years_are_the_references(&r.expressions)?;
         let extra = r.expressions.iter().map(|e| expr_col(e, &inp.cols)).collect::<Result<Vec<_>, _>>()?;
         inp.cols.extend(extra);
         Ok(inp)
@@ -269,6 +273,7 @@ impl<C: Conditions> Walker<'_, C> {
             self.count(inp.rows, n);
         }
         self.work[AGGREGATE_ROWS] += inp.rows;
+        self.years_are_the_references(&r.grouping_expressions)?;
         let keys = r.grouping_expressions.iter().map(|e| expr_col(e, &inp.cols)).collect::<Result<Vec<_>, _>>()?;
         let measures = vec![COMPUTED; r.measures.len()];
         if keys.iter().any(|k| self.textual(k)) {
@@ -287,20 +292,16 @@ impl<C: Conditions> Walker<'_, C> {
         Ok(Out { rows, cols: [keys, measures].concat() })
     }
 
+    /// `_Ctx._join`: the rows by [`join_rows`]; semi and anti joins give their side's columns,
+    /// mark joins those and the mark.
     fn join(&mut self, r: &JoinRel) -> Walk<Out, C::Error> {
         let (left, right) = (self.input(&r.left)?, self.input(&r.right)?);
-        let n_left = left.cols.len();
+        let (left_cols, right_cols) = (left.cols.clone(), right.cols.clone());
         let cols = [left.cols, right.cols].concat();
         let keys = match r.expression.as_deref() {
-            Some(e) => self.equi_keys(e, n_left),
+            Some(e) => self.equi_keys(e, left_cols.len()),
             None => vec![],
         };
-        if !(r.r#type == 0 || r.r#type == 1) || keys.is_empty() {
-            let rows = left.rows * right.rows;
-            self.steps.push(format!("join (type {}, no equal keys): cross product {}", r.r#type, f1(rows)));
-            return Ok(Out { rows, cols });
-        }
-        let (li, ri) = keys[0];
         let col = |i: usize| {
             cols.get(i).copied().ok_or_else(|| Stop::Unsupported(Unsupported("a key past the columns".into())))
         };
@@ -312,9 +313,21 @@ impl<C: Conditions> Walker<'_, C> {
         if key_cols.iter().any(|c| self.textual(c)) {
             self.work[STRING_KEY_ROWS] += left.rows + right.rows;
         }
-        let d = self.distinct(&col(li)?, left.rows)?.max(self.distinct(&col(ri)?, right.rows)?).max(1.0);
-        let rows = left.rows * right.rows / d;
-        self.steps.push(format!("join: {} x {} / {} distinct keys", f1(left.rows), f1(right.rows), f1(d)));
+        let (mut dl, mut dr) = (f64::NAN, f64::NAN);
+        if let Some(&(li, ri)) = keys.first() {
+            dl = self.distinct(&col(li)?, left.rows)?.max(1.0);
+            dr = self.distinct(&col(ri)?, right.rows)?.max(1.0);
+        }
+        let residual = r.expression.as_deref().is_some_and(|e| self.conjuncts(e) > keys.len());
+        let (kind, side) = join_kind(r.r#type);
+        let (rows, how) = join_rows(&kind, side, [left.rows, right.rows], [dl, dr], residual);
+        self.steps.push(format!("join ({how}"));
+        let kept = if side == "left" { left_cols } else { right_cols };
+        let cols = match kind.as_str() {
+            "semi" | "anti" => kept,
+            "mark" => [kept, vec![Col { source: None, width: 1.0, cast: false }]].concat(),
+            _ => cols,
+        };
         Ok(Out { rows, cols })
     }
 
@@ -402,6 +415,34 @@ impl<C: Conditions> Walker<'_, C> {
         }
     }
 
+    /// A column computed as a part of a date (`_Ctx._years`: a year's distinct values are
+    /// bounded by the years the date's sketch spans, which the native tables do not carry)
+    /// leaves the plan to the reference.
+    fn years_are_the_references(&self, exprs: &[Expression]) -> Walk<(), C::Error> {
+        let part_of_a_date = |e: &Expression| match &e.rex_type {
+            Some(RexType::ScalarFunction(f)) => {
+                self.plan.names.get(&f.function_reference).map(String::as_str) == Some("date_part")
+            }
+            _ => false,
+        };
+        if exprs.iter().any(part_of_a_date) {
+            return no("a part of a date (its values: the reference's)");
+        }
+        Ok(())
+    }
+
+    /// `_Ctx._conjuncts`: the terms of an and (nested ands flattened); 1 for any other.
+    fn conjuncts(&self, e: &Expression) -> usize {
+        match &e.rex_type {
+            Some(RexType::ScalarFunction(f))
+                if self.plan.names.get(&f.function_reference).map(String::as_str) == Some("and") =>
+            {
+                f.arguments.iter().map(|a| self.conjuncts(argument_value(a))).sum()
+            }
+            _ => 1,
+        }
+    }
+
     fn textual(&self, c: &Col) -> bool {
         c.source.is_some_and(|(t, i)| self.tables[t].columns[i].textual)
     }
@@ -434,6 +475,66 @@ pub(crate) fn selected_field(e: &Expression) -> i32 {
             _ => 0,
         },
         _ => 0,
+    }
+}
+
+/// `estimate.JOIN_KINDS`: a Substrait join type (0, unspecified, as inner) as (kind, the side
+/// kept).
+fn join_kind(t: i32) -> (String, &'static str) {
+    let (kind, side) = match t {
+        0 | 1 => ("inner", ""),
+        2 => ("outer", "full"),
+        3 => ("outer", "left"),
+        4 => ("outer", "right"),
+        5 => ("semi", "left"),
+        6 => ("anti", "left"),
+        7 => ("single", "left"),
+        8 => ("semi", "right"),
+        9 => ("anti", "right"),
+        10 => ("single", "right"),
+        11 => ("mark", "left"),
+        12 => ("mark", "right"),
+        other => return (format!("type {other}"), ""),
+    };
+    (kind.to_string(), side)
+}
+
+/// `estimate.join_rows`: rows of a join of `left` and `right` rows with `dl` and `dr` distinct
+/// keys (NaN: no equal keys), and the step's text after "join (".
+pub fn join_rows(kind: &str, side: &str, [left, right]: [f64; 2], [dl, dr]: [f64; 2], residual: bool) -> (f64, String) {
+    let keyed = !dl.is_nan();
+    let product = left * right;
+    let inner = if keyed { product / dl.max(dr) } else { product };
+    match kind {
+        "inner" if keyed => (inner, format!("inner): {} x {} / {} distinct keys", f1(left), f1(right), f1(dl.max(dr)))),
+        "inner" => (inner, format!("inner, no equal keys): cross product {}", f1(inner))),
+        "outer" => {
+            let kept = match side {
+                "left" => left,
+                "right" => right,
+                _ => left.max(right),
+            };
+            let rows = inner.max(kept);
+            let name = if side == "full" { "larger" } else { side };
+            (rows, format!("{side} outer): at least the {name} side's rows, {}", f1(rows)))
+        }
+        _ if side.is_empty() => (product, format!("{kind}): the product, {}", f1(product))),
+        _ => {
+            let (own, mine, theirs, other) = if side == "left" { (left, dl, dr, right) } else { (right, dr, dl, left) };
+            if (kind == "semi" || kind == "anti") && keyed {
+                let mut found = (theirs / mine).min(1.0);
+                let mut past = String::new();
+                if residual {
+                    let passes = 1.0 - (1.0 - DEFAULT_SELECTIVITY).powf((other / theirs).max(1.0));
+                    found *= passes;
+                    past = format!(" ({passes:.3} past the other conditions: a default per pair)");
+                }
+                let share = if kind == "semi" { found } else { 1.0 - found };
+                let rows = own * share;
+                return (rows, format!("{side} {kind}): {share:.3} of the {side} side's rows{past}, {}", f1(rows)));
+            }
+            (own, format!("{side} {kind}): at most the {side} side's rows, {}", f1(own)))
+        }
     }
 }
 

@@ -130,6 +130,8 @@ class _Col:
     name: str | None
     width: float = 8.0
     cast: bool = False
+    values: float | None = None
+    """A computed column's most distinct values, where known (the years of a date column)."""
 
 
 @dataclass
@@ -388,20 +390,28 @@ class _Ctx:
         return _Rel(rows, keys + measures)
 
     def _join(self, r: Any) -> _Rel:
+        """Inner on equal keys: |L| |R| / max(distinct keys), else the product; outer joins at
+        least their kept side(s); a semi (anti) join the share of its side's keys found (not
+        found) on the other, under containment (the side with fewer keys finds them all), at
+        most that side; single and mark joins that side's rows. Semi and anti joins give their
+        side's columns, mark joins those and the mark."""
         left, right = self.rel(r.left), self.rel(r.right)
         cols = left.cols + right.cols
         keys = self._equi_keys(r.expression, len(left.cols)) if r.HasField("expression") else []
-        if r.type not in (1, 0) or not keys:  # JOIN_TYPE_INNER = 1
-            rows = left.rows * right.rows
-            self.steps.append(f"join (type {r.type}, no equal keys): cross product {rows:,.1f}")
-            return _Rel(rows, cols)
-        li, ri = keys[0]
-        if any(self._textual(cols[i]) for k in keys for i in k):
+        residual = r.HasField("expression") and self._conjuncts(r.expression) > len(keys)
+        kind, side = JOIN_KINDS.get(r.type, (f"type {r.type}", ""))
+        if keys and any(self._textual(cols[i]) for k in keys for i in k):
             self.work["string_key_rows"] += left.rows + right.rows
-        d = max(self._distinct(cols[li], left.rows), self._distinct(cols[ri], right.rows), 1.0)
-        rows = left.rows * right.rows / d
-        self.steps.append(f"join: {left.rows:,.1f} x {right.rows:,.1f} / {d:,.1f} distinct keys")
-        return _Rel(rows, cols)
+        dl = dr = math.nan
+        if keys:
+            dl = max(self._distinct(cols[keys[0][0]], left.rows), 1.0)
+            dr = max(self._distinct(cols[keys[0][1]], right.rows), 1.0)
+        rows, how = join_rows(kind, side, left.rows, right.rows, dl, dr, residual)
+        self.steps.append(f"join ({how}")
+        out = {"semi": [], "anti": [], "mark": [_Col(None, None, 1.0)]}.get(kind)
+        if out is None:
+            return _Rel(rows, cols)
+        return _Rel(rows, (left.cols if side == "left" else right.cols) + out)
 
     def _set(self, r: Any) -> _Rel:
         """Union all (and union, as an upper bound): the inputs' rows added; intersection: the
@@ -457,7 +467,26 @@ class _Ctx:
         if e.HasField("cast") and e.cast.input.HasField("selection"):
             c = inp.cols[e.cast.input.selection.direct_reference.struct_field.field]
             return _Col(c.table, c.name, c.width, cast=True)
-        return _Col(None, None, 8.0)
+        return _Col(None, None, 8.0, values=self._years(e, inp))
+
+    def _years(self, e: Any, inp: _Rel) -> float | None:
+        """The years ``e`` can take where it is ``date_part('year', column)`` (``extract``) of a
+        date or timestamp column: those its sketch's minimum and maximum span; else None."""
+        f = e.scalar_function if e.HasField("scalar_function") else None
+        if f is None or self.fns.get(f.function_reference) != "date_part" or len(f.arguments) != 2:
+            return None
+        part, arg = f.arguments[0].value, f.arguments[1].value
+        year = part.HasField("literal") and part.literal.string.lower() == "year"
+        if not (year and arg.HasField("selection")):
+            return None
+        c = inp.cols[arg.selection.direct_reference.struct_field.field]
+        if c.table is None or c.name is None or c.cast:
+            return None
+        cs = self.stats[c.table].columns[c.name]
+        if cs.kll is None or cs.kll.is_empty():
+            return None
+        lo, hi = (_year_of(v, cs.type) for v in (cs.kll.get_min_value(), cs.kll.get_max_value()))
+        return None if lo is None or hi is None else float(hi - lo + 1)
 
     def _equi_keys(self, e: Any, n_left: int) -> list[tuple[int, int]]:
         if not e.HasField("scalar_function"):
@@ -472,6 +501,12 @@ class _Ctx:
             return [(min(i, j), max(i, j))] if (i < n_left) != (j < n_left) else []
         return []
 
+    def _conjuncts(self, e: Any) -> int:
+        """The terms of an and (nested ands flattened); 1 for any other expression."""
+        if e.HasField("scalar_function") and self.fns.get(e.scalar_function.function_reference) == "and":
+            return sum(self._conjuncts(a.value) for a in e.scalar_function.arguments)
+        return 1
+
     def _textual(self, c: _Col) -> bool:
         """Whether ``c`` is a data set's string or binary column (a computed one: not known)."""
         if c.table is None or c.name is None:
@@ -481,12 +516,10 @@ class _Ctx:
     def _distinct(self, c: _Col, rows: float) -> float:
         """Distinct values of ``c`` among ``rows`` rows of its table (Cardenas)."""
         if c.table is None or c.name is None:
-            return rows
+            return rows if c.values is None else _cardenas(c.values, rows)
         st = self.stats[c.table]
         d = max(1.0, st.distinct(c.name))
-        if rows >= st.rows:
-            return d
-        return d * (1.0 - (1.0 - 1.0 / d) ** rows) if d > 1 else 1.0
+        return d if rows >= st.rows else _cardenas(d, rows)
 
     # ------------------------------------------------------------------------ selectivity
 
@@ -506,7 +539,8 @@ class _Ctx:
 
     def _tree(self, e: Any, inp: _Rel) -> Any:
         """("and"|"or", [..]), ("not", x), ("cmp", table, column, op, value), ("in", table,
-        column, values, scale), or ("other", e). Values are in the column's domain
+        column, values, scale), ("one value", column) (a column equal to a scalar subquery:
+        one of its distinct values), or ("other", e). Values are in the column's domain
         (ColumnStats.domain); ``scale``: the list's length over the values kept."""
         if e.HasField("singular_or_list"):
             return self._in_tree(e, inp)
@@ -522,6 +556,10 @@ class _Ctx:
             return (name, [self._tree(a, inp) for a in args])
         if name == "not" and len(args) == 1:
             return ("not", self._tree(args[0], inp))
+        if name == "equal" and len(args) == 2 and any(x.HasField("subquery") for x in args):
+            known = [x for x in args if x.HasField("selection")]
+            if len(known) == 1:  # a column against a value known only when the query runs
+                return ("one value", inp.cols[known[0].selection.direct_reference.struct_field.field])
         if name in OPS and len(args) == 2:
             a, b = args
             op = OPS[name]
@@ -594,6 +632,12 @@ class _Ctx:
             return min(1.0, t[4] * marginal(t[1], t[2], [("in", t[3])]))
         if kind == "other":
             return self._sample_sel(t[1], inp)
+        if kind == "one value":  # TPC-H q15: total_revenue = (select max(total_revenue) ...)
+            d = max(1.0, self._distinct(t[1], inp.rows))
+            self.steps.append(
+                f"a column equal to a value known only when run: 1 of its {d:,.1f} values ({DEFAULTED})"
+            )
+            return 1.0 / d
         by_col: dict[tuple[str, str], list[tuple[str, Any]]] = {}
         s = 1.0
         for p in t[1]:
@@ -782,6 +826,24 @@ def prepare(table: str, st: TableStats) -> None:
             _sample_session(table, st, sample).sql(f'select count(*) from "{table}"').collect()
 
 
+def _cardenas(d: float, rows: float) -> float:
+    """Distinct values among ``rows`` rows drawn from ``d`` equally likely ones (Cardenas)."""
+    return d * (1.0 - (1.0 - 1.0 / d) ** rows) if d > 1 else 1.0
+
+
+def _year_of(v: float, t: pa.DataType) -> int | None:
+    """The year of a date or timestamp column's value as its sketch holds it (days, or ticks of
+    its unit); None for other types."""
+    if pa.types.is_date32(t):
+        return (_EPOCH + dt.timedelta(days=v)).year
+    if pa.types.is_date64(t):
+        return (_EPOCH + dt.timedelta(milliseconds=v)).year
+    if pa.types.is_timestamp(t):
+        per_s = {"s": 1, "ms": 1e3, "us": 1e6, "ns": 1e9}[t.unit]
+        return (dt.datetime(1970, 1, 1) + dt.timedelta(seconds=v / per_s)).year
+    return None
+
+
 def _flatten(t: Any) -> Any:
     """Nested and (or or) merged into one level, so a column's comparisons meet; an or's
     equalities on one column become one IN list (they are disjoint: their shares add)."""
@@ -818,6 +880,49 @@ def _or_lists(parts: list[Any]) -> list[Any]:
     out = [p for p in parts if not (p[0] == "cmp" and p[3] == "=" and len(by_col[(p[1], p[2])]) > 1)]
     out += [("in", t, c, list(dict.fromkeys(vs)), 1.0) for (t, c), vs in by_col.items() if len(vs) > 1]
     return out
+
+
+JOIN_KINDS = {
+    0: ("inner", ""), 1: ("inner", ""), 2: ("outer", "full"), 3: ("outer", "left"), 4: ("outer", "right"),
+    5: ("semi", "left"), 6: ("anti", "left"), 7: ("single", "left"), 8: ("semi", "right"),
+    9: ("anti", "right"), 10: ("single", "right"), 11: ("mark", "left"), 12: ("mark", "right"),
+}  # fmt: skip
+"""Substrait's join types (JoinRel.JoinType; 0, unspecified, as inner): (kind, the side kept)."""
+
+
+def join_rows(
+    kind: str, side: str, left: float, right: float, dl: float, dr: float, residual: bool = False
+) -> tuple[float, str]:
+    """Rows of a join of ``left`` and ``right`` rows with ``dl`` and ``dr`` distinct keys (NaN:
+    no equal keys), and the step's text after "join (": see :meth:`_Ctx._join`. ``residual``:
+    the join's condition has terms beside the equal keys (TPC-H q21's ``l3.l_suppkey <>
+    l1.l_suppkey``); a semi or anti join's key then finds a match only where one of its m
+    matches (the other side's rows per key) passes them, each at a default selectivity:
+    1 - (1 - 1/3)^m."""
+    keyed = not math.isnan(dl)
+    product = left * right
+    inner = product / max(dl, dr) if keyed else product
+    if kind == "inner" and keyed:
+        return inner, f"inner): {left:,.1f} x {right:,.1f} / {max(dl, dr):,.1f} distinct keys"
+    if kind == "inner":
+        return inner, f"inner, no equal keys): cross product {inner:,.1f}"
+    if kind == "outer":
+        rows = max(inner, {"left": left, "right": right, "full": max(left, right)}[side])
+        kept = "larger" if side == "full" else side
+        return rows, f"{side} outer): at least the {kept} side's rows, {rows:,.1f}"
+    if not side:
+        return product, f"{kind}): the product, {product:,.1f}"
+    own, mine, theirs, other = (left, dl, dr, right) if side == "left" else (right, dr, dl, left)
+    if kind in ("semi", "anti") and keyed:
+        found = min(1.0, theirs / mine)
+        past = ""
+        if residual:
+            passes = 1.0 - (1.0 - DEFAULT_SELECTIVITY) ** max(1.0, other / theirs)
+            found *= passes
+            past = f" ({passes:.3f} past the other conditions: {DEFAULTED} per pair)"
+        share = found if kind == "semi" else 1.0 - found
+        return own * share, f"{side} {kind}): {share:.3f} of the {side} side's rows{past}, {own * share:,.1f}"
+    return own, f"{side} {kind}): at most the {side} side's rows, {own:,.1f}"
 
 
 _INT_BITS = {"i8": 8, "i16": 16, "i32": 32, "i64": 64}
