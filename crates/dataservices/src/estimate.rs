@@ -313,14 +313,16 @@ impl<C: Conditions> Walker<'_, C> {
         if key_cols.iter().any(|c| self.textual(c)) {
             self.work[STRING_KEY_ROWS] += left.rows + right.rows;
         }
-        let (mut dl, mut dr) = (f64::NAN, f64::NAN);
+        let residual = r.expression.as_deref().is_some_and(|e| self.conjuncts(e) > keys.len());
+        let (kind, side) = join_kind(r.r#type);
+        let (mut dl, mut dr, mut domain) = (f64::NAN, f64::NAN, f64::NAN);
         if let Some(&(li, ri)) = keys.first() {
             dl = self.distinct(&col(li)?, left.rows)?.max(1.0);
             dr = self.distinct(&col(ri)?, right.rows)?.max(1.0);
+            let (kept, thinned) = if side == "left" { (col(li)?, dl) } else { (col(ri)?, dr) };
+            domain = if kept.source.is_some() { self.distinct(&kept, f64::INFINITY)?.max(1.0) } else { thinned };
         }
-        let residual = r.expression.as_deref().is_some_and(|e| self.conjuncts(e) > keys.len());
-        let (kind, side) = join_kind(r.r#type);
-        let (rows, how) = join_rows(&kind, side, [left.rows, right.rows], [dl, dr], residual);
+        let (rows, how) = join_rows(&kind, side, [left.rows, right.rows], [dl, dr, domain], residual);
         self.steps.push(format!("join ({how}"));
         let kept = if side == "left" { left_cols } else { right_cols };
         let cols = match kind.as_str() {
@@ -500,8 +502,15 @@ fn join_kind(t: i32) -> (String, &'static str) {
 }
 
 /// `estimate.join_rows`: rows of a join of `left` and `right` rows with `dl` and `dr` distinct
-/// keys (NaN: no equal keys), and the step's text after "join (".
-pub fn join_rows(kind: &str, side: &str, [left, right]: [f64; 2], [dl, dr]: [f64; 2], residual: bool) -> (f64, String) {
+/// keys (NaN: no equal keys) and a semi or anti join's kept side's key `domain`, and the step's
+/// text after "join (".
+pub fn join_rows(
+    kind: &str,
+    side: &str,
+    [left, right]: [f64; 2],
+    [dl, dr, domain]: [f64; 3],
+    residual: bool,
+) -> (f64, String) {
     let keyed = !dl.is_nan();
     let product = left * right;
     let inner = if keyed { product / dl.max(dr) } else { product };
@@ -522,7 +531,7 @@ pub fn join_rows(kind: &str, side: &str, [left, right]: [f64; 2], [dl, dr]: [f64
         _ => {
             let (own, mine, theirs, other) = if side == "left" { (left, dl, dr, right) } else { (right, dr, dl, left) };
             if (kind == "semi" || kind == "anti") && keyed {
-                let mut found = (theirs / mine).min(1.0);
+                let mut found = (theirs / if domain.is_nan() { mine } else { mine.max(domain) }).min(1.0);
                 let mut past = String::new();
                 if residual {
                     let passes = 1.0 - (1.0 - DEFAULT_SELECTIVITY).powf((other / theirs).max(1.0));

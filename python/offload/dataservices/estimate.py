@@ -402,11 +402,15 @@ class _Ctx:
         kind, side = JOIN_KINDS.get(r.type, (f"type {r.type}", ""))
         if keys and any(self._textual(cols[i]) for k in keys for i in k):
             self.work["string_key_rows"] += left.rows + right.rows
-        dl = dr = math.nan
+        dl = dr = domain = math.nan
         if keys:
             dl = max(self._distinct(cols[keys[0][0]], left.rows), 1.0)
             dr = max(self._distinct(cols[keys[0][1]], right.rows), 1.0)
-        rows, how = join_rows(kind, side, left.rows, right.rows, dl, dr, residual)
+            kept = cols[keys[0][0]] if side == "left" else cols[keys[0][1]]
+            domain = (
+                max(self._distinct(kept, math.inf), 1.0) if kept.table else (dl if side == "left" else dr)
+            )
+        rows, how = join_rows(kind, side, left.rows, right.rows, dl, dr, residual, domain)
         self.steps.append(f"join ({how}")
         out = {"semi": [], "anti": [], "mark": [_Col(None, None, 1.0)]}.get(kind)
         if out is None:
@@ -891,10 +895,21 @@ JOIN_KINDS = {
 
 
 def join_rows(
-    kind: str, side: str, left: float, right: float, dl: float, dr: float, residual: bool = False
+    kind: str,
+    side: str,
+    left: float,
+    right: float,
+    dl: float,
+    dr: float,
+    residual: bool = False,
+    domain: float = math.nan,
 ) -> tuple[float, str]:
     """Rows of a join of ``left`` and ``right`` rows with ``dl`` and ``dr`` distinct keys (NaN:
-    no equal keys), and the step's text after "join (": see :meth:`_Ctx._join`. ``residual``:
+    no equal keys), and the step's text after "join (": see :meth:`_Ctx._join`. A semi or anti
+    join's side finds the share of its key's whole domain (``domain``: the key column's distinct
+    values in its table, where it is one) that the other side holds: its own filters do not
+    choose which keys the other side has (TPC-H q22: the customers without orders, a third of
+    all, were 0 with the filtered customers' keys as the domain). ``residual``:
     the join's condition has terms beside the equal keys (TPC-H q21's ``l3.l_suppkey <>
     l1.l_suppkey``); a semi or anti join's key then finds a match only where one of its m
     matches (the other side's rows per key) passes them, each at a default selectivity:
@@ -914,7 +929,7 @@ def join_rows(
         return product, f"{kind}): the product, {product:,.1f}"
     own, mine, theirs, other = (left, dl, dr, right) if side == "left" else (right, dr, dl, left)
     if kind in ("semi", "anti") and keyed:
-        found = min(1.0, theirs / mine)
+        found = min(1.0, theirs / (mine if math.isnan(domain) else max(mine, domain)))
         past = ""
         if residual:
             passes = 1.0 - (1.0 - DEFAULT_SELECTIVITY) ** max(1.0, other / theirs)
