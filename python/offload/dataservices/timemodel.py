@@ -930,7 +930,8 @@ def _mb(n: float) -> str:
 def rows_bound(plan: bytes, rows: Mapping[str, float]) -> float:
     """At most how many rows ``plan`` returns, from its relations alone (``rows``: each data
     set's): a filter, project or sort keeps at most its input's, a fetch its count, an
-    aggregate without grouping one, a join the product of its sides, a union the sum; inf
+    aggregate without grouping one, a join the product of its sides (an outer join also its
+    unmatched rows; a semi, anti, single or mark join its own side's), a union the sum; inf
     for a relation this does not know."""
     from substrait.plan_pb2 import Plan
 
@@ -960,7 +961,14 @@ def _rows_bound(rel: Any, rows: Mapping[str, float]) -> float:
         )
         return _rows_bound(r.input, rows) if grouped else 1.0
     if kind in ("join", "cross"):
-        return _rows_bound(r.left, rows) * _rows_bound(r.right, rows)
+        left, right = _rows_bound(r.left, rows), _rows_bound(r.right, rows)
+        kind_of = r.type if kind == "join" else 1  # Substrait's JoinRel.JoinType
+        if kind_of in (5, 6, 7, 11):  # left semi, anti, single, mark: the left side's rows at most
+            return left
+        if kind_of in (8, 9, 10, 12):
+            return right
+        extra = {2: left + right, 3: left, 4: right}.get(kind_of, 0.0)  # outer: the unmatched too
+        return left * right + extra
     if kind == "set":
         return sum(_rows_bound(i, rows) for i in r.inputs)
     return math.inf
