@@ -392,7 +392,7 @@ class _Ctx:
     def _join(self, r: Any) -> _Rel:
         """Inner on equal keys: |L| |R| / max(distinct keys), else the product; outer joins at
         least their kept side(s); a semi (anti) join the share of its side's keys found (not
-        found) on the other, under containment (the side with fewer keys finds them all), at
+        found) among the other side's keys, out of its key's whole domain (:func:`join_rows`), at
         most that side; single and mark joins that side's rows. Semi and anti joins give their
         side's columns, mark joins those and the mark."""
         left, right = self.rel(r.left), self.rel(r.right)
@@ -764,27 +764,35 @@ class _Ctx:
                 f"no rows sampled of {table}: selectivity {DEFAULT_SELECTIVITY:.3f} ({DEFAULTED})"
             )
             return DEFAULT_SELECTIVITY
-        key = (table, cond.SerializeToString())
+        names = tuple(c.name for c in inp.cols)
+        own = None  # a column computed below the filter: the plan's own input computes it
+        computed_below = any(c.table != table or c.name is None or c.cast for c in inp.cols)
+        if computed_below or len(set(names)) < len(names):
+            own = _filter_input(self.plan, self._within if self._within is not None else cond, table)
+        computed = own.SerializeToString() if own is not None else b""
+        key = (table, cond.SerializeToString(), computed)
         if key not in self._sampled:
             sample = self._affordable(cond, st)
             # the same condition over the same columns and functions gives the same answer until the
             # data set grows (a dashboard's LIKE, asked again, does not run again)
-            names = tuple(c.name for c in inp.cols)
-            kept = ("condition", key[1], names, tuple(sorted(self.fns.items())), sample.num_rows)
+            kept = ("condition", key[1], computed, names, tuple(sorted(self.fns.items())), sample.num_rows)
             made: list[bool] = []
-            sel, how = st.kept(kept, lambda: made.append(True) or self._measure(cond, inp, table, st, sample))
+            sel, how = st.kept(
+                kept, lambda: made.append(True) or self._measure(cond, inp, table, st, sample, own)
+            )
             self._sampled[key] = sel
             how += "" if made else " (by an earlier query)"
             self.steps.append(f"condition {how}: {sel:.5f}")
         return self._sampled[key]
 
     def _measure(
-        self, cond: Any, inp: _Rel, table: str, st: TableStats, sample: pa.Table
+        self, cond: Any, inp: _Rel, table: str, st: TableStats, sample: pa.Table, own: Any
     ) -> tuple[float, str]:
-        """(selectivity, how it was had) of ``cond`` run on ``sample``, in a session kept with it."""
+        """(selectivity, how it was had) of ``cond`` run on ``sample``, in a session kept with it;
+        ``own``: the plan's input of the condition's filter, where it computes columns."""
         try:
             ctx = _sample_session(table, st, sample)
-            sel = _run_on_sample(self.plan, cond, inp, table, ctx, sample, self._within)
+            sel = _run_on_sample(self.plan, cond, inp, table, ctx, sample, own)
         except Exception as e:  # DataFusion raises plain exceptions; an estimate never fails here
             return (
                 DEFAULT_SELECTIVITY,
@@ -1080,21 +1088,19 @@ def _sample_session(table: str, st: TableStats, sample: pa.Table) -> Any:
 
 
 def _run_on_sample(
-    plan: Any, cond: Any, inp: _Rel, table: str, ctx: Any, sample: pa.Table, within: Any
+    plan: Any, cond: Any, inp: _Rel, table: str, ctx: Any, sample: pa.Table, own: Any
 ) -> float:
     """Builds ``select * from table where cond`` as a Substrait plan and runs it in ``ctx``,
-    which holds ``sample`` as ``table``: over the input of the plan's filter that holds
-    ``within`` (the condition being priced, of which ``cond`` is a part), where that input reads
-    the table alone (so computed columns, a projected cast, are computed as the plan does);
-    else over the plan's own read of the table, its schema as the plan declares it, projected
-    to the condition's input. PlanError where it cannot."""
+    which holds ``sample`` as ``table``: over ``own``, the plan's input of the condition's filter
+    (:func:`_filter_input`), where given (computed columns, a projected cast, are computed as
+    the plan does); else over the plan's own read of the table, its schema as the plan declares
+    it, projected to the condition's input. PlanError where it cannot."""
     from substrait.plan_pb2 import Plan
 
     p = Plan()
     p.CopyFrom(plan)  # extensions, their URNs, the version
     del p.relations[:]
     root = p.relations.add().root
-    own = _filter_input(plan, within if within is not None else cond, table)
     if own is not None:  # the plan's own input, computed columns and all: one column out
         top = root.input.project
         top.expressions.add().literal.boolean = True
