@@ -961,14 +961,14 @@ def _rows_bound(rel: Any, rows: Mapping[str, float]) -> float:
         )
         return _rows_bound(r.input, rows) if grouped else 1.0
     if kind in ("join", "cross"):
+        from offload.dataservices.estimate import JOIN_KINDS
+
         left, right = _rows_bound(r.left, rows), _rows_bound(r.right, rows)
-        kind_of = r.type if kind == "join" else 1  # Substrait's JoinRel.JoinType
-        if kind_of in (5, 6, 7, 11):  # left semi, anti, single, mark: the left side's rows at most
-            return left
-        if kind_of in (8, 9, 10, 12):
-            return right
-        extra = {2: left + right, 3: left, 4: right}.get(kind_of, 0.0)  # outer: the unmatched too
-        return left * right + extra
+        join, side = JOIN_KINDS.get(r.type, ("inner", "")) if kind == "join" else ("inner", "")
+        own = {"left": left, "right": right, "full": left + right}.get(side, 0.0)
+        if join in ("semi", "anti", "single", "mark"):  # their own side's rows at most
+            return own
+        return left * right + own  # an outer join's unmatched rows too
     if kind == "set":
         return sum(_rows_bound(i, rows) for i in r.inputs)
     return math.inf
