@@ -54,11 +54,15 @@ PROFILES = ("bluefield2", "core")
 LINKS = ("100mbit", "1000mbit", "10000mbit")
 TRAINED = ("particles", "generated")
 """The training suites: the seed's particle tables, and the generated schemas."""
-MODELS = (*TRAINED, "moved")
+MODELS = (*TRAINED, "moved", "all")
 """The sets of models a node decides with: trained on its own profile by the particle suite and
 by the generated schemas, and "moved": the generated schemas' trained on the other profile (a
 node whose resources changed since it was trained: a whole core's models on a quarter core, and
-the other way), which online adaptation is to correct."""
+the other way), which online adaptation is to correct; "all": both suites' samples in one file, as
+`offload node train` makes it by default (``--suite all``)."""
+TESTS = ("generated", "orders")
+"""The decision suites: generated schemas of other seeds than training's (``workload``), or the
+orders/customers/shipments schema of ``newuser_orders`` (a new user's, unlike any generated)."""
 NS = "gen"
 """The namespace (``offload-gen``): this bench's own, so it never meets another's nodes."""
 PORT = 9451
@@ -76,6 +80,23 @@ def main() -> None:
     ap.add_argument("--particle-sizes", default="100000,400000,1600000", help="particle tables (`train`'s)")
     ap.add_argument("--particle-queries", type=int, default=30, help="queries per particle table (`train`'s)")
     ap.add_argument("--test-seeds", default="100,101,102,103", help="schemas of the decision suite")
+    ap.add_argument(
+        "--tests",
+        choices=TESTS,
+        default="generated",
+        help="the decision suite's schemas: generated (--test-seeds) or orders (newuser_orders, "
+        "--rows orders)",
+    )
+    ap.add_argument(
+        "--models",
+        default=",".join(MODELS[:3]),
+        help=f"the sets of models that decide, of {', '.join(MODELS)}",
+    )
+    ap.add_argument(
+        "--reuse-training",
+        action="store_true",
+        help="decide with the last run's training samples (models are fitted from them anew)",
+    )
     ap.add_argument("--queries", type=int, default=16, help="queries per profile and link")
     ap.add_argument("--adapt-queries", type=int, default=50, help="queries served before 'after'")
     ap.add_argument("--adapt-wait", type=float, default=90, help="seconds to wait for a node's refit")
@@ -85,13 +106,16 @@ def main() -> None:
     ap.add_argument("--truth-repeat", type=int, default=7,
                     help="the decision suite: runs of each way per query (medians), alternating")  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("benches/results/dataservices/generalize.json"))
-    ap.add_argument("--worker", choices=("train", "decide", "serve"), help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=("train", "heldout", "decide", "serve"), help=argparse.SUPPRESS)
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--ports", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker == "train":
         train_worker(a)
+    elif a.worker == "heldout":
+        (c,) = _clients(a)
+        heldout(c, a, c.status().get("system", "host"))
     elif a.worker == "decide":
         decide_worker(a)
     elif a.worker == "serve":
@@ -129,7 +153,7 @@ def run(a: argparse.Namespace) -> None:
             if other != prof:
                 move(work / f"models-{other}-generated.json", other, prof, work / f"models-{prof}-moved.json")
             cells = results["profiles"][prof]
-            for link in a.links.split(","):
+            for link in filter(None, a.links.split(",")):
                 console.print(f"{prof} over {link}: the decision suite")
                 rows = decide(prof, link, tuple(range(port, port + 1 + len(MODELS))), work, a)
                 cells[link] = {"summary": summarize(rows), "runs": rows}
@@ -140,13 +164,19 @@ def run(a: argparse.Namespace) -> None:
     runs = [
         r for p in results["profiles"].values() for k, v in p.items() if k != "model_error" for r in v["runs"]
     ]
-    results["overall"] = summarize(runs)
+    results["overall"] = summarize(runs) if runs else {}
     results["seconds"] = round(time.monotonic() - t0)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(results, indent=1))
-    report(results["profiles"], results["overall"])
-    plot(results, a.out.with_suffix(".png"))
-    console.print(f"wrote {a.out} and its plot ({results['seconds']} s)")
+    for prof, cells in results["profiles"].items():
+        console.print(
+            f"{prof}: stage errors on the decision suite",
+            cells["model_error"]["stages on the decision suite"],
+        )
+    if runs:
+        report(results["profiles"], results["overall"])
+        plot(results, a.out.with_suffix(".png"))
+    console.print(f"wrote {a.out} ({results['seconds']} s)")
 
 
 def test_specs(a: argparse.Namespace) -> list[Any]:
@@ -159,27 +189,83 @@ def test_specs(a: argparse.Namespace) -> list[Any]:
     return specs
 
 
+def test_tables(a: argparse.Namespace) -> dict[str, Any]:
+    """The decision suite's tables by name."""
+    if a.tests == "orders":
+        import newuser_orders
+
+        return newuser_orders.tables(a.rows)
+    return {name: t for spec in test_specs(a) for name, t in spec.tables().items()}
+
+
+def test_queries(a: argparse.Namespace) -> tuple[list[tuple[str, str]], list[str]]:
+    """The decision suite's queries as (kind, sql), and the other queries of the same schemas a
+    node adapts to."""
+    if a.tests == "orders":
+        import newuser_orders
+
+        return newuser_orders.queries(a.queries, 0), [
+            q for _, q in newuser_orders.queries(a.adapt_queries, 1)
+        ]
+    from offload.dataservices import workload as W
+
+    specs = test_specs(a)
+    per = -(-a.queries // len(specs))
+    suite = [(q.kind, q.sql) for s in specs for q in W.queries(s, per, 0)][: a.queries]
+    adapt = [q.sql for s in specs for q in W.queries(s, -(-a.adapt_queries // len(specs)), 1)]
+    return suite, adapt[: a.adapt_queries]
+
+
 def write_tests(work: Path, a: argparse.Namespace) -> dict[str, int]:
     """The decision suite's tables as Parquet files in the nodes' data directory (each node
     registers them itself: no upload over the shaped link); their rows by name."""
     from offload.dataservices import tablefiles
 
     out = {}
-    for spec in test_specs(a):
-        for name, t in spec.tables().items():
-            tablefiles.write_parquet(t, work / f"{name}.parquet")  # always: --rows may have changed
-            out[name] = t.num_rows
+    for name, t in test_tables(a).items():
+        tablefiles.write_parquet(t, work / f"{name}.parquet")  # always: --rows may have changed
+        out[name] = t.num_rows
     return out
+
+
+def test_names(a: argparse.Namespace) -> list[str]:
+    """The decision suite's table names (without making their data)."""
+    if a.tests == "orders":
+        return ["customers", "orders", "shipments"]
+    return [n for s in test_specs(a) for n in (s.fact, s.dim)]
+
+
+def _model_sets(a: argparse.Namespace) -> list[str]:
+    """The sets of models that decide (--models), in MODELS' order."""
+    asked = set(a.models.split(","))
+    unknown = asked - set(MODELS)
+    if unknown:
+        raise SystemExit(f"--models: {', '.join(sorted(unknown))}: give some of {', '.join(MODELS)}")
+    return [m for m in MODELS if m in asked]
 
 
 def train(prof: str, port: int, work: Path, a: argparse.Namespace) -> dict[str, Any]:
     """Both training suites against a node of ``prof`` on an unshaped link: a models file each."""
     from offload.dataservices import timemodel as TM
 
-    console.print(f"{prof}: training both suites on an unshaped link")
-    with _node(prof, "none", port, work, None):
-        _worker(a, "train", [port], work / f"models-{prof}")
-    return {m: TM.held_out_error(TM.Models.load(work / f"models-{prof}-{m}.json").samples) for m in TRAINED}
+    files = {m: work / f"models-{prof}-{m}.json" for m in (*TRAINED, "heldout")}
+    if a.reuse_training and all(files[m].exists() for m in TRAINED):
+        console.print(f"{prof}: the training files of the last run")
+        if not files["heldout"].exists():
+            with _node(prof, "none", port, work, None):
+                _worker(a, "heldout", [port], work / f"models-{prof}")
+    else:
+        console.print(f"{prof}: training both suites on an unshaped link")
+        with _node(prof, "none", port, work, None):
+            _worker(a, "train", [port], work / f"models-{prof}")
+    both = [s for m in TRAINED for s in TM.Models.read_samples(files[m])]
+    TM.Models(both).save(work / f"models-{prof}-all.json")  # `offload node train --suite all`'s file
+    held = TM.Models.read_samples(files["heldout"])
+    stages = {
+        m: TM.stage_errors(TM.Models.load(work / f"models-{prof}-{m}.json"), held) for m in (*TRAINED, "all")
+    }
+    errors = {m: TM.held_out_error(TM.Models.read_samples(files[m])) for m in TRAINED}
+    return errors | {"stages on the decision suite": stages}
 
 
 def move(src: Path, trained: str, served: str, dst: Path) -> None:
@@ -195,13 +281,14 @@ def decide(
     prof: str, link: str, ports: Sequence[int], work: Path, a: argparse.Namespace
 ) -> list[dict[str, Any]]:
     """Nodes of ``prof`` over ``link``: one without models measures, one per models file decides."""
-    files = {m: work / f"models-{prof}-{m}.json" for m in MODELS}
+    files = {m: work / f"models-{prof}-{m}.json" for m in _model_sets(a)}
     files = {m: f for m, f in files.items() if m != "moved" or f.exists()}  # one profile: none moved
+    deciding = argparse.Namespace(**{**vars(a), "models": ",".join(files)})
     with ExitStack() as stack:
         stack.enter_context(_node(prof, link, ports[0], work, None, learn=False))
         for p, f in zip(ports[1:], files.values(), strict=False):
             stack.enter_context(_node(prof, link, p, work, f))
-        return _worker(a, "decide", ports[: 1 + len(files)], work / f"runs-{prof}-{link}.json")
+        return _worker(deciding, "decide", ports[: 1 + len(files)], work / f"runs-{prof}-{link}.json")
 
 
 def _inside() -> list[str]:
@@ -215,9 +302,9 @@ def _env(work: Path) -> dict[str, str]:
 def _worker(a: argparse.Namespace, kind: str, ports: Sequence[int], out: Path) -> Any:
     """This script as a worker inside the namespace, against the nodes on ``ports``."""
     args = [
-        f"--{k.replace('_', '-')}={v}"
+        f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}"
         for k, v in vars(a).items()
-        if not k.startswith("worker") and k not in ("ports", "serve")
+        if not k.startswith("worker") and k not in ("ports", "serve") and v is not False
     ]
     cmd = [
         *_inside(),
@@ -301,24 +388,37 @@ def train_worker(a: argparse.Namespace) -> None:
     sizes = (a.rows // 4, a.rows // 2, a.rows, 2 * a.rows)  # 4 against 3 shapes: each shape in several sizes
     gen = TR.generated_samples(c, system, seeds, sizes, a.train_queries, a.repeat)
     TM.Models(gen).save(f"{a.worker_out}-generated.json")
+    heldout(c, a, system)
+
+
+def heldout(c: Any, a: argparse.Namespace, system: str) -> None:
+    """The decision suite measured stage by stage as training measures (unshaped, ``--repeat``
+    runs each way): the held-out samples each set of models' stage errors are taken on."""
+    from offload.dataservices import timemodel as TM
+    from offload.dataservices import training as TR
+
+    names = test_names(a)
+    console.print(f"  held out: the decision suite's {a.queries} queries over {', '.join(names)}")
+    for n in names:
+        c.register(n, f"{n}.parquet")
+    suite, _ = test_queries(a)
+    TM.Models(TR.measure(c, None, [sql for _, sql in suite], system, None, a.repeat)).save(
+        f"{a.worker_out}-heldout.json"
+    )
+    for n in names:
+        c.drop(n)
 
 
 def decide_worker(a: argparse.Namespace) -> None:
-    from offload.dataservices import workload as W
 
     measurer, *deciders = _clients(a)
-    specs = test_specs(a)
-    per = -(-a.queries // len(specs))
-    suite = [q for s in specs for q in W.queries(s, per, 0)][: a.queries]
-    adapt = [q.sql for s in specs for q in W.queries(s, -(-a.adapt_queries // len(specs)), 1)][
-        : a.adapt_queries
-    ]
-    names = [n for s in specs for n in (s.fact, s.dim)]
+    suite, adapt = test_queries(a)
+    names = test_names(a)
     with ThreadPoolExecutor(len(deciders) + 1) as pool:  # each node sketches its own tables
         list(pool.map(lambda c: [c.register(n, f"{n}.parquet") for n in names], [measurer, *deciders]))
-    plan_of = [measurer.plan(q.sql) for q in suite]
-    rows: list[dict[str, Any]] = [{"sql": q.sql, "kind": q.kind, "decisions": {}} for q in suite]
-    models = MODELS[: len(deciders)]
+    plan_of = [measurer.plan(sql) for _, sql in suite]
+    rows: list[dict[str, Any]] = [{"sql": sql, "kind": kind, "decisions": {}} for kind, sql in suite]
+    models = _model_sets(a)[: len(deciders)]
     for m, c in zip(models, deciders, strict=True):  # before any query reaches the deciders
         for r, plan in zip(rows, plan_of, strict=True):
             r["decisions"][m] = _decision(c.explain(plan))
@@ -364,7 +464,8 @@ def _decision(explained: dict[str, Any]) -> dict[str, Any]:
     d = explained.get("decision") or {}
     return {"way": explained["way"], "offload_s": d.get("offload_s"), "pushback_s": d.get("pushback_s"),
             "why": explained.get("why"), "decision_cpu_s": explained.get("decision_cpu_s"),
-            "reused": bool(explained.get("reused"))}  # fmt: skip
+            "reused": bool(explained.get("reused")),
+            "estimated_rows": (explained.get("estimate") or {}).get("rows")}  # fmt: skip
 
 
 def _serve(c: Any, sqls: Sequence[str], gap_s: float) -> tuple[dict[str, Any], list[str]]:
