@@ -71,6 +71,37 @@ def test_models_learn_the_stages_and_the_decision_follows_the_link(tmp_path: Pat
     assert set(TM.held_out_error(_synthetic())) >= {"nic/node_engine", "host/host_engine"}
 
 
+def test_a_stage_is_priced_per_row_beyond_the_largest_query_trained_on() -> None:
+    """Trees alone stop at the largest time they saw (0.8 s at a million rows); the unit costs
+    fitted first carry a query a hundred times larger to its time, and ``why`` says where the
+    node extrapolates."""
+    m = TM.Models.fit(_synthetic())
+    big = TM.QueryFeatures(1e8, 64e8, 1e6, 64e6, 1, False, False, False)
+    assert m.predict("nic", "node_engine", big) == pytest.approx(80.0, rel=0.35)
+    assert m.predict("host", "host_engine", big) == pytest.approx(20.0, rel=0.35)
+    assert any(
+        b.startswith("in_rows 100,000,000, trained up to 1,000,000")
+        for b in TM.beyond_training(m, "nic", big)
+    )
+    assert TM.beyond_training(m, "nic", TM.QueryFeatures(1e5, 64e5, 1e3, 64e3, 1, False, False, False)) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(8, 60))
+def test_unit_costs_price_work_that_is_linear_exactly(seed: int, n: int) -> None:
+    """Seconds that are a non-negative combination of the work quantities (some costs 0, some
+    quantities never used, sizes over six decades) give back their unit costs."""
+    rng = np.random.default_rng(seed)
+    k = len(TM.PRICED)
+    work = np.where(rng.random((n, k)) < 0.3, 0.0, 10 ** rng.uniform(0, 6, (n, k)))
+    work[:, 0] = 1.0
+    cost = np.where(rng.random(k) < 0.4, 0.0, 10 ** rng.uniform(-9, -3, k))
+    cost[0] = 1e-4  # a fixed cost: every stage has one
+    seconds = work @ cost
+    got = TM.unit_costs(work, seconds)
+    np.testing.assert_allclose(work @ got, seconds, rtol=1e-6)
+
+
 seconds = st.floats(0.0, 10.0)
 nbytes = st.floats(0.0, 1e10)
 
@@ -92,10 +123,10 @@ def test_the_forest_predicts_what_scikit_learn_predicts(
     for j in range(models):
         rate, trees = float(rng.uniform(0.01, 0.5)), int(rng.integers(1, 30))
         gbm = GradientBoostingRegressor(n_estimators=trees, max_depth=depth, learning_rate=rate)
-        fitted.append((gbm.fit(x, rng.normal(0, 1, 40) + x[:, j % nf]), j % 2))
+        fitted.append((gbm.fit(x, rng.normal(0, 1, 40) + x[:, j % nf]), j % 2, np.zeros(len(TM.PRICED))))
     forest = TM.Forest(fitted)
     rows = x[rng.integers(0, 40, 2)] if ties else rng.normal(0, 1e4, (2, nf))
-    want = [gbm.predict(rows[w : w + 1])[0] for gbm, w in fitted]
+    want = [gbm.predict(rows[w : w + 1])[0] for gbm, w, _ in fitted]
     log_seconds = forest.base + forest._raw(rows)  # what predict() takes the exponential of
     np.testing.assert_allclose(log_seconds, want, rtol=1e-9, atol=1e-9)
 
@@ -299,6 +330,28 @@ def test_a_plan_asked_again_reuses_its_decision_until_data_models_or_link_change
     counters = node.status()["counters"]
     assert counters["decisions"] == 7 and counters["decisions_reused"] == 2
     assert 'offload_node_decisions_reused_total{node="n"} 2' in node.metrics()
+
+
+@given(st.sampled_from(["offload", "pushback"]), st.floats(1e-4, 10.0), st.floats(1e-4, 10.0))
+def test_a_refit_changes_a_kept_way_only_where_the_other_is_clearly_faster(
+    before: str, offload_s: float, pushback_s: float
+) -> None:
+    """After a refit a plan keeps its way unless the new models find it more than the switch
+    margin slower than the other; a decision without models (a fallback) or an uncertain
+    estimate is taken as it comes."""
+    from offload.dataservices import node as N
+
+    old = {"way": before, "why": "old", "decision": {"offload_s": 1.0, "pushback_s": 1.0}}
+    way = "offload" if offload_s <= pushback_s else "pushback"
+    new = {"way": way, "why": "new", "decision": {"offload_s": offload_s, "pushback_s": pushback_s}}
+    got = N._settled(old, new)
+    slower, faster = new["decision"][f"{before}_s"], new["decision"][f"{way}_s"]
+    if way != before and slower <= (1 + N.SWITCH_MARGIN) * faster:
+        assert got["way"] == before and got["kept"] and got["why"].startswith(f"kept {before}: ")
+    else:
+        assert got == new
+    assert N._settled({"way": before, "why": "fell back"}, new) == new
+    assert N._settled(old, new | {"uncertain": ["x"]}) == new | {"uncertain": ["x"]}
 
 
 def test_auto_queries_carry_the_node_decision(node: Node) -> None:

@@ -224,6 +224,16 @@ def test_group_bys_and_joins_on_string_keys_count_their_rows() -> None:
     assert keyed("select count(*) as n from f") == 0.0
     assert keyed("select f.id, d.w from f join d on f.code = d.code") == pytest.approx(n + 50)
     assert keyed("select f.id, d.w from f join d on f.g = d.g") == 0.0
+
+    def joined(sql: str) -> float:
+        return E.estimate(plans.to_substrait(sql, schemas), stats).work["join_rows"]
+
+    # every join, whatever its keys, builds and probes: both sides' rows as they enter it
+    assert joined("select f.id, d.w from f join d on f.g = d.g") == pytest.approx(n + 50)
+    assert joined("select f.id, d.w from f join d on f.g = d.g where f.v < 0.5") == pytest.approx(
+        n / 2 + 50, rel=0.1
+    )
+    assert joined("select code, count(*) as n from f group by code") == 0.0
     plan = plans.to_substrait("select code, count(*) as n from f group by code", schemas)
     est = E.estimate(plan, stats)
     f = TM.features(plan, est.rows, est.bytes, {"f": (n, n * 30.0)}, est.as_dict(), schemas)

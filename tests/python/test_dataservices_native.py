@@ -113,9 +113,9 @@ def test_plans_the_native_reader_does_not_model_are_left_to_the_reference() -> N
         raise plans.PlanError("injected")
 
     with pytest.raises(plans.PlanError, match="injected"):
-        native.estimate([E._plan_table("p", stats["p"])], plans.native_classes(), broken)
+        native.estimate([E._plan_table("p", stats["p"])], plans.native_classes(), broken, broken)
     # a data set without statistics: not the native walk's to answer
-    assert native.estimate([], plans.native_classes(), broken) is None
+    assert native.estimate([], plans.native_classes(), broken, broken) is None
 
 
 def _table(seed: int, rows: int) -> pa.Table:
@@ -179,7 +179,7 @@ def test_the_common_conditions_never_reach_the_python_estimator(cond: str) -> No
         raise AssertionError("priced natively, not asked of the Python estimator")
 
     native = plans.inspect(plan).native
-    native.estimate([E._plan_table("p", stats["p"])], plans.native_classes(), asked)
+    native.estimate([E._plan_table("p", stats["p"])], plans.native_classes(), asked, asked)
 
 
 def _models(seed: int, request: bool, whole: bool) -> Any:
@@ -288,3 +288,42 @@ def test_joins_of_every_type_are_bounded_by_what_they_can_produce() -> None:
         truth = ctx.sql(f"select count(*) as n from ({sql}) as q").to_pydict()["n"][0]
         assert any("past the other conditions" in s and E.DEFAULTED in s for s in est.steps), est.steps
         assert est.rows > 0 and (truth == 0 or truth / 2 <= est.rows <= truth * 2), (sql, est.rows, truth)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(0, 2**16), st.integers(2, 400), st.sampled_from([0.0, 0.5]))
+def test_groups_of_computed_keys_are_measured_on_the_sample(seed: int, prefixes: int, cut: float) -> None:
+    """A group-by on a computed key (a code's prefix, a date's month, both together) has as
+    many groups as the key takes, not one a row: its input run on the sample and the keys
+    counted there (GEE), the same by both walks, within 2x of the truth (DataFusion's count)
+    where the sample is a tenth of the table; a join below the aggregate is not one data
+    set's rows, and the keys are taken as unique there, saying so."""
+    rng = np.random.default_rng(seed)
+    n = 60_000
+    codes = [
+        f"{p:03d}-{v:06d}"
+        for p, v in zip(rng.integers(0, prefixes, n), rng.integers(0, 10**6, n), strict=True)
+    ]
+    days = rng.integers(0, 3 * 365, n).astype(np.int32)
+    table = pa.table({"code": codes, "d": pa.array(days, pa.date32()), "x": rng.random(n)})
+    schemas = {"f": table.schema}
+    stats = {"f": TableStats.of(table, sample_rows=6_000)}
+    for sql in (
+        f"select substr(code, 1, 3) as p, count(*) as n from f where x >= {cut} group by substr(code, 1, 3)",
+        "select date_trunc('month', d) as m, avg(x) as a from f group by date_trunc('month', d)",
+        "select distinct substr(code, 1, 3) as p, date_trunc('year', d) as y from f",
+        "select substr(code, 1, 10) as c, count(*) as n from f group by substr(code, 1, 10)",  # near unique
+    ):
+        plan = plans.to_substrait(sql, schemas)
+        _same_as_reference(plan, stats, schemas)
+        est = E.estimate(Plan.FromString(plan), stats)
+        truth = plans.count_rows(plan, {"f": table})
+        assert truth / 2 <= est.rows <= 2 * truth, (sql, est.rows, truth, est.steps)
+        assert any(s.startswith("groups of computed keys measured on ") for s in est.steps)
+    joined = plans.to_substrait(
+        "select substr(a.code, 1, 3) as p, count(*) as n from f a join f b on a.x = b.x "
+        "group by substr(a.code, 1, 3)",
+        schemas,
+    )
+    steps = E.estimate(Plan.FromString(joined), stats).steps
+    assert "groups of computed keys: the input is not one data set's rows, taken as unique" in steps

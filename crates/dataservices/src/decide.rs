@@ -57,6 +57,31 @@ pub const FIELDS: [&str; 19] = [
 
 pub const VECTOR: usize = 21;
 
+/// What each operator works through, in plain units (rows, bytes; `one` for the fixed cost):
+/// the quantities a stage's time is linear in ([`Features::priced_work`]), whose unit costs the
+/// time models fit (`timemodel.Models.fit`) so that a query larger than any trained on is
+/// priced per row and byte, not at the largest time the trees saw.
+pub const PRICED: [&str; 15] = [
+    "one",
+    "in_rows",
+    "in_bytes",
+    "in_string_bytes",
+    "out_rows",
+    "out_bytes",
+    "out_string_bytes",
+    "cheap_rows",
+    "heavy_rows",
+    "string_rows",
+    "aggregate_rows",
+    "group_bytes",
+    "sort_rows",
+    "join_rows",
+    "string_key_rows",
+];
+
+/// A stage's time is never priced under this (seconds): the floor of the learned times.
+pub const FLOOR_S: f64 = 1e-6;
+
 impl Features {
     /// `timemodel.features` of an estimated plan: `reads`, each data set read with its columns
     /// (`PlanInfo.reads`), over `tables` (their statistics, found by name); None where a data
@@ -97,7 +122,7 @@ impl Features {
             string_rows: w[2],
             in_string_bytes: in_string,
             out_string_bytes: e.bytes * if in_bytes > 0.0 { in_string / in_bytes } else { 0.0 },
-            join_rows: if join { in_rows } else { 0.0 },
+            join_rows: w[6],
             group_bytes: if aggregate && e.rows > 1.0 { e.bytes } else { 0.0 },
             string_key_rows: w[5],
         })
@@ -185,6 +210,27 @@ impl Features {
         ]
     }
 
+    /// The quantities of [`PRICED`], in its order.
+    pub fn priced_work(&self) -> [f64; PRICED.len()] {
+        [
+            1.0,
+            self.in_rows,
+            self.in_bytes,
+            self.in_string_bytes,
+            self.out_rows,
+            self.out_bytes,
+            self.out_string_bytes,
+            self.cheap_rows,
+            self.heavy_rows,
+            self.string_rows,
+            self.aggregate_rows,
+            self.group_bytes,
+            self.sort_rows,
+            self.join_rows,
+            self.string_key_rows,
+        ]
+    }
+
     /// `scan_features`: shipping the query's input as it is (pushback's stream).
     pub fn scan(&self) -> Features {
         Features {
@@ -220,19 +266,45 @@ pub struct Parts {
     pub host_engine: f64,
 }
 
-/// Each regressor's seconds: the exponential of its base plus its trees (`Forest.predict`).
-pub fn predict(forest: &Forest, base: &[f64], layout: Layout, f: &Features) -> Result<Parts, String> {
+/// A stage's time from its unit costs `cost` (one per [`PRICED`] quantity) and the trees'
+/// correction: the work priced at those costs (at least [`FLOOR_S`]) times the exponential of
+/// `log_correction`; a stage without unit costs (all 0) is the exponential alone.
+pub fn priced(cost: &[f64], work: &[f64; PRICED.len()], log_correction: f64) -> f64 {
+    let scale = if cost.iter().all(|&c| c == 0.0) {
+        1.0
+    } else {
+        cost.iter().zip(work).fold(0.0, |a, (c, w)| a + c * w).max(FLOOR_S)
+    };
+    scale * log_correction.exp()
+}
+
+/// Each regressor's seconds (`Forest.predict`): its work at its unit costs (`cost`, [`PRICED`]
+/// of them a regressor, in the forest's order) times the exponential of its base plus its
+/// trees. The host's receiving of the scan and the pushback stages read the scan's features
+/// and work, the others the query's.
+pub fn predict(forest: &Forest, base: &[f64], cost: &[f64], layout: Layout, f: &Features) -> Result<Parts, String> {
+    let scan = f.scan();
     let mut x = f.vector().to_vec();
-    x.extend(f.scan().vector());
+    x.extend(scan.vector());
     let raw = forest.raw(&x)?;
-    if raw.len() != base.len() {
-        return Err(format!("{} regressors against {} bases", raw.len(), base.len()));
-    }
-    let y: Vec<f64> = raw.iter().zip(base).map(|(r, b)| (b + r).exp()).collect();
     let n = 3 + usize::from(layout.request);
-    if y.len() != n + layout.offload + layout.pushback {
-        return Err(format!("{} regressors against a layout of {}", y.len(), n + layout.offload + layout.pushback));
+    let count = n + layout.offload + layout.pushback;
+    if raw.len() != base.len() || raw.len() != count || cost.len() != count * PRICED.len() {
+        return Err(format!(
+            "{} regressors against {} bases, {} unit costs and a layout of {count}",
+            raw.len(),
+            base.len(),
+            cost.len() / PRICED.len()
+        ));
     }
+    let (work, scan_work) = (f.priced_work(), scan.priced_work());
+    let y: Vec<f64> = (0..count)
+        .map(|j| {
+            let reads_scan = j == 1 || j >= n + layout.offload;
+            let w = if reads_scan { &scan_work } else { &work };
+            priced(&cost[j * PRICED.len()..(j + 1) * PRICED.len()], w, base[j] + raw[j])
+        })
+        .collect();
     Ok(Parts {
         request: if layout.request { y[3] } else { 0.0 },
         node_offload: y[n..n + layout.offload].iter().sum(),
@@ -359,4 +431,24 @@ pub fn crossover(
         }
     }
     (None, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stage_is_its_work_at_unit_costs_times_the_trees_correction() {
+        let f = Features { in_rows: 1e6, in_bytes: 64e6, ..Features::default() };
+        let mut cost = [0.0; PRICED.len()];
+        assert_eq!(priced(&cost, &f.priced_work(), 0.5), 0.5f64.exp(), "no unit costs: the trees alone");
+        cost[0] = 1e-3;
+        cost[1] = 2e-7;
+        let got = priced(&cost, &f.priced_work(), 0.0);
+        assert!((got - (1e-3 + 0.2)).abs() < 1e-12, "{got}");
+        assert!((priced(&cost, &f.priced_work(), 2f64.ln()) - 2.0 * got).abs() < 1e-12);
+        let none = Features::default();
+        cost[0] = 0.0;
+        assert_eq!(priced(&cost, &none.priced_work(), 0.0), FLOOR_S, "no work: the floor");
+    }
 }

@@ -28,11 +28,12 @@ use crate::selectivity::Numeric;
 pub const PRE_SELECTION: f64 = 0.2;
 
 /// The work counted (`estimate.WORK`, in its order).
-pub const WORK: [&str; 6] =
-    ["cheap_rows", "heavy_rows", "string_rows", "aggregate_rows", "sort_rows", "string_key_rows"];
+pub const WORK: [&str; 7] =
+    ["cheap_rows", "heavy_rows", "string_rows", "aggregate_rows", "sort_rows", "string_key_rows", "join_rows"];
 const AGGREGATE_ROWS: usize = 3;
 const SORT_ROWS: usize = 4;
 const STRING_KEY_ROWS: usize = 5;
+const JOIN_ROWS: usize = 6;
 
 /// A data set's statistics as the walk needs them (the Python side's `TableStats`).
 #[derive(Debug, Clone)]
@@ -95,6 +96,19 @@ const DEFAULT_SELECTIVITY: f64 = 1.0 / 3.0;
 pub trait Conditions {
     type Error;
     fn selectivity(&mut self, cond: &Expression, cols: &[Col], steps: &mut Vec<String>) -> Result<f64, Self::Error>;
+
+    /// The groups of an aggregate whose keys are computed (`_Ctx._sample_groups`), over input
+    /// columns `cols` of `rows` rows; None where they cannot be had (the keys are then taken
+    /// as unique).
+    fn groups(
+        &mut self,
+        _aggregate: &AggregateRel,
+        _cols: &[Col],
+        _rows: f64,
+        _steps: &mut Vec<String>,
+    ) -> Result<Option<f64>, Self::Error> {
+        Ok(None)
+    }
 }
 
 /// Why a walk stopped: a plan the native walk leaves to the reference, or the caller's error.
@@ -123,7 +137,7 @@ pub struct Estimate {
     pub rows: f64,
     pub bytes: f64,
     pub steps: Vec<String>,
-    pub work: [f64; 6],
+    pub work: [f64; 7],
     pub shape: Shape,
 }
 
@@ -137,7 +151,7 @@ pub fn estimate<C: Conditions>(
     let shape = plan.shape(classes)?; // first: it checks every relation and expression is modelled
     let root = plan.root().and_then(|r| r.input.as_ref());
     let Some(root) = root else { return no("not one root relation") };
-    let mut w = Walker { plan, tables, classes, conditions, steps: Vec::new(), work: [0.0; 6] };
+    let mut w = Walker { plan, tables, classes, conditions, steps: Vec::new(), work: [0.0; 7] };
     let out = w.rel(root)?;
     let width: f64 = out.cols.iter().map(|c| c.width).sum();
     w.steps.push(format!("result: {} rows x {} B", f1(out.rows), g(width)));
@@ -155,7 +169,7 @@ struct Walker<'a, C> {
     classes: &'a FunctionClasses,
     conditions: &'a mut C,
     steps: Vec<String>,
-    work: [f64; 6],
+    work: [f64; 7],
 }
 
 impl<C: Conditions> Walker<'_, C> {
@@ -176,6 +190,7 @@ impl<C: Conditions> Walker<'_, C> {
             Some(RelType::Cross(x)) => {
                 let (left, right) = (self.input(&x.left)?, self.input(&x.right)?);
                 let rows = left.rows * right.rows;
+                self.work[JOIN_ROWS] += left.rows + right.rows;
                 self.steps.push(format!("cross join: {} rows", f1(rows)));
                 (Out { rows, cols: [left.cols, right.cols].concat() }, &x.common)
             }
@@ -283,9 +298,18 @@ impl<C: Conditions> Walker<'_, C> {
             self.steps.push("aggregate without grouping: 1 row".into());
             return Ok(Out { rows: 1.0, cols: measures });
         }
+        let sampled = if keys.iter().any(|k| k.source.is_none()) {
+            self.conditions.groups(r, &inp.cols, inp.rows, &mut self.steps).map_err(Stop::Failed)?
+        } else {
+            None
+        };
         let mut groups = 1.0;
-        for k in &keys {
-            groups *= self.distinct(k, inp.rows)?;
+        if let Some(g) = sampled {
+            groups = g;
+        } else {
+            for k in &keys {
+                groups *= self.distinct(k, inp.rows)?;
+            }
         }
         let rows = groups.min(inp.rows);
         self.steps.push(format!("aggregate: {} groups", f1(rows)));
@@ -313,6 +337,7 @@ impl<C: Conditions> Walker<'_, C> {
         if key_cols.iter().any(|c| self.textual(c)) {
             self.work[STRING_KEY_ROWS] += left.rows + right.rows;
         }
+        self.work[JOIN_ROWS] += left.rows + right.rows;
         let residual = r.expression.as_deref().is_some_and(|e| self.conjuncts(e) > keys.len());
         let (kind, side) = join_kind(r.r#type);
         let (mut dl, mut dr, mut domain) = (f64::NAN, f64::NAN, f64::NAN);

@@ -228,6 +228,7 @@ impl SubstraitPlan {
                 }
             }
             Some(RexType::Cast(c)) => {
+                out[cast_class(c)] += 1;
                 for x in c.input.iter() {
                     go(x, out, seen)?;
                 }
@@ -259,6 +260,25 @@ impl SubstraitPlan {
             Ok(())
         })?;
         Ok(Shape { functions, heavy, strings, kinds })
+    }
+}
+
+/// A cast's cost class (`plans.cast_class`): one to a date, time or text parses or formats
+/// characters (a string call), any other converts a word (cheap). It counts in the work, not
+/// among the plan's functions.
+fn cast_class(c: &substrait::proto::expression::Cast) -> usize {
+    use substrait::proto::r#type::Kind;
+    match c.r#type.as_ref().and_then(|t| t.kind.as_ref()) {
+        Some(
+            Kind::Date(_)
+            | Kind::PrecisionTime(_)
+            | Kind::PrecisionTimestamp(_)
+            | Kind::PrecisionTimestampTz(_)
+            | Kind::String(_)
+            | Kind::Varchar(_)
+            | Kind::FixedChar(_),
+        ) => STRING,
+        _ => CHEAP,
     }
 }
 

@@ -5,13 +5,13 @@ use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use offload_dataservices::decide::{decide, predict, Features, Layout, Link, FIELDS};
+use offload_dataservices::decide::{decide, predict, Features, Layout, Link, FIELDS, FLOOR_S, PRICED};
 use offload_dataservices::estimate::{estimate, Col, ColumnStats, Conditions, Stop, TableStats};
 use offload_dataservices::forest::{Forest, Nodes};
 use offload_dataservices::plan::{FunctionClasses, PlanInfo, SubstraitPlan};
 use offload_dataservices::prost::Message;
 use offload_dataservices::selectivity::Numeric;
-use offload_dataservices::substrait::proto::Expression;
+use offload_dataservices::substrait::proto::{AggregateRel, Expression};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -61,14 +61,16 @@ impl PyForest {
     }
 
     /// `timemodel.decide` with this forest laid out as `(request, offload, pushback)` say
-    /// (`timemodel._prediction_plan`), each regressor's `base` added before its exponential;
+    /// (`timemodel._prediction_plan`), each regressor's `base` added before its exponential
+    /// and its work priced at its unit `cost` (flattened, `priced_names()` of them a regressor);
     /// `features`: a QueryFeatures' fields in order; the link's rate (bytes/s, None unshaped)
     /// and latency. (way, offload stages, pushback stages, why, crossover Mbit/s, the way above).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (base, request, offload, pushback, features, rate, latency))]
+    #[pyo3(signature = (base, cost, request, offload, pushback, features, rate, latency))]
     fn decide(
         &self,
         base: PyReadonlyArray1<'_, f64>,
+        cost: PyReadonlyArray1<'_, f64>,
         request: bool,
         offload: usize,
         pushback: usize,
@@ -81,7 +83,8 @@ impl PyForest {
         let f = Features::from_values(values);
         let layout = Layout { request, offload, pushback };
         let base = base.as_slice().map_err(|e| PyValueError::new_err(format!("base: {e}")))?;
-        let parts = predict(&self.0, base, layout, &f).map_err(PyValueError::new_err)?;
+        let cost = cost.as_slice().map_err(|e| PyValueError::new_err(format!("cost: {e}")))?;
+        let parts = predict(&self.0, base, cost, layout, &f).map_err(PyValueError::new_err)?;
         let d = decide(&parts, &f, Link { bytes_per_s: rate, latency_s: latency });
         Ok((d.way, d.offload, d.pushback, d.why, d.crossover_mbit, d.above))
     }
@@ -169,7 +172,7 @@ type Reads = Vec<(String, Vec<String>)>;
 type Decided = (&'static str, Stages, Stages, String, Option<f64>, Option<&'static str>);
 type Stages = Vec<(&'static str, f64)>;
 /// (rows, bytes, steps, work in `estimate.WORK`'s order, shape, features by name).
-type Estimated<'py> = (f64, f64, Vec<String>, [f64; 6], (usize, usize, usize, Vec<&'static str>), Bound<'py, PyDict>);
+type Estimated<'py> = (f64, f64, Vec<String>, [f64; 7], (usize, usize, usize, Vec<&'static str>), Bound<'py, PyDict>);
 
 #[pymethods]
 impl PySubstraitPlan {
@@ -193,16 +196,19 @@ impl PySubstraitPlan {
     /// ones, relation kinds), the features: `QueryFeatures.as_dict()`) over `tables` (every
     /// data set the plan reads); a condition the native walk does not price is priced by
     /// `selectivity(expression bytes, [(table, column, cast) or (None, None, False) per input column])`,
-    /// which returns (selectivity, the steps it took). Its exceptions pass.
+    /// which returns (selectivity, the steps it took), and an aggregate with computed keys by
+    /// `groups(AggregateRel bytes, the input columns so, its input rows)`, which returns (the
+    /// groups or None, the steps it took). Their exceptions pass.
     fn estimate<'py>(
         &self,
         py: Python<'py>,
         tables: Vec<PyRef<'py, PyPlanTable>>,
         classes: &PyFunctionClasses,
         selectivity: Bound<'py, PyAny>,
+        groups: Bound<'py, PyAny>,
     ) -> PyResult<Option<Estimated<'py>>> {
         let stats: Vec<&TableStats> = tables.iter().map(|t| &t.0).collect();
-        let mut conditions = Callback { py, tables: &stats, f: selectivity };
+        let mut conditions = Callback { py, tables: &stats, f: selectivity, g: groups };
         let e = match estimate(&self.plan, &stats, &classes.0, &mut conditions) {
             Ok(e) => e,
             Err(Stop::Unsupported(_)) => return Ok(None),
@@ -238,29 +244,70 @@ struct Callback<'a, 'py> {
     py: Python<'py>,
     tables: &'a [&'a TableStats],
     f: Bound<'py, PyAny>,
+    g: Bound<'py, PyAny>,
 }
 
-impl Conditions for Callback<'_, '_> {
-    type Error = PyErr;
-
-    fn selectivity(&mut self, cond: &Expression, cols: &[Col], steps: &mut Vec<String>) -> PyResult<f64> {
-        let names: Vec<(Option<&str>, Option<&str>, bool)> = cols
-            .iter()
+impl Callback<'_, '_> {
+    /// Each column as the callables take it: (table, column, cast), (None, None, False) computed.
+    fn names(&self, cols: &[Col]) -> Vec<(Option<&str>, Option<&str>, bool)> {
+        cols.iter()
             .map(|c| match c.source {
                 Some((t, i)) => {
                     (Some(self.tables[t].name.as_str()), Some(self.tables[t].columns[i].name.as_str()), c.cast)
                 }
                 None => (None, None, false),
             })
-            .collect();
-        let expr = PyBytes::new(self.py, &cond.encode_to_vec());
-        let (sel, taken): (f64, Vec<String>) = self.f.call1((expr, names))?.extract()?;
-        steps.extend(taken);
-        Ok(sel)
+            .collect()
     }
 }
 
+impl Conditions for Callback<'_, '_> {
+    type Error = PyErr;
+
+    fn selectivity(&mut self, cond: &Expression, cols: &[Col], steps: &mut Vec<String>) -> PyResult<f64> {
+        let expr = PyBytes::new(self.py, &cond.encode_to_vec());
+        let (sel, taken): (f64, Vec<String>) = self.f.call1((expr, self.names(cols)))?.extract()?;
+        steps.extend(taken);
+        Ok(sel)
+    }
+
+    fn groups(
+        &mut self,
+        aggregate: &AggregateRel,
+        cols: &[Col],
+        rows: f64,
+        steps: &mut Vec<String>,
+    ) -> PyResult<Option<f64>> {
+        let rel = PyBytes::new(self.py, &aggregate.encode_to_vec());
+        let (groups, taken): (Option<f64>, Vec<String>) = self.g.call1((rel, self.names(cols), rows))?.extract()?;
+        steps.extend(taken);
+        Ok(groups)
+    }
+}
+
+/// The names of the work quantities a stage's unit costs price (`decide::PRICED`) and the
+/// floor of a priced stage in seconds.
+#[pyfunction]
+fn priced_names() -> (Vec<&'static str>, f64) {
+    (PRICED.to_vec(), FLOOR_S)
+}
+
+/// The work quantities of rows of QueryFeatures' fields in order (`decide::Features::priced_work`),
+/// one row each.
+#[pyfunction]
+fn priced_work(rows: Vec<Vec<f64>>) -> PyResult<Vec<Vec<f64>>> {
+    rows.into_iter()
+        .map(|r| {
+            let n = r.len();
+            let v = <[f64; 19]>::try_from(r).map_err(|_| PyValueError::new_err(format!("{n} features, not 19")))?;
+            Ok(Features::from_values(v).priced_work().to_vec())
+        })
+        .collect()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(priced_names, m)?)?;
+    m.add_function(wrap_pyfunction!(priced_work, m)?)?;
     m.add_class::<PyForest>()?;
     m.add_class::<PyFunctionClasses>()?;
     m.add_class::<PyPlanTable>()?;

@@ -85,14 +85,23 @@ on 1% of the seed's 6.18 M rows took 7.6-10.2 ms of CPU, and a decision is to ta
 10 ms. A selectivity's standard error is at most 0.55% of the table at 8,192 rows, 0.28% at
 32,768."""
 
-WORK = ("cheap_rows", "heavy_rows", "string_rows", "aggregate_rows", "sort_rows", "string_key_rows")
+WORK = (
+    "cheap_rows",
+    "heavy_rows",
+    "string_rows",
+    "aggregate_rows",
+    "sort_rows",
+    "string_key_rows",
+    "join_rows",
+)
 """The work counted on the way to the result, each a sum over the plan's relations:
 ``cheap_rows``, rows times the cheap function calls (plans.function_class "cheap", IN lists
 included) run on them; ``string_rows``, the same for string functions (like, substring, lower,
 concat, regexp...); ``heavy_rows``, for every other call (sqrt, sin, ...) — what a slow CPU
 pays for beyond moving rows; ``aggregate_rows`` and ``sort_rows``, the rows entering aggregates
 and sorts; ``string_key_rows``, the rows entering group-bys and equi-joins on a string or binary
-key (both sides of a join), which hash and compare per character."""
+key (both sides of a join), which hash and compare per character; ``join_rows``, the rows
+entering joins (both sides): building and probing their hash tables."""
 
 
 @dataclass
@@ -194,12 +203,20 @@ def native_estimate(
     tables = [_plan_table(name, st) for name, st in stats.items()]
     ctx: list[_Ctx] = []  # made for the first condition the walk hands back, if any
 
-    def selectivity(cond: bytes, cols: list[tuple[str | None, str | None, bool]]) -> tuple[float, list[str]]:
+    def made() -> _Ctx:
         if not ctx:
             ctx.append(_Ctx(None, stats, _Calls(native.names()), raw=plan))
-        return ctx[0].native_selectivity(cond, cols)
+        return ctx[0]
 
-    got = native.estimate(tables, plans.native_classes(), selectivity)
+    def selectivity(cond: bytes, cols: list[tuple[str | None, str | None, bool]]) -> tuple[float, list[str]]:
+        return made().native_selectivity(cond, cols)
+
+    def groups(
+        aggregate: bytes, cols: list[tuple[str | None, str | None, bool]], rows: float
+    ) -> tuple[float | None, list[str]]:
+        return made().native_groups(aggregate, cols, rows)
+
+    got = native.estimate(tables, plans.native_classes(), selectivity, groups)
     if got is None:
         return None
     rows, nbytes, steps, work, calls, features = got
@@ -382,9 +399,15 @@ class _Ctx:
         if not keys:
             self.steps.append("aggregate without grouping: 1 row")
             return _Rel(1.0, measures)
+        sampled = None
+        if any(k.table is None and k.values is None for k in keys):
+            sampled = self._sample_groups(r, inp)
         groups = 1.0
-        for k in keys:
-            groups *= self._distinct(k, inp.rows)
+        if sampled is not None:
+            groups = sampled
+        else:
+            for k in keys:
+                groups *= self._distinct(k, inp.rows)
         rows = min(groups, inp.rows)
         self.steps.append(f"aggregate: {rows:,.1f} groups")
         return _Rel(rows, keys + measures)
@@ -402,6 +425,7 @@ class _Ctx:
         kind, side = JOIN_KINDS.get(r.type, (f"type {r.type}", ""))
         if keys and any(self._textual(cols[i]) for k in keys for i in k):
             self.work["string_key_rows"] += left.rows + right.rows
+        self.work["join_rows"] += left.rows + right.rows
         dl = dr = domain = math.nan
         if keys:
             dl = max(self._distinct(cols[keys[0][0]], left.rows), 1.0)
@@ -436,6 +460,7 @@ class _Ctx:
     def _cross(self, r: Any) -> _Rel:
         left, right = self.rel(r.left), self.rel(r.right)
         rows = left.rows * right.rows
+        self.work["join_rows"] += left.rows + right.rows
         self.steps.append(f"cross join: {rows:,.1f} rows")
         return _Rel(rows, left.cols + right.cols)
 
@@ -524,6 +549,86 @@ class _Ctx:
         st = self.stats[c.table]
         d = max(1.0, st.distinct(c.name))
         return d if rows >= st.rows else _cardenas(d, rows)
+
+    def native_groups(
+        self, aggregate: bytes, cols: list[tuple[str | None, str | None, bool]], rows: float
+    ) -> tuple[float | None, list[str]]:
+        """:meth:`_sample_groups` for the native walk: the AggregateRel's bytes, its input's
+        columns as :meth:`native_selectivity` takes them and rows; the groups and the steps."""
+        from substrait.algebra_pb2 import AggregateRel
+
+        before = len(self.steps)
+        inp = _Rel(rows, [_Col(t, n, cast=cast) for t, n, cast in cols])
+        got = self._sample_groups(AggregateRel.FromString(aggregate), inp)
+        return got, self.steps[before:]
+
+    def _sample_groups(self, r: Any, inp: _Rel) -> float | None:
+        """The groups of aggregate ``r``, whose keys are computed (``substr(code, 1, 2)``,
+        ``date_trunc('month', d)``, a count of a subquery), over ``inp``: its input run on the
+        data set's sample as the plan runs it, its keys grouped there, and the groups of all
+        ``inp.rows`` rows estimated from how often each was seen (:func:`gee_groups`). None,
+        and a step saying why, where the input is not one data set's reads, filters and
+        projects, or nothing sampled reaches the aggregate."""
+        reads = plans.find(r.input, "ReadRel")
+        tables = {x.named_table.names[-1] for x in reads if x.named_table.names}
+        if len(reads) != 1 or len(tables) != 1 or not _rel_kinds(r.input) <= {"read", "filter", "project"}:
+            self.steps.append(
+                "groups of computed keys: the input is not one data set's rows, taken as unique"
+            )
+            return None
+        table = tables.pop()
+        st = self.stats.get(table)
+        if st is None or st.sample is None or st.sample.num_rows == 0:
+            self.steps.append(f"groups of computed keys: no rows sampled of {table}, taken as unique")
+            return None
+        costly = sum(
+            self.index.calls(e)["heavy"] + self.index.calls(e)["string"] for e in r.grouping_expressions
+        )
+        sample = st.spaced(_costly_rows(st)) if costly else st.sample
+        exprs = tuple(e.SerializeToString() for e in r.grouping_expressions)
+        key = ("groups", r.input.SerializeToString(), exprs, tuple(sorted(self.fns.items())), sample.num_rows)
+        made: list[bool] = []
+        counts = st.kept(
+            key, lambda: made.append(True) or self._group_counts(r, len(inp.cols), table, st, sample)
+        )
+        if isinstance(counts, str):
+            self.steps.append(
+                f"groups of computed keys not measurable on the sample ({counts}), taken as unique"
+            )
+            return None
+        seen, once, rows = counts
+        if rows == 0:
+            self.steps.append(f"groups of computed keys: none of {sample.num_rows:,} sampled rows reach them")
+            return None
+        groups = gee_groups(seen, once, rows, inp.rows)
+        by = "" if made else " (by an earlier query)"
+        self.steps.append(
+            f"groups of computed keys measured on {rows:,} sampled rows{by}: {seen:,} seen, {once:,} once; "
+            f"{groups:,.1f} of {inp.rows:,.1f} rows"
+        )
+        return groups
+
+    def _group_counts(self, r: Any, width: int, table: str, st: TableStats, sample: pa.Table) -> Any:
+        """(groups seen, groups seen once, rows) of ``r``'s keys over its input run on
+        ``sample``; the error's first line where DataFusion cannot run it."""
+        from substrait.plan_pb2 import Plan
+
+        p = Plan()
+        p.CopyFrom(self.plan)  # extensions, their URNs, the version
+        del p.relations[:]
+        root = p.relations.add().root
+        project = root.input.project
+        project.input.CopyFrom(r.input)
+        project.expressions.extend(r.grouping_expressions)
+        project.common.emit.output_mapping.extend(range(width, width + len(r.grouping_expressions)))
+        root.names.extend(f"k{i}" for i in range(len(r.grouping_expressions)))
+        try:
+            keys = plans.run_in(_sample_session(table, st, sample), p.SerializeToString())
+            counts = keys.group_by(keys.column_names).aggregate([([], "count_all")]).column(-1)
+        except Exception as e:  # DataFusion and Arrow raise plain exceptions; an estimate never fails here
+            return plans.first_line(e)[:120]
+        once = int(pc.sum(pc.equal(counts, 1)).as_py() or 0)
+        return len(counts), once, keys.num_rows
 
     # ------------------------------------------------------------------------ selectivity
 
@@ -836,6 +941,25 @@ def prepare(table: str, st: TableStats) -> None:
     for sample in samples.values():
         with contextlib.suppress(Exception):  # DataFusion raises plain exceptions
             _sample_session(table, st, sample).sql(f'select count(*) from "{table}"').collect()
+
+
+def gee_groups(seen: int, once: int, sampled: int, rows: float) -> float:
+    """The distinct values among ``rows`` rows of which ``sampled`` were drawn, holding
+    ``seen`` distinct values, ``once`` of them seen once: the GEE estimator (Charikar,
+    Chaudhuri, Motwani, Narasayya, PODS 2000), sqrt(rows / sampled) x once + (seen - once),
+    whose ratio error is within sqrt(rows / sampled) of the truth. Where most sampled rows
+    are values seen once the key is near unique, and those scale with the rows (rows /
+    sampled x once): GEE's square root would put a unique key's groups at sqrt(rows x
+    sampled). At most ``rows``, at least ``seen``."""
+    if sampled <= 0:
+        return rows
+    ratio = max(rows, sampled) / sampled
+    scale = ratio if once > UNIQUE_SHARE * sampled else math.sqrt(ratio)
+    return min(max(rows, float(seen)), max(float(seen), scale * once + (seen - once)))
+
+
+UNIQUE_SHARE = 0.5
+"""The share of sampled rows seen once above which a computed key is taken as near unique."""
 
 
 def _cardenas(d: float, rows: float) -> float:

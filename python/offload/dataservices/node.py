@@ -199,6 +199,28 @@ DECISIONS_KEPT = 256
 """Decisions a node keeps for plans asked again (a dashboard's query, a retry)."""
 
 
+SWITCH_MARGIN = 0.25
+"""How much faster refitted models must find the other way before a plan's kept way changes: a
+refit moves near-ties back and forth (the models' median error is 6-16% a stage), and a
+choice that flips with every refit is wrong half the time on one of them."""
+
+
+def _settled(before: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """The decision ``now`` (newly refitted models) for a plan decided ``before``: its way, or
+    ``before``'s where both were decided by models, they differ, and the new models find the
+    kept way less than SWITCH_MARGIN slower (``kept`` says so, and why)."""
+    old, new = before.get("decision"), now.get("decision")
+    if old is None or new is None or before.get("way") == now.get("way") or "uncertain" in now:
+        return now
+    way = before["way"]
+    kept_s, other_s = new[f"{way}_s"], new[f"{now['way']}_s"]
+    if kept_s > (1 + SWITCH_MARGIN) * other_s:
+        return now
+    why = (f"kept {way}: the refitted models find {now['way']} {100 * (1 - other_s / kept_s):.0f}% faster, "
+           f"under the {100 * SWITCH_MARGIN:.0f}% a change needs; {now['why']}")  # fmt: skip
+    return now | {"way": way, "why": why, "kept": True}
+
+
 def _fell_back(out: dict[str, Any], fb: TM.Fallback) -> dict[str, Any]:
     out["way"], out["why"], out["fallback"] = fb.way, fb.why, fb.as_dict()
     return out
@@ -445,7 +467,9 @@ class Node(flight.FlightServerBase):
         the estimate or a model cannot answer, the choice falls back (``fallback`` says why and
         by what rule: :class:`timemodel.Fallback`); ``auto`` never fails for that. The same plan
         asked again over the same data sets (not appended to since), with the same models and link,
-        reuses its decision (``reused``; the last DECISIONS_KEPT)."""
+        reuses its decision (``reused``; the last DECISIONS_KEPT); asked again after the models
+        were refitted, it keeps its way unless the new models find the other clearly faster
+        (:func:`_settled`)."""
         c0 = time.thread_time()
         info = info or self._check_plan(plan)
         key = self._decision_key(plan, info)
@@ -454,6 +478,8 @@ class Node(flight.FlightServerBase):
         if kept is not None and kept[0] is models:  # the same plan over the same data and models
             return self._decided(dict(kept[1]) | {"reused": True}, c0)
         out = self._decide(plan, info, models)
+        if kept is not None:
+            out = _settled(kept[1], out)
         self._decisions.put(key, (models, out))
         return self._decided(dict(out), c0)
 
@@ -483,6 +509,10 @@ class Node(flight.FlightServerBase):
             return _fell_back(out, self._fallback(plan, info, est, reason))
         out["decision"] = d.as_dict() | {"seconds": time.perf_counter() - t0}
         out["way"], out["why"] = d.way, d.why
+        beyond = TM.beyond_training(models, self.config.system, f)
+        if beyond:
+            out["beyond_training"] = beyond
+            out["why"] += f"; beyond the training, priced per row and byte: {'; '.join(beyond)}"
         unpriced = [s for s in est["steps"] if DEFAULTED in s]
         if unpriced:
             self._decide_for_the_worst(out, d, plan, info, models, unpriced)

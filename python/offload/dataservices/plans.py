@@ -479,7 +479,29 @@ def call_counts(msg, names: dict[int, str]) -> dict[str, int]:
             out[function_class(names.get(m.function_reference, "?"))] += 1
         elif kind in _OPAQUE:
             out["cheap"] += 1
+        elif kind == "Cast":
+            out[cast_class(m)] += 1
     return out
+
+
+_PARSED_CASTS = frozenset(
+    (
+        "date",
+        "precision_time",
+        "precision_timestamp",
+        "precision_timestamp_tz",
+        "string",
+        "varchar",
+        "fixed_char",
+    )
+)
+
+
+def cast_class(cast) -> str:
+    """A cast's cost class: one to a date, time or text parses or formats characters
+    ("string"), any other converts a word ("cheap"). Casts count in the work (call_counts),
+    not among the plan's functions (PlanShape)."""
+    return "string" if cast.type.WhichOneof("kind") in _PARSED_CASTS else "cheap"
 
 
 @dataclass(frozen=True)
@@ -531,6 +553,8 @@ class PlanIndex:
                 own[i] = _CLASS_INDEX[function_class(name)]
             elif kind in _OPAQUE:
                 own[i] = 0
+            elif kind == "Cast":
+                own[i] = _CLASS_INDEX[cast_class(m)]
             elif kind.endswith("Rel"):
                 self.rels.append(m)
             fields = _descend_by_field(d)
@@ -645,6 +669,11 @@ def count_rows_in(ctx, plan: bytes) -> int:
     """The rows ``plan`` gives in a session whose tables are registered already (:func:`session`,
     :func:`register`): a session made once serves many small plans (a third of each one's cost)."""
     return int(_planned(ctx, plan).count())
+
+
+def run_in(ctx, plan: bytes) -> pa.Table:
+    """``plan``'s result in a session whose tables are registered already (:func:`count_rows_in`)."""
+    return _planned(ctx, plan).to_arrow_table()
 
 
 def _dataframe(plan: bytes, tables: Mapping[str, pa.Table], threads: int | None):

@@ -45,6 +45,10 @@ node's whole stream each way, which the decision uses (on a node held to a CPU q
 and the serializer share it, so their sum is not the whole); ``node_request``: asking the node
 for the query (its checks and estimate, a round trip), the same either way; ``host_receive_*``:
 the host's part of a fetch beyond the node's stream (deserializing, buffering)."""
+PRICED, FLOOR_S = _native.priced_names()
+"""The quantities each operator works through (rows, bytes; ``one``: the fixed cost), whose unit
+costs a stage's model fits (:meth:`Models.fit`), and the least seconds a stage is priced at;
+their one home is crates/dataservices (``decide::PRICED``, ``Features::priced_work``)."""
 
 
 @dataclass
@@ -115,6 +119,11 @@ class QueryFeatures:
             self.in_string_bytes * per_row,
             math.log1p(self.string_key_rows),
         ]
+
+
+def priced_work(fs: Sequence[QueryFeatures]) -> list[list[float]]:
+    """The PRICED quantities of each of ``fs``, in one native call."""
+    return _native.priced_work([list(vars(f).values()) for f in fs])
 
 
 def features(
@@ -262,6 +271,27 @@ class TransferLink:
         return TransferLink(float(shaped["rate_mbit"]) * 1e6 / 8, delay or latency_s)
 
 
+def unit_costs(work: np.ndarray, seconds: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """The non-negative unit cost of each PRICED quantity (one column of ``work`` a quantity, one
+    row a sample) that prices the samples' ``seconds`` with the least squared relative error
+    (non-negative least squares, scipy's; ``weights`` per sample): a classic operator cost
+    model, which scales with a query's size where trees stop at the largest they saw."""
+    from scipy.optimize import nnls
+
+    rel = work / seconds[:, None]
+    target = np.ones(len(seconds))
+    if weights is not None:
+        root = np.sqrt(np.asarray(weights, dtype=float))
+        rel, target = rel * root[:, None], target * root
+    norm = np.linalg.norm(rel, axis=0)
+    used = norm > 0
+    cost = np.zeros(work.shape[1])
+    if used.any():
+        solved, _ = nnls(rel[:, used] / norm[used], target, maxiter=50 * work.shape[1])
+        cost[used] = solved / norm[used]
+    return cost
+
+
 TREES_STEP = 50
 """A paced fit grows each regressor's 300 trees this many at a time: a query that arrives while
 the learner fits waits for at most one step (~5 ms of CPU a step at full core)."""
@@ -276,6 +306,12 @@ class Models:
 
     samples: list[QuerySample]
     regressors: dict[tuple[str, str], Any] = field(default_factory=dict)
+    costs: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    """Per (system, target) the unit cost of each PRICED quantity (seconds per row, per byte),
+    fitted first; the trees learn the log of what they leave over."""
+    reach: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    """Per (system, target) the most of each PRICED quantity its samples held: beyond that a
+    stage is priced by its unit costs alone."""
     _forests: dict[tuple[tuple[str, str, int], ...], Forest] = field(default_factory=dict, repr=False)
     _plans: dict[tuple[str, str], tuple[Forest, bool, int, int]] = field(default_factory=dict, repr=False)
     _systems: frozenset[str] | None = field(default=None, repr=False)
@@ -301,11 +337,15 @@ class Models:
                 if len(at) < 4:
                     continue
                 x = np.array([samples[i].features.vector() for i in at])
-                y = np.log(np.array([max(samples[i].times[target], 1e-6) for i in at]))
+                seconds = np.array([max(samples[i].times[target], FLOOR_S) for i in at])
+                work = np.array(priced_work([samples[i].features for i in at]))
+                w = None if w_all is None else w_all[at]
+                cost = unit_costs(work, seconds, w)
+                m.costs[(system, target)], m.reach[(system, target)] = cost, work.max(axis=0)
+                y = np.log(seconds) - np.log(np.maximum(work @ cost, FLOOR_S))
                 gbm = GradientBoostingRegressor(
                     n_estimators=300, max_depth=3, learning_rate=0.05, subsample=0.8, random_state=seed
                 )
-                w = None if w_all is None else w_all[at]
                 if between is None:
                     m.regressors[(system, target)] = gbm.fit(x, y, sample_weight=w)
                     continue
@@ -323,11 +363,15 @@ class Models:
             missing = [f"{t} on {s}" for s, t, _ in k if (s, t) not in self.regressors]
             if missing:
                 raise KeyError(f"no model of {', '.join(missing)}: train with `offload node train`")
-            self._forests[k] = Forest([(self.regressors[(s, t)], i) for s, t, i in k])
+            self._forests[k] = Forest([(self.regressors[(s, t)], i, self.cost((s, t))) for s, t, i in k])
         return self._forests[k]
 
+    def cost(self, key: tuple[str, str]) -> np.ndarray:
+        """A model's unit costs (zeros for one fitted without them: its trees alone price it)."""
+        return self.costs.get(key, np.zeros(len(PRICED)))
+
     def predict(self, system: str, target: str, f: QueryFeatures) -> float:
-        return float(self.forest([(system, target, 0)]).predict(np.array([f.vector()]))[0])
+        return float(self.forest([(system, target, 0)]).seconds(f)[0])
 
     def systems(self) -> frozenset[str]:
         """The systems the models are of (kept: the regressors are fitted once)."""
@@ -363,8 +407,8 @@ class Forest:
     once still took 0.1-0.17 ms, a fifth of a decision. Regressor ``j`` reads the feature vector
     ``which[j]`` of the rows given (0: the query, 1: its scan)."""
 
-    def __init__(self, models: Sequence[tuple[Any, int]]) -> None:
-        trees = [(j, t.tree_) for j, (gbm, _) in enumerate(models) for t in gbm.estimators_[:, 0]]
+    def __init__(self, models: Sequence[tuple[Any, int, np.ndarray]]) -> None:
+        trees = [(j, t.tree_) for j, (gbm, _, _) in enumerate(models) for t in gbm.estimators_[:, 0]]
         width = max(t.node_count for _, t in trees)
         n, nf = len(trees), models[0][0].n_features_in_
         # every tree's nodes in one flat array, tree i at i * width; a leaf loops to itself.
@@ -386,14 +430,16 @@ class Forest:
         roots = np.arange(n, dtype=np.int64) * width
         # each regressor's first tree (its trees are consecutive)
         starts = np.searchsorted([j for j, _ in trees], np.arange(len(models))).astype(np.int64)
-        rate = np.array([gbm.learning_rate for gbm, _ in models])
+        rate = np.array([gbm.learning_rate for gbm, _, _ in models])
         depth = max(int(t.max_depth) for _, t in trees)
         self._native = _native.Forest(slot, threshold, left, right, value, roots, starts, rate, depth)
-        self.which = max(w for _, w in models)
+        self.which = max(w for _, w, _ in models)
+        self.reads = np.array([w for _, w, _ in models])
+        self.cost = np.concatenate([c for _, _, c in models]).astype(np.float64)
         self.base = np.zeros(len(models))
         # the initial prediction (the training mean, for squared error), read back from
         # scikit-learn itself once, so this stays right whatever its loss keeps there
-        for j, (gbm, _) in enumerate(models):
+        for j, (gbm, _, _) in enumerate(models):
             x0 = np.zeros((1, nf))
             self.base[j] = float(gbm.predict(x0)[0]) - self._raw(np.repeat(x0, 2, axis=0))[j]
 
@@ -406,13 +452,26 @@ class Forest:
         self, request: bool, off: int, back: int, features: list[float], link: TransferLink
     ) -> tuple[str, list[tuple[str, float]], list[tuple[str, float]], str, float | None, str | None]:
         """The native decision over this forest, laid out as :func:`_prediction_plan` says."""
-        return self._native.decide(self.base, request, off, back, features, link.bytes_per_s, link.latency_s)
+        return self._native.decide(
+            self.base, self.cost, request, off, back, features, link.bytes_per_s, link.latency_s
+        )
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """Seconds each regressor predicts (the exponential of its log seconds)."""
+    def seconds(self, f: QueryFeatures) -> np.ndarray:
+        """Seconds each regressor predicts for a query of features ``f`` (its scan's where it
+        reads that)."""
+        scan = scan_features(f)
+        return self.predict(np.array([f.vector(), scan.vector()]), np.array(priced_work([f, scan])))
+
+    def predict(self, x: np.ndarray, work: np.ndarray) -> np.ndarray:
+        """Seconds each regressor predicts: its ``work`` row (the one of ``x`` it reads) priced at
+        its unit costs (at least FLOOR_S; 1 where it has none) times the exponential of its
+        trees' log correction."""
         if len(x) == 1 and self.which > 0:
-            x = np.repeat(x, 2, axis=0)
-        return np.exp(self.base + self._raw(x))
+            x, work = np.repeat(x, 2, axis=0), np.repeat(work, 2, axis=0)
+        cost = self.cost.reshape(len(self.base), len(PRICED))
+        priced = np.maximum(np.einsum("jk,jk->j", cost, work[self.reads]), FLOOR_S)
+        scale = np.where((cost == 0).all(axis=1), 1.0, priced)
+        return scale * np.exp(self.base + self._raw(x))
 
 
 @dataclass
@@ -468,6 +527,29 @@ def decide(
     return Decision(way, dict(o), dict(b), why, rate, above)
 
 
+def beyond_training(
+    models: Models,
+    node_system: str,
+    f: QueryFeatures | Mapping[str, Any],
+    host_system: str = "host",
+    margin: float = 1.25,
+) -> list[str]:
+    """The work quantities of ``f`` beyond ``margin`` times the most the node's and the host's
+    engine models were trained on (``reach``), each as "quantity this much, trained up to that":
+    there a stage is priced by its unit costs, which the trees no longer correct."""
+    fields = f if isinstance(f, Mapping) else vars(f)
+    work = _native.priced_work([list(fields.values())])[0]
+    out: dict[str, str] = {}
+    for key in ((node_system, "node_offload"), (node_system, "node_engine"), (host_system, "host_engine")):
+        reach = models.reach.get(key)
+        if reach is None:
+            continue
+        for k, name in enumerate(PRICED[1:], 1):
+            if work[k] > margin * reach[k] and name not in out:
+                out[name] = f"{name} {work[k]:,.0f}, trained up to {reach[k]:,.0f}"
+    return list(out.values())
+
+
 def decide_reference(
     models: Models, node_system: str, f: QueryFeatures, link: TransferLink, host_system: str = "host"
 ) -> Decision:
@@ -497,7 +579,7 @@ def _predicted(models: Models, node_system: str, host_system: str, f: QueryFeatu
     """The learned parts of both ways, which do not depend on the link: every model at once,
     the query's vector and its scan's (KeyError naming the models missing)."""
     forest, request, off, _ = _prediction_plan(models, node_system, host_system)
-    y = forest.predict(np.array([f.vector(), scan_features(f).vector()]))
+    y = forest.seconds(f)
     n = 3 + request
     return {
         "request": float(y[3]) if request else 0.0,
@@ -606,12 +688,17 @@ def held_out_error(samples: Sequence[QuerySample], seed: int = 0, share: float =
     idx = rng.permutation(len(samples))
     cut = max(1, int(len(samples) * share))
     test, train_ = [samples[i] for i in idx[:cut]], [samples[i] for i in idx[cut:]]
-    m = Models.fit(train_, seed)
+    return stage_errors(Models.fit(train_, seed), test)
+
+
+def stage_errors(models: Models, samples: Sequence[QuerySample]) -> dict[str, float]:
+    """Median relative error |predicted - measured| / measured per (system/target) of
+    ``models`` on ``samples`` (work they were not fitted on)."""
     errs: dict[str, list[float]] = {}
-    for s in test:
+    for s in samples:
         for target, y in s.times.items():
-            if (s.system, target) in m.regressors and y > 0:
-                p = m.predict(s.system, target, s.features)
+            if (s.system, target) in models.regressors and y > 0:
+                p = models.predict(s.system, target, s.features)
                 errs.setdefault(f"{s.system}/{target}", []).append(abs(p - y) / y)
     return {k: float(np.median(v)) for k, v in errs.items()}
 
@@ -723,7 +810,7 @@ class Adaptation:
         keys = [k for k in keys if (k[0], k[1]) in models.regressors]
         if not keys:
             return {}
-        y = models.forest(keys).predict(np.array([f.vector(), scan_features(f).vector()]))
+        y = models.forest(keys).seconds(f)
         return {t: max(float(p), 1e-12) for (_, t, _), p in zip(keys, y, strict=True)}
 
     def _bias(self) -> dict[str, float]:

@@ -35,6 +35,11 @@ TRAINING_SQL = (
 )
 
 
+DIM_SHARES = (1_000_000_000, 8, 2)
+"""A generated schema's dimension table as a share of its fact table's rows, by round of shapes:
+the least (workload.DIM_ROWS), an eighth, a half (a join of two large tables)."""
+
+
 def training_queries(n: int, seed: int = 0) -> list[str]:
     """``n`` queries of the training shapes over table ``{t}`` with random thresholds."""
     rng = np.random.default_rng(seed)
@@ -61,30 +66,37 @@ def measure(
     quota-held node's times jitter by its CFS period; the median of a few runs is what a model
     can learn."""
     out: list[QuerySample] = []
-    sizes = _Sizes(client)
+    sizes = Sizes(client)
     for i, sql in enumerate(sqls):
         plan = client.plan(sql.format(t=table) if table is not None else sql)
         f = sizes.features(plan, client.estimate(plan))
         runs = [(client.query(plan, "offload")[1], client.query(plan, "pushback")[1]) for _ in range(repeat)]
-        med = _medians(runs)
-        off_rows, off_bytes = runs[0][0].rows, runs[0][0].arrow_bytes
-        # the actual sizes, not the estimates, describe what was measured
-        actual = QueryFeatures(**{**asdict(f), "out_rows": float(off_rows), "out_bytes": float(off_bytes)})
-        scanned = scan_features(actual)
-        node_out = {k: med[k] for k in ("node_engine", "node_stream_out", "node_offload", "node_request")}
-        host_out = {"host_engine": med["host_engine"], "host_receive_out": med["host_receive_out"]}
-        out += [
-            QuerySample(node_system, actual, node_out),
-            QuerySample(node_system, scanned, {k: med[k] for k in ("node_stream_in", "node_pushback")}),
-            QuerySample("host", actual, host_out),
-            QuerySample("host", scanned, {"host_receive_in": med["host_receive_in"]}),
-        ]
+        out += samples_of(f, runs, node_system)
         if progress:
             progress(i + 1)
     return out
 
 
-class _Sizes:
+def samples_of(f: QueryFeatures, runs: Sequence[tuple[Any, Any]], node_system: str) -> list[QuerySample]:
+    """A query's samples from its (offload timing, pushback timing) runs: the medians of each
+    stage, on the query's features with its actual result (the estimate's ``f`` otherwise), on
+    the node's system and the host's."""
+    med = _medians(runs)
+    off_rows, off_bytes = runs[0][0].rows, runs[0][0].arrow_bytes
+    # the actual sizes, not the estimates, describe what was measured
+    actual = QueryFeatures(**{**asdict(f), "out_rows": float(off_rows), "out_bytes": float(off_bytes)})
+    scanned = scan_features(actual)
+    node_out = {k: med[k] for k in ("node_engine", "node_stream_out", "node_offload", "node_request")}
+    host_out = {"host_engine": med["host_engine"], "host_receive_out": med["host_receive_out"]}
+    return [
+        QuerySample(node_system, actual, node_out),
+        QuerySample(node_system, scanned, {k: med[k] for k in ("node_stream_in", "node_pushback")}),
+        QuerySample("host", actual, host_out),
+        QuerySample("host", scanned, {"host_receive_in": med["host_receive_in"]}),
+    ]
+
+
+class Sizes:
     """The node's data sets as the features see them: rows and column widths (its ``describe``,
     asked once per data set) and schemas, as the node computes them for its own decision."""
 
@@ -129,14 +141,18 @@ def generated_samples(
     workload.rows_of), ``queries`` of its queries measured both ways (:func:`measure`), its
     tables dropped. ``progress`` gets the queries done so far, all seeds counted. The sizes
     turn one step further each round of shapes, so that with as many sizes as shapes a shape
-    does not always get the same size."""
+    does not always get the same size; the dimension table a fact table joins grows a step each
+    round too (DIM_SHARES), so that joins and group-bys meet small and large build sides."""
     from offload.dataservices import workload as W
 
     out: list[QuerySample] = []
     n = len(W.SHAPES)
     for i, seed in enumerate(seeds):
         shape = W.SHAPES[seed % n]
-        spec = W.schema(seed, W.rows_of(shape, sizes[(i % n + i // n) % len(sizes)]), shape)
+        rows = W.rows_of(shape, sizes[(i % n + i // n) % len(sizes)])
+        spec = W.schema(
+            seed, rows, shape, dim_rows=max(W.DIM_ROWS, rows // DIM_SHARES[(i // n) % len(DIM_SHARES)])
+        )
         tables = spec.tables()
         for name, t in tables.items():
             client.upload(name, t)

@@ -101,7 +101,11 @@ class SchemaSpec:
         return [c for c in cols if c.kind in kinds]
 
 
-def schema(seed: int, rows: int, shape: str | None = None, dim_rows: int = 1000) -> SchemaSpec:
+DIM_ROWS = 1000
+"""A generated dimension table's rows unless told."""
+
+
+def schema(seed: int, rows: int, shape: str | None = None, dim_rows: int = DIM_ROWS) -> SchemaSpec:
     """The schema of ``seed``: a fact table of ``rows`` rows in ``shape`` (default SHAPES by seed,
     so any three seeds in a row hold all three) and a dimension table of ``dim_rows``."""
     rng = np.random.default_rng([seed, 0])
