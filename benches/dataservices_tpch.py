@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument("--queries", default="1-22", help="which queries, e.g. 1-22 or 9,20 [default: 1-22]")
     ap.add_argument("--out", type=Path, help="the JSON [default: benches/results/dataservices-tpch/sfS.json]")
     a = ap.parse_args()
-    if shutil.which("tpchgen-cli") is None:
+    if _tpchgen() is None:
         sys.exit("error: tpchgen-cli is not installed: run `make bench-tools`")
     try:
         import duckdb  # noqa: F401
@@ -78,7 +78,7 @@ def generate(where: Path, scale: float) -> Path:
         return where
     where.mkdir(parents=True, exist_ok=True)
     console.print(f"tpchgen-cli: scale {scale:g} into {where}")
-    subprocess.run(["tpchgen-cli", "parquet", "-s", f"{scale:g}", "--output-dir", str(where)], check=True)
+    subprocess.run([str(_tpchgen()), "parquet", "-s", f"{scale:g}", "--output-dir", str(where)], check=True)
     return where
 
 
@@ -249,6 +249,12 @@ def _provenance(a: argparse.Namespace) -> dict[str, Any]:
     ).stdout.strip()
     return {"benchmark": "dataservices_tpch", "command": " ".join(sys.argv), "commit": commit,
             "date": time.strftime("%Y-%m-%d %H:%M"), "machine": describe()}  # fmt: skip
+
+
+def _tpchgen() -> str | None:
+    """tpchgen-cli on the PATH, or beside this interpreter (`make bench-tools` installs it into
+    the venv, whose bin need not be on the PATH)."""
+    return shutil.which("tpchgen-cli") or shutil.which("tpchgen-cli", path=str(Path(sys.executable).parent))
 
 
 if __name__ == "__main__":

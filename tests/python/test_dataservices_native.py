@@ -320,10 +320,20 @@ def test_groups_of_computed_keys_are_measured_on_the_sample(seed: int, prefixes:
         truth = plans.count_rows(plan, {"f": table})
         assert truth / 2 <= est.rows <= 2 * truth, (sql, est.rows, truth, est.steps)
         assert any(s.startswith("groups of computed keys measured on ") for s in est.steps)
-    joined = plans.to_substrait(
-        "select substr(a.code, 1, 3) as p, count(*) as n from f a join f b on a.x = b.x "
-        "group by substr(a.code, 1, 3)",
-        schemas,
-    )
-    steps = E.estimate(Plan.FromString(joined), stats).steps
-    assert "groups of computed keys: the input is not one data set's rows, taken as unique" in steps
+    # over a join, the key (or a column a subquery computed) is measured on its data set's
+    # sample unfiltered and thinned to the join's rows
+    for sql in (
+        "select substr(a.code, 1, 3) as p, count(*) as n from f a join f b on a.d = b.d "
+        "where b.x < 0.001 group by substr(a.code, 1, 3)",
+        "select p, count(*) as n from (select substr(a.code, 1, 3) as p from f a join f b on a.d = b.d "
+        "where b.x < 0.001) as t group by p",
+    ):
+        plan = plans.to_substrait(sql, schemas)
+        _same_as_reference(plan, stats, schemas)
+        est = E.estimate(Plan.FromString(plan), stats)
+        truth = plans.count_rows(plan, {"f": table})
+        assert truth / 3 <= est.rows <= 3 * truth, (sql, est.rows, truth, est.steps)
+        assert any(
+            s.startswith("groups of computed keys measured on ") and "of f, unfiltered" in s
+            for s in est.steps
+        )

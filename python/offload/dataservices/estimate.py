@@ -141,6 +141,10 @@ class _Col:
     cast: bool = False
     values: float | None = None
     """A computed column's most distinct values, where known (the years of a date column)."""
+    expr: Any = field(default=None, compare=False, repr=False)
+    """A computed column's expression, over the columns ``over``: what a group-by on it is
+    measured by on a sample (:meth:`_Ctx._group_source`)."""
+    over: list[_Col] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -496,7 +500,7 @@ class _Ctx:
         if e.HasField("cast") and e.cast.input.HasField("selection"):
             c = inp.cols[e.cast.input.selection.direct_reference.struct_field.field]
             return _Col(c.table, c.name, c.width, cast=True)
-        return _Col(None, None, 8.0, values=self._years(e, inp))
+        return _Col(None, None, 8.0, values=self._years(e, inp), expr=e, over=inp.cols)
 
     def _years(self, e: Any, inp: _Rel) -> float | None:
         """The years ``e`` can take where it is ``date_part('year', column)`` (``extract``) of a
@@ -557,39 +561,38 @@ class _Ctx:
         columns as :meth:`native_selectivity` takes them and rows; the groups and the steps."""
         from substrait.algebra_pb2 import AggregateRel
 
-        before = len(self.steps)
+        r = AggregateRel.FromString(aggregate)
         inp = _Rel(rows, [_Col(t, n, cast=cast) for t, n, cast in cols])
-        got = self._sample_groups(AggregateRel.FromString(aggregate), inp)
+        if any(c.table is None for c in inp.cols):  # their expressions: the reference walk's, aside
+            walked = _Ctx(self.plan, self.stats, self.index).rel(r.input).cols
+            inp.cols = [w if c.table is None else c for c, w in zip(inp.cols, walked, strict=True)]
+        before = len(self.steps)
+        got = self._sample_groups(r, inp)
         return got, self.steps[before:]
 
     def _sample_groups(self, r: Any, inp: _Rel) -> float | None:
         """The groups of aggregate ``r``, whose keys are computed (``substr(code, 1, 2)``,
-        ``date_trunc('month', d)``, a count of a subquery), over ``inp``: its input run on the
-        data set's sample as the plan runs it, its keys grouped there, and the groups of all
-        ``inp.rows`` rows estimated from how often each was seen (:func:`gee_groups`). None,
-        and a step saying why, where the input is not one data set's reads, filters and
-        projects, or nothing sampled reaches the aggregate."""
-        reads = plans.find(r.input, "ReadRel")
-        tables = {x.named_table.names[-1] for x in reads if x.named_table.names}
-        if len(reads) != 1 or len(tables) != 1 or not _rel_kinds(r.input) <= {"read", "filter", "project"}:
-            self.steps.append(
-                "groups of computed keys: the input is not one data set's rows, taken as unique"
-            )
+        ``date_trunc('month', d)``), over ``inp``, measured on a data set's sample
+        (:meth:`_group_source`): the keys grouped there, and the groups of all the rows
+        estimated from how often each was seen (:func:`gee_groups`); over the table unfiltered,
+        thinned to ``inp.rows`` (Cardenas). None, and a step saying why, where no one data set's
+        sample can give them or none of its rows reach the keys."""
+        source = self._group_source(r, inp)
+        if source is None:
+            self.steps.append("groups of computed keys: not over one data set's columns, taken as unique")
             return None
-        table = tables.pop()
+        table, rel, exprs, filtered, width = source
         st = self.stats.get(table)
         if st is None or st.sample is None or st.sample.num_rows == 0:
             self.steps.append(f"groups of computed keys: no rows sampled of {table}, taken as unique")
             return None
-        costly = sum(
-            self.index.calls(e)["heavy"] + self.index.calls(e)["string"] for e in r.grouping_expressions
-        )
+        costly = sum(self.index.calls(e)["heavy"] + self.index.calls(e)["string"] for e in exprs)
         sample = st.spaced(_costly_rows(st)) if costly else st.sample
-        exprs = tuple(e.SerializeToString() for e in r.grouping_expressions)
-        key = ("groups", r.input.SerializeToString(), exprs, tuple(sorted(self.fns.items())), sample.num_rows)
         made: list[bool] = []
+        key = ("groups", rel.SerializeToString(), tuple(e.SerializeToString() for e in exprs),
+               tuple(sorted(self.fns.items())), sample.num_rows)  # fmt: skip
         counts = st.kept(
-            key, lambda: made.append(True) or self._group_counts(r, len(inp.cols), table, st, sample)
+            key, lambda: made.append(True) or self._group_counts(rel, width, exprs, table, st, sample)
         )
         if isinstance(counts, str):
             self.steps.append(
@@ -600,17 +603,79 @@ class _Ctx:
         if rows == 0:
             self.steps.append(f"groups of computed keys: none of {sample.num_rows:,} sampled rows reach them")
             return None
-        groups = gee_groups(seen, once, rows, inp.rows)
-        by = "" if made else " (by an earlier query)"
+        groups = gee_groups(seen, once, rows, inp.rows if filtered else float(st.rows))
+        over = "" if filtered else f" of {table}, unfiltered"
+        if not filtered:
+            groups = _cardenas(groups, inp.rows)
+        over += "" if made else " (by an earlier query)"
         self.steps.append(
-            f"groups of computed keys measured on {rows:,} sampled rows{by}: {seen:,} seen, {once:,} once; "
+            f"groups of computed keys measured on {rows:,} sampled rows{over}: {seen:,} seen, {once:,} once; "
             f"{groups:,.1f} of {inp.rows:,.1f} rows"
         )
         return groups
 
-    def _group_counts(self, r: Any, width: int, table: str, st: TableStats, sample: pa.Table) -> Any:
-        """(groups seen, groups seen once, rows) of ``r``'s keys over its input run on
-        ``sample``; the error's first line where DataFusion cannot run it."""
+    def _group_source(self, r: Any, inp: _Rel) -> tuple[str, Any, list[Any], bool, int] | None:
+        """Where ``r``'s keys can be grouped on a sample: (data set, relation, key expressions
+        over it, whether the relation holds the plan's filters, its columns). The aggregate's
+        own input where it is one data set's reads, filters and projects; else a read of the one
+        data set all the keys' columns come from, the keys rewritten onto its columns
+        (:meth:`_onto_table`); else None."""
+        reads = plans.find(r.input, "ReadRel")
+        tables = {x.named_table.names[-1] for x in reads if x.named_table.names}
+        if len(reads) == 1 and len(tables) == 1 and _rel_kinds(r.input) <= {"read", "filter", "project"}:
+            return tables.pop(), r.input, list(r.grouping_expressions), True, len(inp.cols)
+        from substrait.algebra_pb2 import Rel
+
+        onto = [self._onto_table(e, inp.cols) for e in r.grouping_expressions]
+        tables = {t for t, _ in filter(None, onto)}
+        if None in onto or len(tables) != 1:
+            return None
+        table = tables.pop()
+        exprs = [e for _, e in filter(None, onto)]
+        rel = Rel()
+        rel.read.named_table.names.append(table)
+        rel.read.base_schema.CopyFrom(_read_schema(self.plan, table))
+        return table, rel, exprs, False, len(plans.field_names(rel.read.base_schema))
+
+    def _onto_table(self, e: Any, cols: list[_Col]) -> tuple[str, Any] | None:
+        """``e`` over ``cols`` rewritten onto the columns of the one data set it reads, as the
+        plan reads that data set (a computed column's expression put in its place): (data set,
+        expression); None where it reads several, a cast column or a subquery."""
+        from substrait.algebra_pb2 import Expression
+
+        out = Expression()
+        out.CopyFrom(e)
+        table: str | None = None
+        for m in [out, *plans.walk(out)]:  # walk gives what is under a message, not itself
+            kind = m.DESCRIPTOR.name
+            if kind.endswith("Rel") or kind == "Subquery":
+                return None
+            if kind != "Expression" or not m.HasField("selection"):
+                continue
+            at = m.selection.direct_reference.struct_field.field
+            if not m.selection.HasField("root_reference") or not 0 <= at < len(cols):
+                return None
+            c = cols[at]
+            if c.expr is not None and c.over is not None:
+                inner = self._onto_table(c.expr, c.over)
+                if inner is None or table not in (None, inner[0]):
+                    return None
+                table = inner[0]
+                m.CopyFrom(inner[1])
+                continue
+            declared = _read_schema(self.plan, c.table) if c.table is not None else None
+            names = [f[0] for f in plans.field_names(declared)] if declared is not None else []
+            if c.name not in names or c.cast or table not in (None, c.table):
+                return None
+            table = c.table
+            m.selection.direct_reference.struct_field.field = names.index(c.name)
+        return None if table is None else (table, out)
+
+    def _group_counts(
+        self, rel: Any, width: int, exprs: list[Any], table: str, st: TableStats, sample: pa.Table
+    ) -> Any:
+        """(groups seen, groups seen once, rows) of ``exprs`` over ``rel`` (``width`` columns)
+        run on ``sample``; the error's first line where DataFusion cannot run it."""
         from substrait.plan_pb2 import Plan
 
         p = Plan()
@@ -618,10 +683,10 @@ class _Ctx:
         del p.relations[:]
         root = p.relations.add().root
         project = root.input.project
-        project.input.CopyFrom(r.input)
-        project.expressions.extend(r.grouping_expressions)
-        project.common.emit.output_mapping.extend(range(width, width + len(r.grouping_expressions)))
-        root.names.extend(f"k{i}" for i in range(len(r.grouping_expressions)))
+        project.input.CopyFrom(rel)
+        project.expressions.extend(exprs)
+        project.common.emit.output_mapping.extend(range(width, width + len(exprs)))
+        root.names.extend(f"k{i}" for i in range(len(exprs)))
         try:
             keys = plans.run_in(_sample_session(table, st, sample), p.SerializeToString())
             counts = keys.group_by(keys.column_names).aggregate([([], "count_all")]).column(-1)

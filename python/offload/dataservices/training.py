@@ -36,8 +36,8 @@ TRAINING_SQL = (
 
 
 DIM_SHARES = (1_000_000_000, 8, 2)
-"""A generated schema's dimension table as a share of its fact table's rows, by round of shapes:
-the least (workload.DIM_ROWS), an eighth, a half (a join of two large tables)."""
+"""A generated schema's dimension table as a share of its fact table's rows, in turn: the least
+(workload.DIM_ROWS), an eighth, a half (a join of two large tables)."""
 
 
 def training_queries(n: int, seed: int = 0) -> list[str]:
@@ -141,8 +141,9 @@ def generated_samples(
     workload.rows_of), ``queries`` of its queries measured both ways (:func:`measure`), its
     tables dropped. ``progress`` gets the queries done so far, all seeds counted. The sizes
     turn one step further each round of shapes, so that with as many sizes as shapes a shape
-    does not always get the same size; the dimension table a fact table joins grows a step each
-    round too (DIM_SHARES), so that joins and group-bys meet small and large build sides."""
+    does not always get the same size; the dimension table a fact table joins takes the shares
+    of DIM_SHARES in turn, a step further each round, so that every shape's joins and
+    group-bys meet small and large build sides."""
     from offload.dataservices import workload as W
 
     out: list[QuerySample] = []
@@ -151,7 +152,7 @@ def generated_samples(
         shape = W.SHAPES[seed % n]
         rows = W.rows_of(shape, sizes[(i % n + i // n) % len(sizes)])
         spec = W.schema(
-            seed, rows, shape, dim_rows=max(W.DIM_ROWS, rows // DIM_SHARES[(i // n) % len(DIM_SHARES)])
+            seed, rows, shape, dim_rows=max(W.DIM_ROWS, rows // DIM_SHARES[(i + i // n) % len(DIM_SHARES)])
         )
         tables = spec.tables()
         for name, t in tables.items():
