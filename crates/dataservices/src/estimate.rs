@@ -10,7 +10,11 @@
 use std::collections::HashMap;
 
 use substrait::proto::{
-    expression::{field_reference::ReferenceType, literal::LiteralType, reference_segment, RexType},
+    expression::{
+        field_reference::{ReferenceType, RootType},
+        literal::LiteralType,
+        reference_segment, RexType,
+    },
     rel::RelType,
     rel_common::EmitKind,
     AggregateRel, Expression, FetchRel, FilterRel, JoinRel, ProjectRel, ReadRel, Rel, SetRel,
@@ -84,9 +88,15 @@ pub struct Col {
     pub source: Option<(usize, usize)>,
     pub width: f64,
     pub cast: bool,
+    /// The most distinct values a filter below left the column (`_Col.values`: `x = 3` one,
+    /// `x in (1, 2)` two); None where no filter pins it.
+    pub values: Option<f64>,
 }
 
-const COMPUTED: Col = Col { source: None, width: 8.0, cast: false };
+const COMPUTED: Col = Col { source: None, width: 8.0, cast: false, values: None };
+
+/// `estimate.PINNED_LOOK`: an IN list's options read to see they are literals.
+const PINNED_LOOK: usize = 1000;
 
 /// `estimate.DEFAULT_SELECTIVITY`: a condition nothing prices.
 const DEFAULT_SELECTIVITY: f64 = 1.0 / 3.0;
@@ -237,7 +247,7 @@ impl<C: Conditions> Walker<'_, C> {
         let mut cols = Vec::new();
         for n in read_columns(r)? {
             let Some(&c) = st.by_name.get(&n) else { return no("a column without statistics") };
-            cols.push(Col { source: Some((t, c)), width: st.columns[c].width, cast: false });
+            cols.push(Col { source: Some((t, c)), width: st.columns[c].width, cast: false, values: None });
         }
         self.steps.push(format!("read {name}: {} rows", commas(&st.rows.to_string())));
         Ok(Out { rows: st.rows as f64, cols })
@@ -249,7 +259,13 @@ impl<C: Conditions> Walker<'_, C> {
         self.condition_calls(cond, inp.rows, &inp.cols)?;
         let sel = self.selectivity(cond, &inp.cols)?;
         self.steps.push(format!("filter: selectivity {sel:.5} -> {} rows", f1(inp.rows * sel)));
-        Ok(Out { rows: inp.rows * sel, cols: inp.cols })
+        let mut cols = inp.cols;
+        for (i, k) in self.pinned(cond) {
+            if let Some(c) = cols.get_mut(i) {
+                c.values = Some(c.values.map_or(k, |v| v.min(k)));
+            }
+        }
+        Ok(Out { rows: inp.rows * sel, cols })
     }
 
     fn project(&mut self, r: &ProjectRel) -> Walk<Out, C::Error> {
@@ -352,7 +368,7 @@ impl<C: Conditions> Walker<'_, C> {
         let kept = if side == "left" { left_cols } else { right_cols };
         let cols = match kind.as_str() {
             "semi" | "anti" => kept,
-            "mark" => [kept, vec![Col { source: None, width: 1.0, cast: false }]].concat(),
+            "mark" => [kept, vec![Col { source: None, width: 1.0, cast: false, values: None }]].concat(),
             _ => cols,
         };
         Ok(Out { rows, cols })
@@ -422,6 +438,46 @@ impl<C: Conditions> Walker<'_, C> {
         self.work[1] += rows * n[HEAVY] as f64;
     }
 
+    /// `_Ctx._pinned`: the columns a condition holds to a few values, with how many: an
+    /// equality with a literal one, an IN list of literals its length, an or of such on one
+    /// column their sum, an and's terms each (the fewest where two pin one column).
+    fn pinned(&self, e: &Expression) -> Vec<(usize, f64)> {
+        match &e.rex_type {
+            Some(RexType::SingularOrList(l)) => {
+                let literal = |o: &Expression| matches!(o.rex_type, Some(RexType::Literal(_)));
+                match l.value.as_deref().and_then(plain_field) {
+                    Some(i) if l.options.iter().take(PINNED_LOOK).all(literal) => vec![(i, l.options.len() as f64)],
+                    _ => vec![],
+                }
+            }
+            Some(RexType::ScalarFunction(f)) => {
+                let args: Vec<&Expression> = f.arguments.iter().map(argument_value).collect();
+                match self.plan.names.get(&f.function_reference).map(String::as_str) {
+                    Some("and") => args.iter().flat_map(|a| self.pinned(a)).collect(),
+                    Some("equal") => match args.as_slice() {
+                        [a, b] if matches!(b.rex_type, Some(RexType::Literal(_))) => {
+                            plain_field(a).map(|i| vec![(i, 1.0)]).unwrap_or_default()
+                        }
+                        [a, b] if matches!(a.rex_type, Some(RexType::Literal(_))) => {
+                            plain_field(b).map(|i| vec![(i, 1.0)]).unwrap_or_default()
+                        }
+                        _ => vec![],
+                    },
+                    Some("or") => {
+                        let terms: Vec<Vec<(usize, f64)>> = args.iter().map(|a| self.pinned(a)).collect();
+                        let one = terms.iter().all(|t| t.len() == 1 && t[0].0 == terms[0][0].0);
+                        if terms.is_empty() || !one {
+                            return vec![];
+                        }
+                        vec![(terms[0][0].0, terms.iter().map(|t| t[0].1).sum())]
+                    }
+                    _ => vec![],
+                }
+            }
+            _ => vec![],
+        }
+    }
+
     fn equi_keys(&self, e: &Expression, n_left: usize) -> Vec<(usize, usize)> {
         let Some(RexType::ScalarFunction(f)) = &e.rex_type else { return vec![] };
         let name = self.plan.names.get(&f.function_reference).map(String::as_str);
@@ -482,12 +538,25 @@ impl<C: Conditions> Walker<'_, C> {
         if distinct.is_nan() {
             return no("a distinct count the native walk lacks");
         }
-        let d = distinct.max(1.0);
+        let d = c.values.map_or(distinct.max(1.0), |v| distinct.max(1.0).min(v.max(1.0)));
         if rows >= st.rows as f64 {
             return Ok(d);
         }
         Ok(if d > 1.0 { d * (1.0 - (1.0 - 1.0 / d).powf(rows)) } else { 1.0 })
     }
+}
+
+/// The input column a selection reads where it is a plain one (`_plain_field`): a direct
+/// struct field of the input, no child, no outer reference.
+fn plain_field(e: &Expression) -> Option<usize> {
+    let Some(RexType::Selection(f)) = &e.rex_type else { return None };
+    let Some(ReferenceType::DirectReference(seg)) = &f.reference_type else { return None };
+    let Some(reference_segment::ReferenceType::StructField(s)) = &seg.reference_type else { return None };
+    let root = matches!(f.root_type, Some(RootType::RootReference(_)));
+    if s.child.is_some() || !root {
+        return None;
+    }
+    usize::try_from(s.field).ok()
 }
 
 /// The field a selection reads directly (0 where it is not a struct field: the reference reads
@@ -585,7 +654,7 @@ fn expr_col(e: &Expression, cols: &[Col]) -> Result<Col, Unsupported> {
     let i = selected_field(inner);
     let col = usize::try_from(i).ok().and_then(|i| cols.get(i).copied());
     let col = col.ok_or_else(|| Unsupported("a field past the columns".into()))?;
-    Ok(Col { cast: col.cast || cast, ..col })
+    Ok(if cast { Col { cast: true, values: None, ..col } } else { col })
 }
 
 /// `estimate._literal_int`: an integer literal's value (unsigned variations unwrapped, floats

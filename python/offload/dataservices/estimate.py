@@ -45,7 +45,7 @@ import decimal
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -369,7 +369,45 @@ class _Ctx:
         self._condition_calls(r.condition, inp.rows, inp)
         sel = self.selectivity(r.condition, inp)
         self.steps.append(f"filter: selectivity {sel:.5f} -> {inp.rows * sel:,.1f} rows")
-        return _Rel(inp.rows * sel, inp.cols)
+        cols = list(inp.cols)
+        for i, k in self._pinned(r.condition):
+            if 0 <= i < len(cols):
+                c = cols[i]
+                cols[i] = replace(c, values=k if c.values is None else min(c.values, k))
+        return _Rel(inp.rows * sel, cols)
+
+    def _pinned(self, e: Any) -> list[tuple[int, float]]:
+        """The columns condition ``e`` holds to a few values, with how many: an equality with a
+        literal one, an IN list of literals its length, an or of such on one column their sum,
+        an and's terms each (an IN list's first PINNED_LOOK options read). A group-by on such a
+        column has at most that many."""
+        if e.HasField("singular_or_list"):
+            lst = e.singular_or_list
+            i = _plain_field(lst.value)
+            ok = i is not None and all(o.HasField("literal") for o in lst.options[:PINNED_LOOK])
+            return [(i, float(len(lst.options)))] if ok and i is not None else []
+        if not e.HasField("scalar_function"):
+            return []
+        f = e.scalar_function
+        name, args = self.fns.get(f.function_reference), [a.value for a in f.arguments]
+        if name == "and":
+            return [p for a in args for p in self._pinned(a)]
+        if name == "equal" and len(args) == 2:
+            a, b = args
+            i = (
+                _plain_field(a)
+                if b.HasField("literal")
+                else _plain_field(b)
+                if a.HasField("literal")
+                else None
+            )
+            return [] if i is None else [(i, 1.0)]
+        if name == "or":
+            terms = [self._pinned(a) for a in args]
+            if not terms or not all(len(t) == 1 and t[0][0] == terms[0][0][0] for t in terms):
+                return []
+            return [(terms[0][0][0], sum(t[0][1] for t in terms))]
+        return []
 
     def _project(self, r: Any) -> _Rel:
         inp = self.rel(r.input)
@@ -552,6 +590,8 @@ class _Ctx:
             return rows if c.values is None else _cardenas(c.values, rows)
         st = self.stats[c.table]
         d = max(1.0, st.distinct(c.name))
+        if c.values is not None:
+            d = min(d, max(c.values, 1.0))
         return d if rows >= st.rows else _cardenas(d, rows)
 
     def native_groups(
@@ -1025,6 +1065,21 @@ def gee_groups(seen: int, once: int, sampled: int, rows: float) -> float:
 
 UNIQUE_SHARE = 0.5
 """The share of sampled rows seen once above which a computed key is taken as near unique."""
+
+
+PINNED_LOOK = 1000
+"""An IN list's options read to see they are literals (a 100,000-value list is not walked)."""
+
+
+def _plain_field(e: Any) -> int | None:
+    """The input column a selection reads where it is a plain one: a direct struct field of the
+    input, no child, no outer reference."""
+    if not e.HasField("selection"):
+        return None
+    sel = e.selection
+    field_ = sel.direct_reference.struct_field
+    plain = sel.HasField("root_reference") and sel.direct_reference.HasField("struct_field")
+    return field_.field if plain and not field_.HasField("child") else None
 
 
 def _cardenas(d: float, rows: float) -> float:
