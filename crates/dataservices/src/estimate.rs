@@ -538,7 +538,10 @@ impl<C: Conditions> Walker<'_, C> {
         if distinct.is_nan() {
             return no("a distinct count the native walk lacks");
         }
-        let d = c.values.map_or(distinct.max(1.0), |v| distinct.max(1.0).min(v.max(1.0)));
+        let d = match c.values {
+            Some(v) => distinct.max(1.0).min(v.max(1.0)),
+            None => distinct.max(1.0),
+        };
         if rows >= st.rows as f64 {
             return Ok(d);
         }

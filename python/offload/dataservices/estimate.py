@@ -626,7 +626,7 @@ class _Ctx:
         if st is None or st.sample is None or st.sample.num_rows == 0:
             self.steps.append(f"groups of computed keys: no rows sampled of {table}, taken as unique")
             return None
-        costly = sum(self.index.calls(e)["heavy"] + self.index.calls(e)["string"] for e in exprs)
+        costly = any(c["heavy"] or c["string"] for c in map(self.index.calls, exprs))
         sample = st.spaced(_costly_rows(st)) if costly else st.sample
         made: list[bool] = []
         key = ("groups", rel.SerializeToString(), tuple(e.SerializeToString() for e in exprs),

@@ -121,9 +121,10 @@ class QueryFeatures:
         ]
 
 
-def priced_work(fs: Sequence[QueryFeatures]) -> list[list[float]]:
-    """The PRICED quantities of each of ``fs``, in one native call."""
-    return _native.priced_work([list(vars(f).values()) for f in fs])
+def priced_work(fs: Sequence[QueryFeatures | Mapping[str, Any]]) -> list[list[float]]:
+    """The PRICED quantities of each of ``fs`` (features, or their fields by name in order), in
+    one native call."""
+    return _native.priced_work([list((f if isinstance(f, Mapping) else vars(f)).values()) for f in fs])
 
 
 def features(
@@ -363,12 +364,8 @@ class Models:
             missing = [f"{t} on {s}" for s, t, _ in k if (s, t) not in self.regressors]
             if missing:
                 raise KeyError(f"no model of {', '.join(missing)}: train with `offload node train`")
-            self._forests[k] = Forest([(self.regressors[(s, t)], i, self.cost((s, t))) for s, t, i in k])
+            self._forests[k] = Forest([(self.regressors[(s, t)], i, self.costs[(s, t)]) for s, t, i in k])
         return self._forests[k]
-
-    def cost(self, key: tuple[str, str]) -> np.ndarray:
-        """A model's unit costs (zeros for one fitted without them: its trees alone price it)."""
-        return self.costs.get(key, np.zeros(len(PRICED)))
 
     def predict(self, system: str, target: str, f: QueryFeatures) -> float:
         return float(self.forest([(system, target, 0)]).seconds(f)[0])
@@ -537,8 +534,7 @@ def beyond_training(
     """The work quantities of ``f`` beyond ``margin`` times the most the node's and the host's
     engine models were trained on (``reach``), each as "quantity this much, trained up to that":
     there a stage is priced by its unit costs, which the trees no longer correct."""
-    fields = f if isinstance(f, Mapping) else vars(f)
-    work = _native.priced_work([list(fields.values())])[0]
+    work = priced_work([f])[0]
     out: dict[str, str] = {}
     for key in ((node_system, "node_offload"), (node_system, "node_engine"), (host_system, "host_engine")):
         reach = models.reach.get(key)

@@ -35,9 +35,16 @@ TRAINING_SQL = (
 )
 
 
-DIM_SHARES = (1_000_000_000, 8, 2)
+DIM_SHARES = (None, 8, 2)
 """A generated schema's dimension table as a share of its fact table's rows, in turn: the least
 (workload.DIM_ROWS), an eighth, a half (a join of two large tables)."""
+
+
+def _dim_rows(rows: int, share: int | None) -> int:
+    """A dimension table's rows: ``rows // share``, at least workload.DIM_ROWS (None: that)."""
+    from offload.dataservices import workload as W
+
+    return W.DIM_ROWS if share is None else max(W.DIM_ROWS, rows // share)
 
 
 def training_queries(n: int, seed: int = 0) -> list[str]:
@@ -152,7 +159,7 @@ def generated_samples(
         shape = W.SHAPES[seed % n]
         rows = W.rows_of(shape, sizes[(i % n + i // n) % len(sizes)])
         spec = W.schema(
-            seed, rows, shape, dim_rows=max(W.DIM_ROWS, rows // DIM_SHARES[(i + i // n) % len(DIM_SHARES)])
+            seed, rows, shape, dim_rows=_dim_rows(rows, DIM_SHARES[(i + i // n) % len(DIM_SHARES)])
         )
         tables = spec.tables()
         for name, t in tables.items():
