@@ -139,7 +139,11 @@ def run(a: argparse.Namespace) -> None:
     work = WORK.resolve()
     work.mkdir(parents=True, exist_ok=True)
     names = write_tests(work, a)
-    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": describe(),
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    results: dict[str, Any] = {"command": " ".join(sys.argv), "commit": commit,
+                               "date": time.strftime("%Y-%m-%d %H:%M"), "machine": describe(),
                                "args": {k: str(v) for k, v in vars(a).items() if not k.startswith("worker")},
                                "test_tables": names, "profiles": {}}  # fmt: skip
     L.ensure_namespace(NS)
