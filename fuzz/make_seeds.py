@@ -79,6 +79,10 @@ def serve_seeds() -> None:
     )
     write("serve_frame", "raw-empty", request_head(4, 0, 0, 0, 0) + struct.pack("<H", 0))
     write("serve_frame", "encoded-2", encoded_request(5, 6, [1, 1, 2, 2, 3, 4, 2, 1, 0, 0, 1, 2]))
+    # Codes past the dictionaries, as a client may send: the fast matcher once read the first
+    # two (mandatory) into another tuple's key and answered rule 1 (a crash the fuzzer found).
+    beyond = [5, 0, 957530112, 442634, 0, 2, 306498561, 24812]
+    write("serve_frame", "encoded-beyond-dictionary", encoded_request(6, 8, beyond))
     write("serve_frame", "reply-ok", reply(1, [2, 0xFFFFFFFF], [40, 0]))
     write("serve_frame", "reply-bad", reply(9, [], [], "column 2 is not UTF-8"))
 

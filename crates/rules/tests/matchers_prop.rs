@@ -56,15 +56,24 @@ fn weight() -> impl Strategy<Value = u64> {
 }
 
 fn case() -> impl Strategy<Value = Case> {
+    case_with(5)
+}
+
+/// Random cases where one criterion in `mandatory_one_in` (by chance) is mandatory.
+fn case_with(mandatory_one_in: u8) -> impl Strategy<Value = Case> {
     (1usize..6)
-        .prop_flat_map(|n| {
+        .prop_flat_map(move |n| {
             prop::collection::vec(
                 (
                     prop_oneof![Just(Kind::Equ), Just(Kind::Equ), Just(Kind::Int), Just(Kind::Date)],
                     any::<u8>(),
                     weight(),
                 )
-                    .prop_map(|(kind, m, weight)| Crit { kind, mandatory: m % 5 == 0, weight }),
+                    .prop_map(move |(kind, m, weight)| Crit {
+                        kind,
+                        mandatory: m % mandatory_one_in == 0,
+                        weight,
+                    }),
                 n,
             )
         })
@@ -239,6 +248,53 @@ proptest! {
     #[test]
     fn every_matcher_equals_the_oracle(case in case()) {
         check(&case)?;
+    }
+}
+
+/// Codes as a client may send them (`codes16`/`codes32` requests are not re-encoded): any
+/// u32, at or beyond a criterion's cardinality too. An equality code no rule names answers as
+/// the unknown value 0 does, and every matcher agrees with `linear`. The fast matcher's
+/// mandatory-tuple index once read such a code into another tuple's key (serve_frame fuzz).
+fn check_any_codes(case: &Case, picks: &[(u8, u32)]) -> Result<(), TestCaseError> {
+    let (toml, csv) = to_native(case);
+    let rt = native::parse_rule_type(Path::new("t.toml"), &toml).unwrap();
+    let rs = Arc::new(native::parse_rules(&rt, Path::new("r.csv"), &csv).unwrap());
+    let linear = Engine::compile(rs.clone(), MatcherKind::Linear).unwrap();
+    let (width, n) = (linear.encoder.width(), case.crits.len());
+    // each criterion's codes, then the row's padding (any code there)
+    let card = |c: usize| if c < n { linear.encoder.cardinality(c) as u32 } else { u32::MAX };
+    let codes: Vec<u32> = picks
+        .iter()
+        .enumerate()
+        .map(|(i, &(how, any))| match how % 8 {
+            0..=3 => any % card(i % width).max(1),
+            4 | 5 => card(i % width).saturating_add(any % 3), // just past: another tuple's key
+            6 => u32::MAX,
+            _ => any,
+        })
+        .collect();
+    let codes = &codes[..codes.len() / width * width];
+    let want = linear.match_encoded(codes, 1);
+    // an equality code beyond the dictionary reads as unknown
+    let beyond = |c: usize, v: u32| c < n && case.crits[c].kind == Kind::Equ && v >= card(c);
+    let known: Vec<u32> = codes.iter().enumerate().map(|(i, &v)| if beyond(i % width, v) { 0 } else { v }).collect();
+    prop_assert_eq!(&linear.match_encoded(&known, 1), &want, "a code beyond the dictionary is not unknown");
+    for kind in MatcherKind::ALL.into_iter().chain(GPU.then_some(MatcherKind::Gpu)) {
+        let got = Engine::compile(rs.clone(), kind).unwrap().match_encoded(codes, 1);
+        prop_assert_eq!(&got, &want, "matcher {} on codes beyond the dictionary", kind.as_str());
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(200), ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_matcher_equals_linear_on_any_codes(
+        case in case_with(2), // mandatory criteria often: the fast matcher's tuple index
+        picks in prop::collection::vec((any::<u8>(), any::<u32>()), 0..120),
+    ) {
+        check_any_codes(&case, &picks)?;
     }
 }
 

@@ -261,6 +261,9 @@ impl Builder<'_> {
 /// subtree of the rules with that tuple.
 pub(super) struct PartitionIndex {
     pub(super) crits: Vec<usize>,
+    /// Each criterion's codes, 0 (unknown) up to this bound: a query's code at or above it
+    /// names no rule's value (a client may send any code), and would alias another tuple.
+    pub(super) bounds: Vec<u32>,
     pub(super) radix: Vec<u64>,
     /// (key + 1, node); key 0 marks an empty slot.
     pub(super) slots: Vec<(u64, u32)>,
@@ -284,9 +287,11 @@ impl PartitionIndex {
         (r < u64::MAX).then_some((crits, radix))
     }
 
-    fn new(crits: Vec<usize>, radix: Vec<u64>, n: usize) -> Self {
+    fn new(crits: Vec<usize>, radix: Vec<u64>, cardinalities: &[usize], n: usize) -> Self {
         let size = (2 * n).next_power_of_two().max(2);
-        PartitionIndex { crits, radix, slots: vec![(0, NONE); size], mask: size - 1 }
+        // A code is a u32: a cardinality beyond u32::MAX bounds nothing a query can send.
+        let bounds = crits.iter().map(|&c| u32::try_from(cardinalities[c].max(1)).unwrap_or(u32::MAX)).collect();
+        PartitionIndex { crits, bounds, radix, slots: vec![(0, NONE); size], mask: size - 1 }
     }
 
     #[inline]
@@ -305,10 +310,13 @@ impl PartitionIndex {
     #[inline]
     fn get(&self, q: &[u32]) -> u32 {
         let mut key = 0u64;
-        for (&c, &r) in self.crits.iter().zip(&self.radix) {
-            key = key.wrapping_add(q[c] as u64 * r);
+        for ((&c, &bound), &r) in self.crits.iter().zip(&self.bounds).zip(&self.radix) {
+            if q[c] >= bound {
+                return NONE; // no rule holds this value, and its key would be another tuple's
+            }
+            key += q[c] as u64 * r;
         }
-        // Query codes are below the cardinality (0 = unknown value), so the key is exact.
+        // Every code is below its cardinality (0 = unknown value), so the key is exact.
         let mut i = self.slot(key);
         loop {
             let (k, node) = self.slots[i];
@@ -371,7 +379,7 @@ impl FastMatcher {
                 for &c in &crits {
                     used[c] = true;
                 }
-                let mut index = PartitionIndex::new(crits, radix, key_order.len());
+                let mut index = PartitionIndex::new(crits, radix, cardinalities, key_order.len());
                 for key in key_order {
                     let id = b.build(&groups[&key], &mut used, 1);
                     index.insert(key, id);

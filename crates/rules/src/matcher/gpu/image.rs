@@ -4,7 +4,7 @@
 
 use crate::matcher::fast::{FastMatcher, Lookup, Node, NONE};
 
-pub(super) const MAGIC: u32 = 0x4F46_4731;
+pub(super) const MAGIC: u32 = 0x4F46_4732;
 pub(super) const NODE_WORDS: usize = 8;
 /// Pending subtrees the kernel's search can hold (`STACK_DEPTH` in match.cu).
 pub(super) const STACK_DEPTH: usize = 48;
@@ -81,6 +81,7 @@ pub(super) fn build(m: &FastMatcher) -> Result<Vec<u32>, String> {
         img[H_PART_MASK] = p.mask as u32;
         img[H_PART_CRITS] = img.len() as u32;
         img.extend(p.crits.iter().map(|&c| c as u32));
+        img.extend_from_slice(&p.bounds);
         img[H_PART_RADIX] = img.len() as u32;
         img.extend(p.radix.iter().flat_map(|&r| [r as u32, (r >> 32) as u32]));
         img[H_PART_SLOTS] = img.len() as u32;
@@ -193,7 +194,7 @@ pub(super) fn check(img: &[u32]) -> Result<(), String> {
         let mask = img[H_PART_MASK] as usize;
         let slots = img[H_PART_SLOTS];
         if !(mask + 1).is_power_of_two()
-            || !within(img[H_PART_CRITS], n_part)
+            || !within(img[H_PART_CRITS], 2 * n_part)
             || !within(img[H_PART_RADIX], 2 * n_part)
             || !within(slots, 3 * (mask + 1))
         {

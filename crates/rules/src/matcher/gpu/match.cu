@@ -13,7 +13,8 @@
  *   dense   a split's children: image[start + code] for code < len (NONE = no child);
  *   sparse  a split's sorted keys at image[start .. start + len], children right after them;
  *   leaf    at image[start]: ncols criteria, then len entries [rank, lo_0, hi_0, lo_1, ...];
- *   parts   mandatory-criteria partitions: crits, radices (u64 as lo, hi), and an
+ *   parts   mandatory-criteria partitions: crits, then each one's code bound (its
+ *           cardinality: a code at or above it names no rule), radices (u64 as lo, hi), and an
  *           open-addressing table of (key + 1 as lo, hi; node), key + 1 == 0 for an empty slot.
  * Semantics are `linear`'s: the matching rule of smallest rank (score descending, input order
  * ascending) wins, and the answer is its rule index, or NONE.
@@ -32,7 +33,7 @@ typedef unsigned long long u64;
 typedef QCODE qcode;
 
 #define NONE 0xFFFFFFFFu
-#define MAGIC 0x4F464731u /* "OFG1": this layout, version 1 */
+#define MAGIC 0x4F464732u /* "OFG2": this layout, version 2 (partition code bounds) */
 #define NODE_WORDS 8
 /* Pending subtrees a search keeps; image.rs refuses a tree that could need more. */
 #define STACK_DEPTH 48
@@ -53,8 +54,12 @@ OFFLOAD_FN u32 partition_root(const u32* img, const qcode* q) {
     u32 n = img[H_NPART], crits = img[H_PART_CRITS], radix = img[H_PART_RADIX];
     u32 slots = img[H_PART_SLOTS], mask = img[H_PART_MASK];
     u64 key = 0;
-    for (u32 i = 0; i < n; i++) key += (u64)q[img[crits + i]] * load_u64(img, radix + 2 * i);
-    /* Query codes are below each cardinality, so the mixed-radix key is exact. */
+    for (u32 i = 0; i < n; i++) {
+        u32 v = q[img[crits + i]];
+        if (v >= img[crits + n + i]) return NONE; /* no rule's value; its key would alias */
+        key += (u64)v * load_u64(img, radix + 2 * i);
+    }
+    /* Every code is below its cardinality, so the mixed-radix key is exact. */
     u32 s = (u32)(((key + 1) * 0x9E3779B97F4A7C15ull) >> 32) & mask;
     for (;;) {
         u64 k = load_u64(img, slots + 3 * s);
