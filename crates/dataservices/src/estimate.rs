@@ -6,6 +6,7 @@
 //! It mirrors `estimate._Ctx` relation by relation, step text included, and is checked equal
 //! to it on generated plans; where the reference would raise (an index past the columns, a
 //! table without statistics) this one says [`Unsupported`] and the caller runs the reference.
+//! A subquery in a condition is the caller's to price, as any condition it does not price.
 
 use std::collections::HashMap;
 
@@ -65,6 +66,9 @@ pub struct ColumnStats {
     pub nulls: u64,
     /// A float64 or signed integer column's sketch and sample ([`crate::selectivity`]).
     pub numeric: Option<Numeric>,
+    /// A date or timestamp column's years, first to last as its sketch spans them
+    /// (`_Ctx._years`): the most distinct values its `extract(year ...)` takes. None otherwise.
+    pub years: Option<f64>,
 }
 
 impl TableStats {
@@ -105,7 +109,13 @@ const DEFAULT_SELECTIVITY: f64 = 1.0 / 3.0;
 /// steps it took appended to `steps` (`_Ctx.selectivity`).
 pub trait Conditions {
     type Error;
-    fn selectivity(&mut self, cond: &Expression, cols: &[Col], steps: &mut Vec<String>) -> Result<f64, Self::Error>;
+    fn selectivity(
+        &mut self,
+        cond: &Expression,
+        cols: &[Col],
+        rows: f64,
+        steps: &mut Vec<String>,
+    ) -> Result<f64, Self::Error>;
 
     /// The groups of an aggregate whose keys are computed (`_Ctx._sample_groups`), over input
     /// columns `cols` of `rows` rows; None where they cannot be had (the keys are then taken
@@ -256,8 +266,8 @@ impl<C: Conditions> Walker<'_, C> {
     fn filter(&mut self, r: &FilterRel) -> Walk<Out, C::Error> {
         let inp = self.input(&r.input)?;
         let Some(cond) = r.condition.as_deref() else { return no("a filter without a condition") };
-        self.condition_calls(cond, inp.rows, &inp.cols)?;
-        let sel = self.selectivity(cond, &inp.cols)?;
+        self.condition_calls(cond, inp.rows, &inp)?;
+        let sel = self.selectivity(cond, &inp)?;
         self.steps.push(format!("filter: selectivity {sel:.5} -> {} rows", f1(inp.rows * sel)));
         let mut cols = inp.cols;
         for (i, k) in self.pinned(cond) {
@@ -273,8 +283,7 @@ impl<C: Conditions> Walker<'_, C> {
         for e in &r.expressions {
             self.calls(inp.rows, e)?;
         }
-        self.years_are_the_references(&r.expressions)?;
-        let extra = r.expressions.iter().map(|e| expr_col(e, &inp.cols)).collect::<Result<Vec<_>, _>>()?;
+        let extra = r.expressions.iter().map(|e| self.expr_col(e, &inp.cols)).collect::<Result<Vec<_>, _>>()?;
         inp.cols.extend(extra);
         Ok(inp)
     }
@@ -304,8 +313,7 @@ impl<C: Conditions> Walker<'_, C> {
             self.count(inp.rows, n);
         }
         self.work[AGGREGATE_ROWS] += inp.rows;
-        self.years_are_the_references(&r.grouping_expressions)?;
-        let keys = r.grouping_expressions.iter().map(|e| expr_col(e, &inp.cols)).collect::<Result<Vec<_>, _>>()?;
+        let keys = r.grouping_expressions.iter().map(|e| self.expr_col(e, &inp.cols)).collect::<Result<Vec<_>, _>>()?;
         let measures = vec![COMPUTED; r.measures.len()];
         if keys.iter().any(|k| self.textual(k)) {
             self.work[STRING_KEY_ROWS] += inp.rows;
@@ -314,7 +322,7 @@ impl<C: Conditions> Walker<'_, C> {
             self.steps.push("aggregate without grouping: 1 row".into());
             return Ok(Out { rows: 1.0, cols: measures });
         }
-        let sampled = if keys.iter().any(|k| k.source.is_none()) {
+        let sampled = if keys.iter().any(|k| k.source.is_none() && k.values.is_none()) {
             self.conditions.groups(r, &inp.cols, inp.rows, &mut self.steps).map_err(Stop::Failed)?
         } else {
             None
@@ -393,7 +401,7 @@ impl<C: Conditions> Walker<'_, C> {
 
     /// `_Ctx._condition_calls`: an `and`'s later terms on the rows its earlier ones kept where
     /// these are at most PRE_SELECTION of them, an `or`'s on every row.
-    fn condition_calls(&mut self, e: &Expression, rows: f64, cols: &[Col]) -> Walk<(), C::Error> {
+    fn condition_calls(&mut self, e: &Expression, rows: f64, inp: &Out) -> Walk<(), C::Error> {
         let f = match &e.rex_type {
             Some(RexType::ScalarFunction(f)) => f,
             _ => return self.calls(rows, e),
@@ -407,20 +415,21 @@ impl<C: Conditions> Walker<'_, C> {
         let mut kept = 1.0;
         for a in &f.arguments {
             let term = argument_value(a);
-            self.condition_calls(term, if kept <= PRE_SELECTION { rows * kept } else { rows }, cols)?;
+            self.condition_calls(term, if kept <= PRE_SELECTION { rows * kept } else { rows }, inp)?;
             if and {
-                kept *= self.selectivity(term, cols)?;
+                kept *= self.selectivity(term, inp)?;
             }
         }
         Ok(())
     }
 
-    /// Natively where [`crate::selectivity`] prices the condition, else by the caller.
-    fn selectivity(&mut self, cond: &Expression, cols: &[Col]) -> Walk<f64, C::Error> {
-        if let Some(s) = crate::selectivity::selectivity(self.plan, self.tables, cond, cols, &mut self.steps) {
+    /// Natively where [`crate::selectivity`] prices the condition, else by the caller; over the
+    /// rows and columns of the relation `inp`.
+    fn selectivity(&mut self, cond: &Expression, inp: &Out) -> Walk<f64, C::Error> {
+        if let Some(s) = crate::selectivity::selectivity(self.plan, self.tables, cond, &inp.cols, &mut self.steps) {
             return Ok(s);
         }
-        self.conditions.selectivity(cond, cols, &mut self.steps).map_err(Stop::Failed)
+        self.conditions.selectivity(cond, &inp.cols, inp.rows, &mut self.steps).map_err(Stop::Failed)
     }
 
     /// The calls of `e`, each on `rows` rows, into the work (`_Ctx._calls`).
@@ -498,22 +507,6 @@ impl<C: Conditions> Walker<'_, C> {
         }
     }
 
-    /// A column computed as a part of a date (`_Ctx._years`: a year's distinct values are
-    /// bounded by the years the date's sketch spans, which the native tables do not carry)
-    /// leaves the plan to the reference.
-    fn years_are_the_references(&self, exprs: &[Expression]) -> Walk<(), C::Error> {
-        let part_of_a_date = |e: &Expression| match &e.rex_type {
-            Some(RexType::ScalarFunction(f)) => {
-                self.plan.names.get(&f.function_reference).map(String::as_str) == Some("date_part")
-            }
-            _ => false,
-        };
-        if exprs.iter().any(part_of_a_date) {
-            return no("a part of a date (its values: the reference's)");
-        }
-        Ok(())
-    }
-
     /// `_Ctx._conjuncts`: the terms of an and (nested ands flattened); 1 for any other.
     fn conjuncts(&self, e: &Expression) -> usize {
         match &e.rex_type {
@@ -532,7 +525,7 @@ impl<C: Conditions> Walker<'_, C> {
 
     /// Distinct values of `c` among `rows` rows of its table (Cardenas): `_Ctx._distinct`.
     fn distinct(&self, c: &Col, rows: f64) -> Walk<f64, C::Error> {
-        let Some((t, i)) = c.source else { return Ok(rows) };
+        let Some((t, i)) = c.source else { return Ok(c.values.map_or(rows, |v| cardenas(v, rows))) };
         let st = &self.tables[t];
         let distinct = st.columns[i].distinct;
         if distinct.is_nan() {
@@ -542,10 +535,40 @@ impl<C: Conditions> Walker<'_, C> {
             Some(v) => distinct.max(1.0).min(v.max(1.0)),
             None => distinct.max(1.0),
         };
-        if rows >= st.rows as f64 {
-            return Ok(d);
+        Ok(if rows >= st.rows as f64 { d } else { cardenas(d, rows) })
+    }
+
+    /// `_Ctx._expr_col`: a selection's (or a cast selection's) input column; else computed,
+    /// with the years it spans where it is `date_part('year', column)` (`_Ctx._years`).
+    fn expr_col(&self, e: &Expression, cols: &[Col]) -> Result<Col, Unsupported> {
+        let col = expr_col(e, cols)?;
+        Ok(match self.years(e, cols) {
+            Some(years) => Col { values: Some(years), ..col },
+            None => col,
+        })
+    }
+
+    /// The years `e` can take where it is `date_part('year', column)` of a date or timestamp
+    /// column read as it is (not cast): those its sketch spans; else None.
+    fn years(&self, e: &Expression, cols: &[Col]) -> Option<f64> {
+        let Some(RexType::ScalarFunction(f)) = &e.rex_type else { return None };
+        if self.plan.names.get(&f.function_reference).map(String::as_str) != Some("date_part") {
+            return None;
         }
-        Ok(if d > 1.0 { d * (1.0 - (1.0 - 1.0 / d).powf(rows)) } else { 1.0 })
+        let [part, arg] = f.arguments.as_slice() else { return None };
+        let year = match &argument_value(part).rex_type {
+            Some(RexType::Literal(l)) => {
+                matches!(&l.literal_type, Some(LiteralType::String(s)) if s.eq_ignore_ascii_case("year"))
+            }
+            _ => false,
+        };
+        let arg = argument_value(arg);
+        if !year || !matches!(arg.rex_type, Some(RexType::Selection(_))) {
+            return None;
+        }
+        let c = usize::try_from(selected_field(arg)).ok().and_then(|i| cols.get(i))?;
+        let (t, i) = c.source.filter(|_| !c.cast)?;
+        self.tables[t].columns[i].years
     }
 }
 
@@ -644,7 +667,16 @@ pub fn join_rows(
     }
 }
 
-/// `_Ctx._expr_col`: a selection's (or a cast selection's) input column, else computed.
+/// Distinct values among `rows` rows drawn from `d` equally likely ones (`_cardenas`).
+fn cardenas(d: f64, rows: f64) -> f64 {
+    if d > 1.0 {
+        d * (1.0 - (1.0 - 1.0 / d).powf(rows))
+    } else {
+        1.0
+    }
+}
+
+/// A selection's (or a cast selection's) input column, else computed.
 fn expr_col(e: &Expression, cols: &[Col]) -> Result<Col, Unsupported> {
     let (inner, cast) = match &e.rex_type {
         Some(RexType::Selection(_)) => (e, false),

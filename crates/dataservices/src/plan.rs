@@ -126,10 +126,9 @@ impl SubstraitPlan {
         let input = root.input.as_ref().ok_or_else(|| Unsupported("an empty root".into()))?;
         let mut reads: Vec<(String, Vec<String>)> = Vec::new();
         let any = FunctionClasses::default();
-        visit_rels(input, &mut |r| {
+        visit_all_rels(input, &mut |r| {
             for e in rel_expressions(r)? {
-                // modelled expressions only: a subquery's reads are the reference's to find
-                self.expression_calls(e, &any, &mut [0; 3], &mut |_| {})?;
+                self.expression_calls(e, &any, &mut [0; 3], &mut |_| {})?; // modelled expressions only
             }
             if let Some(RelType::Read(read)) = &r.rel_type {
                 let name = table_name(read)?;
@@ -166,7 +165,8 @@ impl SubstraitPlan {
         self.expression_calls(e, classes, out, &mut |_| {})
     }
 
-    /// The calls under an expression, and each scalar function's class to `seen`.
+    /// The calls under an expression, and each scalar function's class to `seen`: those of
+    /// its subqueries' relations too (the reference counts every call under a message).
     fn expression_calls(
         &self,
         e: &Expression,
@@ -174,66 +174,31 @@ impl SubstraitPlan {
         out: &mut [usize; 3],
         seen: &mut dyn FnMut(usize),
     ) -> Native<()> {
-        let go = |x: &Expression, out: &mut [usize; 3], seen: &mut dyn FnMut(usize)| {
-            self.expression_calls(x, classes, out, seen)
-        };
         match &e.rex_type {
-            None | Some(RexType::Literal(_)) => {}
-            Some(RexType::Selection(f)) => match &f.root_type {
-                Some(RootType::Expression(x)) => go(x, out, seen)?,
-                Some(RootType::LambdaParameterReference(_)) => return unsupported("a lambda parameter"),
-                _ => {}
-            },
             Some(RexType::ScalarFunction(f)) => {
                 let class = classes.class(self.name(f.function_reference));
                 out[class] += 1;
                 seen(class);
-                for x in argument_values(&f.arguments) {
-                    go(x, out, seen)?;
+            }
+            Some(RexType::SingularOrList(_) | RexType::MultiOrList(_)) => out[CHEAP] += 1,
+            Some(RexType::Cast(c)) => out[cast_class(c)] += 1,
+            _ => {}
+        }
+        let (exprs, rels) = expression_children(e)?;
+        for x in exprs {
+            self.expression_calls(x, classes, out, seen)?;
+        }
+        for sub in rels {
+            let mut all = Vec::new();
+            visit_all_rels(sub, &mut |r| {
+                all.push(r);
+                Ok(())
+            })?;
+            for r in all {
+                for x in rel_expressions(r)? {
+                    self.expression_calls(x, classes, out, seen)?;
                 }
             }
-            Some(RexType::IfThen(t)) => {
-                for c in &t.ifs {
-                    for x in c.r#if.iter().chain(c.then.iter()) {
-                        go(x, out, seen)?;
-                    }
-                }
-                for x in t.r#else.iter() {
-                    go(x, out, seen)?;
-                }
-            }
-            Some(RexType::SwitchExpression(s)) => {
-                for x in s.r#match.iter() {
-                    go(x, out, seen)?;
-                }
-                for c in &s.ifs {
-                    for x in c.then.iter() {
-                        go(x, out, seen)?;
-                    }
-                }
-                for x in s.r#else.iter() {
-                    go(x, out, seen)?;
-                }
-            }
-            Some(RexType::SingularOrList(s)) => {
-                out[CHEAP] += 1;
-                for x in s.value.iter() {
-                    go(x, out, seen)?;
-                }
-            }
-            Some(RexType::MultiOrList(m)) => {
-                out[CHEAP] += 1;
-                for x in &m.value {
-                    go(x, out, seen)?;
-                }
-            }
-            Some(RexType::Cast(c)) => {
-                out[cast_class(c)] += 1;
-                for x in c.input.iter() {
-                    go(x, out, seen)?;
-                }
-            }
-            Some(_) => return unsupported("an expression kind the native reader does not model"),
         }
         Ok(())
     }
@@ -245,12 +210,16 @@ impl SubstraitPlan {
         let mut kinds: Vec<&'static str> = Vec::new();
         let mut out = [0usize; 3];
         let (mut functions, mut heavy, mut strings) = (0, 0, 0);
-        visit_rels(root, &mut |r| {
+        visit_all_rels(root, &mut |r| {
             let kind = rel_kind(r)?;
             if !kinds.contains(&kind) {
                 kinds.push(kind);
             }
+            Ok(())
+        })?;
+        visit_rels(root, &mut |r| {
             for e in rel_expressions(r)? {
+                // a subquery's calls are counted under the expression that holds it
                 self.expression_calls(e, classes, &mut out, &mut |class| {
                     functions += 1;
                     heavy += usize::from(class == HEAVY);
@@ -345,6 +314,75 @@ pub(crate) fn visit_rels(r: &Rel, f: &mut dyn FnMut(&Rel) -> Native<()>) -> Nati
         visit_rels(child, f)?;
     }
     Ok(())
+}
+
+/// [`visit_rels`], and after each relation's inputs the relations of the subqueries in its
+/// expressions (the reference's order of finding reads: a relation's inputs come before its
+/// expressions in field order). A read's own filter is not entered, as the reference's
+/// search does not look inside a read.
+pub(crate) fn visit_all_rels<'a>(r: &'a Rel, f: &mut dyn FnMut(&'a Rel) -> Native<()>) -> Native<()> {
+    f(r)?;
+    for child in rel_inputs(r)? {
+        visit_all_rels(child, f)?;
+    }
+    if matches!(r.rel_type, Some(RelType::Read(_))) {
+        return Ok(());
+    }
+    for e in rel_expressions(r)? {
+        for sub in subqueries(e)? {
+            visit_all_rels(sub, f)?;
+        }
+    }
+    Ok(())
+}
+
+/// The relations of the subqueries under an expression, outermost ones only, in field order.
+fn subqueries(e: &Expression) -> Native<Vec<&Rel>> {
+    let (exprs, mut rels) = expression_children(e)?;
+    for x in exprs {
+        rels.extend(subqueries(x)?);
+    }
+    Ok(rels)
+}
+
+/// An expression's direct sub-expressions and, for a subquery, its relations, in field order
+/// (what the reference's walk enters: not an IN list's options, literals or field paths).
+fn expression_children(e: &Expression) -> Native<(Vec<&Expression>, Vec<&Rel>)> {
+    use substrait::proto::expression::subquery::SubqueryType;
+    Ok(match &e.rex_type {
+        None | Some(RexType::Literal(_)) => (vec![], vec![]),
+        Some(RexType::Selection(f)) => match &f.root_type {
+            Some(RootType::Expression(x)) => (vec![&**x], vec![]),
+            Some(RootType::LambdaParameterReference(_)) => return unsupported("a lambda parameter"),
+            _ => (vec![], vec![]),
+        },
+        Some(RexType::ScalarFunction(f)) => (argument_values(&f.arguments).collect(), vec![]),
+        Some(RexType::IfThen(t)) => {
+            let ifs = t.ifs.iter().flat_map(|c| c.r#if.iter().chain(c.then.iter()));
+            (ifs.chain(t.r#else.iter().map(|b| &**b)).collect(), vec![])
+        }
+        Some(RexType::SwitchExpression(s)) => {
+            let head = s.r#match.iter().map(|b| &**b);
+            let thens = s.ifs.iter().flat_map(|c| c.then.iter());
+            (head.chain(thens).chain(s.r#else.iter().map(|b| &**b)).collect(), vec![])
+        }
+        Some(RexType::SingularOrList(s)) => (boxed(&s.value), vec![]),
+        Some(RexType::MultiOrList(m)) => (m.value.iter().collect(), vec![]),
+        Some(RexType::Cast(c)) => (boxed(&c.input), vec![]),
+        Some(RexType::Subquery(q)) => match &q.subquery_type {
+            Some(SubqueryType::Scalar(x)) => (vec![], boxed(&x.input)),
+            Some(SubqueryType::InPredicate(x)) => (x.needles.iter().collect(), boxed(&x.haystack)),
+            Some(SubqueryType::SetPredicate(x)) => (vec![], boxed(&x.tuples)),
+            Some(SubqueryType::SetComparison(x)) => (boxed(&x.left), boxed(&x.right)),
+            None => (vec![], vec![]),
+        },
+        Some(_) => return unsupported("an expression kind the native reader does not model"),
+    })
+}
+
+/// The message an optional boxed field holds, as a list of none or one.
+fn boxed<T>(x: &Option<Box<T>>) -> Vec<&T> {
+    x.iter().map(|b| &**b).collect()
 }
 
 /// A relation's inputs, in field order.

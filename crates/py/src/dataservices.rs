@@ -108,11 +108,15 @@ impl PyFunctionClasses {
 
 /// A data set's statistics as the estimate's walk needs them: its name, rows, per column
 /// (name, average width in bytes, variable-width text, bytes a value where fixed-width or 0,
-/// distinct count or NaN, nulls), the sample's rows, and the numeric columns' sketches and
+/// distinct count or NaN, nulls, the years a date or timestamp column spans or None), the
+/// sample's rows, and the numeric columns' sketches and
 /// samples by column name: (KLL sorted items, their cumulative weights, the values the sketch
 /// saw, the sample's values as float64, where they are valid or an empty array).
 #[pyclass(module = "offload._native", frozen, name = "PlanTable")]
 pub struct PyPlanTable(TableStats);
+
+/// (name, width, textual, fixed, distinct, nulls, years): see [`PyPlanTable`].
+type PlanColumn = (String, f64, bool, f64, f64, u64, Option<f64>);
 
 type NumericArrays<'py> = (
     PyReadonlyArray1<'py, f64>,
@@ -128,12 +132,12 @@ impl PyPlanTable {
     fn new(
         name: String,
         rows: u64,
-        columns: Vec<(String, f64, bool, f64, f64, u64)>,
+        columns: Vec<PlanColumn>,
         sample_rows: usize,
         mut numeric: HashMap<String, NumericArrays<'_>>,
     ) -> PyResult<Self> {
         let mut out = Vec::with_capacity(columns.len());
-        for (name, width, textual, fixed, distinct, nulls) in columns {
+        for (name, width, textual, fixed, distinct, nulls, years) in columns {
             let numeric = match numeric.remove(&name) {
                 Some((items, cumulative, n, sample, valid)) => {
                     let k = Numeric {
@@ -151,7 +155,7 @@ impl PyPlanTable {
                 }
                 None => None,
             };
-            out.push(ColumnStats { name, width, textual, fixed, distinct, nulls, numeric });
+            out.push(ColumnStats { name, width, textual, fixed, distinct, nulls, numeric, years });
         }
         Ok(Self(TableStats::new(name, rows, out, sample_rows)))
     }
@@ -195,8 +199,9 @@ impl PySubstraitPlan {
     /// (rows, bytes, steps, work in `estimate.WORK`'s order, (scalar calls, heavy ones, string
     /// ones, relation kinds), the features: `QueryFeatures.as_dict()`) over `tables` (every
     /// data set the plan reads); a condition the native walk does not price is priced by
-    /// `selectivity(expression bytes, [(table, column, cast) or (None, None, False) per input column])`,
-    /// which returns (selectivity, the steps it took), and an aggregate with computed keys by
+    /// `selectivity(expression bytes, [(table, column, cast, most distinct values or None), or
+    /// (None, None, False, …) where computed, per input column], the input's rows)`, which
+    /// returns (selectivity, the steps it took), and an aggregate with computed keys by
     /// `groups(AggregateRel bytes, the input columns so, its input rows)`, which returns (the
     /// groups or None, the steps it took). Their exceptions pass.
     fn estimate<'py>(
@@ -239,6 +244,9 @@ fn by_name<'py>(py: Python<'py>, f: &Features) -> PyResult<Bound<'py, PyDict>> {
     Ok(d)
 }
 
+/// A column as a callback takes it: (table, column, cast, most distinct values).
+type CallbackColumn<'a> = (Option<&'a str>, Option<&'a str>, bool, Option<f64>);
+
 /// Conditions priced by a Python callable.
 struct Callback<'a, 'py> {
     py: Python<'py>,
@@ -248,14 +256,16 @@ struct Callback<'a, 'py> {
 }
 
 impl Callback<'_, '_> {
-    /// Each column as the callables take it: (table, column, cast), (None, None, False) computed.
-    fn names(&self, cols: &[Col]) -> Vec<(Option<&str>, Option<&str>, bool)> {
+    /// Each column as the callables take it: (table, column, cast, its most distinct values or
+    /// None), (None, None, False, …) where computed.
+    fn names(&self, cols: &[Col]) -> Vec<CallbackColumn<'_>> {
         cols.iter()
             .map(|c| match c.source {
                 Some((t, i)) => {
-                    (Some(self.tables[t].name.as_str()), Some(self.tables[t].columns[i].name.as_str()), c.cast)
+                    let st = self.tables[t];
+                    (Some(st.name.as_str()), Some(st.columns[i].name.as_str()), c.cast, c.values)
                 }
-                None => (None, None, false),
+                None => (None, None, false, c.values),
             })
             .collect()
     }
@@ -264,9 +274,9 @@ impl Callback<'_, '_> {
 impl Conditions for Callback<'_, '_> {
     type Error = PyErr;
 
-    fn selectivity(&mut self, cond: &Expression, cols: &[Col], steps: &mut Vec<String>) -> PyResult<f64> {
+    fn selectivity(&mut self, cond: &Expression, cols: &[Col], rows: f64, steps: &mut Vec<String>) -> PyResult<f64> {
         let expr = PyBytes::new(self.py, &cond.encode_to_vec());
-        let (sel, taken): (f64, Vec<String>) = self.f.call1((expr, self.names(cols)))?.extract()?;
+        let (sel, taken): (f64, Vec<String>) = self.f.call1((expr, self.names(cols), rows))?.extract()?;
         steps.extend(taken);
         Ok(sel)
     }

@@ -147,6 +147,11 @@ class _Col:
     over: list[_Col] | None = field(default=None, compare=False, repr=False)
 
 
+_NativeCol = tuple[str | None, str | None, bool, float | None]
+"""A column as the native walk hands it to a callback: (data set, column, whether a cast of it,
+its most distinct values where known); (None, None, False, values) where computed."""
+
+
 @dataclass
 class _Rel:
     rows: float
@@ -212,12 +217,10 @@ def native_estimate(
             ctx.append(_Ctx(None, stats, _Calls(native.names()), raw=plan))
         return ctx[0]
 
-    def selectivity(cond: bytes, cols: list[tuple[str | None, str | None, bool]]) -> tuple[float, list[str]]:
-        return made().native_selectivity(cond, cols)
+    def selectivity(cond: bytes, cols: list[_NativeCol], rows: float) -> tuple[float, list[str]]:
+        return made().native_selectivity(cond, cols, rows)
 
-    def groups(
-        aggregate: bytes, cols: list[tuple[str | None, str | None, bool]], rows: float
-    ) -> tuple[float | None, list[str]]:
+    def groups(aggregate: bytes, cols: list[_NativeCol], rows: float) -> tuple[float | None, list[str]]:
         return made().native_groups(aggregate, cols, rows)
 
     got = native.estimate(tables, plans.native_classes(), selectivity, groups)
@@ -245,7 +248,7 @@ def _plan_table(name: str, st: TableStats) -> Any:
         from offload import _native
 
         cols = [
-            (c, cs.width_bytes, variable_width(cs.type), fixed_width(cs.type), distinct(c), cs.nulls)
+            (c, cs.width_bytes, variable_width(cs.type), fixed_width(cs.type), distinct(c), cs.nulls, _years_spanned(cs))
             for c, cs in st.columns.items()
         ]
         rows = st.sample.num_rows if st.sample is not None else 0
@@ -317,16 +320,13 @@ class _Ctx:
             self._plan = Plan.FromString(self._raw)
         return self._plan
 
-    def native_selectivity(
-        self, cond: bytes, cols: list[tuple[str | None, str | None, bool]]
-    ) -> tuple[float, list[str]]:
-        """:meth:`selectivity` for the native walk: the condition's bytes, and each input column's
-        (table, column, whether a cast of it), (None, None, False) where computed; the
-        selectivity and the steps it took."""
+    def native_selectivity(self, cond: bytes, cols: list[_NativeCol], rows: float) -> tuple[float, list[str]]:
+        """:meth:`selectivity` for the native walk: the condition's bytes, each input column
+        (:data:`_NativeCol`) and the input's rows; the selectivity and the steps it took."""
         from substrait.algebra_pb2 import Expression
 
         before = len(self.steps)
-        inp = _Rel(0.0, [_Col(t, n, cast=cast) for t, n, cast in cols])
+        inp = _Rel(rows, [_Col(t, n, cast=cast, values=values) for t, n, cast, values in cols])
         sel = self.selectivity(Expression.FromString(cond), inp)
         return sel, self.steps[before:]
 
@@ -553,11 +553,7 @@ class _Ctx:
         c = inp.cols[arg.selection.direct_reference.struct_field.field]
         if c.table is None or c.name is None or c.cast:
             return None
-        cs = self.stats[c.table].columns[c.name]
-        if cs.kll is None or cs.kll.is_empty():
-            return None
-        lo, hi = (_year_of(v, cs.type) for v in (cs.kll.get_min_value(), cs.kll.get_max_value()))
-        return None if lo is None or hi is None else float(hi - lo + 1)
+        return _years_spanned(self.stats[c.table].columns[c.name])
 
     def _equi_keys(self, e: Any, n_left: int) -> list[tuple[int, int]]:
         if not e.HasField("scalar_function"):
@@ -594,15 +590,13 @@ class _Ctx:
             d = min(d, max(c.values, 1.0))
         return d if rows >= st.rows else _cardenas(d, rows)
 
-    def native_groups(
-        self, aggregate: bytes, cols: list[tuple[str | None, str | None, bool]], rows: float
-    ) -> tuple[float | None, list[str]]:
+    def native_groups(self, aggregate: bytes, cols: list[_NativeCol], rows: float) -> tuple[float | None, list[str]]:
         """:meth:`_sample_groups` for the native walk: the AggregateRel's bytes, its input's
         columns as :meth:`native_selectivity` takes them and rows; the groups and the steps."""
         from substrait.algebra_pb2 import AggregateRel
 
         r = AggregateRel.FromString(aggregate)
-        inp = _Rel(rows, [_Col(t, n, cast=cast) for t, n, cast in cols])
+        inp = _Rel(rows, [_Col(t, n, cast=cast, values=values) for t, n, cast, values in cols])
         if any(c.table is None for c in inp.cols):  # their expressions: the reference walk's, aside
             walked = _Ctx(self.plan, self.stats, self.index).rel(r.input).cols
             inp.cols = [w if c.table is None else c for c, w in zip(inp.cols, walked, strict=True)]
@@ -1085,6 +1079,15 @@ def _plain_field(e: Any) -> int | None:
 def _cardenas(d: float, rows: float) -> float:
     """Distinct values among ``rows`` rows drawn from ``d`` equally likely ones (Cardenas)."""
     return d * (1.0 - (1.0 - 1.0 / d) ** rows) if d > 1 else 1.0
+
+
+def _years_spanned(cs: Any) -> float | None:
+    """The years a date or timestamp column's sketch spans, first to last; None for other
+    types or an empty sketch."""
+    if cs.kll is None or cs.kll.is_empty():
+        return None
+    lo, hi = (_year_of(v, cs.type) for v in (cs.kll.get_min_value(), cs.kll.get_max_value()))
+    return None if lo is None or hi is None else float(hi - lo + 1)
 
 
 def _year_of(v: float, t: pa.DataType) -> int | None:
