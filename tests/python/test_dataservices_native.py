@@ -90,11 +90,14 @@ def test_the_native_walk_equals_the_reference_on_dates_and_their_years() -> None
     """A part of a date as a key, computed in the aggregate or in a projection below it (TPC-H
     q7-q9), and pinned keys beside it: the years the date's sketch spans, as the reference."""
     days = np.random.default_rng(5).integers(8000, 11000, 3000)
-    t = pa.table({"d": pa.array(days, pa.int32()).cast(pa.date32()), "k": pa.array(days % 7), "x": days / 1e4})
+    t = pa.table(
+        {"d": pa.array(days, pa.int32()).cast(pa.date32()), "k": pa.array(days % 7), "x": days / 1e4}
+    )
     stats, schemas = {"t": TableStats.of(t)}, {"t": t.schema}
     for sql in (
         "select extract(year from d) as y, count(*) from t group by extract(year from d)",
-        "select y, k, sum(x) from (select extract(year from d) as y, k, x from t where k in (1, 2)) s group by y, k",
+        "select y, k, sum(x) from (select extract(year from d) as y, k, x from t where k in (1, 2)) s "
+        "group by y, k",
         "select date_part('month', d) as m, count(*) from t group by date_part('month', d)",  # sampled
         "select extract(year from cast(d as timestamp)) as y, count(*) from t group by 1",
     ):

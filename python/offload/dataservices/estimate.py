@@ -247,8 +247,9 @@ def _plan_table(name: str, st: TableStats) -> Any:
     def make() -> Any:
         from offload import _native
 
+        kinds = {c: (variable_width(cs.type), fixed_width(cs.type)) for c, cs in st.columns.items()}
         cols = [
-            (c, cs.width_bytes, variable_width(cs.type), fixed_width(cs.type), distinct(c), cs.nulls, _years_spanned(cs))
+            (c, cs.width_bytes, *kinds[c], distinct(c), cs.nulls, _years_spanned(cs))
             for c, cs in st.columns.items()
         ]
         rows = st.sample.num_rows if st.sample is not None else 0
@@ -590,7 +591,9 @@ class _Ctx:
             d = min(d, max(c.values, 1.0))
         return d if rows >= st.rows else _cardenas(d, rows)
 
-    def native_groups(self, aggregate: bytes, cols: list[_NativeCol], rows: float) -> tuple[float | None, list[str]]:
+    def native_groups(
+        self, aggregate: bytes, cols: list[_NativeCol], rows: float
+    ) -> tuple[float | None, list[str]]:
         """:meth:`_sample_groups` for the native walk: the AggregateRel's bytes, its input's
         columns as :meth:`native_selectivity` takes them and rows; the groups and the steps."""
         from substrait.algebra_pb2 import AggregateRel
