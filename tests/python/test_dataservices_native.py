@@ -83,6 +83,9 @@ SHAPES = [
     "select id from p where x = (select max(x) from p where t < 3)",  # equal to a value known when run
     "select id from p where t in (select t from d where v > 0.5) and x < 0.5",
     "select id, (select max(x) from p) - x from p",  # a scalar subquery in a projection
+    "select id, row_number() over (order by x) from p",  # windows
+    "select t, sum(sqrt(x)) over (partition by t order by id rows between 2 preceding and current row) from p",
+    "select t, rank() over (partition by t % 3 order by x desc) as r from p where x < 0.5 order by r limit 9",
 ]
 
 
@@ -119,12 +122,12 @@ def test_plans_the_native_reader_does_not_model_are_left_to_the_reference() -> N
     p = P.generate(2000, seed=4)
     schemas = {"p": p.schema}
     stats = {"p": TableStats.of(p)}
-    for sql in (
-        "select id, row_number() over (order by x) from p",  # a window
-    ):
-        plan = plans.to_substrait(sql, schemas)
-        info = plans.inspect(plan)
-        assert info.native is None and info == plans._inspect(plan)
+    # a plan over NATIVE_MAX_BYTES (a long IN list) is read in Python
+    values = ", ".join(str(i) for i in range(20_000))
+    plan = plans.to_substrait(f"select id from p where id in ({values})", schemas)
+    assert len(plan) > plans.NATIVE_MAX_BYTES
+    info = plans.inspect(plan)
+    assert info.native is None and info == plans._inspect(plan)
     with pytest.raises(plans.PlanError, match="not a Substrait plan"):
         plans.inspect(b"\xff\xff not a plan")
     # the callback's errors pass: a condition the reference cannot price fails the estimate

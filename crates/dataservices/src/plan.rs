@@ -346,7 +346,9 @@ fn subqueries(e: &Expression) -> Native<Vec<&Rel>> {
 }
 
 /// An expression's direct sub-expressions and, for a subquery, its relations, in field order
-/// (what the reference's walk enters: not an IN list's options, literals or field paths).
+/// (what the reference's walk enters: not an IN list's options, literals or field paths). A
+/// window function is not a call itself (as an aggregate's measure is not): its partitions,
+/// sort keys and arguments are walked.
 fn expression_children(e: &Expression) -> Native<(Vec<&Expression>, Vec<&Rel>)> {
     use substrait::proto::expression::subquery::SubqueryType;
     Ok(match &e.rex_type {
@@ -369,6 +371,10 @@ fn expression_children(e: &Expression) -> Native<(Vec<&Expression>, Vec<&Rel>)> 
         Some(RexType::SingularOrList(s)) => (boxed(&s.value), vec![]),
         Some(RexType::MultiOrList(m)) => (m.value.iter().collect(), vec![]),
         Some(RexType::Cast(c)) => (boxed(&c.input), vec![]),
+        Some(RexType::WindowFunction(w)) => {
+            let sorts = w.sorts.iter().filter_map(|s| s.expr.as_ref());
+            (w.partitions.iter().chain(sorts).chain(argument_values(&w.arguments)).collect(), vec![])
+        }
         Some(RexType::Subquery(q)) => match &q.subquery_type {
             Some(SubqueryType::Scalar(x)) => (vec![], boxed(&x.input)),
             Some(SubqueryType::InPredicate(x)) => (x.needles.iter().collect(), boxed(&x.haystack)),
