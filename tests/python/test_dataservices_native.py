@@ -84,7 +84,7 @@ SHAPES = [
     "select id from p where t in (select t from d where v > 0.5) and x < 0.5",
     "select id, (select max(x) from p) - x from p",  # a scalar subquery in a projection
     "select id, row_number() over (order by x) from p",  # windows
-    "select t, sum(sqrt(x)) over (partition by t order by id rows between 2 preceding and current row) from p",
+    "select t, sum(sqrt(x)) over (partition by t order by id rows 2 preceding) from p",
     "select t, rank() over (partition by t % 3 order by x desc) as r from p where x < 0.5 order by r limit 9",
 ]
 
