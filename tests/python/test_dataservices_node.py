@@ -232,6 +232,8 @@ def test_the_node_estimates_and_appends(client: NodeClient, data: dict[str, pa.T
     n = true.column("n")[0].as_py()
     assert abs(est["rows"] - n) <= 0.25 * n and est["bytes"] == pytest.approx(est["rows"] * 64)
     assert est["steps"][0].startswith("read particles") and est["seconds"] > 0
+    explained = client.explain("select * from particles where x >= 0.7 and y < 0.3 and z <= 0.1")
+    assert explained["estimate"]["steps"] == est["steps"]  # one estimate: the decision's
     more = P.generate(5_000, seed=9, first_id=ROWS)
     d = client.upload("particles", more, append=True)
     assert d["rows"] == ROWS + 5_000

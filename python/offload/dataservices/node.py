@@ -621,11 +621,13 @@ class Node(flight.FlightServerBase):
         return TM.Fallback(reason, bound, back, "a bound of the result from the plan")
 
     def estimate(self, plan: bytes) -> dict[str, Any]:
-        """The plan's estimated result (rows, bytes, the steps, the estimating time)."""
+        """The plan's estimated result (rows, bytes, the steps, the estimating time): the native
+        walk's, as a decision's, where it models the plan; else the Python estimator's."""
         info = self._check_plan(plan)
         stats = {t: self.dataset(t).stats for t in info.reads}
         try:
-            return estimate(plan, stats).as_dict()
+            got = native_estimate(info.native, plan, stats, info.reads) if info.native is not None else None
+            return got.estimate.as_dict() if got is not None else estimate(plan, stats).as_dict()
         except plans.PlanError as e:
             raise flight.FlightServerError(str(e)) from None
 
