@@ -314,7 +314,15 @@ impl<C: Conditions> Walker<'_, C> {
         }
         self.work[AGGREGATE_ROWS] += inp.rows;
         let keys = r.grouping_expressions.iter().map(|e| self.expr_col(e, &inp.cols)).collect::<Result<Vec<_>, _>>()?;
-        let measures = vec![COMPUTED; r.measures.len()];
+        let measures: Vec<Col> = r
+            .measures
+            .iter()
+            .map(|m| {
+                let name = m.measure.as_ref().and_then(|f| self.plan.names.get(&f.function_reference));
+                let counted = name.is_some_and(|n| n == "count").then(|| count_values(inp.rows));
+                Col { values: counted, ..COMPUTED }
+            })
+            .collect();
         if keys.iter().any(|k| self.textual(k)) {
             self.work[STRING_KEY_ROWS] += inp.rows;
         }
@@ -665,6 +673,11 @@ pub fn join_rows(
             (own, format!("{side} {kind}): at most the {side} side's rows, {}", f1(own)))
         }
     }
+}
+
+/// The most distinct values a count over groups of `rows` rows takes (`estimate.count_values`).
+fn count_values(rows: f64) -> f64 {
+    ((1.0 + (1.0 + 8.0 * rows.max(0.0)).sqrt()) / 2.0).floor()
 }
 
 /// Distinct values among `rows` rows drawn from `d` equally likely ones (`_cardenas`).
