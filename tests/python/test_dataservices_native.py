@@ -83,6 +83,10 @@ SHAPES = [
     "select id from p where x = (select max(x) from p where t < 3)",  # equal to a value known when run
     "select id from p where t in (select t from d where v > 0.5) and x < 0.5",
     "select id, (select max(x) from p) - x from p",  # a scalar subquery in a projection
+    # computed keys over a join: rewritten onto the one data set they read, measured on its sample
+    "select floor(d.v * 10) as b, count(*) from p join d on p.t = d.t group by floor(d.v * 10)",
+    "select b, count(*) from (select p.id, floor(d.v * 10) + 1 as b from p join d on p.t = d.t) s group by b",
+    "select floor(d.v * 10) + p.t as b, count(*) from p join d on p.t = d.t group by 1",  # two: unique
     "select id, row_number() over (order by x) from p",  # windows
     "select t, sum(sqrt(x)) over (partition by t order by id rows 2 preceding) from p",
     "select t, rank() over (partition by t % 3 order by x desc) as r from p where x < 0.5 order by r limit 9",

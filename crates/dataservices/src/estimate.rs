@@ -8,6 +8,7 @@
 //! table without statistics) this one says [`Unsupported`] and the caller runs the reference.
 //! A subquery in a condition is the caller's to price, as any condition it does not price.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use substrait::proto::{
@@ -16,14 +17,15 @@ use substrait::proto::{
         literal::LiteralType,
         reference_segment, RexType,
     },
+    read_rel::{NamedTable, ReadType},
     rel::RelType,
     rel_common::EmitKind,
-    AggregateRel, Expression, FetchRel, FilterRel, JoinRel, ProjectRel, ReadRel, Rel, SetRel,
+    AggregateRel, Expression, FetchRel, FilterRel, JoinRel, NamedStruct, ProjectRel, ReadRel, Rel, SetRel,
 };
 
 use crate::plan::{
-    argument_value, measure_expressions, read_columns, table_name, FunctionClasses, Shape, SubstraitPlan, Unsupported,
-    CHEAP, HEAVY, STRING,
+    argument_value, expression_children_mut, measure_expressions, read_columns, table_name, visit_all_rels,
+    FunctionClasses, Shape, SubstraitPlan, Unsupported, CHEAP, HEAVY, STRING,
 };
 use crate::pyfmt::{commas, f1, g};
 use crate::selectivity::Numeric;
@@ -95,9 +97,12 @@ pub struct Col {
     /// The most distinct values a filter below left the column (`_Col.values`: `x = 3` one,
     /// `x in (1, 2)` two); None where no filter pins it.
     pub values: Option<f64>,
+    /// A computed column's expression and the columns it is over, where the walk made it
+    /// (`_Col.expr`, `_Col.over`): an index into the walk's expressions.
+    pub origin: Option<u32>,
 }
 
-const COMPUTED: Col = Col { source: None, width: 8.0, cast: false, values: None };
+const COMPUTED: Col = Col { source: None, width: 8.0, cast: false, values: None, origin: None };
 
 /// `estimate.PINNED_LOOK`: an IN list's options read to see they are literals.
 const PINNED_LOOK: usize = 1000;
@@ -117,13 +122,12 @@ pub trait Conditions {
         steps: &mut Vec<String>,
     ) -> Result<f64, Self::Error>;
 
-    /// The groups of an aggregate whose keys are computed (`_Ctx._sample_groups`), over input
-    /// columns `cols` of `rows` rows; None where they cannot be had (the keys are then taken
-    /// as unique).
+    /// The groups of an aggregate whose keys are computed (`_Ctx._measured_groups`), measured on
+    /// `source`'s sample, over its input's `rows` rows; None where they cannot be had (no
+    /// source: the keys are not over one data set's columns), and the keys are taken as unique.
     fn groups(
         &mut self,
-        _aggregate: &AggregateRel,
-        _cols: &[Col],
+        _source: Option<&GroupSource<'_>>,
         _rows: f64,
         _steps: &mut Vec<String>,
     ) -> Result<Option<f64>, Self::Error> {
@@ -150,6 +154,20 @@ fn no<T, E>(what: &str) -> Walk<T, E> {
     Err(Stop::Unsupported(Unsupported(what.into())))
 }
 
+/// Where an aggregate's computed keys can be grouped on one data set's sample
+/// (`_Ctx._group_source`): the aggregate's own input where it is one data set's reads, filters
+/// and projects (`filtered`: it holds the plan's filters); else a read of the one data set the
+/// keys' expressions, rewritten onto its columns, read.
+pub struct GroupSource<'p> {
+    /// The data set, by its index among the walk's tables.
+    pub table: usize,
+    pub rel: Cow<'p, Rel>,
+    pub keys: Cow<'p, [Expression]>,
+    pub filtered: bool,
+    /// The columns `rel` gives.
+    pub width: usize,
+}
+
 /// The estimate: result rows and bytes, the steps, the work (in [`WORK`]'s order), and the
 /// plan's shape for the features.
 #[derive(Debug, Clone, PartialEq)]
@@ -171,7 +189,7 @@ pub fn estimate<C: Conditions>(
     let shape = plan.shape(classes)?; // first: it checks every relation and expression is modelled
     let root = plan.root().and_then(|r| r.input.as_ref());
     let Some(root) = root else { return no("not one root relation") };
-    let mut w = Walker { plan, tables, classes, conditions, steps: Vec::new(), work: [0.0; 7] };
+    let mut w = Walker { plan, tables, classes, conditions, steps: Vec::new(), work: [0.0; 7], origins: Vec::new() };
     let out = w.rel(root)?;
     let width: f64 = out.cols.iter().map(|c| c.width).sum();
     w.steps.push(format!("result: {} rows x {} B", f1(out.rows), g(width)));
@@ -190,10 +208,12 @@ struct Walker<'a, C> {
     conditions: &'a mut C,
     steps: Vec<String>,
     work: [f64; 7],
+    /// The computed columns' expressions and the columns each is over ([`Col::origin`]).
+    origins: Vec<(&'a Expression, Vec<Col>)>,
 }
 
-impl<C: Conditions> Walker<'_, C> {
-    fn rel(&mut self, r: &Rel) -> Walk<Out, C::Error> {
+impl<'a, C: Conditions> Walker<'a, C> {
+    fn rel(&mut self, r: &'a Rel) -> Walk<Out, C::Error> {
         let (out, common) = match &r.rel_type {
             Some(RelType::Read(x)) => (self.read(x)?, &x.common),
             Some(RelType::Filter(x)) => (self.filter(x)?, &x.common),
@@ -236,7 +256,7 @@ impl<C: Conditions> Walker<'_, C> {
         }
     }
 
-    fn input(&mut self, r: &Option<Box<Rel>>) -> Walk<Out, C::Error> {
+    fn input(&mut self, r: &'a Option<Box<Rel>>) -> Walk<Out, C::Error> {
         match r {
             Some(r) => self.rel(r),
             None => no("a relation without its input"),
@@ -250,20 +270,20 @@ impl<C: Conditions> Walker<'_, C> {
         }
     }
 
-    fn read(&mut self, r: &ReadRel) -> Walk<Out, C::Error> {
+    fn read(&mut self, r: &'a ReadRel) -> Walk<Out, C::Error> {
         let name = table_name(r)?;
         let t = self.table(name)?;
         let st = &self.tables[t];
         let mut cols = Vec::new();
         for n in read_columns(r)? {
             let Some(&c) = st.by_name.get(&n) else { return no("a column without statistics") };
-            cols.push(Col { source: Some((t, c)), width: st.columns[c].width, cast: false, values: None });
+            cols.push(Col { source: Some((t, c)), width: st.columns[c].width, ..COMPUTED });
         }
         self.steps.push(format!("read {name}: {} rows", commas(&st.rows.to_string())));
         Ok(Out { rows: st.rows as f64, cols })
     }
 
-    fn filter(&mut self, r: &FilterRel) -> Walk<Out, C::Error> {
+    fn filter(&mut self, r: &'a FilterRel) -> Walk<Out, C::Error> {
         let inp = self.input(&r.input)?;
         let Some(cond) = r.condition.as_deref() else { return no("a filter without a condition") };
         self.condition_calls(cond, inp.rows, &inp)?;
@@ -278,7 +298,7 @@ impl<C: Conditions> Walker<'_, C> {
         Ok(Out { rows: inp.rows * sel, cols })
     }
 
-    fn project(&mut self, r: &ProjectRel) -> Walk<Out, C::Error> {
+    fn project(&mut self, r: &'a ProjectRel) -> Walk<Out, C::Error> {
         let mut inp = self.input(&r.input)?;
         for e in &r.expressions {
             self.calls(inp.rows, e)?;
@@ -288,7 +308,7 @@ impl<C: Conditions> Walker<'_, C> {
         Ok(inp)
     }
 
-    fn fetch(&mut self, r: &FetchRel) -> Walk<Out, C::Error> {
+    fn fetch(&mut self, r: &'a FetchRel) -> Walk<Out, C::Error> {
         let inp = self.input(&r.input)?;
         let count = r.count_expr.as_deref().map(literal_int).transpose()?.flatten();
         let offset = r.offset_expr.as_deref().map(literal_int).transpose()?.flatten();
@@ -300,7 +320,7 @@ impl<C: Conditions> Walker<'_, C> {
         Ok(Out { rows, cols: inp.cols })
     }
 
-    fn aggregate(&mut self, r: &AggregateRel) -> Walk<Out, C::Error> {
+    fn aggregate(&mut self, r: &'a AggregateRel) -> Walk<Out, C::Error> {
         let inp = self.input(&r.input)?;
         for e in &r.grouping_expressions {
             self.calls(inp.rows, e)?;
@@ -331,7 +351,8 @@ impl<C: Conditions> Walker<'_, C> {
             return Ok(Out { rows: 1.0, cols: measures });
         }
         let sampled = if keys.iter().any(|k| k.source.is_none() && k.values.is_none()) {
-            self.conditions.groups(r, &inp.cols, inp.rows, &mut self.steps).map_err(Stop::Failed)?
+            let source = self.group_source(r, &inp.cols)?;
+            self.conditions.groups(source.as_ref(), inp.rows, &mut self.steps).map_err(Stop::Failed)?
         } else {
             None
         };
@@ -350,7 +371,7 @@ impl<C: Conditions> Walker<'_, C> {
 
     /// `_Ctx._join`: the rows by [`join_rows`]; semi and anti joins give their side's columns,
     /// mark joins those and the mark.
-    fn join(&mut self, r: &JoinRel) -> Walk<Out, C::Error> {
+    fn join(&mut self, r: &'a JoinRel) -> Walk<Out, C::Error> {
         let (left, right) = (self.input(&r.left)?, self.input(&r.right)?);
         let (left_cols, right_cols) = (left.cols.clone(), right.cols.clone());
         let cols = [left.cols, right.cols].concat();
@@ -384,13 +405,13 @@ impl<C: Conditions> Walker<'_, C> {
         let kept = if side == "left" { left_cols } else { right_cols };
         let cols = match kind.as_str() {
             "semi" | "anti" => kept,
-            "mark" => [kept, vec![Col { source: None, width: 1.0, cast: false, values: None }]].concat(),
+            "mark" => [kept, vec![Col { width: 1.0, ..COMPUTED }]].concat(),
             _ => cols,
         };
         Ok(Out { rows, cols })
     }
 
-    fn set(&mut self, r: &SetRel) -> Walk<Out, C::Error> {
+    fn set(&mut self, r: &'a SetRel) -> Walk<Out, C::Error> {
         let mut ins = Vec::new();
         for i in &r.inputs {
             ins.push(self.rel(i)?);
@@ -546,14 +567,122 @@ impl<C: Conditions> Walker<'_, C> {
         Ok(if rows >= st.rows as f64 { d } else { cardenas(d, rows) })
     }
 
-    /// `_Ctx._expr_col`: a selection's (or a cast selection's) input column; else computed,
-    /// with the years it spans where it is `date_part('year', column)` (`_Ctx._years`).
-    fn expr_col(&self, e: &Expression, cols: &[Col]) -> Result<Col, Unsupported> {
-        let col = expr_col(e, cols)?;
-        Ok(match self.years(e, cols) {
-            Some(years) => Col { values: Some(years), ..col },
-            None => col,
-        })
+    /// `_Ctx._expr_col`: a selection's (or a cast selection's) input column; else computed, its
+    /// expression kept ([`Col::origin`]), with the years it spans where it is
+    /// `date_part('year', column)` (`_Ctx._years`).
+    fn expr_col(&mut self, e: &'a Expression, cols: &[Col]) -> Result<Col, Unsupported> {
+        let plain = match &e.rex_type {
+            Some(RexType::Selection(_)) => true,
+            Some(RexType::Cast(c)) => {
+                c.input.as_deref().is_some_and(|x| matches!(x.rex_type, Some(RexType::Selection(_))))
+            }
+            _ => false,
+        };
+        if plain {
+            return expr_col(e, cols); // a column of the input, or a cast of one
+        }
+        self.origins.push((e, cols.to_vec()));
+        let origin = Some(self.origins.len() as u32 - 1);
+        Ok(Col { values: self.years(e, cols), origin, ..COMPUTED })
+    }
+
+    /// `_Ctx._group_source`: where aggregate `r`'s keys, over its input's columns `cols`, can
+    /// be grouped on a sample; None where no one data set's sample can give them.
+    fn group_source(&self, r: &'a AggregateRel, cols: &[Col]) -> Walk<Option<GroupSource<'a>>, C::Error> {
+        let Some(input) = r.input.as_deref() else { return Ok(None) };
+        let (mut reads, mut plain) = (Vec::new(), true);
+        visit_all_rels(input, &mut |x| {
+            match &x.rel_type {
+                Some(RelType::Read(read)) => reads.push(table_name(read)?),
+                Some(RelType::Filter(_) | RelType::Project(_)) => {}
+                _ => plain = false,
+            }
+            Ok(())
+        })?;
+        if plain && reads.len() == 1 {
+            let (table, keys) = (self.table(reads[0])?, Cow::Borrowed(r.grouping_expressions.as_slice()));
+            return Ok(Some(GroupSource { table, rel: Cow::Borrowed(input), keys, filtered: true, width: cols.len() }));
+        }
+        let (mut table, mut keys) = (None, Vec::new());
+        for e in &r.grouping_expressions {
+            let Some((t, key)) = self.onto_table(e, cols) else { return Ok(None) };
+            if table.is_some_and(|have| have != t) {
+                return Ok(None);
+            }
+            table = Some(t);
+            keys.push(key);
+        }
+        let Some(table) = table else { return Ok(None) };
+        let Some(schema) = self.read_schema(&self.tables[table].name) else { return Ok(None) };
+        let width = schema.names.len();
+        let read = ReadRel {
+            base_schema: Some(schema.clone()),
+            read_type: Some(ReadType::NamedTable(NamedTable {
+                names: vec![self.tables[table].name.clone()],
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let rel = Rel { rel_type: Some(RelType::Read(Box::new(read))) };
+        Ok(Some(GroupSource { table, rel: Cow::Owned(rel), keys: Cow::Owned(keys), filtered: false, width }))
+    }
+
+    /// `_Ctx._onto_table`: `e` over `cols` rewritten onto the columns of the one data set it
+    /// reads, as the plan reads that data set (a computed column's expression in its place):
+    /// (data set, expression); None where it reads several, a cast column or a subquery.
+    fn onto_table(&self, e: &Expression, cols: &[Col]) -> Option<(usize, Expression)> {
+        let mut out = e.clone();
+        let mut table = None;
+        self.onto(&mut out, cols, &mut table)?;
+        Some((table?, out))
+    }
+
+    fn onto(&self, e: &mut Expression, cols: &[Col], table: &mut Option<usize>) -> Option<()> {
+        let Some(RexType::Selection(f)) = &e.rex_type else {
+            for child in expression_children_mut(e)? {
+                self.onto(child, cols, table)?;
+            }
+            return Some(());
+        };
+        if !matches!(f.root_type, Some(RootType::RootReference(_))) {
+            return None;
+        }
+        let c = *usize::try_from(selected_field(e)).ok().and_then(|i| cols.get(i))?;
+        let (t, inner) = match c.origin {
+            Some(o) => {
+                let (x, over) = &self.origins[o as usize];
+                self.onto_table(x, over)?
+            }
+            None => {
+                let (t, i) = c.source.filter(|_| !c.cast)?;
+                let names = &self.read_schema(&self.tables[t].name)?.names;
+                let at = names.iter().position(|n| *n == self.tables[t].columns[i].name)?;
+                let mut x = e.clone();
+                set_struct_field(&mut x, at);
+                (t, x)
+            }
+        };
+        if table.is_some_and(|have| have != t) {
+            return None;
+        }
+        *table = Some(t);
+        *e = inner;
+        Some(())
+    }
+
+    /// `_read_schema`: the base schema of the plan's first read of `name`.
+    fn read_schema(&self, name: &str) -> Option<&'a NamedStruct> {
+        let root = self.plan.root()?.input.as_ref()?;
+        let mut found = None;
+        let _ = visit_all_rels(root, &mut |x| {
+            if let (None, Some(RelType::Read(read))) = (&found, &x.rel_type) {
+                if table_name(read).is_ok_and(|n| n == name) {
+                    found = read.base_schema.as_ref();
+                }
+            }
+            Ok(())
+        });
+        found
     }
 
     /// The years `e` can take where it is `date_part('year', column)` of a date or timestamp
@@ -675,6 +804,25 @@ pub fn join_rows(
     }
 }
 
+/// Points selection `e` at field `at` of its input (`...struct_field.field = at`).
+fn set_struct_field(e: &mut Expression, at: usize) {
+    use reference_segment::{ReferenceType as Segment, StructField};
+    let Some(RexType::Selection(f)) = &mut e.rex_type else { return };
+    let field = i32::try_from(at).unwrap_or(i32::MAX);
+    let fresh = || Segment::StructField(Box::new(StructField { field, child: None }));
+    match &mut f.reference_type {
+        Some(ReferenceType::DirectReference(seg)) => match &mut seg.reference_type {
+            Some(Segment::StructField(s)) => s.field = field,
+            other => *other = Some(fresh()),
+        },
+        other => {
+            *other = Some(ReferenceType::DirectReference(substrait::proto::expression::ReferenceSegment {
+                reference_type: Some(fresh()),
+            }))
+        }
+    }
+}
+
 /// The most distinct values a count over groups of `rows` rows takes (`estimate.count_values`).
 fn count_values(rows: f64) -> f64 {
     ((1.0 + (1.0 + 8.0 * rows.max(0.0)).sqrt()) / 2.0).floor()
@@ -702,7 +850,7 @@ fn expr_col(e: &Expression, cols: &[Col]) -> Result<Col, Unsupported> {
     let i = selected_field(inner);
     let col = usize::try_from(i).ok().and_then(|i| cols.get(i).copied());
     let col = col.ok_or_else(|| Unsupported("a field past the columns".into()))?;
-    Ok(if cast { Col { cast: true, values: None, ..col } } else { col })
+    Ok(if cast { Col { cast: true, values: None, origin: None, ..col } } else { col })
 }
 
 /// `estimate._literal_int`: an integer literal's value (unsigned variations unwrapped, floats

@@ -386,6 +386,47 @@ fn expression_children(e: &Expression) -> Native<(Vec<&Expression>, Vec<&Rel>)> 
     })
 }
 
+/// [`expression_children`], mutable: an expression's direct sub-expressions; None for a
+/// subquery (the rewrites that walk them do not enter one) or a kind not modelled.
+pub(crate) fn expression_children_mut(e: &mut Expression) -> Option<Vec<&mut Expression>> {
+    Some(match &mut e.rex_type {
+        None | Some(RexType::Literal(_)) => vec![],
+        Some(RexType::Selection(f)) => match &mut f.root_type {
+            Some(RootType::Expression(x)) => vec![&mut **x],
+            Some(RootType::LambdaParameterReference(_)) => return None,
+            _ => vec![],
+        },
+        Some(RexType::ScalarFunction(f)) => argument_values_mut(&mut f.arguments),
+        Some(RexType::IfThen(t)) => {
+            let ifs = t.ifs.iter_mut().flat_map(|c| c.r#if.iter_mut().chain(c.then.iter_mut()));
+            ifs.chain(t.r#else.iter_mut().map(|b| &mut **b)).collect()
+        }
+        Some(RexType::SwitchExpression(s)) => {
+            let head = s.r#match.iter_mut().map(|b| &mut **b);
+            let thens = s.ifs.iter_mut().flat_map(|c| c.then.iter_mut());
+            head.chain(thens).chain(s.r#else.iter_mut().map(|b| &mut **b)).collect()
+        }
+        Some(RexType::SingularOrList(s)) => s.value.iter_mut().map(|b| &mut **b).collect(),
+        Some(RexType::MultiOrList(m)) => m.value.iter_mut().collect(),
+        Some(RexType::Cast(c)) => c.input.iter_mut().map(|b| &mut **b).collect(),
+        Some(RexType::WindowFunction(w)) => {
+            let sorts = w.sorts.iter_mut().filter_map(|s| s.expr.as_mut());
+            w.partitions.iter_mut().chain(sorts).chain(argument_values_mut(&mut w.arguments)).collect()
+        }
+        Some(_) => return None,
+    })
+}
+
+/// [`argument_values`], mutable.
+fn argument_values_mut(args: &mut [FunctionArgument]) -> Vec<&mut Expression> {
+    args.iter_mut()
+        .filter_map(|a| match &mut a.arg_type {
+            Some(ArgType::Value(v)) => Some(v),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The message an optional boxed field holds, as a list of none or one.
 fn boxed<T>(x: &Option<Box<T>>) -> Vec<&T> {
     x.iter().map(|b| &**b).collect()

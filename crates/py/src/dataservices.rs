@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use offload_dataservices::decide::{decide, predict, Features, Layout, Link, FIELDS, FLOOR_S, PRICED};
-use offload_dataservices::estimate::{estimate, Col, ColumnStats, Conditions, Stop, TableStats};
+use offload_dataservices::estimate::{estimate, Col, ColumnStats, Conditions, GroupSource, Stop, TableStats};
 use offload_dataservices::forest::{Forest, Nodes};
 use offload_dataservices::plan::{FunctionClasses, PlanInfo, SubstraitPlan};
 use offload_dataservices::prost::Message;
 use offload_dataservices::selectivity::Numeric;
-use offload_dataservices::substrait::proto::{AggregateRel, Expression};
+use offload_dataservices::substrait::proto::Expression;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -202,7 +202,8 @@ impl PySubstraitPlan {
     /// `selectivity(expression bytes, [(table, column, cast, most distinct values or None), or
     /// (None, None, False, …) where computed, per input column], the input's rows)`, which
     /// returns (selectivity, the steps it took), and an aggregate with computed keys by
-    /// `groups(AggregateRel bytes, the input columns so, its input rows)`, which returns (the
+    /// `groups((table, relation bytes, [key expression bytes], filtered, width) or None, its
+    /// input rows)` (the source its keys can be grouped on: `GroupSource`), which returns (the
     /// groups or None, the steps it took). Their exceptions pass.
     fn estimate<'py>(
         &self,
@@ -283,13 +284,17 @@ impl Conditions for Callback<'_, '_> {
 
     fn groups(
         &mut self,
-        aggregate: &AggregateRel,
-        cols: &[Col],
+        source: Option<&GroupSource<'_>>,
         rows: f64,
         steps: &mut Vec<String>,
     ) -> PyResult<Option<f64>> {
-        let rel = PyBytes::new(self.py, &aggregate.encode_to_vec());
-        let (groups, taken): (Option<f64>, Vec<String>) = self.g.call1((rel, self.names(cols), rows))?.extract()?;
+        let py = self.py;
+        let source = source.map(|s| {
+            let keys: Vec<Bound<'_, PyBytes>> = s.keys.iter().map(|k| PyBytes::new(py, &k.encode_to_vec())).collect();
+            let rel = PyBytes::new(py, &s.rel.encode_to_vec());
+            (self.tables[s.table].name.as_str(), rel, keys, s.filtered, s.width)
+        });
+        let (groups, taken): (Option<f64>, Vec<String>) = self.g.call1((source, rows))?.extract()?;
         steps.extend(taken);
         Ok(groups)
     }

@@ -147,6 +147,11 @@ class _Col:
     over: list[_Col] | None = field(default=None, compare=False, repr=False)
 
 
+_GroupSource = tuple[str, Any, list[Any], bool, int]
+"""Where an aggregate's computed keys are grouped on a sample (:meth:`_Ctx._group_source`): (data
+set, relation, key expressions over it, whether it holds the plan's filters, its columns)."""
+_NativeSource = tuple[str, bytes, list[bytes], bool, int]
+"""A :data:`_GroupSource` as the native walk hands it over: the relation and keys as bytes."""
 _NativeCol = tuple[str | None, str | None, bool, float | None]
 """A column as the native walk hands it to a callback: (data set, column, whether a cast of it,
 its most distinct values where known); (None, None, False, values) where computed."""
@@ -220,8 +225,8 @@ def native_estimate(
     def selectivity(cond: bytes, cols: list[_NativeCol], rows: float) -> tuple[float, list[str]]:
         return made().native_selectivity(cond, cols, rows)
 
-    def groups(aggregate: bytes, cols: list[_NativeCol], rows: float) -> tuple[float | None, list[str]]:
-        return made().native_groups(aggregate, cols, rows)
+    def groups(source: _NativeSource | None, rows: float) -> tuple[float | None, list[str]]:
+        return made().native_groups(source, rows)
 
     got = native.estimate(tables, plans.native_classes(), selectivity, groups)
     if got is None:
@@ -592,20 +597,17 @@ class _Ctx:
             d = min(d, max(c.values, 1.0))
         return d if rows >= st.rows else _cardenas(d, rows)
 
-    def native_groups(
-        self, aggregate: bytes, cols: list[_NativeCol], rows: float
-    ) -> tuple[float | None, list[str]]:
-        """:meth:`_sample_groups` for the native walk: the AggregateRel's bytes, its input's
-        columns as :meth:`native_selectivity` takes them and rows; the groups and the steps."""
-        from substrait.algebra_pb2 import AggregateRel
+    def native_groups(self, source: _NativeSource | None, rows: float) -> tuple[float | None, list[str]]:
+        """:meth:`_measured_groups` for the native walk, which found the source (its
+        ``GroupSource``: the relation and keys as bytes); the groups and the steps."""
+        from substrait.algebra_pb2 import Expression, Rel
 
-        r = AggregateRel.FromString(aggregate)
-        inp = _Rel(rows, [_Col(t, n, cast=cast, values=values) for t, n, cast, values in cols])
-        if any(c.table is None for c in inp.cols):  # their expressions: the reference walk's, aside
-            walked = _Ctx(self.plan, self.stats, self.index).rel(r.input).cols
-            inp.cols = [w if c.table is None else c for c, w in zip(inp.cols, walked, strict=True)]
         before = len(self.steps)
-        got = self._sample_groups(r, inp)
+        found = None
+        if source is not None:
+            table, rel, keys, filtered, width = source
+            found = (table, Rel.FromString(rel), [Expression.FromString(k) for k in keys], filtered, width)
+        got = self._measured_groups(found, rows)
         return got, self.steps[before:]
 
     def _sample_groups(self, r: Any, inp: _Rel) -> float | None:
@@ -615,7 +617,11 @@ class _Ctx:
         estimated from how often each was seen (:func:`gee_groups`); over the table unfiltered,
         thinned to ``inp.rows`` (Cardenas). None, and a step saying why, where no one data set's
         sample can give them or none of its rows reach the keys."""
-        source = self._group_source(r, inp)
+        return self._measured_groups(self._group_source(r, inp), inp.rows)
+
+    def _measured_groups(self, source: _GroupSource | None, into: float) -> float | None:
+        """:meth:`_sample_groups` from where the keys are grouped (:meth:`_group_source`), over
+        the aggregate's input of ``into`` rows."""
         if source is None:
             self.steps.append("groups of computed keys: not over one data set's columns, taken as unique")
             return None
@@ -641,18 +647,18 @@ class _Ctx:
         if rows == 0:
             self.steps.append(f"groups of computed keys: none of {sample.num_rows:,} sampled rows reach them")
             return None
-        groups = gee_groups(seen, once, rows, inp.rows if filtered else float(st.rows))
+        groups = gee_groups(seen, once, rows, into if filtered else float(st.rows))
         over = "" if filtered else f" of {table}, unfiltered"
         if not filtered:
-            groups = _cardenas(groups, inp.rows)
+            groups = _cardenas(groups, into)
         over += "" if made else " (by an earlier query)"
         self.steps.append(
             f"groups of computed keys measured on {rows:,} sampled rows{over}: {seen:,} seen, {once:,} once; "
-            f"{groups:,.1f} of {inp.rows:,.1f} rows"
+            f"{groups:,.1f} of {into:,.1f} rows"
         )
         return groups
 
-    def _group_source(self, r: Any, inp: _Rel) -> tuple[str, Any, list[Any], bool, int] | None:
+    def _group_source(self, r: Any, inp: _Rel) -> _GroupSource | None:
         """Where ``r``'s keys can be grouped on a sample: (data set, relation, key expressions
         over it, whether the relation holds the plan's filters, its columns). The aggregate's
         own input where it is one data set's reads, filters and projects; else a read of the one
