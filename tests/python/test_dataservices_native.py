@@ -1,7 +1,7 @@
-"""The native plan reader and estimate walk (crates/dataservices: plan, estimate) against their
-Python reference (plans.inspect, plans.PlanIndex, estimate.estimate): the same reads, shape,
-rows, bytes, work and steps on every generated query kind over random schemas and on the
-particle suite; plans they do not model are left to the reference, and a node still decides."""
+"""The native plan reader and estimate walk (crates/dataservices: plan, estimate): its reads and
+shape against the Python reader (plans.inspect, plans.PlanIndex), its features against
+timemodel.features, and its estimates against the truth (DataFusion's count on the data) on
+every generated query kind over random schemas, the particle suite and awkward shapes."""
 
 from __future__ import annotations
 
@@ -27,33 +27,27 @@ from offload.dataservices import workload as W
 from offload.dataservices.stats import TableStats
 
 
-def _steps(est: E.Estimate) -> dict[str, Any]:
-    """An estimate to compare: a condition one walk measured on the sample, the other finds
-    measured (by an earlier query); the time it took aside."""
-    d = est.as_dict()
-    d.pop("seconds")
-    d["steps"] = [s.replace(" (by an earlier query)", "") for s in d["steps"]]
-    return d
-
-
-def _same_as_reference(plan: bytes, stats: dict[str, TableStats], schemas: dict[str, pa.Schema]) -> None:
+def _same_as_reference(
+    plan: bytes, stats: dict[str, TableStats], schemas: dict[str, pa.Schema]
+) -> E.Estimate:
+    """The native reader's reads and shape equal the Python reader's (plans._inspect,
+    plans.PlanIndex), and the features it makes of its estimate equal timemodel.features' of
+    the same estimate, to the last bit (types included). The estimate itself is checked against
+    the truth by the callers."""
     info = plans.inspect(plan)
     assert info.native is not None, "the native reader models every generated kind"
     assert info == plans._inspect(plan)
-    parsed = Plan.FromString(plan)
-    index = plans.PlanIndex(parsed)
+    index = plans.PlanIndex(Plan.FromString(plan))
     used = {t: stats[t] for t in info.reads}
     got = E.native_estimate(info.native, plan, used, info.reads)
-    assert got is not None
     assert got.shape == index.shape()
-    want = E.estimate(parsed, used, index)
-    assert _steps(got.estimate) == _steps(want)
-    # the features, made natively, are timemodel.features' to the last bit (types included)
+    est = got.estimate
     width = {t: sum(st.columns[c].width_bytes for c in info.reads[t]) for t, st in used.items()}
     sizes = {t: (st.rows, st.rows * width[t]) for t, st in used.items()}
-    ref = TM.features(index.shape(), want.rows, want.bytes, sizes, want.as_dict(), schemas).as_dict()
+    ref = TM.features(index.shape(), est.rows, est.bytes, sizes, est.as_dict(), schemas).as_dict()
     assert got.features == ref
     assert [type(v) for v in got.features.values()] == [type(v) for v in ref.values()]
+    return est
 
 
 @settings(max_examples=6, deadline=None)
@@ -63,7 +57,13 @@ def test_the_native_walk_equals_the_reference_on_every_generated_kind(seed: int,
     tables, schemas = spec.tables(), spec.schemas()
     stats = {n: TableStats.of(t) for n, t in tables.items()}
     for q in W.queries(spec, len(W.TEMPLATES), seed):
-        _same_as_reference(plans.to_substrait(q.sql, schemas), stats, schemas)
+        plan = plans.to_substrait(q.sql, schemas)
+        est = _same_as_reference(plan, stats, schemas)
+        truth = plans.count_rows(plan, tables)
+        said = any(E.DEFAULTED in s or "taken as unique" in s for s in est.steps)
+        # the issue's 2x holds for 596 of 612 such queries (BENCHMARKS.md); none is off 20x unsaid
+        off = max(est.rows, 10) / max(truth, 10)
+        assert said or 1 / 20 <= off <= 20, (q.sql, est.rows, truth, est.steps)
 
 
 SHAPES = [
@@ -122,16 +122,10 @@ def test_the_native_walk_equals_the_reference_on_awkward_shapes() -> None:
         _same_as_reference(plans.to_substrait(q.format(t="p"), schemas), stats, schemas)
 
 
-def test_plans_the_native_reader_does_not_model_are_left_to_the_reference() -> None:
+def test_what_the_native_walk_cannot_estimate_is_an_error_that_says_why() -> None:
     p = P.generate(2000, seed=4)
     schemas = {"p": p.schema}
     stats = {"p": TableStats.of(p)}
-    # a plan over NATIVE_MAX_BYTES (a long IN list) is read in Python
-    values = ", ".join(str(i) for i in range(20_000))
-    plan = plans.to_substrait(f"select id from p where id in ({values})", schemas)
-    assert len(plan) > plans.NATIVE_MAX_BYTES
-    info = plans.inspect(plan)
-    assert info.native is None and info == plans._inspect(plan)
     with pytest.raises(plans.PlanError, match="not a Substrait plan"):
         plans.inspect(b"\xff\xff not a plan")
     # the callback's errors pass: a condition the reference cannot price fails the estimate
@@ -143,8 +137,11 @@ def test_plans_the_native_reader_does_not_model_are_left_to_the_reference() -> N
 
     with pytest.raises(plans.PlanError, match="injected"):
         native.estimate([E._plan_table("p", stats["p"])], plans.native_classes(), broken, broken)
-    # a data set without statistics: not the native walk's to answer
-    assert native.estimate([], plans.native_classes(), broken, broken) is None
+    # a data set without statistics: the walk says so, and the estimate is a PlanError saying why
+    with pytest.raises(NotImplementedError, match="without statistics"):
+        native.estimate([], plans.native_classes(), broken, broken)
+    with pytest.raises(plans.PlanError, match="cannot estimate this plan: a data set without statistics"):
+        E.estimate(plan, {})
 
 
 def _table(seed: int, rows: int) -> pa.Table:

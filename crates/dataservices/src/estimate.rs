@@ -1,12 +1,14 @@
-//! The cardinality estimate's walk of a plan, native: rows and columns relation by relation,
-//! the work counted on the way, and the steps that say why, for the plans [`crate::plan`]
-//! models. A condition's selectivity is asked of the caller ([`Conditions`]: the Python
-//! estimator's sketches and sample), so that the two walks share one pricing of conditions.
+//! The cardinality estimate's walk of a plan, the one there is: rows and columns relation by
+//! relation, the work counted on the way, and the steps that say why, for the plans
+//! [`crate::plan`] models. A condition the walk does not price itself ([`crate::selectivity`]:
+//! inequalities on numeric columns) is asked of the caller ([`Conditions`]: `estimate._Ctx`'s
+//! sketches and sample in Python), and so are the groups of computed keys on a sample.
 //!
-//! It mirrors `estimate._Ctx` relation by relation, step text included, and is checked equal
-//! to it on generated plans; where the reference would raise (an index past the columns, a
-//! table without statistics) this one says [`Unsupported`] and the caller runs the reference.
-//! A subquery in a condition is the caller's to price, as any condition it does not price.
+//! It was ported from a Python walk and checked equal to it, step text included, before that
+//! walk was removed; it is now checked against the truth (DataFusion's counts on the data,
+//! `tests/python/test_dataservices_native.py` and the estimator's tests). Where it cannot
+//! estimate a plan (an index past the columns, a table without statistics) it says
+//! [`Unsupported`], and the node falls back to a bound from the plan, saying why.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -24,13 +26,13 @@ use substrait::proto::{
 };
 
 use crate::plan::{
-    argument_value, expression_children_mut, measure_expressions, read_columns, table_name, visit_all_rels,
-    FunctionClasses, Shape, SubstraitPlan, Unsupported, CHEAP, HEAVY, STRING,
+    argument_value, expression_children_mut, measure_expressions, read_columns, table_name, top_level_names,
+    visit_all_rels, FunctionClasses, Shape, SubstraitPlan, Unsupported, CHEAP, HEAVY, STRING,
 };
 use crate::pyfmt::{commas, f1, g};
 use crate::selectivity::Numeric;
 
-/// `estimate.PRE_SELECTION`: an `and` whose earlier terms keep at most this share of a batch
+/// DataFusion's PRE_SELECTION_THRESHOLD: an `and` whose earlier terms keep at most this share of a batch
 /// runs its later terms on those rows only.
 pub const PRE_SELECTION: f64 = 0.2;
 
@@ -62,14 +64,14 @@ pub struct ColumnStats {
     pub textual: bool,
     /// Bytes a value where the column's type is fixed-width (`stats.fixed_width`), else 0.
     pub fixed: f64,
-    /// `TableStats.distinct`; NaN where it cannot be had (the walk then leaves it to the
-    /// reference).
+    /// `TableStats.distinct`; NaN where it cannot be had (a walk that needs it then cannot
+    /// estimate the plan, and says so).
     pub distinct: f64,
     pub nulls: u64,
     /// A float64 or signed integer column's sketch and sample ([`crate::selectivity`]).
     pub numeric: Option<Numeric>,
     /// A date or timestamp column's years, first to last as its sketch spans them
-    /// (`_Ctx._years`): the most distinct values its `extract(year ...)` takes. None otherwise.
+    /// (as `extract(year ...)` takes them): the most distinct values its `extract(year ...)` takes. None otherwise.
     pub years: Option<f64>,
 }
 
@@ -104,7 +106,7 @@ pub struct Col {
 
 const COMPUTED: Col = Col { source: None, width: 8.0, cast: false, values: None, origin: None };
 
-/// `estimate.PINNED_LOOK`: an IN list's options read to see they are literals.
+/// An IN list's options read to see they are literals.
 const PINNED_LOOK: usize = 1000;
 
 /// `estimate.DEFAULT_SELECTIVITY`: a condition nothing prices.
@@ -135,7 +137,7 @@ pub trait Conditions {
     }
 }
 
-/// Why a walk stopped: a plan the native walk leaves to the reference, or the caller's error.
+/// Why a walk stopped: a plan it does not model (what, said), or the caller's error.
 #[derive(Debug)]
 pub enum Stop<E> {
     Unsupported(Unsupported),
@@ -155,7 +157,7 @@ fn no<T, E>(what: &str) -> Walk<T, E> {
 }
 
 /// Where an aggregate's computed keys can be grouped on one data set's sample
-/// (`_Ctx._group_source`): the aggregate's own input where it is one data set's reads, filters
+/// (measured by `_Ctx._measured_groups`): the aggregate's own input where it is one data set's reads, filters
 /// and projects (`filtered`: it holds the plan's filters); else a read of the one data set the
 /// keys' expressions, rewritten onto its columns, read.
 pub struct GroupSource<'p> {
@@ -369,7 +371,7 @@ impl<'a, C: Conditions> Walker<'a, C> {
         Ok(Out { rows, cols: [keys, measures].concat() })
     }
 
-    /// `_Ctx._join`: the rows by [`join_rows`]; semi and anti joins give their side's columns,
+    /// A join: the rows by [`join_rows`]; semi and anti joins give their side's columns,
     /// mark joins those and the mark.
     fn join(&mut self, r: &'a JoinRel) -> Walk<Out, C::Error> {
         let (left, right) = (self.input(&r.left)?, self.input(&r.right)?);
@@ -428,7 +430,7 @@ impl<'a, C: Conditions> Walker<'a, C> {
         Ok(Out { rows, cols: ins.swap_remove(0).cols })
     }
 
-    /// `_Ctx._condition_calls`: an `and`'s later terms on the rows its earlier ones kept where
+    /// A filter's condition's calls: an `and`'s later terms on the rows its earlier ones kept where
     /// these are at most PRE_SELECTION of them, an `or`'s on every row.
     fn condition_calls(&mut self, e: &Expression, rows: f64, inp: &Out) -> Walk<(), C::Error> {
         let f = match &e.rex_type {
@@ -461,7 +463,7 @@ impl<'a, C: Conditions> Walker<'a, C> {
         self.conditions.selectivity(cond, &inp.cols, inp.rows, &mut self.steps).map_err(Stop::Failed)
     }
 
-    /// The calls of `e`, each on `rows` rows, into the work (`_Ctx._calls`).
+    /// The calls of `e`, each on `rows` rows, into the work.
     fn calls(&mut self, rows: f64, e: &Expression) -> Walk<(), C::Error> {
         let mut n = [0usize; 3];
         self.plan.calls(e, self.classes, &mut n)?;
@@ -476,7 +478,7 @@ impl<'a, C: Conditions> Walker<'a, C> {
         self.work[1] += rows * n[HEAVY] as f64;
     }
 
-    /// `_Ctx._pinned`: the columns a condition holds to a few values, with how many: an
+    /// The columns a condition holds to a few values, with how many: an
     /// equality with a literal one, an IN list of literals its length, an or of such on one
     /// column their sum, an and's terms each (the fewest where two pin one column).
     fn pinned(&self, e: &Expression) -> Vec<(usize, f64)> {
@@ -536,7 +538,7 @@ impl<'a, C: Conditions> Walker<'a, C> {
         }
     }
 
-    /// `_Ctx._conjuncts`: the terms of an and (nested ands flattened); 1 for any other.
+    /// The terms of an and (nested ands flattened); 1 for any other.
     fn conjuncts(&self, e: &Expression) -> usize {
         match &e.rex_type {
             Some(RexType::ScalarFunction(f))
@@ -552,7 +554,7 @@ impl<'a, C: Conditions> Walker<'a, C> {
         c.source.is_some_and(|(t, i)| self.tables[t].columns[i].textual)
     }
 
-    /// Distinct values of `c` among `rows` rows of its table (Cardenas): `_Ctx._distinct`.
+    /// Distinct values of `c` among `rows` rows of its table (Cardenas).
     fn distinct(&self, c: &Col, rows: f64) -> Walk<f64, C::Error> {
         let Some((t, i)) = c.source else { return Ok(c.values.map_or(rows, |v| cardenas(v, rows))) };
         let st = &self.tables[t];
@@ -567,9 +569,9 @@ impl<'a, C: Conditions> Walker<'a, C> {
         Ok(if rows >= st.rows as f64 { d } else { cardenas(d, rows) })
     }
 
-    /// `_Ctx._expr_col`: a selection's (or a cast selection's) input column; else computed, its
+    /// A selection's (or a cast selection's) input column; else computed, its
     /// expression kept ([`Col::origin`]), with the years it spans where it is
-    /// `date_part('year', column)` (`_Ctx._years`).
+    /// `date_part('year', column)`.
     fn expr_col(&mut self, e: &'a Expression, cols: &[Col]) -> Result<Col, Unsupported> {
         let plain = match &e.rex_type {
             Some(RexType::Selection(_)) => true,
@@ -586,7 +588,7 @@ impl<'a, C: Conditions> Walker<'a, C> {
         Ok(Col { values: self.years(e, cols), origin, ..COMPUTED })
     }
 
-    /// `_Ctx._group_source`: where aggregate `r`'s keys, over its input's columns `cols`, can
+    /// Where aggregate `r`'s keys, over its input's columns `cols`, can
     /// be grouped on a sample; None where no one data set's sample can give them.
     fn group_source(&self, r: &'a AggregateRel, cols: &[Col]) -> Walk<Option<GroupSource<'a>>, C::Error> {
         let Some(input) = r.input.as_deref() else { return Ok(None) };
@@ -614,7 +616,7 @@ impl<'a, C: Conditions> Walker<'a, C> {
         }
         let Some(table) = table else { return Ok(None) };
         let Some(schema) = self.read_schema(&self.tables[table].name) else { return Ok(None) };
-        let width = schema.names.len();
+        let Ok(width) = top_level_names(Some(schema)).map(|names| names.len()) else { return Ok(None) };
         let read = ReadRel {
             base_schema: Some(schema.clone()),
             read_type: Some(ReadType::NamedTable(NamedTable {
@@ -627,7 +629,7 @@ impl<'a, C: Conditions> Walker<'a, C> {
         Ok(Some(GroupSource { table, rel: Cow::Owned(rel), keys: Cow::Owned(keys), filtered: false, width }))
     }
 
-    /// `_Ctx._onto_table`: `e` over `cols` rewritten onto the columns of the one data set it
+    /// `e` over `cols` rewritten onto the columns of the one data set it
     /// reads, as the plan reads that data set (a computed column's expression in its place):
     /// (data set, expression); None where it reads several, a cast column or a subquery.
     fn onto_table(&self, e: &Expression, cols: &[Col]) -> Option<(usize, Expression)> {
@@ -655,7 +657,7 @@ impl<'a, C: Conditions> Walker<'a, C> {
             }
             None => {
                 let (t, i) = c.source.filter(|_| !c.cast)?;
-                let names = &self.read_schema(&self.tables[t].name)?.names;
+                let names = top_level_names(self.read_schema(&self.tables[t].name)).ok()?;
                 let at = names.iter().position(|n| *n == self.tables[t].columns[i].name)?;
                 let mut x = e.clone();
                 set_struct_field(&mut x, at);
@@ -709,7 +711,7 @@ impl<'a, C: Conditions> Walker<'a, C> {
     }
 }
 
-/// The input column a selection reads where it is a plain one (`_plain_field`): a direct
+/// The input column a selection reads where it is a plain one: a direct
 /// struct field of the input, no child, no outer reference.
 fn plain_field(e: &Expression) -> Option<usize> {
     let Some(RexType::Selection(f)) = &e.rex_type else { return None };
@@ -758,7 +760,7 @@ fn join_kind(t: i32) -> (String, &'static str) {
     (kind.to_string(), side)
 }
 
-/// `estimate.join_rows`: rows of a join of `left` and `right` rows with `dl` and `dr` distinct
+/// Rows of a join of `left` and `right` rows with `dl` and `dr` distinct
 /// keys (NaN: no equal keys) and a semi or anti join's kept side's key `domain`, and the step's
 /// text after "join (".
 pub fn join_rows(
@@ -853,7 +855,7 @@ fn expr_col(e: &Expression, cols: &[Col]) -> Result<Col, Unsupported> {
     Ok(if cast { Col { cast: true, values: None, origin: None, ..col } } else { col })
 }
 
-/// `estimate._literal_int`: an integer literal's value (unsigned variations unwrapped, floats
+/// An integer literal's value (unsigned variations unwrapped, floats
 /// truncated, booleans 0 or 1), None for any other expression or kind.
 fn literal_int(e: &Expression) -> Result<Option<i128>, Unsupported> {
     let Some(RexType::Literal(lit)) = &e.rex_type else { return Ok(None) };
@@ -882,4 +884,28 @@ fn truncated(v: f64) -> Result<i128, Unsupported> {
         return Err(Unsupported("a count the reference cannot take".into())); // int(inf) raises there
     }
     Ok(v.trunc() as i128)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_values;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The bound holds for any group sizes (ties, zeros, one group, none): k distinct
+        /// counts need 0 + 1 + ... + (k - 1) rows.
+        #[test]
+        fn a_count_takes_at_most_count_values_distinct_values(sizes in prop::collection::vec(0u64..500, 0..300)) {
+            let distinct = sizes.iter().collect::<std::collections::HashSet<_>>().len();
+            prop_assert!(distinct as f64 <= count_values(sizes.iter().sum::<u64>() as f64));
+        }
+    }
+
+    #[test]
+    fn the_bound_is_tight_where_the_counts_are_0_to_k() {
+        for k in 1..200u64 {
+            let rows = (k * (k - 1) / 2) as f64; // counts 0, 1, ..., k - 1
+            assert_eq!(count_values(rows), k as f64);
+        }
+    }
 }

@@ -11,7 +11,8 @@
 //!   where [`selectivity`] (inequalities on numeric columns) does not price them.
 //!
 //! The plan reader and the walk answer only for the plans they model and say `Unsupported`
-//! otherwise; the Python estimator is their reference and the fallback.
+//! otherwise: the Python reader (`plans.inspect`) is the reader's reference and gives the
+//! errors; a plan the walk cannot estimate is decided on a bound of its result, saying why.
 
 pub mod decide;
 pub mod estimate;

@@ -18,7 +18,7 @@ use substrait::proto::{
     plan_rel::RelType as PlanRelType,
     read_rel::ReadType,
     rel::RelType,
-    Expression, FunctionArgument, Plan, ReadRel, Rel, RelRoot,
+    Expression, FunctionArgument, NamedStruct, Plan, ReadRel, Rel, RelRoot,
 };
 
 /// What the native reader does not model (a relation or expression kind, a nested schema):
@@ -281,14 +281,9 @@ pub(crate) fn table_name(read: &ReadRel) -> Native<&str> {
 }
 
 /// The top-level columns a read asks for (`plans.read_columns`): its projection's, else its
-/// base schema's. Schemas that nest names are left to the reference.
+/// base schema's.
 pub(crate) fn read_columns(read: &ReadRel) -> Native<Vec<String>> {
-    let schema = read.base_schema.as_ref();
-    let names: &[String] = schema.map(|s| s.names.as_slice()).unwrap_or(&[]);
-    let types = schema.and_then(|s| s.r#struct.as_ref()).map(|s| s.types.len()).unwrap_or(0);
-    if names.len() != types {
-        return unsupported("a schema with nested names");
-    }
+    let names = top_level_names(read.base_schema.as_ref())?;
     match read.projection.as_ref() {
         Some(p) => {
             let items = p.select.as_ref().map(|s| s.struct_items.as_slice()).unwrap_or(&[]);
@@ -302,7 +297,36 @@ pub(crate) fn read_columns(read: &ReadRel) -> Native<Vec<String>> {
                 })
                 .collect()
         }
-        None => Ok(names.to_vec()),
+        None => Ok(names),
+    }
+}
+
+/// The names of a schema's top-level fields (`plans.field_names`, each field's first): a
+/// NamedStruct lists every name depth first, a struct's fields' after its own.
+pub(crate) fn top_level_names(schema: Option<&NamedStruct>) -> Native<Vec<String>> {
+    let names: &[String] = schema.map(|s| s.names.as_slice()).unwrap_or(&[]);
+    let types = schema.and_then(|s| s.r#struct.as_ref()).map(|s| s.types.as_slice()).unwrap_or(&[]);
+    if names.len() == types.len() {
+        return Ok(names.to_vec());
+    }
+    let mut out = Vec::with_capacity(types.len());
+    let mut at = 0;
+    for t in types {
+        let Some(name) = names.get(at) else { return unsupported("a schema with fewer names than fields") };
+        out.push(name.clone());
+        at += 1 + nested_names(t);
+    }
+    Ok(out)
+}
+
+/// The names a type nests (`plans._nested_names`): a struct's fields', through lists and maps.
+fn nested_names(t: &substrait::proto::Type) -> usize {
+    use substrait::proto::r#type::Kind;
+    match &t.kind {
+        Some(Kind::Struct(s)) => s.types.iter().map(|c| 1 + nested_names(c)).sum(),
+        Some(Kind::List(l)) => l.r#type.as_deref().map_or(0, nested_names),
+        Some(Kind::Map(m)) => m.key.as_deref().map_or(0, nested_names) + m.value.as_deref().map_or(0, nested_names),
+        _ => 0,
     }
 }
 

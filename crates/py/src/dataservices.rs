@@ -12,7 +12,7 @@ use offload_dataservices::plan::{FunctionClasses, PlanInfo, SubstraitPlan};
 use offload_dataservices::prost::Message;
 use offload_dataservices::selectivity::Numeric;
 use offload_dataservices::substrait::proto::Expression;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyNotImplementedError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
@@ -204,7 +204,8 @@ impl PySubstraitPlan {
     /// returns (selectivity, the steps it took), and an aggregate with computed keys by
     /// `groups((table, relation bytes, [key expression bytes], filtered, width) or None, its
     /// input rows)` (the source its keys can be grouped on: `GroupSource`), which returns (the
-    /// groups or None, the steps it took). Their exceptions pass.
+    /// groups or None, the steps it took). Their exceptions pass; NotImplementedError says what
+    /// the walk does not model (a relation or expression kind, a data set without statistics).
     fn estimate<'py>(
         &self,
         py: Python<'py>,
@@ -212,17 +213,23 @@ impl PySubstraitPlan {
         classes: &PyFunctionClasses,
         selectivity: Bound<'py, PyAny>,
         groups: Bound<'py, PyAny>,
-    ) -> PyResult<Option<Estimated<'py>>> {
+    ) -> PyResult<Estimated<'py>> {
         let stats: Vec<&TableStats> = tables.iter().map(|t| &t.0).collect();
         let mut conditions = Callback { py, tables: &stats, f: selectivity, g: groups };
         let e = match estimate(&self.plan, &stats, &classes.0, &mut conditions) {
             Ok(e) => e,
-            Err(Stop::Unsupported(_)) => return Ok(None),
+            Err(Stop::Unsupported(u)) => return Err(PyNotImplementedError::new_err(u.0)),
             Err(Stop::Failed(e)) => return Err(e),
         };
-        let Some(f) = self.reading().and_then(|i| Features::of(&e, &i.reads, &stats)) else { return Ok(None) };
+        let Some(info) = self.reading() else {
+            let why = self.plan.info().err().map_or_else(String::new, |u| u.0);
+            return Err(PyNotImplementedError::new_err(why));
+        };
+        let Some(f) = Features::of(&e, &info.reads, &stats) else {
+            return Err(PyNotImplementedError::new_err("a data set read without statistics"));
+        };
         let s = e.shape;
-        Ok(Some((e.rows, e.bytes, e.steps, e.work, (s.functions, s.heavy, s.strings, s.kinds), by_name(py, &f)?)))
+        Ok((e.rows, e.bytes, e.steps, e.work, (s.functions, s.heavy, s.strings, s.kinds), by_name(py, &f)?))
     }
 }
 

@@ -1,40 +1,29 @@
 """Cardinality of a Substrait plan from the data sets' statistics (:mod:`.stats`): how many rows
 and bytes the query's result will have, and why — without running it.
 
-Per relation, in the plan's own tree:
+The walk of the plan is native (``crates/dataservices/src/estimate.rs``, :func:`native_estimate`):
+per relation, in the plan's own tree, reads give their data set's rows; filters their input's
+rows times the condition's selectivity; projects and sorts keep their rows, a fetch at most its
+count; an aggregate its groups (the keys' distinct counts, thinned by the rows that reach it:
+Cardenas' formula; a date's year at most the years its sketch spans; a count at most what its
+rows allow; computed keys measured on a sample); joins their keys' matches (semi and anti joins
+the share of the key's domain found); sets add, take the fewest or the first. Beside the result
+it counts the work on the way (:data:`WORK`), what the time models need beyond sizes.
 
-* read: the data set's rows;
-* filter: rows times the condition's selectivity. A condition is taken apart into and / or / not
-  of comparisons ``column op literal`` (the literal brought to the column's domain: a date in
-  days, a timestamp in ticks of the column's unit, a decimal by value) and of ``column IN
-  (list)``. Comparisons on one column are reduced to one interval (``x > 0.5 and x > 0.7`` is
-  ``x > 0.7``) priced with the column's KLL sketch (numbers, dates, timestamps, decimals);
-  equalities with its count sketch (heavy, light and absent keys alike), or for floating-point
-  columns its distinct count. An IN list, or an or of equalities on one column, is the sum of
-  its equalities, over at most :data:`IN_VALUES` of them taken evenly from the list and scaled,
-  at most 1. Columns are independent unless the sample says otherwise: for a conjunction over
-  several columns the sample's joint selectivity over the product of its marginals is a
-  correction factor, applied when it differs from 1 by more than three standard errors.
-  Anything else (compute functions, column against column, casts) is measured on the sample;
-  a condition that cannot run there either is given :data:`DEFAULT_SELECTIVITY`, and the step
-  says so: an estimate never fails for a condition it cannot price;
-* project, sort: rows unchanged; fetch: at most its count;
-* aggregate: one row without grouping, else the groups' distinct count (HLL, thinned by the
-  rows that reach it: Cardenas' formula), at most the input rows;
-* join (inner, on equal keys): |L| |R| / max(distinct(L key), distinct(R key));
-* set: a union all adds its inputs' rows, a union (distinct) too (an upper bound), an
-  intersection takes the fewest, a minus the first input's;
-* any other relation over one input keeps its rows, and the step says so.
-
-Bytes are rows times the output row's width: a column's average width where the output is a
-column, 8 bytes for a computed value.
-
-Beside the result, the estimate counts the work on the way (:data:`WORK`), what the time models
-need beyond sizes: the rows each function call runs on, cheap (comparisons, arithmetic), string
-(like, substring, lower...) and heavy (sqrt, sin...) apart (plans.function_class), and the rows
-reaching aggregates and sorts. A filter's condition
-runs on the rows it reads (an ``and``'s later terms only on those its earlier ones kept, where
-these are few); whatever sits above it only on the rows it keeps.
+What the walk hands back is priced here (:class:`_Ctx`). A condition is taken apart into and /
+or / not of comparisons ``column op literal`` (the literal brought to the column's domain: a date
+in days, a timestamp in ticks of the column's unit, a decimal by value) and of ``column IN
+(list)``. Comparisons on one column are reduced to one interval priced with the column's KLL
+sketch; equalities with its count sketch (heavy, light and absent keys alike), or for
+floating-point columns its distinct count. An IN list, or an or of equalities on one column, is
+the sum of its equalities, over at most :data:`IN_VALUES` of them taken evenly from the list and
+scaled, at most 1. Columns are independent unless the sample says otherwise: for a conjunction
+over several columns the sample's joint selectivity over the product of its marginals is a
+correction factor, applied when it differs from 1 by more than three standard errors. Anything
+else (compute functions, column against column, casts) is measured on the sample; a condition
+that cannot run there either is given :data:`DEFAULT_SELECTIVITY`, and the step says so: an
+estimate never fails for a condition it cannot price. Groups of computed keys are measured on
+the sample the walk names (:meth:`_Ctx.native_groups`).
 """
 
 from __future__ import annotations
@@ -45,7 +34,7 @@ import decimal
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -60,9 +49,6 @@ _EPOCH = dt.date(1970, 1, 1)
 OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<=", "equal": "=", "not_equal": "!="}
 FLIP = {">": "<", "<": ">", ">=": "<=", "<=": ">=", "=": "=", "!=": "!="}
 Z = 3.0  # standard errors before the sample overrides independence
-PRE_SELECTION = 0.2
-"""DataFusion's PRE_SELECTION_THRESHOLD: an ``and`` whose left side keeps at most this share of
-a batch's rows evaluates its right side on those rows only."""
 
 
 IN_VALUES = 1000
@@ -163,25 +149,13 @@ class _Rel:
     cols: list[_Col]
 
 
-def estimate(plan: Any, stats: Mapping[str, TableStats], index: plans.PlanIndex | None = None) -> Estimate:
-    """The cardinality of ``plan`` (its bytes, or the parsed ``substrait.plan_pb2.Plan``: a
-    caller that has parsed it saves the parse, 8 ms for a 100k-value IN list) over data sets
-    with these statistics; ``index``: the parsed plan's, where the caller has it."""
-    from substrait.plan_pb2 import Plan
-
-    t0 = time.perf_counter()
-    if isinstance(plan, Plan):
-        p = plan
-    else:
-        p = Plan()
-        p.ParseFromString(plan)
-    ctx = _Ctx(p, stats, index)
-    rel = ctx.rel(p.relations[0].root.input)
-    width = sum(c.width for c in rel.cols)
-    est = Estimate(rel.rows, rel.rows * width, ctx.steps, work=ctx.work)
-    est.steps.append(f"result: {rel.rows:,.1f} rows x {width:g} B")
-    est.seconds = time.perf_counter() - t0
-    return est
+def estimate(plan: Any, stats: Mapping[str, TableStats]) -> Estimate:
+    """The cardinality of ``plan`` (its bytes, or a parsed ``substrait.plan_pb2.Plan``) over data
+    sets with these statistics, by the native walk (:func:`native_estimate`); PlanError, saying
+    why, where it cannot estimate the plan."""
+    raw = plan if isinstance(plan, bytes) else plan.SerializeToString()
+    info = plans.inspect(raw)
+    return native_estimate(info.native, raw, stats, info.reads).estimate
 
 
 class NativeEstimate(NamedTuple):
@@ -205,21 +179,24 @@ class NativeEstimate(NamedTuple):
 
 def native_estimate(
     native: Any, plan: bytes, stats: Mapping[str, TableStats], reads: Mapping[str, list[str]]
-) -> NativeEstimate | None:
-    """:func:`estimate`, the plan's shape (:meth:`plans.PlanIndex.shape`) and its features by
-    the native walk (``native``: the plan's ``offload._native.SubstraitPlan``, ``plan`` its
-    bytes, ``reads`` its reads: ``plans.PlanInfo.reads``, ``stats`` every data set read), the
-    conditions it does not price priced here as :func:`estimate` prices them; None where it
-    does not model the plan (:func:`estimate` then answers). Equal to :func:`estimate` and
-    ``timemodel.features`` (tested on generated plans); a walk of the plan in Python was a
-    fifth of a decision's CPU, the features a tenth."""
+) -> NativeEstimate:
+    """The plan's estimate, its shape (:meth:`plans.PlanIndex.shape`) and its features
+    (``timemodel.features``) by the native walk. ``native``: the plan's
+    ``offload._native.SubstraitPlan``, or None where ``plans.inspect`` read it in Python (a plan
+    the native reader does not model, which the walk then refuses); ``plan``: its bytes;
+    ``reads``: ``plans.PlanInfo.reads``; ``stats``: every data set read. The conditions the walk
+    does not price are priced here (:class:`_Ctx`); PlanError, saying what, where the walk does
+    not model the plan."""
+    from offload import _native
+
     t0 = time.perf_counter()
+    native = native if native is not None else _native.SubstraitPlan(plan)
     tables = [_plan_table(name, st) for name, st in stats.items()]
     ctx: list[_Ctx] = []  # made for the first condition the walk hands back, if any
 
     def made() -> _Ctx:
         if not ctx:
-            ctx.append(_Ctx(None, stats, _Calls(native.names()), raw=plan))
+            ctx.append(_Ctx(plan, stats, native.names()))
         return ctx[0]
 
     def selectivity(cond: bytes, cols: list[_NativeCol], rows: float) -> tuple[float, list[str]]:
@@ -228,9 +205,10 @@ def native_estimate(
     def groups(source: _NativeSource | None, rows: float) -> tuple[float | None, list[str]]:
         return made().native_groups(source, rows)
 
-    got = native.estimate(tables, plans.native_classes(), selectivity, groups)
-    if got is None:
-        return None
+    try:
+        got = native.estimate(tables, plans.native_classes(), selectivity, groups)
+    except NotImplementedError as e:
+        raise plans.PlanError(f"cannot estimate this plan: {e}") from None
     rows, nbytes, steps, work, calls, features = got
     est = Estimate(rows, nbytes, steps, time.perf_counter() - t0, dict(zip(WORK, work, strict=True)))
     return NativeEstimate(est, features, calls, reads)
@@ -292,7 +270,7 @@ def _numeric(cs: Any, sample: pa.Table | None) -> tuple[Any, ...] | None:
 
 
 class _Calls:
-    """:class:`plans.PlanIndex`'s ``calls`` for a plan read natively: each expression walked."""
+    """:meth:`plans.PlanIndex.calls` for a message of a plan no index holds."""
 
     def __init__(self, names: dict[int, str]) -> None:
         self.names = names
@@ -302,15 +280,17 @@ class _Calls:
 
 
 class _Ctx:
-    def __init__(
-        self, plan: Any, stats: Mapping[str, TableStats], index: Any, raw: bytes | None = None
-    ) -> None:
-        self._plan, self._raw = plan, raw  # parsed, or its bytes until a condition runs on the sample
+    """Prices what the native walk hands back: conditions the sketches and the sample price
+    (:meth:`native_selectivity`), and groups of computed keys measured on a sample
+    (:meth:`native_groups`), with the steps that say how."""
+
+    def __init__(self, raw: bytes, stats: Mapping[str, TableStats], names: dict[int, str]) -> None:
+        self._plan: Any = None
+        self._raw = raw  # parsed when a condition first runs on the sample
         self.stats = stats
-        self.index = index or plans.PlanIndex(plan)
-        self.fns = self.index.names
+        self.index = _Calls(names)
+        self.fns = names
         self.steps: list[str] = []
-        self.work = dict.fromkeys(WORK, 0.0)
         self._within: Any = None
         """The condition being priced, whose filter's input the sample runs its parts over."""
         self._sampled: dict[tuple[str, bytes], float] = {}
@@ -338,248 +318,7 @@ class _Ctx:
 
     # -------------------------------------------------------------------------- relations
 
-    def rel(self, r: Any) -> _Rel:
-        kind = r.WhichOneof("rel_type")
-        if kind is None:
-            raise plans.PlanError("cannot estimate an empty relation")
-        node = getattr(r, kind)
-        handler = getattr(self, f"_{kind}", None)
-        if handler is None:
-            if not node.HasField("input"):
-                raise plans.PlanError(f"cannot estimate a {kind} relation")
-            out = self.rel(node.input)
-            self.steps.append(f"{kind}: {out.rows:,.1f} rows, taken unchanged (not estimated)")
-        else:
-            out = handler(node)
-        if node.HasField("common") and node.common.HasField("emit"):
-            cols = [
-                out.cols[i] if i < len(out.cols) else _Col(None, None)
-                for i in node.common.emit.output_mapping
-            ]
-            out = _Rel(out.rows, cols)
-        return out
-
-    def _read(self, r: Any) -> _Rel:
-        name = r.named_table.names[-1]
-        st = self.stats.get(name)
-        if st is None:
-            raise plans.PlanError(f"no statistics for data set {name!r}")
-        names = [f[0] for f in plans.field_names(r.base_schema)]
-        if r.HasField("projection"):
-            names = [names[i.field] for i in r.projection.select.struct_items]
-        self.steps.append(f"read {name}: {st.rows:,} rows")
-        return _Rel(float(st.rows), [_Col(name, n, st.columns[n].width_bytes) for n in names])
-
-    def _filter(self, r: Any) -> _Rel:
-        inp = self.rel(r.input)
-        self._condition_calls(r.condition, inp.rows, inp)
-        sel = self.selectivity(r.condition, inp)
-        self.steps.append(f"filter: selectivity {sel:.5f} -> {inp.rows * sel:,.1f} rows")
-        cols = list(inp.cols)
-        for i, k in self._pinned(r.condition):
-            if 0 <= i < len(cols):
-                c = cols[i]
-                cols[i] = replace(c, values=k if c.values is None else min(c.values, k))
-        return _Rel(inp.rows * sel, cols)
-
-    def _pinned(self, e: Any) -> list[tuple[int, float]]:
-        """The columns condition ``e`` holds to a few values, with how many: an equality with a
-        literal one, an IN list of literals its length, an or of such on one column their sum,
-        an and's terms each (an IN list's first PINNED_LOOK options read). A group-by on such a
-        column has at most that many."""
-        if e.HasField("singular_or_list"):
-            lst = e.singular_or_list
-            i = _plain_field(lst.value)
-            ok = i is not None and all(o.HasField("literal") for o in lst.options[:PINNED_LOOK])
-            return [(i, float(len(lst.options)))] if ok and i is not None else []
-        if not e.HasField("scalar_function"):
-            return []
-        f = e.scalar_function
-        name, args = self.fns.get(f.function_reference), [a.value for a in f.arguments]
-        if name == "and":
-            return [p for a in args for p in self._pinned(a)]
-        if name == "equal" and len(args) == 2:
-            a, b = args
-            i = (
-                _plain_field(a)
-                if b.HasField("literal")
-                else _plain_field(b)
-                if a.HasField("literal")
-                else None
-            )
-            return [] if i is None else [(i, 1.0)]
-        if name == "or":
-            terms = [self._pinned(a) for a in args]
-            if not terms or not all(len(t) == 1 and t[0][0] == terms[0][0][0] for t in terms):
-                return []
-            return [(terms[0][0][0], sum(t[0][1] for t in terms))]
-        return []
-
-    def _project(self, r: Any) -> _Rel:
-        inp = self.rel(r.input)
-        self._calls(inp.rows, r.expressions)
-        extra = [self._expr_col(e, inp) for e in r.expressions]
-        return _Rel(inp.rows, inp.cols + extra)
-
-    def _sort(self, r: Any) -> _Rel:
-        inp = self.rel(r.input)
-        self.work["sort_rows"] += inp.rows
-        return inp
-
-    def _fetch(self, r: Any) -> _Rel:
-        inp = self.rel(r.input)
-        count = _literal_int(r.count_expr) if r.HasField("count_expr") else None
-        offset = _literal_int(r.offset_expr) if r.HasField("offset_expr") else 0
-        rows = max(0.0, inp.rows - (offset or 0))
-        if count is not None and count >= 0:
-            rows = min(rows, float(count))
-        self.steps.append(f"fetch: {rows:,.1f} rows")
-        return _Rel(rows, inp.cols)
-
-    def _aggregate(self, r: Any) -> _Rel:
-        inp = self.rel(r.input)
-        self._calls(inp.rows, [*r.grouping_expressions, *r.measures])
-        self.work["aggregate_rows"] += inp.rows
-        keys = [self._expr_col(e, inp) for e in r.grouping_expressions]  # the groupings refer to these
-        counts = (self.fns.get(m.measure.function_reference) == "count" for m in r.measures)
-        measures = [_Col(None, None, 8.0, values=count_values(inp.rows) if c else None) for c in counts]
-        if any(self._textual(k) for k in keys):
-            self.work["string_key_rows"] += inp.rows
-        if not keys:
-            self.steps.append("aggregate without grouping: 1 row")
-            return _Rel(1.0, measures)
-        sampled = None
-        if any(k.table is None and k.values is None for k in keys):
-            sampled = self._sample_groups(r, inp)
-        groups = 1.0
-        if sampled is not None:
-            groups = sampled
-        else:
-            for k in keys:
-                groups *= self._distinct(k, inp.rows)
-        rows = min(groups, inp.rows)
-        self.steps.append(f"aggregate: {rows:,.1f} groups")
-        return _Rel(rows, keys + measures)
-
-    def _join(self, r: Any) -> _Rel:
-        """Inner on equal keys: |L| |R| / max(distinct keys), else the product; outer joins at
-        least their kept side(s); a semi (anti) join the share of its side's keys found (not
-        found) among the other side's keys, out of its key's whole domain (:func:`join_rows`), at
-        most that side; single and mark joins that side's rows. Semi and anti joins give their
-        side's columns, mark joins those and the mark."""
-        left, right = self.rel(r.left), self.rel(r.right)
-        cols = left.cols + right.cols
-        keys = self._equi_keys(r.expression, len(left.cols)) if r.HasField("expression") else []
-        residual = r.HasField("expression") and self._conjuncts(r.expression) > len(keys)
-        kind, side = JOIN_KINDS.get(r.type, (f"type {r.type}", ""))
-        if keys and any(self._textual(cols[i]) for k in keys for i in k):
-            self.work["string_key_rows"] += left.rows + right.rows
-        self.work["join_rows"] += left.rows + right.rows
-        dl = dr = domain = math.nan
-        if keys:
-            dl = max(self._distinct(cols[keys[0][0]], left.rows), 1.0)
-            dr = max(self._distinct(cols[keys[0][1]], right.rows), 1.0)
-            kept = cols[keys[0][0]] if side == "left" else cols[keys[0][1]]
-            domain = (
-                max(self._distinct(kept, math.inf), 1.0) if kept.table else (dl if side == "left" else dr)
-            )
-        rows, how = join_rows(kind, side, left.rows, right.rows, dl, dr, residual, domain)
-        self.steps.append(f"join ({how}")
-        out = {"semi": [], "anti": [], "mark": [_Col(None, None, 1.0)]}.get(kind)
-        if out is None:
-            return _Rel(rows, cols)
-        return _Rel(rows, (left.cols if side == "left" else right.cols) + out)
-
-    def _set(self, r: Any) -> _Rel:
-        """Union all (and union, as an upper bound): the inputs' rows added; intersection: the
-        fewest; minus: the first input's (an upper bound)."""
-        ins = [self.rel(i) for i in r.inputs]
-        if not ins:
-            raise plans.PlanError("cannot estimate a set relation without inputs")
-        op = r.op  # SET_OP_MINUS_* 1, 2, 7; _INTERSECTION_* 3, 4, 8; _UNION_DISTINCT 5, _UNION_ALL 6
-        if op in (1, 2, 7):
-            rows, how = ins[0].rows, "minus: the first input's rows"
-        elif op in (3, 4, 8):
-            rows, how = min(i.rows for i in ins), "intersection: the fewest rows"
-        else:
-            rows, how = sum(i.rows for i in ins), "union: the inputs' rows added"
-        self.steps.append(f"{how}, {rows:,.1f}")
-        return _Rel(rows, ins[0].cols)
-
-    def _cross(self, r: Any) -> _Rel:
-        left, right = self.rel(r.left), self.rel(r.right)
-        rows = left.rows * right.rows
-        self.work["join_rows"] += left.rows + right.rows
-        self.steps.append(f"cross join: {rows:,.1f} rows")
-        return _Rel(rows, left.cols + right.cols)
-
-    def _condition_calls(self, e: Any, rows: float, inp: _Rel) -> None:
-        """Counts a filter condition's calls into the work, on the rows DataFusion runs them on:
-        an ``and``'s later terms see only the rows its earlier ones kept when those are at most
-        PRE_SELECTION of them, and every row otherwise; an ``or``'s terms see every row. (On this
-        machine ``x >= 0.99 and y < 0.5 and z < 0.5`` costs a third of ``x >= 0.8 and ...``.)
-        The terms' selectivities come from the same sketches as the filter's."""
-        f = e.scalar_function if e.HasField("scalar_function") else None
-        name = self.fns.get(f.function_reference) if f is not None else None
-        if f is None or name not in ("and", "or") or len(f.arguments) < 2:
-            self._calls(rows, [e])
-            return
-        self.work["cheap_rows"] += rows * (len(f.arguments) - 1)  # the and / or themselves
-        kept = 1.0
-        for a in f.arguments:
-            self._condition_calls(a.value, rows * kept if kept <= PRE_SELECTION else rows, inp)
-            if name == "and":
-                kept *= self.selectivity(a.value, inp)
-
-    def _calls(self, rows: float, exprs: Any) -> None:
-        """Counts the function calls of ``exprs``, each run on ``rows`` rows, into the work."""
-        for e in exprs:
-            for cls, n in self.index.calls(e).items():
-                self.work[f"{cls}_rows"] += rows * n
-
     # ------------------------------------------------------------------------ expressions
-
-    def _expr_col(self, e: Any, inp: _Rel) -> _Col:
-        if e.HasField("selection"):
-            return inp.cols[e.selection.direct_reference.struct_field.field]
-        if e.HasField("cast") and e.cast.input.HasField("selection"):
-            c = inp.cols[e.cast.input.selection.direct_reference.struct_field.field]
-            return _Col(c.table, c.name, c.width, cast=True)
-        return _Col(None, None, 8.0, values=self._years(e, inp), expr=e, over=inp.cols)
-
-    def _years(self, e: Any, inp: _Rel) -> float | None:
-        """The years ``e`` can take where it is ``date_part('year', column)`` (``extract``) of a
-        date or timestamp column: those its sketch's minimum and maximum span; else None."""
-        f = e.scalar_function if e.HasField("scalar_function") else None
-        if f is None or self.fns.get(f.function_reference) != "date_part" or len(f.arguments) != 2:
-            return None
-        part, arg = f.arguments[0].value, f.arguments[1].value
-        year = part.HasField("literal") and part.literal.string.lower() == "year"
-        if not (year and arg.HasField("selection")):
-            return None
-        c = inp.cols[arg.selection.direct_reference.struct_field.field]
-        if c.table is None or c.name is None or c.cast:
-            return None
-        return _years_spanned(self.stats[c.table].columns[c.name])
-
-    def _equi_keys(self, e: Any, n_left: int) -> list[tuple[int, int]]:
-        if not e.HasField("scalar_function"):
-            return []
-        f = e.scalar_function
-        name = self.fns.get(f.function_reference)
-        args = [a.value for a in f.arguments]
-        if name == "and":
-            return [k for a in args for k in self._equi_keys(a, n_left)]
-        if name == "equal" and all(a.HasField("selection") for a in args):
-            i, j = (a.selection.direct_reference.struct_field.field for a in args)
-            return [(min(i, j), max(i, j))] if (i < n_left) != (j < n_left) else []
-        return []
-
-    def _conjuncts(self, e: Any) -> int:
-        """The terms of an and (nested ands flattened); 1 for any other expression."""
-        if e.HasField("scalar_function") and self.fns.get(e.scalar_function.function_reference) == "and":
-            return sum(self._conjuncts(a.value) for a in e.scalar_function.arguments)
-        return 1
 
     def _textual(self, c: _Col) -> bool:
         """Whether ``c`` is a data set's string or binary column (a computed one: not known)."""
@@ -609,15 +348,6 @@ class _Ctx:
             found = (table, Rel.FromString(rel), [Expression.FromString(k) for k in keys], filtered, width)
         got = self._measured_groups(found, rows)
         return got, self.steps[before:]
-
-    def _sample_groups(self, r: Any, inp: _Rel) -> float | None:
-        """The groups of aggregate ``r``, whose keys are computed (``substr(code, 1, 2)``,
-        ``date_trunc('month', d)``), over ``inp``, measured on a data set's sample
-        (:meth:`_group_source`): the keys grouped there, and the groups of all the rows
-        estimated from how often each was seen (:func:`gee_groups`); over the table unfiltered,
-        thinned to ``inp.rows`` (Cardenas). None, and a step saying why, where no one data set's
-        sample can give them or none of its rows reach the keys."""
-        return self._measured_groups(self._group_source(r, inp), inp.rows)
 
     def _measured_groups(self, source: _GroupSource | None, into: float) -> float | None:
         """:meth:`_sample_groups` from where the keys are grouped (:meth:`_group_source`), over
@@ -657,63 +387,6 @@ class _Ctx:
             f"{groups:,.1f} of {into:,.1f} rows"
         )
         return groups
-
-    def _group_source(self, r: Any, inp: _Rel) -> _GroupSource | None:
-        """Where ``r``'s keys can be grouped on a sample: (data set, relation, key expressions
-        over it, whether the relation holds the plan's filters, its columns). The aggregate's
-        own input where it is one data set's reads, filters and projects; else a read of the one
-        data set all the keys' columns come from, the keys rewritten onto its columns
-        (:meth:`_onto_table`); else None."""
-        reads = plans.find(r.input, "ReadRel")
-        tables = {x.named_table.names[-1] for x in reads if x.named_table.names}
-        if len(reads) == 1 and len(tables) == 1 and _rel_kinds(r.input) <= {"read", "filter", "project"}:
-            return tables.pop(), r.input, list(r.grouping_expressions), True, len(inp.cols)
-        from substrait.algebra_pb2 import Rel
-
-        onto = [self._onto_table(e, inp.cols) for e in r.grouping_expressions]
-        tables = {t for t, _ in filter(None, onto)}
-        if None in onto or len(tables) != 1:
-            return None
-        table = tables.pop()
-        exprs = [e for _, e in filter(None, onto)]
-        rel = Rel()
-        rel.read.named_table.names.append(table)
-        rel.read.base_schema.CopyFrom(_read_schema(self.plan, table))
-        return table, rel, exprs, False, len(plans.field_names(rel.read.base_schema))
-
-    def _onto_table(self, e: Any, cols: list[_Col]) -> tuple[str, Any] | None:
-        """``e`` over ``cols`` rewritten onto the columns of the one data set it reads, as the
-        plan reads that data set (a computed column's expression put in its place): (data set,
-        expression); None where it reads several, a cast column or a subquery."""
-        from substrait.algebra_pb2 import Expression
-
-        out = Expression()
-        out.CopyFrom(e)
-        table: str | None = None
-        for m in [out, *plans.walk(out)]:  # walk gives what is under a message, not itself
-            kind = m.DESCRIPTOR.name
-            if kind.endswith("Rel") or kind == "Subquery":
-                return None
-            if kind != "Expression" or not m.HasField("selection"):
-                continue
-            at = m.selection.direct_reference.struct_field.field
-            if not m.selection.HasField("root_reference") or not 0 <= at < len(cols):
-                return None
-            c = cols[at]
-            if c.expr is not None and c.over is not None:
-                inner = self._onto_table(c.expr, c.over)
-                if inner is None or table not in (None, inner[0]):
-                    return None
-                table = inner[0]
-                m.CopyFrom(inner[1])
-                continue
-            declared = _read_schema(self.plan, c.table) if c.table is not None else None
-            names = [f[0] for f in plans.field_names(declared)] if declared is not None else []
-            if c.name not in names or c.cast or table not in (None, c.table):
-                return None
-            table = c.table
-            m.selection.direct_reference.struct_field.field = names.index(c.name)
-        return None if table is None else (table, out)
 
     def _group_counts(
         self, rel: Any, width: int, exprs: list[Any], table: str, st: TableStats, sample: pa.Table
@@ -1071,28 +744,6 @@ UNIQUE_SHARE = 0.5
 """The share of sampled rows seen once above which a computed key is taken as near unique."""
 
 
-PINNED_LOOK = 1000
-"""An IN list's options read to see they are literals (a 100,000-value list is not walked)."""
-
-
-def _plain_field(e: Any) -> int | None:
-    """The input column a selection reads where it is a plain one: a direct struct field of the
-    input, no child, no outer reference."""
-    if not e.HasField("selection"):
-        return None
-    sel = e.selection
-    field_ = sel.direct_reference.struct_field
-    plain = sel.HasField("root_reference") and sel.direct_reference.HasField("struct_field")
-    return field_.field if plain and not field_.HasField("child") else None
-
-
-def count_values(rows: float) -> float:
-    """The most distinct values a count over groups of ``rows`` rows in all takes: k distinct
-    counts add up to at least 0 + 1 + ... + (k - 1) rows, so k(k - 1) / 2 <= rows. What a
-    group-by on a count (TPC-H q13's ``c_count``) can give, where the sample cannot measure it."""
-    return float(math.floor((1.0 + math.sqrt(1.0 + 8.0 * max(rows, 0.0))) / 2.0))
-
-
 def _cardenas(d: float, rows: float) -> float:
     """Distinct values among ``rows`` rows drawn from ``d`` equally likely ones (Cardenas)."""
     return d * (1.0 - (1.0 - 1.0 / d) ** rows) if d > 1 else 1.0
@@ -1164,52 +815,6 @@ JOIN_KINDS = {
     9: ("anti", "right"), 10: ("single", "right"), 11: ("mark", "left"), 12: ("mark", "right"),
 }  # fmt: skip
 """Substrait's join types (JoinRel.JoinType; 0, unspecified, as inner): (kind, the side kept)."""
-
-
-def join_rows(
-    kind: str,
-    side: str,
-    left: float,
-    right: float,
-    dl: float,
-    dr: float,
-    residual: bool = False,
-    domain: float = math.nan,
-) -> tuple[float, str]:
-    """Rows of a join of ``left`` and ``right`` rows with ``dl`` and ``dr`` distinct keys (NaN:
-    no equal keys), and the step's text after "join (": see :meth:`_Ctx._join`. A semi or anti
-    join's side finds the share of its key's whole domain (``domain``: the key column's distinct
-    values in its table, where it is one) that the other side holds: its own filters do not
-    choose which keys the other side has (TPC-H q22: the customers without orders, a third of
-    all, were 0 with the filtered customers' keys as the domain). ``residual``:
-    the join's condition has terms beside the equal keys (TPC-H q21's ``l3.l_suppkey <>
-    l1.l_suppkey``); a semi or anti join's key then finds a match only where one of its m
-    matches (the other side's rows per key) passes them, each at a default selectivity:
-    1 - (1 - 1/3)^m."""
-    keyed = not math.isnan(dl)
-    product = left * right
-    inner = product / max(dl, dr) if keyed else product
-    if kind == "inner" and keyed:
-        return inner, f"inner): {left:,.1f} x {right:,.1f} / {max(dl, dr):,.1f} distinct keys"
-    if kind == "inner":
-        return inner, f"inner, no equal keys): cross product {inner:,.1f}"
-    if kind == "outer":
-        rows = max(inner, {"left": left, "right": right, "full": max(left, right)}[side])
-        kept = "larger" if side == "full" else side
-        return rows, f"{side} outer): at least the {kept} side's rows, {rows:,.1f}"
-    if not side:
-        return product, f"{kind}): the product, {product:,.1f}"
-    own, mine, theirs, other = (left, dl, dr, right) if side == "left" else (right, dr, dl, left)
-    if kind in ("semi", "anti") and keyed:
-        found = min(1.0, theirs / (mine if math.isnan(domain) else max(mine, domain)))
-        past = ""
-        if residual:
-            passes = 1.0 - (1.0 - DEFAULT_SELECTIVITY) ** max(1.0, other / theirs)
-            found *= passes
-            past = f" ({passes:.3f} past the other conditions: {DEFAULTED} per pair)"
-        share = found if kind == "semi" else 1.0 - found
-        return own * share, f"{side} {kind}): {share:.3f} of the {side} side's rows{past}, {own * share:,.1f}"
-    return own, f"{side} {kind}): at most the {side} side's rows, {own:,.1f}"
 
 
 _INT_BITS = {"i8": 8, "i16": 16, "i32": 32, "i64": 64}
@@ -1414,12 +1019,6 @@ def _filter_input(plan: Any, cond: Any, table: str) -> Any:
     return None
 
 
-def _rel_kinds(rel: Any) -> set[str]:
-    """The kinds of relation in ``rel``'s tree (subqueries in its expressions included)."""
-    kind = rel.WhichOneof("rel_type")
-    return {kind}.union(*(_rel_kinds(r) for r in plans.find(getattr(rel, kind), "Rel")))
-
-
 def _holds(e: Any, want: bytes) -> bool:
     """Whether expression ``e`` is the one serialized as ``want``, or an argument of it is."""
     if e.SerializeToString(deterministic=True) == want:
@@ -1427,14 +1026,6 @@ def _holds(e: Any, want: bytes) -> bool:
     if e.HasField("scalar_function"):
         return any(a.HasField("value") and _holds(a.value, want) for a in e.scalar_function.arguments)
     return False
-
-
-def _read_schema(plan: Any, table: str) -> Any:
-    """The base schema (a NamedStruct) of the plan's first read of ``table``, or None."""
-    for read in plans.find(plan.relations[0].root, "ReadRel"):
-        if read.HasField("named_table") and read.named_table.names[-1:] == [table]:
-            return read.base_schema
-    return None
 
 
 _PLAIN = ("i64", "i32", "i16", "i8", "fp64", "fp32", "string")
@@ -1486,8 +1077,15 @@ def _literal(lit: Any) -> Any:
     return None
 
 
-def _literal_int(e: Any) -> int | None:
-    if e.HasField("literal"):
-        v = _literal(e.literal)
-        return int(v) if isinstance(v, int | float) else None
+def _rel_kinds(rel: Any) -> set[str]:
+    """The kinds of relation in ``rel``'s tree (subqueries in its expressions included)."""
+    kind = rel.WhichOneof("rel_type")
+    return {kind}.union(*(_rel_kinds(r) for r in plans.find(getattr(rel, kind), "Rel")))
+
+
+def _read_schema(plan: Any, table: str) -> Any:
+    """The base schema (a NamedStruct) of the plan's first read of ``table``, or None."""
+    for read in plans.find(plan.relations[0].root, "ReadRel"):
+        if read.HasField("named_table") and read.named_table.names[-1:] == [table]:
+            return read.base_schema
     return None

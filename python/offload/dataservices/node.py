@@ -52,7 +52,7 @@ import pyarrow.flight as flight
 
 from offload.dataservices import engines, plans, tablefiles, wire
 from offload.dataservices import timemodel as TM
-from offload.dataservices.estimate import DEFAULTED, estimate, native_estimate, prepare
+from offload.dataservices.estimate import DEFAULTED, native_estimate, prepare
 from offload.dataservices.stats import TableStats
 
 ActionHandler = Callable[[bytes], Any]
@@ -188,11 +188,8 @@ def _warm_estimator() -> None:
     sql = "select count(*) from w where sin(x) > 0.5 and s like 'a%' and x < 0.7"
     plan = plans.to_substrait(sql, {"w": t.schema})
     stats = {"w": TableStats.of(t)}
-    est = estimate(plan, stats)
-    TM.features(plan, est.rows, est.bytes, {"w": (3, 48.0)}, est.as_dict(), {"w": t.schema})
     info = plans.inspect(plan)
-    if info.native is not None:  # and the native walk's, handing a condition back to Python
-        native_estimate(info.native, plan, stats, info.reads)
+    native_estimate(info.native, plan, stats, info.reads)  # handing a condition back to Python
 
 
 DECISIONS_KEPT = 256
@@ -566,22 +563,11 @@ class Node(flight.FlightServerBase):
         return out
 
     def _features(self, plan: bytes, info: plans.PlanInfo) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The plan's estimate and its features, as dicts (whatever the estimator raises
-        passes): by the native walk where it models the plan, else by the Python estimator
-        and ``timemodel.features``, their reference."""
-        sets = {t: self.dataset(t) for t in info.reads}
-        stats = {t: ds.stats for t, ds in sets.items()}
-        got = native_estimate(info.native, plan, stats, info.reads) if info.native is not None else None
-        if got is not None:  # the native walk models every relation and expression of the plan
-            return got.estimate.as_dict(), got.features
-        from substrait.plan_pb2 import Plan
-
-        parsed = Plan.FromString(plan)  # once, for the estimate and the features
-        index = plans.PlanIndex(parsed)  # one walk, for the estimate and the features
-        out = estimate(parsed, stats, index).as_dict()
-        schemas = {t: ds.schema for t, ds in sets.items()}
-        f = TM.features(index.shape(), out["rows"], out["bytes"], self._read_sizes(info, sets), out, schemas)
-        return out, f.as_dict()
+        """The plan's estimate and its features, as dicts, by the native walk (whatever it
+        raises passes: a plan it does not model is a PlanError saying what)."""
+        stats = {t: self.dataset(t).stats for t in info.reads}
+        got = native_estimate(info.native, plan, stats, info.reads)
+        return got.estimate.as_dict(), got.features
 
     def _read_sizes(
         self, info: plans.PlanInfo, sets: dict[str, Dataset] | None = None
@@ -621,13 +607,12 @@ class Node(flight.FlightServerBase):
         return TM.Fallback(reason, bound, back, "a bound of the result from the plan")
 
     def estimate(self, plan: bytes) -> dict[str, Any]:
-        """The plan's estimated result (rows, bytes, the steps, the estimating time): the native
-        walk's, as a decision's, where it models the plan; else the Python estimator's."""
+        """The plan's estimated result (rows, bytes, the steps, the estimating time): the
+        decision's."""
         info = self._check_plan(plan)
         stats = {t: self.dataset(t).stats for t in info.reads}
         try:
-            got = native_estimate(info.native, plan, stats, info.reads) if info.native is not None else None
-            return got.estimate.as_dict() if got is not None else estimate(plan, stats).as_dict()
+            return native_estimate(info.native, plan, stats, info.reads).estimate.as_dict()
         except plans.PlanError as e:
             raise flight.FlightServerError(str(e)) from None
 
