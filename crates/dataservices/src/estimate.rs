@@ -32,8 +32,8 @@ use crate::plan::{
 use crate::pyfmt::{commas, f1, g};
 use crate::selectivity::Numeric;
 
-/// DataFusion's PRE_SELECTION_THRESHOLD: an `and` whose earlier terms keep at most this share of a batch
-/// runs its later terms on those rows only.
+/// DataFusion's PRE_SELECTION_THRESHOLD: an `and` whose earlier terms keep at most this share
+/// of a batch runs its later terms on those rows only.
 pub const PRE_SELECTION: f64 = 0.2;
 
 /// The work counted (`estimate.WORK`, in its order).
@@ -70,8 +70,8 @@ pub struct ColumnStats {
     pub nulls: u64,
     /// A float64 or signed integer column's sketch and sample ([`crate::selectivity`]).
     pub numeric: Option<Numeric>,
-    /// A date or timestamp column's years, first to last as its sketch spans them
-    /// (as `extract(year ...)` takes them): the most distinct values its `extract(year ...)` takes. None otherwise.
+    /// A date or timestamp column's years, first to last as its sketch spans them: the most
+    /// distinct values its `extract(year ...)` takes. None otherwise.
     pub years: Option<f64>,
 }
 
@@ -96,11 +96,11 @@ pub struct Col {
     pub source: Option<(usize, usize)>,
     pub width: f64,
     pub cast: bool,
-    /// The most distinct values a filter below left the column (`_Col.values`: `x = 3` one,
-    /// `x in (1, 2)` two); None where no filter pins it.
+    /// The most distinct values the column takes where known: what a filter below left it
+    /// (`x = 3` one, `x in (1, 2)` two), a date's years, a count's values; else None.
     pub values: Option<f64>,
     /// A computed column's expression and the columns it is over, where the walk made it
-    /// (`_Col.expr`, `_Col.over`): an index into the walk's expressions.
+    /// (what a group-by on it is measured by on a sample): an index into the walk's expressions.
     pub origin: Option<u32>,
 }
 
@@ -156,8 +156,8 @@ fn no<T, E>(what: &str) -> Walk<T, E> {
     Err(Stop::Unsupported(Unsupported(what.into())))
 }
 
-/// Where an aggregate's computed keys can be grouped on one data set's sample
-/// (measured by `_Ctx._measured_groups`): the aggregate's own input where it is one data set's reads, filters
+/// Where an aggregate's computed keys can be grouped on one data set's sample (the caller
+/// measures them there): the aggregate's own input where it is one data set's reads, filters
 /// and projects (`filtered`: it holds the plan's filters); else a read of the one data set the
 /// keys' expressions, rewritten onto its columns, read.
 pub struct GroupSource<'p> {

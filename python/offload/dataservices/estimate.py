@@ -116,26 +116,23 @@ class Estimate:
 
 @dataclass
 class _Col:
-    """Where an output column of a relation comes from: a data set's column, or computed.
-    ``cast``: a cast of that column projected below (DataFusion projects a cast a condition
-    uses twice, as in a BETWEEN): its values are not the column's, so conditions on it are
-    not priced by the column's sketches (the sample runs them)."""
+    """An input column of a condition the native walk hands back: a data set's column, or
+    computed (no table). ``cast``: a cast of that column projected below (DataFusion projects a
+    cast a condition uses twice, as in a BETWEEN): its values are not the column's, so
+    conditions on it are not priced by the column's sketches (the sample runs them)."""
 
     table: str | None
     name: str | None
-    width: float = 8.0
     cast: bool = False
     values: float | None = None
-    """A computed column's most distinct values, where known (the years of a date column)."""
-    expr: Any = field(default=None, compare=False, repr=False)
-    """A computed column's expression, over the columns ``over``: what a group-by on it is
-    measured by on a sample (:meth:`_Ctx._group_source`)."""
-    over: list[_Col] | None = field(default=None, compare=False, repr=False)
+    """The most distinct values the column takes, where known (a date's years, a count's, the
+    values a filter below leaves)."""
 
 
 _GroupSource = tuple[str, Any, list[Any], bool, int]
-"""Where an aggregate's computed keys are grouped on a sample (:meth:`_Ctx._group_source`): (data
-set, relation, key expressions over it, whether it holds the plan's filters, its columns)."""
+"""Where an aggregate's computed keys are grouped on a sample, as the native walk finds it
+(``GroupSource`` in estimate.rs): (data set, relation, key expressions over it, whether it holds
+the plan's filters, its columns)."""
 _NativeSource = tuple[str, bytes, list[bytes], bool, int]
 """A :data:`_GroupSource` as the native walk hands it over: the relation and keys as bytes."""
 _NativeCol = tuple[str | None, str | None, bool, float | None]
@@ -320,12 +317,6 @@ class _Ctx:
 
     # ------------------------------------------------------------------------ expressions
 
-    def _textual(self, c: _Col) -> bool:
-        """Whether ``c`` is a data set's string or binary column (a computed one: not known)."""
-        if c.table is None or c.name is None:
-            return False
-        return variable_width(self.stats[c.table].columns[c.name].type)
-
     def _distinct(self, c: _Col, rows: float) -> float:
         """Distinct values of ``c`` among ``rows`` rows of its table (Cardenas)."""
         if c.table is None or c.name is None:
@@ -350,8 +341,12 @@ class _Ctx:
         return got, self.steps[before:]
 
     def _measured_groups(self, source: _GroupSource | None, into: float) -> float | None:
-        """:meth:`_sample_groups` from where the keys are grouped (:meth:`_group_source`), over
-        the aggregate's input of ``into`` rows."""
+        """The groups of an aggregate's computed keys over its input of ``into`` rows: its
+        ``source`` (:data:`_GroupSource`) run on its data set's sample and the keys grouped
+        there, the groups of all the rows estimated from how often each was seen
+        (:func:`gee_groups`); over the table unfiltered, thinned to ``into`` rows (Cardenas).
+        None, and a step saying why, where no one data set's sample can give them or none of
+        its rows reach the keys."""
         if source is None:
             self.steps.append("groups of computed keys: not over one data set's columns, taken as unique")
             return None
