@@ -21,6 +21,14 @@ parts below it):
 The native core is ``offload._native`` (``crates/py``).
 """
 
-from offload._native import __version__
-
 __all__ = ["__version__"]
+
+
+def __getattr__(name: str) -> str:
+    """`offload.__version__`, loaded with the native core when first asked for: the `offload`
+    command sets its Ctrl-C handler before the core's library is loaded."""
+    if name == "__version__":
+        from offload._native import __version__
+
+        return __version__
+    raise AttributeError(f"module 'offload' has no attribute {name!r}")

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
+import os  # os, sys and signal are loaded with the interpreter: nothing before the handler
 import signal
 import sys
-import threading
-from typing import Any
 
 
 def _interrupted_while_starting(signum: int, frame: object) -> None:
@@ -18,28 +16,29 @@ def _interrupted_while_starting(signum: int, frame: object) -> None:
     os._exit(130)  # nothing is open yet: no file written, no socket, no child
 
 
-def _starting() -> Any:
+def _starting() -> object:
     """Ends the process on a Ctrl-C from now on (`_interrupted_while_starting`), where SIGINT is
     Python's default and this is the main thread; returns the handler to put back (None: none
     was replaced: a caller's own handler, or an ignored SIGINT, stays as it is)."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler and (
-        threading.current_thread() is threading.main_thread()
-    ):
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return None
+    try:
         return signal.signal(signal.SIGINT, _interrupted_while_starting)
-    return None
+    except ValueError:  # not the main thread: its caller handles SIGINT
+        return None
 
 
-def _started(before: Any) -> None:
+def _started(before: object) -> None:
     """A Ctrl-C is a KeyboardInterrupt again, which `main` turns into one line and 130."""
     if before is not None:
-        signal.signal(signal.SIGINT, before)
+        signal.signal(signal.SIGINT, before)  # type: ignore[arg-type]
 
 
 _BEFORE_LOADING = _starting()
 
 import functools  # the imports from here on are what may be interrupted
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -289,7 +288,16 @@ def main() -> None:
         sys.exit(2 if known else 1)
     if code == 130:  # typer turns a KeyboardInterrupt inside a command into exit 130
         err.print("interrupted", highlight=False)
+        _forget_the_interrupt()
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _forget_the_interrupt() -> None:
+    """Exit 130, not death by SIGINT: CPython (pythonrun.c) marks a KeyboardInterrupt that left
+    code run from a string (a dataclass's methods, a namedtuple are made so) as unhandled, even
+    when it was caught later, and then ends by SIGINT whatever `sys.exit` said. The next such
+    run clears the mark, so one is made here."""
+    exec("None")
 
 
 def usage_line(e: BaseException) -> str | None:

@@ -249,3 +249,21 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
         _, stderr = p.communicate(timeout=30)
     assert p.returncode == 130, stderr
     assert stderr.strip().splitlines() == ["interrupted"], stderr
+
+
+def test_ctrl_c_that_left_generated_code_is_still_130(tmp_path: Path) -> None:
+    """A Ctrl-C landing in code Python made from a string (a dataclass's `__init__` as a module
+    loads, a namedtuple) once ended `python -m offload.cli` by SIGINT after it said
+    `interrupted`: CPython kept it as unhandled though `main` caught it."""
+    (tmp_path / "interrupted_in_generated_code.py").write_text(
+        "import offload.cli\n\n"
+        "class Interrupted:\n"
+        "    def main(self, **kwargs):\n"
+        "        exec('raise KeyboardInterrupt')\n\n"
+        "offload.cli.command = Interrupted\n"
+        "offload.cli.main()\n"
+    )
+    done = subprocess.run([sys.executable, "-m", "interrupted_in_generated_code"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip().splitlines() == ["interrupted"], done.stderr
