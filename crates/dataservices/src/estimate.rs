@@ -26,8 +26,8 @@ use substrait::proto::{
 };
 
 use crate::plan::{
-    argument_value, expression_children_mut, measure_expressions, read_columns, table_name, top_level_names,
-    visit_all_rels, FunctionClasses, Shape, SubstraitPlan, Unsupported, CHEAP, HEAVY, STRING,
+    argument_value, expression_children, expression_children_mut, measure_expressions, read_columns, table_name,
+    top_level_names, visit_all_rels, FunctionClasses, Shape, SubstraitPlan, Unsupported, CHEAP, HEAVY, STRING,
 };
 use crate::pyfmt::{commas, f1, g};
 use crate::selectivity::Numeric;
@@ -73,6 +73,9 @@ pub struct ColumnStats {
     /// A date or timestamp column's years, first to last as its sketch spans them: the most
     /// distinct values its `extract(year ...)` takes. None otherwise.
     pub years: Option<f64>,
+    /// How often the sample holds the column's values: (times seen, values seen that often),
+    /// nulls left out; empty where there is no sample. What [`thinned`] spreads the rows by.
+    pub profile: Vec<(f64, f64)>,
 }
 
 impl TableStats {
@@ -102,9 +105,16 @@ pub struct Col {
     /// A computed column's expression and the columns it is over, where the walk made it
     /// (what a group-by on it is measured by on a sample): an index into the walk's expressions.
     pub origin: Option<u32>,
+    /// A filter below read the column (or a cast of it): which of its values are left depends
+    /// on that filter, so a join on it counts the keys left, not the column's whole domain.
+    pub filtered: bool,
 }
 
-const COMPUTED: Col = Col { source: None, width: 8.0, cast: false, values: None, origin: None };
+const COMPUTED: Col = Col { source: None, width: 8.0, cast: false, values: None, origin: None, filtered: false };
+
+/// Keys whose values' product is more than this many times the most any one of them takes
+/// are measured together on a sample: they may vary together, and then take fewer groups.
+const DOUBTED_KEYS: f64 = 2.0;
 
 /// An IN list's options read to see they are literals.
 const PINNED_LOOK: usize = 1000;
@@ -124,9 +134,10 @@ pub trait Conditions {
         steps: &mut Vec<String>,
     ) -> Result<f64, Self::Error>;
 
-    /// The groups of an aggregate whose keys are computed (`_Ctx._measured_groups`), measured on
-    /// `source`'s sample, over its input's `rows` rows; None where they cannot be had (no
-    /// source: the keys are not over one data set's columns), and the keys are taken as unique.
+    /// The groups of an aggregate's keys (`_Ctx._measured_groups`: computed keys, or columns
+    /// that may vary together), measured on `source`'s sample, over its input's `rows` rows;
+    /// None where they cannot be had (no source: the keys are not over one data set's
+    /// columns): computed keys are then taken as unique, columns as their values' product.
     fn groups(
         &mut self,
         _source: Option<&GroupSource<'_>>,
@@ -292,6 +303,12 @@ impl<'a, C: Conditions> Walker<'a, C> {
         let sel = self.selectivity(cond, &inp)?;
         self.steps.push(format!("filter: selectivity {sel:.5} -> {} rows", f1(inp.rows * sel)));
         let mut cols = inp.cols;
+        let mut read = Vec::new();
+        read_fields(cond, &mut read);
+        let sources: Vec<_> = read.iter().filter_map(|&i| cols.get(i).and_then(|c| c.source)).collect();
+        for (i, c) in cols.iter_mut().enumerate() {
+            c.filtered |= read.contains(&i) || c.source.is_some_and(|s| sources.contains(&s));
+        }
         for (i, k) in self.pinned(cond) {
             if let Some(c) = cols.get_mut(i) {
                 c.values = Some(c.values.map_or(k, |v| v.min(k)));
@@ -352,23 +369,42 @@ impl<'a, C: Conditions> Walker<'a, C> {
             self.steps.push("aggregate without grouping: 1 row".into());
             return Ok(Out { rows: 1.0, cols: measures });
         }
-        let sampled = if keys.iter().any(|k| k.source.is_none() && k.values.is_none()) {
+        let groups = if keys.iter().any(|k| k.source.is_none() && k.values.is_none()) {
             let source = self.group_source(r, &inp.cols)?;
-            self.conditions.groups(source.as_ref(), inp.rows, &mut self.steps).map_err(Stop::Failed)?
-        } else {
-            None
-        };
-        let mut groups = 1.0;
-        if let Some(g) = sampled {
-            groups = g;
-        } else {
-            for k in &keys {
-                groups *= self.distinct(k, inp.rows)?;
+            match self.sampled_groups(source.as_ref(), inp.rows)? {
+                Some(g) => g,
+                None => {
+                    self.steps.push("computed keys taken as unique".into());
+                    self.distinct_product(&keys, inp.rows)?.0
+                }
             }
-        }
+        } else {
+            let (product, widest) = self.distinct_product(&keys, inp.rows)?;
+            // keys that vary together take fewer groups than their values' product: measured
+            let doubted = product.min(inp.rows) > DOUBTED_KEYS * widest;
+            match if doubted { self.group_source(r, &inp.cols)? } else { None } {
+                Some(source) => self.sampled_groups(Some(&source), inp.rows)?.map_or(product, |g| g.min(product)),
+                None => product,
+            }
+        };
         let rows = groups.min(inp.rows);
         self.steps.push(format!("aggregate: {} groups", f1(rows)));
         Ok(Out { rows, cols: [keys, measures].concat() })
+    }
+
+    /// The product of the keys' distinct values over `rows` rows, and the most one key takes.
+    fn distinct_product(&self, keys: &[Col], rows: f64) -> Walk<(f64, f64), C::Error> {
+        let (mut product, mut widest) = (1.0, 1.0_f64);
+        for k in keys {
+            let d = self.distinct(k, rows)?;
+            (product, widest) = (product * d, widest.max(d));
+        }
+        Ok((product, widest))
+    }
+
+    /// The groups the caller measures on `source`'s sample ([`Conditions::groups`]).
+    fn sampled_groups(&mut self, source: Option<&GroupSource<'_>>, rows: f64) -> Walk<Option<f64>, C::Error> {
+        self.conditions.groups(source, rows, &mut self.steps).map_err(Stop::Failed)
     }
 
     /// A join: the rows by [`join_rows`]; semi and anti joins give their side's columns,
@@ -397,9 +433,16 @@ impl<'a, C: Conditions> Walker<'a, C> {
         let (kind, side) = join_kind(r.r#type);
         let (mut dl, mut dr, mut domain) = (f64::NAN, f64::NAN, f64::NAN);
         if let Some(&(li, ri)) = keys.first() {
-            dl = self.distinct(&col(li)?, left.rows)?.max(1.0);
-            dr = self.distinct(&col(ri)?, right.rows)?.max(1.0);
-            let (kept, thinned) = if side == "left" { (col(li)?, dl) } else { (col(ri)?, dr) };
+            let (lk, rk) = (col(li)?, col(ri)?);
+            if kind == "inner" || kind == "outer" {
+                // a pair matches with chance 1 / the keys' domain where no filter read a key
+                dl = self.key_domain(&lk, left.rows)?;
+                dr = self.key_domain(&rk, right.rows)?;
+            } else {
+                dl = self.distinct(&lk, left.rows)?.max(1.0);
+                dr = self.distinct(&rk, right.rows)?.max(1.0);
+            }
+            let (kept, thinned) = if side == "left" { (lk, dl) } else { (rk, dr) };
             domain = if kept.source.is_some() { self.distinct(&kept, f64::INFINITY)?.max(1.0) } else { thinned };
         }
         let (rows, how) = join_rows(&kind, side, [left.rows, right.rows], [dl, dr, domain], residual);
@@ -566,7 +609,20 @@ impl<'a, C: Conditions> Walker<'a, C> {
             Some(v) => distinct.max(1.0).min(v.max(1.0)),
             None => distinct.max(1.0),
         };
-        Ok(if rows >= st.rows as f64 { d } else { cardenas(d, rows) })
+        Ok(match (rows >= st.rows as f64, c.values) {
+            (true, _) => d,
+            (false, None) => thinned(&st.columns[i].profile, d, rows, st.rows as f64, st.sample_rows as f64),
+            (false, Some(_)) => cardenas(d, rows), // a filter left these few: nothing known of their rows
+        })
+    }
+
+    /// The values join key `c` is drawn from over `rows` rows: its data set column's distinct
+    /// values where no filter below read it (a filter on other columns keeps keys at random:
+    /// two such sides match a pair with chance 1 / the domain, not 1 / the keys each has
+    /// left); else the keys left ([`Walker::distinct`]).
+    fn key_domain(&self, c: &Col, rows: f64) -> Walk<f64, C::Error> {
+        let whole = c.source.is_some() && !c.filtered;
+        Ok(self.distinct(c, if whole { f64::INFINITY } else { rows })?.max(1.0))
     }
 
     /// A selection's (or a cast selection's) input column; else computed, its
@@ -724,6 +780,17 @@ fn plain_field(e: &Expression) -> Option<usize> {
     usize::try_from(s.field).ok()
 }
 
+/// The input columns condition `e` reads (a subquery's own columns are not its input's).
+fn read_fields(e: &Expression, out: &mut Vec<usize>) {
+    if let Some(i) = plain_field(e) {
+        out.push(i);
+    } else if let Ok((children, _)) = expression_children(e) {
+        for child in children {
+            read_fields(child, out);
+        }
+    }
+}
+
 /// The field a selection reads directly (0 where it is not a struct field: the reference reads
 /// the default).
 pub(crate) fn selected_field(e: &Expression) -> i32 {
@@ -830,6 +897,30 @@ fn count_values(rows: f64) -> f64 {
     ((1.0 + (1.0 + 8.0 * rows.max(0.0)).sqrt()) / 2.0).floor()
 }
 
+/// The distinct values among `rows` rows drawn at random from a data set of `table` rows whose
+/// column takes `d` distinct values, as often each as its sample of `sampled` rows shows
+/// (`profile`, [`ColumnStats::profile`]): the sum over the values of the chance that one of its
+/// rows is drawn. A value seen k ≥ 2 times holds k × table / sampled rows; the values seen once
+/// and those the sample missed share the rows of the values seen once. Cardenas's equally
+/// common values where there is no profile, the most values any spread gives: a skewed key is
+/// not counted as if each of its values were as common.
+pub fn thinned(profile: &[(f64, f64)], d: f64, rows: f64, table: f64, sampled: f64) -> f64 {
+    let seen: f64 = profile.iter().map(|&(_, v)| v).sum();
+    if profile.is_empty() || sampled <= 0.0 || table <= 0.0 || seen <= 0.0 {
+        return cardenas(d, rows);
+    }
+    let kept = (rows / table).clamp(0.0, 1.0);
+    let drawn = |held: f64| 1.0 - (1.0 - kept).powf(held);
+    let per_row = table / sampled;
+    let once = profile.iter().filter(|&&(k, _)| k == 1.0).map(|&(_, v)| v).sum::<f64>();
+    let mut values: f64 = profile.iter().filter(|&&(k, _)| k != 1.0).map(|&(k, v)| v * drawn(k * per_row)).sum();
+    let pooled = once + (d - seen).max(0.0);
+    if pooled > 0.0 {
+        values += pooled * drawn(once * per_row / pooled);
+    }
+    values.min(d.max(1.0)).min(rows.max(1.0)).max(1.0)
+}
+
 /// Distinct values among `rows` rows drawn from `d` equally likely ones (`_cardenas`).
 fn cardenas(d: f64, rows: f64) -> f64 {
     if d > 1.0 {
@@ -888,10 +979,55 @@ fn truncated(v: f64) -> Result<i128, Unsupported> {
 
 #[cfg(test)]
 mod tests {
-    use super::count_values;
+    use super::{count_values, thinned};
     use proptest::prelude::*;
 
+    /// (times seen, values seen that often) of a column whose values occur `counts` times.
+    fn profile_of(counts: &[u64]) -> Vec<(f64, f64)> {
+        let mut by_times = std::collections::BTreeMap::new();
+        for &c in counts {
+            *by_times.entry(c).or_insert(0.0) += 1.0;
+        }
+        by_times.into_iter().map(|(k, v)| (k as f64, v)).collect()
+    }
+
     proptest! {
+        /// Over a whole-table sample, the distinct values a random draw of `rows` rows holds on
+        /// average, computed exactly (a value is missed with chance C(N - c, m) / C(N, m)), for
+        /// any spread: skewed, uniform, a value alone.
+        #[test]
+        fn thinned_is_the_distinct_values_a_random_draw_holds(
+            counts in prop::collection::vec(1u64..60, 1..80),
+            share in 0.0f64..=1.0,
+        ) {
+            let n: u64 = counts.iter().sum();
+            let m = (share * n as f64).floor() as u64;
+            let expected: f64 = counts
+                .iter()
+                .map(|&c| 1.0 - (0..c).map(|i| (n.saturating_sub(m + i)) as f64 / (n - i) as f64).product::<f64>())
+                .sum();
+            let got = thinned(&profile_of(&counts), counts.len() as f64, m as f64, n as f64, n as f64);
+            prop_assert!((got - expected).abs() <= 0.03 * expected + 1.0, "{got} against {expected}");
+        }
+
+        /// No spread of `d` values holds more of them in a draw than equally common values do,
+        /// whatever the sample saw.
+        #[test]
+        fn thinned_is_at_most_equally_common_values(
+            counts in prop::collection::vec(1u64..60, 1..80),
+            unseen in 0u64..500,
+            scale in 1u64..1000,
+            share in 0.0f64..=1.0,
+        ) {
+            let sampled: u64 = counts.iter().sum();
+            let table = (sampled * scale) as f64;
+            let d = (counts.len() as u64 + unseen) as f64;
+            let rows = share * table;
+            let got = thinned(&profile_of(&counts), d, rows, table, sampled as f64);
+            let uniform = d * (1.0 - (1.0 - share).powf(table / d));
+            prop_assert!(got <= uniform.max(1.0) * (1.0 + 1e-9) && got >= 1.0 && got <= rows.max(1.0), "{got} > {uniform}");
+        }
+
         /// The bound holds for any group sizes (ties, zeros, one group, none): k distinct
         /// counts need 0 + 1 + ... + (k - 1) rows.
         #[test]

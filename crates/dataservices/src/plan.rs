@@ -373,7 +373,7 @@ fn subqueries(e: &Expression) -> Native<Vec<&Rel>> {
 /// (what the reference's walk enters: not an IN list's options, literals or field paths). A
 /// window function is not a call itself (as an aggregate's measure is not): its partitions,
 /// sort keys and arguments are walked.
-fn expression_children(e: &Expression) -> Native<(Vec<&Expression>, Vec<&Rel>)> {
+pub(crate) fn expression_children(e: &Expression) -> Native<(Vec<&Expression>, Vec<&Rel>)> {
     use substrait::proto::expression::subquery::SubqueryType;
     Ok(match &e.rex_type {
         None | Some(RexType::Literal(_)) => (vec![], vec![]),

@@ -229,7 +229,7 @@ def _plan_table(name: str, st: TableStats) -> Any:
 
         kinds = {c: (variable_width(cs.type), fixed_width(cs.type)) for c, cs in st.columns.items()}
         cols = [
-            (c, cs.width_bytes, *kinds[c], distinct(c), cs.nulls, _years_spanned(cs))
+            (c, cs.width_bytes, *kinds[c], distinct(c), cs.nulls, _years_spanned(cs), _profile(st.sample, c))
             for c, cs in st.columns.items()
         ]
         rows = st.sample.num_rows if st.sample is not None else 0
@@ -237,6 +237,20 @@ def _plan_table(name: str, st: TableStats) -> Any:
         return _native.PlanTable(name, st.rows, cols, rows, numeric)
 
     return st.kept(("native table", name), make)
+
+
+def _profile(sample: pa.Table | None, column: str) -> list[tuple[float, float]]:
+    """How often ``sample`` holds ``column``'s values: (times seen, values seen that often),
+    nulls left out; empty where there is no sample or its values cannot be counted (nested).
+    The native walk spreads a filter's rows over the values by it (``thinned``)."""
+    if sample is None or sample.num_rows == 0:
+        return []
+    try:
+        counts = pc.value_counts(pc.drop_null(sample.column(column))).field("counts")
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return []
+    times, values = np.unique(counts.to_numpy(zero_copy_only=False), return_counts=True)
+    return [(float(t), float(v)) for t, v in zip(times, values, strict=True)]
 
 
 _EXACT = float(2**53)
@@ -278,7 +292,7 @@ class _Calls:
 
 class _Ctx:
     """Prices what the native walk hands back: conditions the sketches and the sample price
-    (:meth:`native_selectivity`), and groups of computed keys measured on a sample
+    (:meth:`native_selectivity`), and groups of keys measured on a sample
     (:meth:`native_groups`), with the steps that say how."""
 
     def __init__(self, raw: bytes, stats: Mapping[str, TableStats], names: dict[int, str]) -> None:
@@ -341,19 +355,20 @@ class _Ctx:
         return got, self.steps[before:]
 
     def _measured_groups(self, source: _GroupSource | None, into: float) -> float | None:
-        """The groups of an aggregate's computed keys over its input of ``into`` rows: its
+        """The groups of an aggregate's keys (computed, or columns that may vary together) over
+        its input of ``into`` rows: its
         ``source`` (:data:`_GroupSource`) run on its data set's sample and the keys grouped
         there, the groups of all the rows estimated from how often each was seen
         (:func:`gee_groups`); over the table unfiltered, thinned to ``into`` rows (Cardenas).
         None, and a step saying why, where no one data set's sample can give them or none of
         its rows reach the keys."""
         if source is None:
-            self.steps.append("groups of computed keys: not over one data set's columns, taken as unique")
+            self.steps.append("groups of the keys: not over one data set's columns")
             return None
         table, rel, exprs, filtered, width = source
         st = self.stats.get(table)
         if st is None or st.sample is None or st.sample.num_rows == 0:
-            self.steps.append(f"groups of computed keys: no rows sampled of {table}, taken as unique")
+            self.steps.append(f"groups of the keys: no rows sampled of {table}")
             return None
         costly = any(c["heavy"] or c["string"] for c in map(self.index.calls, exprs))
         sample = st.spaced(_costly_rows(st)) if costly else st.sample
@@ -364,13 +379,11 @@ class _Ctx:
             key, lambda: made.append(True) or self._group_counts(rel, width, exprs, table, st, sample)
         )
         if isinstance(counts, str):
-            self.steps.append(
-                f"groups of computed keys not measurable on the sample ({counts}), taken as unique"
-            )
+            self.steps.append(f"groups of the keys not measurable on the sample ({counts})")
             return None
         seen, once, rows = counts
         if rows == 0:
-            self.steps.append(f"groups of computed keys: none of {sample.num_rows:,} sampled rows reach them")
+            self.steps.append(f"groups of the keys: none of {sample.num_rows:,} sampled rows reach them")
             return None
         groups = gee_groups(seen, once, rows, into if filtered else float(st.rows))
         over = "" if filtered else f" of {table}, unfiltered"
@@ -378,7 +391,7 @@ class _Ctx:
             groups = _cardenas(groups, into)
         over += "" if made else " (by an earlier query)"
         self.steps.append(
-            f"groups of computed keys measured on {rows:,} sampled rows{over}: {seen:,} seen, {once:,} once; "
+            f"groups of the keys measured on {rows:,} sampled rows{over}: {seen:,} seen, {once:,} once; "
             f"{groups:,.1f} of {into:,.1f} rows"
         )
         return groups
