@@ -146,6 +146,20 @@ pub trait Conditions {
     ) -> Result<Option<f64>, Self::Error> {
         Ok(None)
     }
+
+    /// The fewest and most rows inner join `rel` can have, by what it meets on the samples of
+    /// its two data sets (`tables`, by their index among the walk's tables; two different
+    /// ones), each side read through filters and projects; `width` the columns it gives. None
+    /// where the samples cannot tell: the keys' formula alone decides.
+    fn joined(
+        &mut self,
+        _rel: &Rel,
+        _tables: [usize; 2],
+        _width: usize,
+        _steps: &mut Vec<String>,
+    ) -> Result<Option<(f64, f64)>, Self::Error> {
+        Ok(None)
+    }
 }
 
 /// Why a walk stopped: a plan it does not model (what, said), or the caller's error.
@@ -407,6 +421,19 @@ impl<'a, C: Conditions> Walker<'a, C> {
         self.conditions.groups(source, rows, &mut self.steps).map_err(Stop::Failed)
     }
 
+    /// The rows inner join `r` can have by what it meets on its two data sets' samples, where
+    /// each side is one data set's reads, filters and projects, two different ones
+    /// ([`Conditions::joined`]).
+    fn sampled_join(&mut self, r: &JoinRel, width: usize) -> Walk<Option<(f64, f64)>, C::Error> {
+        let (Some(left), Some(right)) = (r.left.as_deref(), r.right.as_deref()) else { return Ok(None) };
+        let (Some(l), Some(t)) = (self.one_data_set(left)?, self.one_data_set(right)?) else { return Ok(None) };
+        if l == t {
+            return Ok(None); // a data set's sample joined with itself pairs each sampled row with itself
+        }
+        let rel = Rel { rel_type: Some(RelType::Join(Box::new(r.clone()))) };
+        self.conditions.joined(&rel, [l, t], width, &mut self.steps).map_err(Stop::Failed)
+    }
+
     /// A join: the rows by [`join_rows`]; semi and anti joins give their side's columns,
     /// mark joins those and the mark.
     fn join(&mut self, r: &'a JoinRel) -> Walk<Out, C::Error> {
@@ -445,8 +472,13 @@ impl<'a, C: Conditions> Walker<'a, C> {
             let (kept, thinned) = if side == "left" { (lk, dl) } else { (rk, dr) };
             domain = if kept.source.is_some() { self.distinct(&kept, f64::INFINITY)?.max(1.0) } else { thinned };
         }
-        let (rows, how) = join_rows(&kind, side, [left.rows, right.rows], [dl, dr, domain], residual);
+        let met = if kind == "inner" && !keys.is_empty() { self.sampled_join(r, cols.len())? } else { None };
+        let (mut rows, how) = join_rows(&kind, side, [left.rows, right.rows], [dl, dr, domain], residual);
         self.steps.push(format!("join ({how}"));
+        if let Some((lo, hi)) = met.filter(|&(lo, hi)| rows < lo || rows > hi) {
+            rows = rows.clamp(lo, hi);
+            self.steps.push(format!("join held to what the samples met: {} rows", f1(rows)));
+        }
         let kept = if side == "left" { left_cols } else { right_cols };
         let cols = match kind.as_str() {
             "semi" | "anti" => kept,
@@ -644,12 +676,11 @@ impl<'a, C: Conditions> Walker<'a, C> {
         Ok(Col { values: self.years(e, cols), origin, ..COMPUTED })
     }
 
-    /// Where aggregate `r`'s keys, over its input's columns `cols`, can
-    /// be grouped on a sample; None where no one data set's sample can give them.
-    fn group_source(&self, r: &'a AggregateRel, cols: &[Col]) -> Walk<Option<GroupSource<'a>>, C::Error> {
-        let Some(input) = r.input.as_deref() else { return Ok(None) };
+    /// The data set `rel` reads where it is that one data set's reads, filters and projects
+    /// (what runs on its sample as the plan runs it); None for anything else.
+    fn one_data_set(&self, rel: &Rel) -> Walk<Option<usize>, C::Error> {
         let (mut reads, mut plain) = (Vec::new(), true);
-        visit_all_rels(input, &mut |x| {
+        visit_all_rels(rel, &mut |x| {
             match &x.rel_type {
                 Some(RelType::Read(read)) => reads.push(table_name(read)?),
                 Some(RelType::Filter(_) | RelType::Project(_)) => {}
@@ -657,8 +688,15 @@ impl<'a, C: Conditions> Walker<'a, C> {
             }
             Ok(())
         })?;
-        if plain && reads.len() == 1 {
-            let (table, keys) = (self.table(reads[0])?, Cow::Borrowed(r.grouping_expressions.as_slice()));
+        Ok(if plain && reads.len() == 1 { Some(self.table(reads[0])?) } else { None })
+    }
+
+    /// Where aggregate `r`'s keys, over its input's columns `cols`, can
+    /// be grouped on a sample; None where no one data set's sample can give them.
+    fn group_source(&self, r: &'a AggregateRel, cols: &[Col]) -> Walk<Option<GroupSource<'a>>, C::Error> {
+        let Some(input) = r.input.as_deref() else { return Ok(None) };
+        if let Some(table) = self.one_data_set(input)? {
+            let keys = Cow::Borrowed(r.grouping_expressions.as_slice());
             return Ok(Some(GroupSource { table, rel: Cow::Borrowed(input), keys, filtered: true, width: cols.len() }));
         }
         let (mut table, mut keys) = (None, Vec::new());

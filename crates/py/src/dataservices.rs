@@ -11,7 +11,7 @@ use offload_dataservices::forest::{Forest, Nodes};
 use offload_dataservices::plan::{FunctionClasses, PlanInfo, SubstraitPlan};
 use offload_dataservices::prost::Message;
 use offload_dataservices::selectivity::Numeric;
-use offload_dataservices::substrait::proto::Expression;
+use offload_dataservices::substrait::proto::{Expression, Rel};
 use pyo3::exceptions::{PyNotImplementedError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -205,8 +205,13 @@ impl PySubstraitPlan {
     /// returns (selectivity, the steps it took), and an aggregate with computed keys by
     /// `groups((table, relation bytes, [key expression bytes], filtered, width) or None, its
     /// input rows)` (the source its keys can be grouped on: `GroupSource`), which returns (the
-    /// groups or None, the steps it took). Their exceptions pass; NotImplementedError says what
-    /// the walk does not model (a relation or expression kind, a data set without statistics).
+    /// groups or None, the steps it took); an inner join of two data sets' filtered reads by
+    /// `joined(join relation bytes, (left data set, right data set), its columns)`, where given,
+    /// which returns (the fewest and most rows the samples allow or None, the steps it took)
+    /// and the keys' formula is held within them. Their
+    /// exceptions pass; NotImplementedError says what the walk does not model (a relation or
+    /// expression kind, a data set without statistics).
+    #[pyo3(signature = (tables, classes, selectivity, groups, joined=None))]
     fn estimate<'py>(
         &self,
         py: Python<'py>,
@@ -214,9 +219,10 @@ impl PySubstraitPlan {
         classes: &PyFunctionClasses,
         selectivity: Bound<'py, PyAny>,
         groups: Bound<'py, PyAny>,
+        joined: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Estimated<'py>> {
         let stats: Vec<&TableStats> = tables.iter().map(|t| &t.0).collect();
-        let mut conditions = Callback { py, tables: &stats, f: selectivity, g: groups };
+        let mut conditions = Callback { py, tables: &stats, f: selectivity, g: groups, j: joined };
         let e = match estimate(&self.plan, &stats, &classes.0, &mut conditions) {
             Ok(e) => e,
             Err(Stop::Unsupported(u)) => return Err(PyNotImplementedError::new_err(u.0)),
@@ -262,6 +268,7 @@ struct Callback<'a, 'py> {
     tables: &'a [&'a TableStats],
     f: Bound<'py, PyAny>,
     g: Bound<'py, PyAny>,
+    j: Option<Bound<'py, PyAny>>,
 }
 
 impl Callback<'_, '_> {
@@ -305,6 +312,21 @@ impl Conditions for Callback<'_, '_> {
         let (groups, taken): (Option<f64>, Vec<String>) = self.g.call1((source, rows))?.extract()?;
         steps.extend(taken);
         Ok(groups)
+    }
+
+    fn joined(
+        &mut self,
+        rel: &Rel,
+        tables: [usize; 2],
+        width: usize,
+        steps: &mut Vec<String>,
+    ) -> PyResult<Option<(f64, f64)>> {
+        let Some(j) = &self.j else { return Ok(None) };
+        let rel = PyBytes::new(self.py, &rel.encode_to_vec());
+        let names = (self.tables[tables[0]].name.as_str(), self.tables[tables[1]].name.as_str());
+        let (rows, taken): (Option<(f64, f64)>, Vec<String>) = j.call1((rel, names, width))?.extract()?;
+        steps.extend(taken);
+        Ok(rows)
     }
 }
 
