@@ -387,3 +387,21 @@ def test_a_column_a_filter_pins_has_that_many_groups() -> None:
         est = E.estimate(Plan.FromString(plan), stats)
         truth = plans.count_rows(plan, {"f": fact, "d": dim})
         assert truth <= est.rows <= most, (sql, est.rows, truth, est.steps)
+
+
+def test_a_like_anchored_at_one_end_is_a_cheap_call_in_both_readers() -> None:
+    """Arrow compares an anchored pattern's end (starts_with, ends_with) and searches or runs a
+    regular expression for the others: the calls' classes, by the Python reader and the native
+    one alike."""
+    t = pa.table({"s": [f"1Z5{i:05d}.com" for i in range(2000)], "i": np.arange(2000)})
+    stats, schemas = {"t": TableStats.of(t)}, {"t": t.schema}
+    for pattern, kind in (("1Z5%", "cheap"), ("%.com", "cheap"), ("%", "cheap"), ("%Z5%", "string"),
+                          ("1_5%", "string"), ("1Z%5%", "string"), ("1\\%%", "string")):  # fmt: skip
+        sql = f"select i from t where s like '{pattern}'"
+        plan = plans.to_substrait(sql, schemas)
+        est = _same_as_reference(plan, stats, schemas)
+        condition = Plan.FromString(plan).relations[0].root.input
+        index = plans.PlanIndex(Plan.FromString(plan))
+        counts = plans.call_counts(condition, index.names)
+        assert counts[kind] == 1 and counts["heavy"] == 0, (pattern, counts)
+        assert (est.work["string_rows"] == 0) == (kind == "cheap"), (pattern, est.work)

@@ -176,7 +176,8 @@ impl SubstraitPlan {
     ) -> Native<()> {
         match &e.rex_type {
             Some(RexType::ScalarFunction(f)) => {
-                let class = classes.class(self.name(f.function_reference));
+                let name = self.name(f.function_reference);
+                let class = if name == "like" && anchored_like(&f.arguments) { CHEAP } else { classes.class(name) };
                 out[class] += 1;
                 seen(class);
             }
@@ -267,6 +268,28 @@ pub(crate) fn argument_value(a: &FunctionArgument) -> &Expression {
         Some(ArgType::Value(v)) => v,
         _ => &EMPTY,
     }
+}
+
+/// `plans.anchored_like`: a LIKE whose pattern is a literal anchored at one end with no other
+/// wildcard (`'1Z5%'`, `'%.com'`) and no escape; Arrow's kernel compares that end's bytes
+/// (starts_with, ends_with), as cheap as an equality, where `'%pickup%'` searches each value
+/// and other patterns run a regular expression.
+fn anchored_like(args: &[FunctionArgument]) -> bool {
+    use substrait::proto::expression::literal::LiteralType;
+    let no_escape = |e: &FunctionArgument| matches!(&argument_value(e).rex_type, Some(RexType::Literal(l)) if matches!(l.literal_type, Some(LiteralType::Null(_))));
+    let pattern = match args {
+        [_, pattern] => pattern,
+        [_, pattern, escape] if no_escape(escape) => pattern,
+        _ => return false,
+    };
+    let Some(RexType::Literal(l)) = &argument_value(pattern).rex_type else { return false };
+    let p = match &l.literal_type {
+        Some(LiteralType::String(s)) => s.as_str(),
+        Some(LiteralType::VarChar(v)) => v.value.as_str(),
+        _ => return false,
+    };
+    let core = p.strip_suffix('%').or_else(|| p.strip_prefix('%'));
+    core.is_some_and(|c| !c.contains(['%', '_', '\\']))
 }
 
 /// A read's table name (the last of its names).
