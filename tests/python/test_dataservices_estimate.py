@@ -203,6 +203,26 @@ def test_work_counts_the_rows_each_operator_runs_on(
     assert work("select * from {t}") == dict.fromkeys(E.WORK, 0.0)
 
 
+def test_a_joins_conditions_beside_its_keys_run_on_every_pair_the_keys_match() -> None:
+    """`on a.k = b.k where b.d > cast(a.s as date)`: DataFusion keeps the condition in the join,
+    where it runs on each pair the keys match (here every row once: the keys are unique); the
+    keys' own equality hashes. Uncounted, a new user's join of two large tables was priced at
+    half its 277 ms."""
+    n = 20_000
+    days = np.arange(n, dtype=np.int32)
+    a = pa.table(
+        {"k": np.arange(n), "s": pc.strftime(pa.array(days, pa.date32()).cast(pa.timestamp("s")), "%Y-%m-%d")}
+    )
+    b = pa.table({"k": np.arange(n), "d": pa.array(days + 1, pa.date32())})
+    schemas, stats = {"a": a.schema, "b": b.schema}, {"a": S.TableStats.of(a), "b": S.TableStats.of(b)}
+    plain = plans.to_substrait("select b.d from a join b on a.k = b.k", schemas)
+    both = plans.to_substrait("select b.d from a join b on a.k = b.k where b.d > cast(a.s as date)", schemas)
+    assert E.estimate(plain, stats).work["string_rows"] == 0
+    work = E.estimate(both, stats).work
+    assert work["string_rows"] == pytest.approx(n, rel=0.05)  # the cast, once a pair
+    assert work["cheap_rows"] == pytest.approx(n, rel=0.05)  # the comparison
+
+
 def test_group_bys_and_joins_on_string_keys_count_their_rows() -> None:
     """A string key hashes and compares per character: the rows entering a group-by or an
     equi-join on one are counted apart (both sides of a join); integer keys are not."""

@@ -475,6 +475,15 @@ impl<'a, C: Conditions> Walker<'a, C> {
         let met = if kind == "inner" && !keys.is_empty() { self.sampled_join(r, cols.len())? } else { None };
         let (mut rows, how) = join_rows(&kind, side, [left.rows, right.rows], [dl, dr, domain], residual);
         self.steps.push(format!("join ({how}"));
+        if let (true, Some(e)) = (residual, r.expression.as_deref()) {
+            // the conditions beside the keys run on each pair the keys match (an inner join's rows
+            // by the keys alone), the keys' equalities and the and joining them do not: they hash
+            let pairs = join_rows("inner", "", [left.rows, right.rows], [dl, dr, domain], false).0;
+            let mut n = [0usize; 3];
+            self.plan.calls(e, self.classes, &mut n)?;
+            n[CHEAP] = n[CHEAP].saturating_sub(2 * keys.len());
+            self.count(pairs, n);
+        }
         if let Some((lo, hi)) = met.filter(|&(lo, hi)| rows < lo || rows > hi) {
             rows = rows.clamp(lo, hi);
             self.steps.push(format!("join held to what the samples met: {} rows", f1(rows)));
