@@ -73,9 +73,10 @@ pub struct ColumnStats {
     /// A date or timestamp column's years, first to last as its sketch spans them: the most
     /// distinct values its `extract(year ...)` takes. None otherwise.
     pub years: Option<f64>,
-    /// How often the sample holds the column's values: (times seen, values seen that often),
-    /// nulls left out; empty where there is no sample. What [`thinned`] spreads the rows by.
-    pub profile: Vec<(f64, f64)>,
+    /// How often rows of the sample hold the column's values: (times seen, values seen that
+    /// often), nulls left out, and the rows looked at; empty where there is none. What
+    /// [`thinned`] spreads the rows by.
+    pub profile: (Vec<(f64, f64)>, f64),
 }
 
 impl TableStats {
@@ -652,7 +653,10 @@ impl<'a, C: Conditions> Walker<'a, C> {
         };
         Ok(match (rows >= st.rows as f64, c.values) {
             (true, _) => d,
-            (false, None) => thinned(&st.columns[i].profile, d, rows, st.rows as f64, st.sample_rows as f64),
+            (false, None) => {
+                let (profile, sampled) = &st.columns[i].profile;
+                thinned(profile, d, rows, st.rows as f64, *sampled)
+            }
             (false, Some(_)) => cardenas(d, rows), // a filter left these few: nothing known of their rows
         })
     }

@@ -109,15 +109,16 @@ impl PyFunctionClasses {
 /// A data set's statistics as the estimate's walk needs them: its name, rows, per column
 /// (name, average width in bytes, variable-width text, bytes a value where fixed-width or 0,
 /// distinct count or NaN, nulls, the years a date or timestamp column spans or None, how often
-/// its sample holds its values: (times seen, values seen that often)), the
+/// rows of its sample hold its values: (times seen, values seen that often), and those rows), the
 /// sample's rows, and the numeric columns' sketches and
 /// samples by column name: (KLL sorted items, their cumulative weights, the values the sketch
 /// saw, the sample's values as float64, where they are valid or an empty array).
 #[pyclass(module = "offload._native", frozen, name = "PlanTable")]
 pub struct PyPlanTable(TableStats);
 
-/// (name, width, textual, fixed, distinct, nulls, years, profile): see [`PyPlanTable`].
-type PlanColumn = (String, f64, bool, f64, f64, u64, Option<f64>, Vec<(f64, f64)>);
+/// (name, width, textual, fixed, distinct, nulls, years, profile, the rows it counts): see
+/// [`PyPlanTable`].
+type PlanColumn = (String, f64, bool, f64, f64, u64, Option<f64>, Vec<(f64, f64)>, usize);
 
 type NumericArrays<'py> = (
     PyReadonlyArray1<'py, f64>,
@@ -138,7 +139,7 @@ impl PyPlanTable {
         mut numeric: HashMap<String, NumericArrays<'_>>,
     ) -> PyResult<Self> {
         let mut out = Vec::with_capacity(columns.len());
-        for (name, width, textual, fixed, distinct, nulls, years, profile) in columns {
+        for (name, width, textual, fixed, distinct, nulls, years, profile, profiled) in columns {
             let numeric = match numeric.remove(&name) {
                 Some((items, cumulative, n, sample, valid)) => {
                     let k = Numeric {
@@ -156,6 +157,7 @@ impl PyPlanTable {
                 }
                 None => None,
             };
+            let profile = (profile, profiled as f64);
             out.push(ColumnStats { name, width, textual, fixed, distinct, nulls, numeric, years, profile });
         }
         Ok(Self(TableStats::new(name, rows, out, sample_rows)))

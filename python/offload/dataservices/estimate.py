@@ -234,7 +234,7 @@ def _plan_table(name: str, st: TableStats) -> Any:
 
         kinds = {c: (variable_width(cs.type), fixed_width(cs.type)) for c, cs in st.columns.items()}
         cols = [
-            (c, cs.width_bytes, *kinds[c], distinct(c), cs.nulls, _years_spanned(cs), _profile(st.sample, c))
+            (c, cs.width_bytes, *kinds[c], distinct(c), cs.nulls, _years_spanned(cs), *_profile(st, c))
             for c, cs in st.columns.items()
         ]
         rows = st.sample.num_rows if st.sample is not None else 0
@@ -244,18 +244,26 @@ def _plan_table(name: str, st: TableStats) -> Any:
     return st.kept(("native table", name), make)
 
 
-def _profile(sample: pa.Table | None, column: str) -> list[tuple[float, float]]:
-    """How often ``sample`` holds ``column``'s values: (times seen, values seen that often),
-    nulls left out; empty where there is no sample or its values cannot be counted (nested).
-    The native walk spreads a filter's rows over the values by it (``thinned``)."""
-    if sample is None or sample.num_rows == 0:
-        return []
+def _profile(st: TableStats, column: str) -> tuple[list[tuple[float, float]], int]:
+    """How often :data:`PROFILE_ROWS` evenly spaced rows of the data set's sample hold
+    ``column``'s values: (times seen, values seen that often), nulls left out, and the rows
+    looked at. None looked at where there is no sample, the column is floating-point (taken as
+    near unique: a filter thins it as equally common values) or its values cannot be counted
+    (nested). The native walk spreads a filter's rows over the values by it (``thinned``)."""
+    if st.sample is None or st.sample.num_rows == 0 or pa.types.is_floating(st.columns[column].type):
+        return [], 0
+    sample = st.spaced(PROFILE_ROWS)
     try:
         counts = pc.value_counts(pc.drop_null(sample.column(column))).field("counts")
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
-        return []
+        return [], 0
     times, values = np.unique(counts.to_numpy(zero_copy_only=False), return_counts=True)
-    return [(float(t), float(v)) for t, v in zip(times, values, strict=True)]
+    return [(float(t), float(v)) for t, v in zip(times, values, strict=True)], sample.num_rows
+
+
+PROFILE_ROWS = 16_384
+"""Rows of the sample a column's profile is counted on (its values' spread, not their count:
+the distinct count is the sketches'): 6-19 ms a 400,000-row table's columns on all 65,536."""
 
 
 _EXACT = float(2**53)
@@ -416,22 +424,23 @@ class _Ctx:
         if left is None or right is None or not _sampled(left) or not _sampled(right):
             self.steps.append("join not measured: a side has no sample")
             return None, self.steps[before:]
-        key = ("join", rel, names[1], right.rows, right.sample.num_rows, tuple(sorted(self.fns.items())))
-        met = left.kept(key, lambda: self._join_count(Rel.FromString(rel), width, names, left, right))
+        samples = (left.spaced(JOIN_SAMPLE_ROWS), right.spaced(JOIN_SAMPLE_ROWS))
+        ln, rn = (x.num_rows for x in samples)
+        key = ("join", rel, names[1], right.rows, rn, tuple(sorted(self.fns.items())))
+        met = left.kept(key, lambda: self._join_count(Rel.FromString(rel), width, names, samples))
         if isinstance(met, str):
             self.steps.append(f"join not measurable on the samples ({met})")
             return None, self.steps[before:]
-        ln, rn = left.sample.num_rows, right.sample.num_rows
         scale = left.rows / ln * right.rows / rn
         lo, hi = (met, met) if scale <= 1.0 else met_interval(met)
         self.steps.append(f"join met {met:,} pairs in {ln:,} x {rn:,} sampled rows")
         return (lo * scale, hi * scale), self.steps[before:]
 
     def _join_count(
-        self, rel: Any, width: int, names: tuple[str, str], left: TableStats, right: TableStats
+        self, rel: Any, width: int, names: tuple[str, str], samples: tuple[pa.Table, pa.Table]
     ) -> Any:
-        """The rows join ``rel`` gives over the two data sets' samples; the error's first line
-        where DataFusion cannot run it."""
+        """The rows join ``rel`` gives over the two data sets' ``samples``; the error's first
+        line where DataFusion cannot run it."""
         from substrait.plan_pb2 import Plan
 
         p = Plan()
@@ -444,7 +453,7 @@ class _Ctx:
         root.names.append("hit")
         top.input.CopyFrom(rel)
         ctx = plans.session(1)
-        plans.register(ctx, {names[0]: left.sample, names[1]: right.sample})
+        plans.register(ctx, {names[0]: samples[0], names[1]: samples[1]})
         try:
             return plans.count_rows_in(ctx, p.SerializeToString())
         except Exception as e:  # DataFusion and Arrow raise plain exceptions; an estimate never fails here
@@ -805,6 +814,11 @@ def gee_groups(seen: int, once: int, sampled: int, rows: float) -> float:
 def _sampled(st: TableStats) -> bool:
     """Whether the data set has sampled rows."""
     return st.sample is not None and st.sample.num_rows > 0
+
+
+JOIN_SAMPLE_ROWS = 16_384
+"""Rows of each data set's sample a join runs on (evenly spaced): a key join of two 400,000-row
+tables meets ~670 pairs in them, within 8%, for a quarter of the full samples' CPU."""
 
 
 def met_interval(k: int) -> tuple[float, float]:
