@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,16 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _provenance() -> dict[str, Any]:
+    from offload.host.machine import describe
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    return {"benchmark": "dataservices_estimates", "command": " ".join(sys.argv), "commit": commit,
+            "date": time.strftime("%Y-%m-%d %H:%M"), "machine": describe()}  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=12, help="schemas per shape [default: 12]")
@@ -79,12 +91,13 @@ def main() -> int:
         print("error: --seeds >= 1, --rows >= 100, --sample-rows >= 1", file=sys.stderr)
         return 2
     rows = measure(args.seeds, args.rows, args.sample_rows)
-    result = {"seeds": args.seeds, "rows": args.rows, "sample_rows": args.sample_rows, **summary(rows),
-              "misses_over_2x": [r for r in rows if max(r["off"], 1 / r["off"]) > 2]}  # fmt: skip
+    misses = [r for r in rows if max(r["off"], 1 / r["off"]) > 2]
+    result = {**_provenance(), "seeds": args.seeds, "rows": args.rows, "sample_rows": args.sample_rows,
+              **summary(rows), "misses_over_2x": misses}  # fmt: skip
     out = args.out or RESULTS / f"{args.rows}-{args.sample_rows}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "misses_over_2x"}))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("misses_over_2x", "machine")}))
     print(f"wrote {out}")
     return 0
 
