@@ -250,7 +250,7 @@ def _profile(st: TableStats, column: str) -> tuple[list[tuple[float, float]], in
     looked at. None looked at where there is no sample, the column is floating-point (taken as
     near unique: a filter thins it as equally common values) or its values cannot be counted
     (nested). The native walk spreads a filter's rows over the values by it (``thinned``)."""
-    if st.sample is None or st.sample.num_rows == 0 or pa.types.is_floating(st.columns[column].type):
+    if not _sampled(st) or pa.types.is_floating(st.columns[column].type):
         return [], 0
     sample = st.spaced(PROFILE_ROWS)
     try:
@@ -305,8 +305,8 @@ class _Calls:
 
 class _Ctx:
     """Prices what the native walk hands back: conditions the sketches and the sample price
-    (:meth:`native_selectivity`), and groups of keys measured on a sample
-    (:meth:`native_groups`), with the steps that say how."""
+    (:meth:`native_selectivity`), groups of keys measured on a sample (:meth:`native_groups`)
+    and joins met on the samples (:meth:`native_joined`), with the steps that say how."""
 
     def __init__(self, raw: bytes, stats: Mapping[str, TableStats], names: dict[int, str]) -> None:
         self._plan: Any = None
@@ -380,7 +380,7 @@ class _Ctx:
             return None
         table, rel, exprs, filtered, width = source
         st = self.stats.get(table)
-        if st is None or st.sample is None or st.sample.num_rows == 0:
+        if st is None or not _sampled(st):
             self.steps.append(f"groups of the keys: no rows sampled of {table}")
             return None
         costly = any(c["heavy"] or c["string"] for c in map(self.index.calls, exprs))
@@ -441,17 +441,8 @@ class _Ctx:
     ) -> Any:
         """The rows join ``rel`` gives over the two data sets' ``samples``; the error's first
         line where DataFusion cannot run it."""
-        from substrait.plan_pb2 import Plan
-
-        p = Plan()
-        p.CopyFrom(self.plan)  # extensions, their URNs, the version
-        del p.relations[:]
-        root = p.relations.add().root
-        top = root.input.project
-        top.expressions.add().literal.boolean = True
-        top.common.emit.output_mapping.append(width)
-        root.names.append("hit")
-        top.input.CopyFrom(rel)
+        p, below = _counting_plan(self.plan, width)
+        below.CopyFrom(rel)
         ctx = plans.session(1)
         plans.register(ctx, {names[0]: samples[0], names[1]: samples[1]})
         try:
@@ -464,12 +455,7 @@ class _Ctx:
     ) -> Any:
         """(groups seen, groups seen once, rows) of ``exprs`` over ``rel`` (``width`` columns)
         run on ``sample``; the error's first line where DataFusion cannot run it."""
-        from substrait.plan_pb2 import Plan
-
-        p = Plan()
-        p.CopyFrom(self.plan)  # extensions, their URNs, the version
-        del p.relations[:]
-        root = p.relations.add().root
+        p, root = _bare_plan(self.plan)
         project = root.input.project
         project.input.CopyFrom(rel)
         project.expressions.extend(exprs)
@@ -717,7 +703,7 @@ class _Ctx:
             return DEFAULT_SELECTIVITY
         table = next(iter(tables))
         st = self.stats[table]
-        if st.sample is None or st.sample.num_rows == 0:
+        if not _sampled(st):
             self.steps.append(
                 f"no rows sampled of {table}: selectivity {DEFAULT_SELECTIVITY:.3f} ({DEFAULTED})"
             )
@@ -784,7 +770,7 @@ def prepare(table: str, st: TableStats) -> None:
     made here too (a wide data set's sketches took a first decision over it 15-31 ms)."""
     with contextlib.suppress(Exception):  # what cannot be made now, the first decision tries again
         _plan_table(table, st)
-    if st.sample is None or st.sample.num_rows == 0:
+    if not _sampled(st):
         return
     for name, c in st.columns.items():
         if c.estimable:
@@ -1044,6 +1030,28 @@ def _sample_session(table: str, st: TableStats, sample: pa.Table) -> Any:
     return st.kept(("session", table, sample.num_rows), make)
 
 
+def _bare_plan(plan: Any) -> tuple[Any, Any]:
+    """A copy of ``plan`` (its extensions, their URNs, its version) with one empty root relation
+    in place of its own: (the copy, that root)."""
+    from substrait.plan_pb2 import Plan
+
+    p = Plan()
+    p.CopyFrom(plan)
+    del p.relations[:]
+    return p, p.relations.add().root
+
+
+def _counting_plan(plan: Any, width: int) -> tuple[Any, Any]:
+    """A :func:`_bare_plan` of one column, true, a row of its input (``width`` columns, which
+    the caller sets): what ``plans.count_rows_in`` counts; (the plan, that input)."""
+    p, root = _bare_plan(plan)
+    top = root.input.project
+    top.expressions.add().literal.boolean = True
+    top.common.emit.output_mapping.append(width)
+    root.names.append("hit")
+    return p, top.input
+
+
 def _run_on_sample(
     plan: Any, cond: Any, inp: _Rel, table: str, ctx: Any, sample: pa.Table, own: Any
 ) -> float:
@@ -1052,20 +1060,12 @@ def _run_on_sample(
     (:func:`_filter_input`), where given (computed columns, a projected cast, are computed as
     the plan does); else over the plan's own read of the table, its schema as the plan declares
     it, projected to the condition's input. PlanError where it cannot."""
-    from substrait.plan_pb2 import Plan
-
-    p = Plan()
-    p.CopyFrom(plan)  # extensions, their URNs, the version
-    del p.relations[:]
-    root = p.relations.add().root
     if own is not None:  # the plan's own input, computed columns and all: one column out
-        top = root.input.project
-        top.expressions.add().literal.boolean = True
-        top.common.emit.output_mapping.append(len(inp.cols))
-        root.names.append("hit")
-        top.input.filter.input.CopyFrom(own)
-        top.input.filter.condition.CopyFrom(cond)
-        return plans.count_rows_in(ctx, p.SerializeToString()) / sample.num_rows
+        counting, below = _counting_plan(plan, len(inp.cols))
+        below.filter.input.CopyFrom(own)
+        below.filter.condition.CopyFrom(cond)
+        return plans.count_rows_in(ctx, counting.SerializeToString()) / sample.num_rows
+    p, root = _bare_plan(plan)
     flt = root.input.filter
     names = [c.name for c in inp.cols]
     if any(c.table != table or c.name is None for c in inp.cols):
